@@ -1,0 +1,103 @@
+/* Numeric types, their block layouts (ggml's, byte for byte) and the traits table. */
+#pragma once
+
+#include <assert.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ggml's type ids; gaps are ids ggml removed or that warmd does not know. */
+enum kern_type {
+    KERN_TYPE_F32 = 0,
+    KERN_TYPE_F16 = 1,
+    KERN_TYPE_Q4_0 = 2,
+    KERN_TYPE_Q4_1 = 3,
+    KERN_TYPE_Q5_0 = 6,
+    KERN_TYPE_Q5_1 = 7,
+    KERN_TYPE_Q8_0 = 8,
+    KERN_TYPE_Q8_1 = 9,
+    KERN_TYPE_Q4_K = 12,
+    KERN_TYPE_Q5_K = 13,
+    KERN_TYPE_Q6_K = 14,
+    KERN_TYPE_Q8_K = 15,
+    KERN_TYPE_IQ4_NL = 20,
+    KERN_TYPE_I8 = 24,
+    KERN_TYPE_I16 = 25,
+    KERN_TYPE_I32 = 26,
+    KERN_TYPE_I64 = 27,
+    KERN_TYPE_F64 = 28,
+    KERN_TYPE_BF16 = 30,
+    KERN_TYPE_COUNT = 31
+};
+
+typedef uint16_t kern_f16;   /* IEEE 754 binary16 bits */
+typedef uint16_t kern_bf16;  /* bfloat16 bits */
+
+#define QK4_0 32
+#define QK4_1 32
+#define QK5_0 32
+#define QK5_1 32
+#define QK8_0 32
+#define QK8_1 32
+#define QK4_NL 32
+#define QK_K 256
+
+/* d = scale; x = d * q */
+struct block_q8_0 { kern_f16 d; int8_t qs[QK8_0]; };
+/* x = d * (q - 8); nibble j of byte i: low = value i, high = value i + 16 */
+struct block_q4_0 { kern_f16 d; uint8_t qs[QK4_0 / 2]; };
+/* x = d * q + m */
+struct block_q4_1 { kern_f16 d, m; uint8_t qs[QK4_1 / 2]; };
+/* x = d * (q - 16), 5th bits in qh (bit i = value i) */
+struct block_q5_0 { kern_f16 d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; };
+/* x = d * q + m */
+struct block_q5_1 { kern_f16 d, m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; };
+/* activations for q*_1 dot products: s = d * sum(qs) */
+struct block_q8_1 { kern_f16 d, s; int8_t qs[QK8_1]; };
+/* x = d * kvalues_iq4nl[q] */
+struct block_iq4_nl { kern_f16 d; uint8_t qs[QK4_NL / 2]; };
+struct block_q4_K { kern_f16 d, dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; };
+struct block_q5_K { kern_f16 d, dmin; uint8_t scales[12]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; };
+struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; kern_f16 d; };
+struct block_q8_K { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; };
+
+static_assert(sizeof(struct block_q8_0) == 34, "block_q8_0 size");
+static_assert(sizeof(struct block_q4_0) == 18, "block_q4_0 size");
+static_assert(sizeof(struct block_q4_1) == 20, "block_q4_1 size");
+static_assert(sizeof(struct block_q5_0) == 22, "block_q5_0 size");
+static_assert(sizeof(struct block_q5_1) == 24, "block_q5_1 size");
+static_assert(sizeof(struct block_q8_1) == 36, "block_q8_1 size");
+static_assert(sizeof(struct block_iq4_nl) == 18, "block_iq4_nl size");
+static_assert(sizeof(struct block_q4_K) == 144, "block_q4_K size");
+static_assert(sizeof(struct block_q5_K) == 176, "block_q5_K size");
+static_assert(sizeof(struct block_q6_K) == 210, "block_q6_K size");
+static_assert(sizeof(struct block_q8_K) == 292, "block_q8_K size");
+
+typedef void (*kern_to_f32_fn)(float *dst, const void *src, int64_t n);
+typedef void (*kern_from_f32_fn)(void *dst, const float *src, int64_t n);
+
+struct kern_type_traits {
+    const char *name;           /* "q8_0", as llama.cpp spells it */
+    int64_t blck_size;          /* values per block */
+    size_t type_size;           /* bytes per block */
+    bool is_quantized;
+    kern_to_f32_fn to_f32;      /* reference; n a multiple of blck_size; NULL if unsupported */
+    kern_from_f32_fn from_f32;  /* reference quantizer; NULL if unsupported */
+};
+
+/* The traits row of t, or NULL when t is not a type warmd knows (any id, even hostile). */
+const struct kern_type_traits *kern_type_traits(int t);
+/* Type by name ("f16", "Q8_0", case-insensitive); < 0 when unknown. */
+int kern_type_from_name(const char *name);
+/* Name of t, "?" when unknown. */
+const char *kern_type_name(int t);
+/* Bytes of a row of n values of type t; 0 when n is not a multiple of the block size. */
+size_t kern_row_size(enum kern_type t, int64_t n);
+
+kern_f16 kern_fp32_to_fp16(float f);
+float kern_fp16_to_fp32(kern_f16 h);
+kern_bf16 kern_fp32_to_bf16(float f);  /* round to nearest even, NaN kept quiet */
+float kern_bf16_to_fp32(kern_bf16 h);
+
+/* The 16 IQ4_NL code values. */
+extern const int8_t kern_iq4nl_values[16];

@@ -1,0 +1,69 @@
+#include "test.h"
+
+#include <unistd.h>
+#include <ftw.h>
+
+int test_failed_;
+int test_skipped_;
+
+static char tmpdir[256];
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    return remove(path);
+}
+
+static void tmpdir_cleanup(void) {
+    if (tmpdir[0] && !getenv("WARM_TEST_KEEP")) nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+const char *test_tmpdir(void) {
+    if (!tmpdir[0]) {
+        const char *base = getenv("TMPDIR");
+        snprintf(tmpdir, sizeof tmpdir, "%s/warm-test-XXXXXX", base ? base : "/tmp");
+        if (!mkdtemp(tmpdir)) {
+            perror("mkdtemp");
+            exit(1);
+        }
+        atexit(tmpdir_cleanup);
+    }
+    return tmpdir;
+}
+
+const char *test_shared_path(const char *rel) {
+    static _Thread_local char buf[4096];
+    const char *dir = getenv("WARM_SHARED_MODELS");
+#ifdef WARM_SHARED_MODELS_DIR
+    if (!dir) dir = WARM_SHARED_MODELS_DIR;
+#endif
+    if (!dir) return NULL;
+    snprintf(buf, sizeof buf, "%s/%s", dir, rel);
+    return access(buf, R_OK) == 0 ? buf : NULL;
+}
+
+int test_main(const struct test_case *cases, size_t n, int argc, char **argv) {
+    int passed = 0, failed = 0, skipped = 0;
+    const char *only = argc > 1 ? argv[1] : NULL;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    for (size_t i = 0; i < n; i++) {
+        if (only && strcmp(only, cases[i].name) != 0) continue;
+        test_failed_ = test_skipped_ = 0;
+        printf("[ RUN  ] %s\n", cases[i].name);
+        uint64_t t0 = time_now_usec();
+        cases[i].fn();
+        double ms = (double)(time_now_usec() - t0) / 1000.0;
+        if (test_failed_) {
+            failed++;
+            printf("[ FAIL ] %s (%.1f ms)\n", cases[i].name, ms);
+        } else if (test_skipped_) {
+            skipped++;
+            printf("[ SKIP ] %s\n", cases[i].name);
+        } else {
+            passed++;
+            printf("[  OK  ] %s (%.1f ms)\n", cases[i].name, ms);
+        }
+    }
+    printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    if (failed) return 1;
+    if (skipped && !passed) return 77;
+    return 0;
+}

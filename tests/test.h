@@ -1,0 +1,103 @@
+/* A tiny test harness: TEST(name) functions registered in a table, ASSERT_* macros that
+ * print file:line and the error's name and message, and a closing line CTest-style
+ * runners and humans can read: "N passed, N failed". A test that needs missing outside
+ * data calls SKIP("why"); the executable exits 77 (CTest SKIP_RETURN_CODE) when every
+ * test skipped. */
+#pragma once
+
+#include "base/base.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct test_case {
+    const char *name;
+    void (*fn)(void);
+};
+
+extern int test_failed_;   /* set by a failing assertion in the current test */
+extern int test_skipped_;  /* set by SKIP() */
+
+#define TEST(name)                                                                     \
+    static void test_##name(void)
+
+#define TEST_FAIL_(...)                                                                \
+    do {                                                                               \
+        fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                \
+        fprintf(stderr, __VA_ARGS__);                                                  \
+        fputc('\n', stderr);                                                           \
+        test_failed_ = 1;                                                              \
+        return;                                                                        \
+    } while (0)
+
+#define ASSERT_TRUE(c)                                                                 \
+    do {                                                                               \
+        if (!(c)) TEST_FAIL_("assertion failed: %s", #c);                              \
+    } while (0)
+
+#define ASSERT_OK(expr)                                                                \
+    do {                                                                               \
+        int r_ = (expr);                                                               \
+        if (r_ < 0) TEST_FAIL_("%s failed: %s (%s)", #expr, err_name(r_), err_str(r_)); \
+    } while (0)
+
+/* Like ASSERT_OK, printing the detail buffer's message. */
+#define ASSERT_OK_D(expr, d)                                                           \
+    do {                                                                               \
+        int r_ = (expr);                                                               \
+        if (r_ < 0) TEST_FAIL_("%s failed: %s: %s", #expr, err_name(r_), err_msg(d, r_)); \
+    } while (0)
+
+#define ASSERT_ERR(expr, code)                                                         \
+    do {                                                                               \
+        int r_ = (expr), c_ = (code);                                                  \
+        if (r_ != c_)                                                                  \
+            TEST_FAIL_("%s returned %s, expected %s", #expr, err_name(r_), err_name(c_)); \
+    } while (0)
+
+#define ASSERT_EQ(a, b)                                                                \
+    do {                                                                               \
+        long long a_ = (long long)(a), b_ = (long long)(b);                            \
+        if (a_ != b_) TEST_FAIL_("%s == %lld, expected %s == %lld", #a, a_, #b, b_);   \
+    } while (0)
+
+#define ASSERT_STREQ(a, b)                                                             \
+    do {                                                                               \
+        const char *a_ = (a), *b_ = (b);                                               \
+        if (!a_ || !b_ || strcmp(a_, b_) != 0)                                         \
+            TEST_FAIL_("%s == \"%s\", expected \"%s\"", #a, a_ ? a_ : "(null)",         \
+                       b_ ? b_ : "(null)");                                            \
+    } while (0)
+
+#define ASSERT_NEAR(a, b, tol)                                                         \
+    do {                                                                               \
+        double a_ = (a), b_ = (b), t_ = (tol);                                         \
+        if (!(fabs(a_ - b_) <= t_))                                                    \
+            TEST_FAIL_("%s == %.9g, expected %.9g within %.3g", #a, a_, b_, t_);       \
+    } while (0)
+
+#define SKIP(...)                                                                      \
+    do {                                                                               \
+        printf("  skipped: ");                                                         \
+        printf(__VA_ARGS__);                                                           \
+        printf("\n");                                                                  \
+        test_skipped_ = 1;                                                             \
+        return;                                                                        \
+    } while (0)
+
+/* Path of a file under ../shared/models (WARM_SHARED_MODELS, set by CMake or the
+ * environment). Returns NULL when the file is absent, so the caller can SKIP. */
+const char *test_shared_path(const char *rel);
+/* A fresh temporary directory for this test executable (removed at exit). */
+const char *test_tmpdir(void);
+
+int test_main(const struct test_case *cases, size_t n, int argc, char **argv);
+
+#define TEST_MAIN(...)                                                                 \
+    int main(int argc, char **argv) {                                                  \
+        static const struct test_case cases_[] = {__VA_ARGS__};                        \
+        return test_main(cases_, ARRAY_SIZE(cases_), argc, argv);                      \
+    }
+#define T(name) {#name, test_##name}
