@@ -54,6 +54,10 @@
     X(ERR_MODEL_ARCH, "model: unknown or unsupported architecture")                    \
     X(ERR_MODEL_HPARAM, "model: bad hyperparameter")                                   \
     X(ERR_MODEL_TENSOR, "model: bad or missing tensor")                                \
+    X(ERR_MODEL_TENSOR_MISSING, "model: required tensor missing")                      \
+    X(ERR_MODEL_TENSOR_UNUSED, "model: unexpected tensor")                             \
+    X(ERR_MODEL_TENSOR_SHAPE, "model: tensor has the wrong shape")                     \
+    X(ERR_MODEL_TENSOR_TYPE, "model: tensor has an unsupported type")                  \
     X(ERR_VOCAB, "vocab: bad vocabulary")                                              \
     X(ERR_TOKEN, "vocab: token id out of range")                                       \
     /* context and kv state */                                                         \
