@@ -75,6 +75,8 @@ static_assert(sizeof(struct block_q8_K) == 292, "block_q8_K size");
 
 typedef void (*kern_to_f32_fn)(float *dst, const void *src, int64_t n);
 typedef void (*kern_from_f32_fn)(void *dst, const float *src, int64_t n);
+/* Σ w[i]·x[i] over n values: w a row of the weight type, x a row of its vec_dot_type. */
+typedef float (*kern_vec_dot_fn)(const void *w, const void *x, int64_t n);
 
 struct kern_type_traits {
     const char *name;           /* "q8_0", as llama.cpp spells it */
@@ -83,6 +85,10 @@ struct kern_type_traits {
     bool is_quantized;
     kern_to_f32_fn to_f32;      /* reference; n a multiple of blck_size; NULL if unsupported */
     kern_from_f32_fn from_f32;  /* reference quantizer; NULL if unsupported */
+    /* Matmul: activations are converted to vec_dot_type (q8_0, q8_1 or f32), then
+     * vec_dot (reference) runs row by row; vec_dot NULL = no matmul for this type. */
+    enum kern_type vec_dot_type;
+    kern_vec_dot_fn vec_dot;
 };
 
 /* The traits row of t, or NULL when t is not a type warmd knows (any id, even hostile). */

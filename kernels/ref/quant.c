@@ -1,0 +1,403 @@
+/* Reference conversions f32 <-> every block type, with ggml's block layouts and
+ * quantization rules (the facts: scale choice, rounding, nibble order), so that rows we
+ * write are what llama.cpp writes and rows it wrote decode here unchanged. Plain C, the
+ * executable spec for the SIMD variants in kernels/cpu/. */
+#include "kernels/ref/quant.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- f32, f16, bf16 ---------------------------------------------------------------- */
+
+void kern_ref_f32_to_f32(float *dst, const void *src, int64_t n) {
+    memcpy(dst, src, (size_t)n * sizeof(float));
+}
+void kern_ref_f32_from_f32(void *dst, const float *src, int64_t n) {
+    memcpy(dst, src, (size_t)n * sizeof(float));
+}
+void kern_ref_f16_to_f32(float *dst, const void *src, int64_t n) {
+    const kern_f16 *h = src;
+    for (int64_t i = 0; i < n; i++) dst[i] = kern_fp16_to_fp32(h[i]);
+}
+void kern_ref_f16_from_f32(void *dst, const float *src, int64_t n) {
+    kern_f16 *h = dst;
+    for (int64_t i = 0; i < n; i++) h[i] = kern_fp32_to_fp16(src[i]);
+}
+void kern_ref_bf16_to_f32(float *dst, const void *src, int64_t n) {
+    const kern_bf16 *h = src;
+    for (int64_t i = 0; i < n; i++) dst[i] = kern_bf16_to_fp32(h[i]);
+}
+void kern_ref_bf16_from_f32(void *dst, const float *src, int64_t n) {
+    kern_bf16 *h = dst;
+    for (int64_t i = 0; i < n; i++) h[i] = kern_fp32_to_bf16(src[i]);
+}
+
+/* ---- block helpers ------------------------------------------------------------------ */
+
+/* Largest |x| of a block, and the signed value that has it (first one on ties). */
+static float block_absmax(const float *x, int n, float *ret_signed_max) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < n; j++) {
+        float a = fabsf(x[j]);
+        if (a > amax) {
+            amax = a;
+            max = x[j];
+        }
+    }
+    if (ret_signed_max) *ret_signed_max = max;
+    return amax;
+}
+
+static void block_minmax(const float *x, int n, float *ret_min, float *ret_max) {
+    float lo = x[0], hi = x[0];
+    for (int j = 1; j < n; j++) {
+        if (x[j] < lo) lo = x[j];
+        if (x[j] > hi) hi = x[j];
+    }
+    *ret_min = lo;
+    *ret_max = hi;
+}
+
+/* 5th bits of the 32 values of a q5 block: qh bit j (byte j/8, bit j%8) = value j. */
+static void qh_store(uint8_t qh[4], uint32_t bits) {
+    for (int k = 0; k < 4; k++) qh[k] = (uint8_t)(bits >> (8 * k));
+}
+static uint32_t qh_load(const uint8_t qh[4]) {
+    return (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+}
+
+/* ---- q8_0, q8_1: x = d * q, d = amax / 127, q = round(x / d) ----------------------- */
+
+void kern_ref_q8_0_from_f32(void *dst, const float *src, int64_t n) {
+    struct block_q8_0 *b = dst;
+    for (int64_t i = 0; i < n / QK8_0; i++, src += QK8_0) {
+        float amax = block_absmax(src, QK8_0, NULL);
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[i].d = kern_fp32_to_fp16(d);
+        for (int j = 0; j < QK8_0; j++) b[i].qs[j] = (int8_t)roundf(src[j] * id);
+    }
+}
+void kern_ref_q8_0_to_f32(float *dst, const void *src, int64_t n) {
+    const struct block_q8_0 *b = src;
+    for (int64_t i = 0; i < n / QK8_0; i++, dst += QK8_0) {
+        float d = kern_fp16_to_fp32(b[i].d);
+        for (int j = 0; j < QK8_0; j++) dst[j] = d * (float)b[i].qs[j];
+    }
+}
+
+/* q8_1 also stores s = d * Σq, which q4_1/q5_1 dot products need for the offset m. */
+void kern_ref_q8_1_from_f32(void *dst, const float *src, int64_t n) {
+    struct block_q8_1 *b = dst;
+    for (int64_t i = 0; i < n / QK8_1; i++, src += QK8_1) {
+        float amax = block_absmax(src, QK8_1, NULL);
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < QK8_1; j++) {
+            b[i].qs[j] = (int8_t)roundf(src[j] * id);
+            sum += b[i].qs[j];
+        }
+        b[i].d = kern_fp32_to_fp16(d);
+        b[i].s = kern_fp32_to_fp16((float)sum * d);
+    }
+}
+void kern_ref_q8_1_to_f32(float *dst, const void *src, int64_t n) {
+    const struct block_q8_1 *b = src;
+    for (int64_t i = 0; i < n / QK8_1; i++, dst += QK8_1) {
+        float d = kern_fp16_to_fp32(b[i].d);
+        for (int j = 0; j < QK8_1; j++) dst[j] = d * (float)b[i].qs[j];
+    }
+}
+
+/* ---- q4_0: x = d * (q - 8), d = max / -8 (max = signed value of largest |x|) ------- */
+
+void kern_ref_q4_0_from_f32(void *dst, const float *src, int64_t n) {
+    struct block_q4_0 *b = dst;
+    for (int64_t i = 0; i < n / QK4_0; i++, src += QK4_0) {
+        float max;
+        block_absmax(src, QK4_0, &max);
+        float d = max / -8.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[i].d = kern_fp32_to_fp16(d);
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            int lo = (int8_t)(src[j] * id + 8.5f), hi = (int8_t)(src[j + QK4_0 / 2] * id + 8.5f);
+            lo = lo < 15 ? lo : 15;
+            hi = hi < 15 ? hi : 15;
+            b[i].qs[j] = (uint8_t)(lo | hi << 4);
+        }
+    }
+}
+void kern_ref_q4_0_to_f32(float *dst, const void *src, int64_t n) {
+    const struct block_q4_0 *b = src;
+    for (int64_t i = 0; i < n / QK4_0; i++, dst += QK4_0) {
+        float d = kern_fp16_to_fp32(b[i].d);
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            dst[j] = d * (float)((b[i].qs[j] & 0x0f) - 8);
+            dst[j + QK4_0 / 2] = d * (float)((b[i].qs[j] >> 4) - 8);
+        }
+    }
+}
+
+/* ---- q4_1: x = d * q + m, d = (max - min) / 15, m = min ---------------------------- */
+
+void kern_ref_q4_1_from_f32(void *dst, const float *src, int64_t n) {
+    struct block_q4_1 *b = dst;
+    for (int64_t i = 0; i < n / QK4_1; i++, src += QK4_1) {
+        float lo, hi;
+        block_minmax(src, QK4_1, &lo, &hi);
+        float d = (hi - lo) / 15.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[i].d = kern_fp32_to_fp16(d);
+        b[i].m = kern_fp32_to_fp16(lo);
+        for (int j = 0; j < QK4_1 / 2; j++) {
+            int q0 = (int8_t)((src[j] - lo) * id + 0.5f);
+            int q1 = (int8_t)((src[j + QK4_1 / 2] - lo) * id + 0.5f);
+            q0 = q0 < 15 ? q0 : 15;
+            q1 = q1 < 15 ? q1 : 15;
+            b[i].qs[j] = (uint8_t)(q0 | q1 << 4);
+        }
+    }
+}
+void kern_ref_q4_1_to_f32(float *dst, const void *src, int64_t n) {
+    const struct block_q4_1 *b = src;
+    for (int64_t i = 0; i < n / QK4_1; i++, dst += QK4_1) {
+        float d = kern_fp16_to_fp32(b[i].d), m = kern_fp16_to_fp32(b[i].m);
+        for (int j = 0; j < QK4_1 / 2; j++) {
+            dst[j] = d * (float)(b[i].qs[j] & 0x0f) + m;
+            dst[j + QK4_1 / 2] = d * (float)(b[i].qs[j] >> 4) + m;
+        }
+    }
+}
+
+/* ---- q5_0: x = d * (q - 16), d = max / -16, q in 0..31 ----------------------------- */
+
+void kern_ref_q5_0_from_f32(void *dst, const float *src, int64_t n) {
+    struct block_q5_0 *b = dst;
+    for (int64_t i = 0; i < n / QK5_0; i++, src += QK5_0) {
+        float max;
+        block_absmax(src, QK5_0, &max);
+        float d = max / -16.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        uint32_t qh = 0;
+        b[i].d = kern_fp32_to_fp16(d);
+        for (int j = 0; j < QK5_0 / 2; j++) {
+            int q0 = (int8_t)(src[j] * id + 16.5f), q1 = (int8_t)(src[j + QK5_0 / 2] * id + 16.5f);
+            q0 = q0 < 31 ? q0 : 31;
+            q1 = q1 < 31 ? q1 : 31;
+            b[i].qs[j] = (uint8_t)((q0 & 0x0f) | (q1 & 0x0f) << 4);
+            qh |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + QK5_0 / 2);
+        }
+        qh_store(b[i].qh, qh);
+    }
+}
+void kern_ref_q5_0_to_f32(float *dst, const void *src, int64_t n) {
+    const struct block_q5_0 *b = src;
+    for (int64_t i = 0; i < n / QK5_0; i++, dst += QK5_0) {
+        float d = kern_fp16_to_fp32(b[i].d);
+        uint32_t qh = qh_load(b[i].qh);
+        for (int j = 0; j < QK5_0 / 2; j++) {
+            int q0 = (b[i].qs[j] & 0x0f) | (int)((qh >> j) & 1) << 4;
+            int q1 = (b[i].qs[j] >> 4) | (int)((qh >> (j + QK5_0 / 2)) & 1) << 4;
+            dst[j] = d * (float)(q0 - 16);
+            dst[j + QK5_0 / 2] = d * (float)(q1 - 16);
+        }
+    }
+}
+
+/* ---- q5_1: x = d * q + m, d = (max - min) / 31, m = min ---------------------------- */
+
+void kern_ref_q5_1_from_f32(void *dst, const float *src, int64_t n) {
+    struct block_q5_1 *b = dst;
+    for (int64_t i = 0; i < n / QK5_1; i++, src += QK5_1) {
+        float lo, hi;
+        block_minmax(src, QK5_1, &lo, &hi);
+        float d = (hi - lo) / 31.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        uint32_t qh = 0;
+        b[i].d = kern_fp32_to_fp16(d);
+        b[i].m = kern_fp32_to_fp16(lo);
+        for (int j = 0; j < QK5_1 / 2; j++) {
+            int q0 = (int8_t)((src[j] - lo) * id + 0.5f);
+            int q1 = (int8_t)((src[j + QK5_1 / 2] - lo) * id + 0.5f);
+            q0 = q0 < 31 ? q0 : 31;
+            q1 = q1 < 31 ? q1 : 31;
+            b[i].qs[j] = (uint8_t)((q0 & 0x0f) | (q1 & 0x0f) << 4);
+            qh |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + QK5_1 / 2);
+        }
+        qh_store(b[i].qh, qh);
+    }
+}
+void kern_ref_q5_1_to_f32(float *dst, const void *src, int64_t n) {
+    const struct block_q5_1 *b = src;
+    for (int64_t i = 0; i < n / QK5_1; i++, dst += QK5_1) {
+        float d = kern_fp16_to_fp32(b[i].d), m = kern_fp16_to_fp32(b[i].m);
+        uint32_t qh = qh_load(b[i].qh);
+        for (int j = 0; j < QK5_1 / 2; j++) {
+            int q0 = (b[i].qs[j] & 0x0f) | (int)((qh >> j) & 1) << 4;
+            int q1 = (b[i].qs[j] >> 4) | (int)((qh >> (j + QK5_1 / 2)) & 1) << 4;
+            dst[j] = d * (float)q0 + m;
+            dst[j + QK5_1 / 2] = d * (float)q1 + m;
+        }
+    }
+}
+
+/* ---- iq4_nl: x = d * kern_iq4nl_values[q] ------------------------------------------ */
+
+/* Index of the code value nearest to x (the lower one on a tie). */
+static int iq4nl_nearest(float x) {
+    const int8_t *v = kern_iq4nl_values;
+    if (x <= v[0]) return 0;
+    if (x >= v[15]) return 15;
+    int lo = 0, hi = 15; /* v[lo] < x < v[hi] */
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (x < v[mid]) hi = mid;
+        else lo = mid;
+    }
+    return x - v[lo] < v[hi] - x ? lo : hi;
+}
+
+/* Least-squares fit of the scale for the codes chosen at inverse scale id, weighted by
+ * x² (big values matter most). Returns Σwqx and writes Σwq². */
+static float iq4nl_fit(const float *x, const float *w, float id, float *ret_sumq2) {
+    float sumqx = 0.0f, sumq2 = 0.0f;
+    for (int j = 0; j < QK4_NL; j++) {
+        float q = kern_iq4nl_values[iq4nl_nearest(id * x[j])];
+        sumqx += w[j] * q * x[j];
+        sumq2 += w[j] * q * q;
+    }
+    *ret_sumq2 = sumq2;
+    return sumqx;
+}
+
+/* ggml's rule: start from d = -max / values[0] (= max / 127), refit by weighted least
+ * squares, then try the inverse scales (k + values[0]) / max for k in -7..7 and keep the
+ * fit with the lowest weighted error; the codes are then chosen at the kept scale. */
+void kern_ref_iq4_nl_from_f32(void *dst, const float *src, int64_t n) {
+    enum { NTRY = 7 };
+    struct block_iq4_nl *b = dst;
+    for (int64_t i = 0; i < n / QK4_NL; i++, src += QK4_NL) {
+        float w[QK4_NL];
+        float max;
+        float amax = block_absmax(src, QK4_NL, &max);
+        memset(b[i].qs, 0, sizeof(b[i].qs));
+        b[i].d = kern_fp32_to_fp16(0.0f);
+        if (amax < 1e-15f) continue;
+        for (int j = 0; j < QK4_NL; j++) w[j] = src[j] * src[j];
+
+        float sumq2;
+        float d = -max / (float)kern_iq4nl_values[0];
+        float sumqx = iq4nl_fit(src, w, 1.0f / d, &sumq2);
+        d = sumqx / sumq2;
+        float best = d * sumqx;
+        for (int k = -NTRY; k <= NTRY; k++) {
+            float id = (float)(k + kern_iq4nl_values[0]) / max;
+            sumqx = iq4nl_fit(src, w, id, &sumq2);
+            if (sumq2 > 0.0f && sumqx * sumqx > best * sumq2) {
+                d = sumqx / sumq2;
+                best = d * sumqx;
+            }
+        }
+        b[i].d = kern_fp32_to_fp16(d);
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        for (int j = 0; j < QK4_NL / 2; j++) {
+            int q0 = iq4nl_nearest(id * src[j]), q1 = iq4nl_nearest(id * src[j + QK4_NL / 2]);
+            b[i].qs[j] = (uint8_t)(q0 | q1 << 4);
+        }
+    }
+}
+void kern_ref_iq4_nl_to_f32(float *dst, const void *src, int64_t n) {
+    const struct block_iq4_nl *b = src;
+    for (int64_t i = 0; i < n / QK4_NL; i++, dst += QK4_NL) {
+        float d = kern_fp16_to_fp32(b[i].d);
+        for (int j = 0; j < QK4_NL / 2; j++) {
+            dst[j] = d * (float)kern_iq4nl_values[b[i].qs[j] & 0x0f];
+            dst[j + QK4_NL / 2] = d * (float)kern_iq4nl_values[b[i].qs[j] >> 4];
+        }
+    }
+}
+
+/* ---- k-quants (decode only): super-blocks of 256 values ---------------------------- */
+
+/* 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes of q4_K / q5_K:
+ * bytes 0..3 hold scales 0..3 (low 6 bits), bytes 4..7 mins 0..3, bytes 8..11 the low
+ * 4 bits of scales/mins 4..7 whose top 2 bits sit in the top bits of bytes 0..7. */
+static void k4_scale_min(int j, const uint8_t *s, int *ret_sc, int *ret_m) {
+    if (j < 4) {
+        *ret_sc = s[j] & 63;
+        *ret_m = s[j + 4] & 63;
+    } else {
+        *ret_sc = (s[j + 4] & 0x0f) | (s[j - 4] >> 6) << 4;
+        *ret_m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+    }
+}
+
+/* x = d * sc * q - dmin * m, q 4 bits; each 32-byte group of qs holds sub-block 2k in its
+ * low nibbles and sub-block 2k+1 in its high nibbles. */
+void kern_ref_q4_K_to_f32(float *dst, const void *src, int64_t n) {
+    const struct block_q4_K *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        float d = kern_fp16_to_fp32(b[i].d), dmin = kern_fp16_to_fp32(b[i].dmin);
+        const uint8_t *q = b[i].qs;
+        for (int g = 0; g < QK_K / 64; g++, q += 32) {
+            int sc0, m0, sc1, m1;
+            k4_scale_min(2 * g, b[i].scales, &sc0, &m0);
+            k4_scale_min(2 * g + 1, b[i].scales, &sc1, &m1);
+            for (int l = 0; l < 32; l++) *dst++ = d * (float)sc0 * (float)(q[l] & 0x0f) - dmin * (float)m0;
+            for (int l = 0; l < 32; l++) *dst++ = d * (float)sc1 * (float)(q[l] >> 4) - dmin * (float)m1;
+        }
+    }
+}
+
+/* As q4_K with a 5th bit: bit 2g of qh[l] for the low nibble group, bit 2g+1 for the high. */
+void kern_ref_q5_K_to_f32(float *dst, const void *src, int64_t n) {
+    const struct block_q5_K *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        float d = kern_fp16_to_fp32(b[i].d), dmin = kern_fp16_to_fp32(b[i].dmin);
+        const uint8_t *q = b[i].qs, *qh = b[i].qh;
+        for (int g = 0; g < QK_K / 64; g++, q += 32) {
+            int sc0, m0, sc1, m1;
+            k4_scale_min(2 * g, b[i].scales, &sc0, &m0);
+            k4_scale_min(2 * g + 1, b[i].scales, &sc1, &m1);
+            for (int l = 0; l < 32; l++) {
+                int v = (q[l] & 0x0f) | ((qh[l] >> (2 * g)) & 1) << 4;
+                *dst++ = d * (float)sc0 * (float)v - dmin * (float)m0;
+            }
+            for (int l = 0; l < 32; l++) {
+                int v = (q[l] >> 4) | ((qh[l] >> (2 * g + 1)) & 1) << 4;
+                *dst++ = d * (float)sc1 * (float)v - dmin * (float)m1;
+            }
+        }
+    }
+}
+
+/* x = d * scales[k] * (q - 32), q 6 bits: 4 low bits in ql, 2 high bits in qh; each half
+ * (128 values) uses 64 bytes of ql, 32 of qh and 8 scales (one per 16 values). */
+void kern_ref_q6_K_to_f32(float *dst, const void *src, int64_t n) {
+    const struct block_q6_K *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        float d = kern_fp16_to_fp32(b[i].d);
+        const uint8_t *ql = b[i].ql, *qh = b[i].qh;
+        const int8_t *sc = b[i].scales;
+        for (int h = 0; h < QK_K / 128; h++, dst += 128, ql += 64, qh += 32, sc += 8) {
+            for (int l = 0; l < 32; l++) {
+                int is = l / 16;
+                int q0 = ((ql[l] & 0x0f) | ((qh[l] >> 0) & 3) << 4) - 32;
+                int q1 = ((ql[l + 32] & 0x0f) | ((qh[l] >> 2) & 3) << 4) - 32;
+                int q2 = ((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32;
+                int q3 = ((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32;
+                dst[l] = d * (float)sc[is] * (float)q0;
+                dst[l + 32] = d * (float)sc[is + 2] * (float)q1;
+                dst[l + 64] = d * (float)sc[is + 4] * (float)q2;
+                dst[l + 96] = d * (float)sc[is + 6] * (float)q3;
+            }
+        }
+    }
+}
+
+void kern_ref_q8_K_to_f32(float *dst, const void *src, int64_t n) {
+    const struct block_q8_K *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++, dst += QK_K)
+        for (int j = 0; j < QK_K; j++) dst[j] = b[i].d * (float)b[i].qs[j];
+}

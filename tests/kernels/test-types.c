@@ -1,0 +1,398 @@
+/* Type traits, half-precision conversions and the reference quantizers.
+ *
+ * Round-trip error bounds, per block (amax = max|x|, lo/hi = min/max of the block,
+ * u = 2^-11 the fp16 relative rounding of the stored scale, eps = 1e-6·amax for f32
+ * arithmetic). Each bound = rounding error of the rule + the scale's fp16 rounding times
+ * the largest code; where d falls below fp16's normal range (< 2^-14) the stored scale is
+ * off by up to half a subnormal step (2^-25) instead of d·u, and the bound uses that.
+ *
+ *   type    bound on |x - x'|                          why
+ *   f16     |x|·2^-11 (normal range)                   round to nearest, 11-bit mantissa
+ *   bf16    |x|·2^-8                                   round to nearest, 8-bit mantissa
+ *   q8_0    amax/127·(1/2 + 127u) + eps                round(x/d), d = amax/127
+ *   q8_1    same as q8_0                               same rule (+ s = d·Σq checked)
+ *   q4_0    amax/8·(1 + 8u) + eps                      d = amax/8; values of the sign
+ *                                                      opposite to max clamp at q=15: one
+ *                                                      whole step, others half a step
+ *   q4_1    (hi-lo)/15·(1/2 + 15u) + |lo|·u + eps      q = ⌊(x-lo)/d + ½⌋, m = lo in fp16
+ *   q5_0    amax/16·(1 + 16u) + eps                    as q4_0 with 32 levels
+ *   q5_1    (hi-lo)/31·(1/2 + 31u) + |lo|·u + eps      as q4_1 with 32 levels
+ *   iq4_nl  amax·IQ4NL_MAX_REL + eps                   non-uniform grid; the fitted scale
+ *                                                      puts amax near an end code and the
+ *                                                      widest gap is 24/127 of the range
+ */
+#include "test.h"
+
+#include "kernels/kernels.h"
+
+#include <limits.h>
+
+/* Widest gap of the iq4_nl grid is 24 (89..113) of the 113..127 half-range: half a gap
+ * is < 0.107 of amax; the x²-weighted least-squares scale favours the big values and may
+ * leave small ones a little farther (worst seen on random blocks: 0.125). */
+#define IQ4NL_MAX_REL 0.14
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint32_t rng_u32(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+static float rng_uniform(void) { return (float)(rng_u32() >> 8) * 0x1p-24f * 2.0f - 1.0f; }
+
+static float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+TEST(static_sizes) {
+    static const struct {
+        int type;
+        int64_t blck;
+        size_t size;
+        bool quant;
+    } rows[] = {
+        {KERN_TYPE_F32, 1, 4, false},      {KERN_TYPE_F16, 1, 2, false},
+        {KERN_TYPE_BF16, 1, 2, false},     {KERN_TYPE_Q8_0, 32, 34, true},
+        {KERN_TYPE_Q8_1, 32, 36, true},    {KERN_TYPE_Q4_0, 32, 18, true},
+        {KERN_TYPE_Q4_1, 32, 20, true},    {KERN_TYPE_Q5_0, 32, 22, true},
+        {KERN_TYPE_Q5_1, 32, 24, true},    {KERN_TYPE_IQ4_NL, 32, 18, true},
+        {KERN_TYPE_Q4_K, 256, 144, true},  {KERN_TYPE_Q5_K, 256, 176, true},
+        {KERN_TYPE_Q6_K, 256, 210, true},  {KERN_TYPE_Q8_K, 256, 292, true},
+        {KERN_TYPE_I8, 1, 1, false},       {KERN_TYPE_I16, 1, 2, false},
+        {KERN_TYPE_I32, 1, 4, false},      {KERN_TYPE_I64, 1, 8, false},
+        {KERN_TYPE_F64, 1, 8, false},
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(rows); i++) {
+        const struct kern_type_traits *tr = kern_type_traits(rows[i].type);
+        ASSERT_TRUE(tr != NULL);
+        ASSERT_EQ(tr->blck_size, rows[i].blck);
+        ASSERT_EQ(tr->type_size, rows[i].size);
+        ASSERT_EQ(tr->is_quantized, rows[i].quant);
+    }
+}
+
+TEST(traits_hostile_ids) {
+    static const int bad[] = {-1, -2, INT_MIN, 4, 5, 10, 11, 16, 17, 18, 19, 21, 22, 23,
+                              29, KERN_TYPE_COUNT, KERN_TYPE_COUNT + 1, 1000, INT_MAX};
+    for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+        ASSERT_TRUE(kern_type_traits(bad[i]) == NULL);
+        ASSERT_STREQ(kern_type_name(bad[i]), "?");
+        ASSERT_EQ(kern_row_size((enum kern_type)bad[i], 32), 0);
+    }
+    int known = 0;
+    for (int t = -5; t < KERN_TYPE_COUNT + 5; t++) known += kern_type_traits(t) != NULL;
+    ASSERT_EQ(known, 19);
+}
+
+TEST(type_names) {
+    ASSERT_EQ(kern_type_from_name("f16"), KERN_TYPE_F16);
+    ASSERT_EQ(kern_type_from_name("Q8_0"), KERN_TYPE_Q8_0);
+    ASSERT_EQ(kern_type_from_name("q4_k"), KERN_TYPE_Q4_K);
+    ASSERT_EQ(kern_type_from_name("IQ4_NL"), KERN_TYPE_IQ4_NL);
+    ASSERT_EQ(kern_type_from_name("BF16"), KERN_TYPE_BF16);
+    ASSERT_STREQ(kern_type_name(KERN_TYPE_Q6_K), "q6_K");
+    ASSERT_STREQ(kern_type_name(KERN_TYPE_IQ4_NL), "iq4_nl");
+    ASSERT_TRUE(kern_type_from_name("") < 0);
+    ASSERT_TRUE(kern_type_from_name("q9_0") < 0);
+    ASSERT_TRUE(kern_type_from_name("q8_0 ") < 0);
+    ASSERT_TRUE(kern_type_from_name("?") < 0);
+    ASSERT_TRUE(kern_type_from_name(NULL) < 0);
+    for (int t = 0; t < KERN_TYPE_COUNT; t++)
+        if (kern_type_traits(t)) ASSERT_EQ(kern_type_from_name(kern_type_name(t)), t);
+}
+
+TEST(row_size) {
+    ASSERT_EQ(kern_row_size(KERN_TYPE_F32, 172), 688);
+    ASSERT_EQ(kern_row_size(KERN_TYPE_F16, 0), 0);
+    ASSERT_EQ(kern_row_size(KERN_TYPE_Q8_0, 64), 68);
+    ASSERT_EQ(kern_row_size(KERN_TYPE_Q4_0, 4096), 128 * 18);
+    ASSERT_EQ(kern_row_size(KERN_TYPE_Q6_K, 512), 420);
+    ASSERT_EQ(kern_row_size(KERN_TYPE_Q8_0, 33), 0);
+    ASSERT_EQ(kern_row_size(KERN_TYPE_Q4_K, 32), 0);
+    ASSERT_EQ(kern_row_size(KERN_TYPE_F32, -4), 0);
+    ASSERT_EQ(kern_row_size(KERN_TYPE_F64, INT64_MAX), 0);   /* overflows size_t */
+    ASSERT_EQ(kern_row_size(KERN_TYPE_I64, INT64_MAX / 4 + 1), 0); /* 2^64 bytes */
+}
+
+/* Every half round-trips; every midpoint between neighbouring halves rounds to the even
+ * one and its float neighbours to the nearer half (covers subnormals and overflow). */
+TEST(fp16_exhaustive) {
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        float f = kern_fp16_to_fp32((kern_f16)h);
+        bool nan = ((h >> 10) & 0x1f) == 0x1f && (h & 0x3ff);
+        if (nan) {
+            ASSERT_TRUE(isnan(f));
+            kern_f16 back = kern_fp32_to_fp16(f);
+            ASSERT_TRUE(((back >> 10) & 0x1f) == 0x1f && (back & 0x3ff) && (back & 0x200));
+            continue;
+        }
+        if (kern_fp32_to_fp16(f) != h) TEST_FAIL_("half 0x%04x -> %g -> 0x%04x", h, f, kern_fp32_to_fp16(f));
+        uint32_t mag = h & 0x7fff;
+        if (mag >= 0x7c00) continue;
+        uint32_t sign = h & 0x8000;
+        float lo = kern_fp16_to_fp32((kern_f16)h);
+        float hi = mag == 0x7bff ? (sign ? -65536.0f : 65536.0f) /* next would-be half */
+                                 : kern_fp16_to_fp32((kern_f16)(h + 1));
+        float mid = (lo + hi) * 0.5f;
+        uint32_t next = mag == 0x7bff ? (sign | 0x7c00) : h + 1;
+        uint32_t even = (h & 1) ? next : h;
+        if (kern_fp32_to_fp16(mid) != even) TEST_FAIL_("midpoint after half 0x%04x", h);
+        if (kern_fp32_to_fp16(nextafterf(mid, 0.0f)) != h) TEST_FAIL_("below mid 0x%04x", h);
+        if (kern_fp32_to_fp16(nextafterf(mid, sign ? -INFINITY : INFINITY)) != next)
+            TEST_FAIL_("above mid 0x%04x", h);
+    }
+    ASSERT_EQ(kern_fp32_to_fp16(INFINITY), 0x7c00);
+    ASSERT_EQ(kern_fp32_to_fp16(-INFINITY), 0xfc00);
+    ASSERT_EQ(kern_fp32_to_fp16(1e10f), 0x7c00);
+    ASSERT_EQ(kern_fp32_to_fp16(-0.0f), 0x8000);
+    ASSERT_EQ(kern_fp32_to_fp16(1e-10f), 0x0000);
+    ASSERT_EQ(kern_fp32_to_fp16(0x1p-25f), 0x0000);           /* tie to even: 0 */
+    ASSERT_EQ(kern_fp32_to_fp16(nextafterf(0x1p-25f, 1.0f)), 0x0001);
+    ASSERT_EQ(kern_fp32_to_fp16(bits_f32(1)), 0x0000);        /* f32 subnormal */
+    ASSERT_EQ(kern_fp32_to_fp16(1.0f), 0x3c00);
+    ASSERT_EQ(kern_fp32_to_fp16(65504.0f), 0x7bff);
+}
+
+#ifdef __FLT16_MAX__
+/* A dense sweep over float bit patterns against the compiler's own _Float16 conversion. */
+TEST(fp16_vs_compiler) {
+    for (uint64_t u = 0; u < 0x100000000ull; u += 257) {
+        float f = bits_f32((uint32_t)u);
+        if (isnan(f)) continue;
+        _Float16 c = (_Float16)f;
+        uint16_t want;
+        memcpy(&want, &c, sizeof(want));
+        if (kern_fp32_to_fp16(f) != want)
+            TEST_FAIL_("%a: 0x%04x, compiler 0x%04x", f, kern_fp32_to_fp16(f), want);
+    }
+}
+#endif
+
+TEST(bf16_exhaustive) {
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        float f = kern_bf16_to_fp32((kern_bf16)h);
+        if (isnan(f)) {
+            kern_bf16 back = kern_fp32_to_bf16(f);
+            ASSERT_TRUE(isnan(kern_bf16_to_fp32(back)));
+            ASSERT_TRUE(back & 0x40);
+            continue;
+        }
+        ASSERT_EQ(kern_fp32_to_bf16(f), h);
+        if ((h & 0x7f80) == 0x7f80) continue; /* inf */
+        uint32_t base = h << 16;
+        float mid = bits_f32(base | 0x8000);
+        uint32_t even = (h & 1) ? h + 1 : h;
+        ASSERT_EQ(kern_fp32_to_bf16(mid), even);
+        ASSERT_EQ(kern_fp32_to_bf16(bits_f32(base | 0x7fff)), h);
+        ASSERT_EQ(kern_fp32_to_bf16(bits_f32(base | 0x8001)), h + 1);
+    }
+    ASSERT_EQ(kern_fp32_to_bf16(bits_f32(0x7f800001)) & 0x7fc0, 0x7fc0); /* sNaN quieted */
+    ASSERT_EQ(kern_fp32_to_bf16(bits_f32(0x7f7fffff)), 0x7f80);          /* max rounds to inf */
+}
+
+/* ---- quantization round trips --------------------------------------------------------- */
+
+enum bound_kind { BOUND_REL, BOUND_SYM, BOUND_ASYM, BOUND_AMAX };
+struct qcase {
+    int type;
+    enum bound_kind kind;
+    double steps;    /* BOUND_SYM: amax/steps is d; BOUND_ASYM: (hi-lo)/steps is d */
+    double rounding; /* fraction of d the rule may be off (½, or 1 where a clamp applies) */
+};
+static const struct qcase qcases[] = {
+    {KERN_TYPE_F16, BOUND_REL, 0, 0x1p-11},
+    {KERN_TYPE_BF16, BOUND_REL, 0, 0x1p-8},
+    {KERN_TYPE_Q8_0, BOUND_SYM, 127, 0.5},
+    {KERN_TYPE_Q8_1, BOUND_SYM, 127, 0.5},
+    {KERN_TYPE_Q4_0, BOUND_SYM, 8, 1.0},
+    {KERN_TYPE_Q5_0, BOUND_SYM, 16, 1.0},
+    {KERN_TYPE_Q4_1, BOUND_ASYM, 15, 0.5},
+    {KERN_TYPE_Q5_1, BOUND_ASYM, 31, 0.5},
+    {KERN_TYPE_IQ4_NL, BOUND_AMAX, 0, IQ4NL_MAX_REL},
+};
+
+/* Largest error of storing v >= 0 as fp16: relative 2^-11, or half a subnormal step. */
+static double fp16_err(double v) { return fmax(v * 0x1p-11, 0x1p-25); }
+
+/* Checks x' against x block by block with the case's bound; returns the worst ratio
+ * error / bound seen (<= 1 passes). */
+static double check_roundtrip(const struct qcase *c, const float *x, int64_t n) {
+    const struct kern_type_traits *tr = kern_type_traits(c->type);
+    size_t bytes = kern_row_size(c->type, n);
+    uint8_t *q = malloc(bytes);
+    float *y = malloc((size_t)n * sizeof(float));
+    tr->from_f32(q, x, n);
+    tr->to_f32(y, q, n);
+    int64_t bs = c->kind == BOUND_REL ? 1 : 32;
+    double worst = 0.0;
+    for (int64_t b = 0; b < n; b += bs) {
+        double amax = 0, lo = x[b], hi = x[b];
+        for (int64_t j = b; j < b + bs; j++) {
+            amax = fmax(amax, fabs(x[j]));
+            lo = fmin(lo, x[j]);
+            hi = fmax(hi, x[j]);
+        }
+        double bound = 0;
+        switch (c->kind) {
+        case BOUND_REL: bound = amax * c->rounding + 0x1p-24; break; /* + half subnormal */
+        case BOUND_SYM: {
+            double d = amax / c->steps;
+            bound = d * c->rounding + c->steps * fp16_err(d);
+            break;
+        }
+        case BOUND_ASYM: {
+            double d = (hi - lo) / c->steps;
+            bound = d * c->rounding + c->steps * fp16_err(d) + fp16_err(fabs(lo));
+            break;
+        }
+        case BOUND_AMAX: bound = amax * c->rounding; break;
+        }
+        bound += 1e-6 * amax + 1e-30;
+        for (int64_t j = b; j < b + bs; j++) {
+            double r = fabs((double)x[j] - (double)y[j]) / bound;
+            if (!(r <= worst)) worst = r; /* NaN propagates as a failure */
+        }
+    }
+    free(q);
+    free(y);
+    return worst;
+}
+
+static void fill_random(float *x, int64_t n, float scale) {
+    for (int64_t i = 0; i < n; i++) x[i] = rng_uniform() * scale;
+}
+
+TEST(roundtrip_random) {
+    enum { N = 32 * 512 };
+    static float x[N];
+    static const float scales[] = {1.0f, 1e-3f, 100.0f};
+    for (size_t c = 0; c < ARRAY_SIZE(qcases); c++) {
+        for (size_t s = 0; s < ARRAY_SIZE(scales); s++) {
+            fill_random(x, N, scales[s]);
+            /* a Gaussian-ish mix too: sum of uniforms */
+            if (s == 2)
+                for (int i = 0; i < N; i++) x[i] = (rng_uniform() + rng_uniform() + rng_uniform()) * 3.0f;
+            double w = check_roundtrip(&qcases[c], x, N);
+            if (!(w <= 1.0))
+                TEST_FAIL_("%s scale %g: error %.3f x bound", kern_type_name(qcases[c].type), scales[s], w);
+        }
+    }
+}
+
+TEST(roundtrip_edges) {
+    enum { N = 32 * 8 };
+    float x[N];
+    for (size_t c = 0; c < ARRAY_SIZE(qcases); c++) {
+        const char *name = kern_type_name(qcases[c].type);
+        /* all zeros: exact zeros back, no NaN from a zero scale */
+        memset(x, 0, sizeof(x));
+        double w = check_roundtrip(&qcases[c], x, N);
+        if (!(w <= 1.0)) TEST_FAIL_("%s zeros: %.3f", name, w);
+        /* constant blocks, positive and negative, one block each of several values */
+        for (int b = 0; b < N / 32; b++)
+            for (int j = 0; j < 32; j++) x[b * 32 + j] = (b & 1 ? -1.0f : 1.0f) * (float)(b + 1) * 0.37f;
+        w = check_roundtrip(&qcases[c], x, N);
+        if (!(w <= 1.0)) TEST_FAIL_("%s constant: %.3f", name, w);
+        /* one outlier per block among small values, at varying positions and signs */
+        fill_random(x, N, 0.01f);
+        for (int b = 0; b < N / 32; b++) x[b * 32 + (b * 7) % 32] = (b & 1 ? -1.0f : 1.0f) * 50.0f;
+        w = check_roundtrip(&qcases[c], x, N);
+        if (!(w <= 1.0)) TEST_FAIL_("%s outliers: %.3f", name, w);
+        /* tiny values (scale in the fp16 subnormal range) and huge ones (near fp16 max) */
+        fill_random(x, N, 1e-6f);
+        w = check_roundtrip(&qcases[c], x, N);
+        if (qcases[c].kind == BOUND_REL && !(w <= 1.0)) TEST_FAIL_("%s tiny: %.3f", name, w);
+        fill_random(x, N, 3000.0f);
+        w = check_roundtrip(&qcases[c], x, N);
+        if (!(w <= 1.0)) TEST_FAIL_("%s large: %.3f", name, w);
+    }
+}
+
+/* q8_1 stores s = d·Σq; q4_1/q5_1 dot products rely on it. */
+TEST(q8_1_sum) {
+    float x[64];
+    struct block_q8_1 b[2];
+    fill_random(x, 64, 2.0f);
+    kern_type_traits(KERN_TYPE_Q8_1)->from_f32(b, x, 64);
+    for (int i = 0; i < 2; i++) {
+        int sum = 0;
+        for (int j = 0; j < 32; j++) sum += b[i].qs[j];
+        ASSERT_EQ(b[i].s, kern_fp32_to_fp16((float)sum * kern_fp16_to_fp32(b[i].d)));
+    }
+}
+
+/* Hand-computed blocks pin the byte layout (nibble order, 5th-bit order, scale sign). */
+TEST(block_layouts) {
+    float x[32];
+    /* q4_0: max-magnitude value -8 gives d = 1, q = x + 8 */
+    for (int j = 0; j < 16; j++) x[j] = (float)(j - 8);
+    for (int j = 16; j < 32; j++) x[j] = (float)(7 - (j - 16));
+    struct block_q4_0 b4;
+    kern_type_traits(KERN_TYPE_Q4_0)->from_f32(&b4, x, 32);
+    ASSERT_EQ(b4.d, kern_fp32_to_fp16(1.0f));
+    for (int j = 0; j < 16; j++) ASSERT_EQ(b4.qs[j], j | (15 - j) << 4);
+
+    /* q5_0: -16 gives d = 1, q = x + 16 = j, 5th bit set for j >= 16 */
+    for (int j = 0; j < 32; j++) x[j] = (float)(j - 16);
+    struct block_q5_0 b5;
+    kern_type_traits(KERN_TYPE_Q5_0)->from_f32(&b5, x, 32);
+    ASSERT_EQ(b5.d, kern_fp32_to_fp16(1.0f));
+    ASSERT_EQ(b5.qh[0], 0x00);
+    ASSERT_EQ(b5.qh[1], 0x00);
+    ASSERT_EQ(b5.qh[2], 0xff);
+    ASSERT_EQ(b5.qh[3], 0xff);
+    for (int j = 0; j < 16; j++) ASSERT_EQ(b5.qs[j], j | j << 4);
+
+    /* q8_0: x = j - 16, amax 16 → d = 16/127, q = round(x·127/16) */
+    struct block_q8_0 b8;
+    kern_type_traits(KERN_TYPE_Q8_0)->from_f32(&b8, x, 32);
+    ASSERT_EQ(b8.d, kern_fp32_to_fp16(16.0f / 127.0f));
+    ASSERT_EQ(b8.qs[0], -127);
+    ASSERT_EQ(b8.qs[16], 0);
+    ASSERT_EQ(b8.qs[31], 119); /* 15·127/16 = 119.06 */
+
+    /* iq4_nl: values equal to the codes themselves come back as those codes */
+    for (int j = 0; j < 32; j++) x[j] = (float)kern_iq4nl_values[j % 16];
+    struct block_iq4_nl bn;
+    float y[32];
+    kern_type_traits(KERN_TYPE_IQ4_NL)->from_f32(&bn, x, 32);
+    kern_type_traits(KERN_TYPE_IQ4_NL)->to_f32(y, &bn, 32);
+    for (int j = 0; j < 16; j++) ASSERT_EQ(bn.qs[j], (j | j << 4));
+    for (int j = 0; j < 32; j++) ASSERT_NEAR(y[j], x[j], fabs(x[j]) * 0x1p-10);
+}
+
+/* q4_K: scales of sub-blocks 0..7 = 1..8 and mins 0 (6-bit packing: 4..7 split across
+ * bytes 8..11 and the top bits of bytes 0..7), d = 1: x = scale · nibble. */
+TEST(q4_K_decode) {
+    struct block_q4_K b;
+    memset(&b, 0, sizeof(b));
+    b.d = kern_fp32_to_fp16(1.0f);
+    b.dmin = kern_fp32_to_fp16(0.5f);
+    for (int j = 0; j < 4; j++) {
+        b.scales[j] = (uint8_t)(j + 1);
+        b.scales[j + 4] = (uint8_t)(2 << 0); /* min of sub-block j = 2 */
+        b.scales[j + 8] = (uint8_t)((j + 5) | 3 << 4); /* scale j+4 = j+5, min j+4 = 3 */
+    }
+    b.scales[0] |= 1 << 6; /* high bits: scale 4 += 16 */
+    b.scales[4] |= 1 << 6; /* high bits: min 4 += 16 */
+    memset(b.qs, 0x21, sizeof(b.qs)); /* low nibble 1, high nibble 2 */
+    float y[256];
+    kern_type_traits(KERN_TYPE_Q4_K)->to_f32(y, &b, 256);
+    for (int s = 0; s < 8; s++) {
+        double sc = s < 4 ? s + 1 : s + 1 + (s == 4 ? 16 : 0);
+        double mn = s < 4 ? 2 : 3 + (s == 4 ? 16 : 0);
+        double q = s % 2 == 0 ? 1 : 2;
+        for (int l = 0; l < 32; l++) ASSERT_NEAR(y[s * 32 + l], sc * q - 0.5 * mn, 1e-6);
+    }
+}
+
+TEST_MAIN(T(static_sizes), T(traits_hostile_ids), T(type_names), T(row_size),
+          T(fp16_exhaustive),
+#ifdef __FLT16_MAX__
+          T(fp16_vs_compiler),
+#endif
+          T(bf16_exhaustive), T(roundtrip_random), T(roundtrip_edges), T(q8_1_sum),
+          T(block_layouts), T(q4_K_decode))
