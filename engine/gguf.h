@@ -12,7 +12,36 @@
  * Trailing bytes: a file whose bytes continue past the end of the data section (the end
  * of the last tensor, rounded up to the alignment) is accepted; the extra bytes are
  * ignored and reported by gguf_trailing_bytes(). llama.cpp loads such files too, and
- * tools that append (e.g. padding by copy utilities) produce them. */
+ * tools that append (e.g. padding by copy utilities) produce them.
+ *
+ * File layout (GGUF v2 and v3; v1 used 32-bit counts and is rejected), little-endian:
+ *   u32 magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv
+ *   n_kv      x { str key | u32 value type | value }   str = u64 byte length + bytes, no NUL
+ *                 value: the scalar; a str; or u32 element type | u64 n | n elements
+ *   n_tensors x { str name | u32 n_dims | i64 ne[n_dims] | u32 ggml type | u64 offset }
+ *   zero padding up to general.alignment (uint32, default 32)
+ *   data: tensor i at data_offset + offset_i, each tensor padded to the alignment
+ *
+ * What the reader accepts, and where it is stricter than llama.cpp (each rule is
+ * something no file written by llama.cpp or gguf-py breaks):
+ *  - keys: 1..65535 bytes (the GGUF spec's limit), no NUL byte, unique;
+ *  - value types 0..12; arrays of arrays are rejected; general.alignment must be a
+ *    UINT32 power of two;
+ *  - tensor names: 1..63 bytes, no NUL byte, unique; n_dims 1..4; ggml types that
+ *    kern_type_traits() knows; ne[0] a multiple of the type's block size;
+ *  - every ne >= 1: zero-size dimensions are rejected. llama.cpp accepts them (its
+ *    test-gguf loads a tensor with a zero dimension) but no model has an empty weight and
+ *    they are what the division-by-zero PoCs use; rejecting them keeps every consumer's
+ *    `n / ne[k]` safe. The element count must fit int64 and the byte size too;
+ *  - offsets: tensor i starts where tensor i-1 ended, rounded up to the alignment (the
+ *    rule llama.cpp's gguf reader enforces), so tensors are in order and never overlap;
+ *  - each tensor's data (unpadded) lies inside the file; the padding after the last
+ *    tensor may be missing. With no tensors the data section may start past the end of
+ *    the file (llama.cpp's vocab-only files end right after the metadata).
+ * Memory: the reader allocates O(n_kv + n_tensors + string-array elements), each count
+ * checked against the bytes left before anything is allocated (at most a few times the
+ * file size for a file made only of tiny pairs). Time: linear (hash tables for the
+ * duplicate checks and lookups). */
 #pragma once
 
 #include "base/base.h"
@@ -41,7 +70,10 @@ enum gguf_type {
     GGUF_TYPE_FLOAT64 = 12,
     GGUF_TYPE_COUNT
 };
+/* "uint32", "string", ...; "?" for an unknown id. */
 const char *gguf_type_name(enum gguf_type t);
+/* Bytes of one scalar of type t; 0 for STRING, ARRAY and unknown ids. */
+size_t gguf_type_size(enum gguf_type t);
 
 /* A string view into the file: not NUL-terminated. */
 struct gguf_str {
@@ -57,6 +89,8 @@ struct gguf_kv {
     const void *data;        /* scalar or first element (unaligned: read with memcpy);
                               * for strings use gguf_kv_str() */
     uint64_t offset;         /* file offset of the key */
+    const uint64_t *str_off; /* private: for string arrays, element i's length prefix is at
+                              * (const char *)data + str_off[i]; NULL otherwise */
 };
 
 struct gguf_tensor {
@@ -80,7 +114,10 @@ void gguf_close(struct gguf_file *f);
 uint32_t gguf_version(const struct gguf_file *f);
 uint64_t gguf_alignment(const struct gguf_file *f);
 uint64_t gguf_data_offset(const struct gguf_file *f);     /* file offset of the data section */
-uint64_t gguf_trailing_bytes(const struct gguf_file *f);
+/* End of the data section: data offset + the last tensor's end rounded up to the
+ * alignment (== the data offset when there are no tensors). */
+uint64_t gguf_data_end(const struct gguf_file *f);
+uint64_t gguf_trailing_bytes(const struct gguf_file *f);  /* file size - data end, or 0 */
 const void *gguf_base(const struct gguf_file *f);          /* the whole mapping */
 uint64_t gguf_size(const struct gguf_file *f);
 
@@ -88,7 +125,8 @@ uint64_t gguf_n_kv(const struct gguf_file *f);
 const struct gguf_kv *gguf_kv_at(const struct gguf_file *f, uint64_t i);
 /* The pair with that key, NULL if absent. */
 const struct gguf_kv *gguf_find_kv(const struct gguf_file *f, const char *key);
-/* Element i of a string value or string array (i = 0 for a scalar string). */
+/* Element i of a string value or string array (i = 0 for a scalar string), in O(1).
+ * An empty view ({0, NULL}) when kv holds no string or i >= kv->n. */
 struct gguf_str gguf_kv_str(const struct gguf_kv *kv, uint64_t i);
 
 /* Typed getters. They return 0 and write *ret when the key exists with a compatible type,
