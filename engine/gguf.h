@@ -150,7 +150,14 @@ const struct gguf_tensor *gguf_find_tensor(const struct gguf_file *f, const char
 
 /* ---- writer: builds a file in memory-light steps, in llama.cpp's layout --------------
  * (header, KVs in insertion order, tensor infos, padding to the alignment, tensor data
- * each padded to the alignment). Values are copied; nothing is borrowed. */
+ * each padded to the alignment). Values are copied; nothing is borrowed.
+ * It refuses what the reader would reject: an empty, over-long (> 65535 bytes) or
+ * duplicate key (ERR_GGUF_BAD_KEY, ERR_GGUF_DUP_KEY); general.alignment that is not a
+ * UINT32 power of two (ERR_GGUF_WRONG_TYPE, ERR_GGUF_BAD_ALIGN; a valid one sets the
+ * layout's alignment); a tensor name of 0 or > 63 bytes or a duplicate
+ * (ERR_GGUF_BAD_TENSOR_NAME, ERR_GGUF_DUP_TENSOR); n_dims outside 1..4, ne < 1, ne[0]
+ * not a multiple of the block size (ERR_GGUF_BAD_DIMS, ERR_GGUF_BAD_SHAPE); an unknown
+ * type (ERR_GGUF_BAD_TENSOR_TYPE). A failed add leaves the writer as it was. */
 struct gguf_writer;
 int gguf_writer_new(struct gguf_writer **ret);
 void gguf_writer_free(struct gguf_writer *w);
@@ -178,5 +185,8 @@ int gguf_writer_add_kv(struct gguf_writer *w, const struct gguf_kv *kv);
 /* Adds a tensor; data (kern_row_size(type, ne[0]) * ne[1] * ... bytes) is copied. */
 int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, enum kern_type type,
                            uint32_t n_dims, const int64_t *ne, const void *data);
-/* Writes the file (atomically: a temporary file renamed over path). */
+/* Writes the file atomically: a temporary file next to path (mode 0644), fsync'd, renamed
+ * over path, then the directory fsync'd. On failure path is untouched. */
 int gguf_writer_save(struct gguf_writer *w, const char *path);
+/* The same bytes into a malloc'd buffer (*ret, *ret_size written on success; free()). */
+int gguf_writer_encode(struct gguf_writer *w, void **ret, size_t *ret_size);

@@ -294,4 +294,260 @@ TEST(open_errors) {
     ASSERT_TRUE(f == NULL);
 }
 
-TEST_MAIN(T(stories260k), T(stories260k_mem), T(vocab_files), T(open_errors))
+/* ---- writer -------------------------------------------------------------------------- */
+
+/* Copies every pair and tensor of a file into a writer. */
+static int copy_file(const struct gguf_file *f, struct gguf_writer *w) {
+    int r = gguf_writer_set_version(w, gguf_version(f));
+    for (uint64_t i = 0; r >= 0 && i < gguf_n_kv(f); i++) r = gguf_writer_add_kv(w, gguf_kv_at(f, i));
+    for (uint64_t i = 0; r >= 0 && i < gguf_n_tensors(f); i++) {
+        const struct gguf_tensor *t = gguf_tensor_at(f, i);
+        char name[GGUF_MAX_NAME + 1];
+        memcpy(name, t->name.ptr, t->name.len);
+        name[t->name.len] = 0;
+        r = gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data);
+    }
+    return r;
+}
+
+/* The writer's layout is llama.cpp's: copying each shared file reproduces it exactly. */
+TEST(writer_copies_shared_files_exactly) {
+    static const char *const files[] = {
+        "stories260K.gguf", "vocab/ggml-vocab-llama-spm.gguf", "vocab/ggml-vocab-gpt-2.gguf",
+        "vocab/ggml-vocab-deepseek-llm.gguf", "vocab/ggml-vocab-deepseek-coder.gguf"};
+    int seen = 0;
+    for (size_t k = 0; k < ARRAY_SIZE(files); k++) {
+        const char *path = test_shared_path(files[k]);
+        if (!path) continue;
+        seen++;
+        struct gguf_file *f = NULL;
+        struct gguf_writer *w = NULL;
+        struct err_detail d = {0};
+        ASSERT_OK_D(gguf_open(path, &f, &d), &d);
+        ASSERT_OK(gguf_writer_new(&w));
+        ASSERT_OK(copy_file(f, w));
+        void *buf = NULL;
+        size_t size = 0;
+        ASSERT_OK(gguf_writer_encode(w, &buf, &size));
+        ASSERT_EQ(size, gguf_size(f));
+        ASSERT_TRUE(memcmp(buf, gguf_base(f), size) == 0);
+        /* and through a file */
+        char out[512];
+        snprintf(out, sizeof out, "%s/copy-%zu.gguf", test_tmpdir(), k);
+        ASSERT_OK(gguf_writer_save(w, out));
+        uint8_t *back;
+        size_t back_size;
+        read_whole(out, &back, &back_size);
+        ASSERT_TRUE(back && back_size == size && memcmp(back, buf, size) == 0);
+        free(back);
+        free(buf);
+        gguf_writer_free(w);
+        gguf_close(f);
+    }
+    if (!seen) SKIP("../shared/models/*.gguf are absent");
+}
+
+TEST(writer_roundtrip) {
+    struct gguf_writer *w = NULL;
+    ASSERT_OK(gguf_writer_new(&w));
+    ASSERT_OK(gguf_writer_add_u8(w, "t.u8", 200));
+    ASSERT_OK(gguf_writer_add_i8(w, "t.i8", -100));
+    ASSERT_OK(gguf_writer_add_u16(w, "t.u16", 60000));
+    ASSERT_OK(gguf_writer_add_i16(w, "t.i16", -30000));
+    ASSERT_OK(gguf_writer_add_u32(w, "t.u32", 4000000000u));
+    ASSERT_OK(gguf_writer_add_i32(w, "t.i32", -2000000000));
+    ASSERT_OK(gguf_writer_add_u64(w, "t.u64", 1ull << 40));
+    ASSERT_OK(gguf_writer_add_i64(w, "t.i64", -(1ll << 40)));
+    ASSERT_OK(gguf_writer_add_f32(w, "t.f32", 0.5f));
+    ASSERT_OK(gguf_writer_add_f64(w, "t.f64", 0.25));
+    ASSERT_OK(gguf_writer_add_bool(w, "t.bool", true));
+    ASSERT_OK(gguf_writer_add_str(w, "t.str", "hello"));
+    ASSERT_OK(gguf_writer_add_str(w, "t.empty", ""));
+    ASSERT_OK(gguf_writer_add_u32(w, "general.alignment", 64));
+    const int16_t i16s[] = {-1, 2, -3};
+    ASSERT_OK(gguf_writer_add_arr(w, "t.arr_i16", GGUF_TYPE_INT16, i16s, 3));
+    const double f64s[] = {1.5, -2.5};
+    ASSERT_OK(gguf_writer_add_arr(w, "t.arr_f64", GGUF_TYPE_FLOAT64, f64s, 2));
+    ASSERT_OK(gguf_writer_add_arr(w, "t.arr_empty", GGUF_TYPE_UINT8, NULL, 0));
+    const struct gguf_str strs[] = {{3, "abc"}, {0, ""}, {3, "a\0b"}, {4, "\xe2\x96\x81x"}};
+    ASSERT_OK(gguf_writer_add_arr_str(w, "t.arr_str", strs, 4));
+
+    /* refusals leave the writer unchanged */
+    ASSERT_ERR(gguf_writer_add_u8(w, "t.u8", 1), ERR_GGUF_DUP_KEY);
+    ASSERT_ERR(gguf_writer_add_u8(w, "", 1), ERR_GGUF_BAD_KEY);
+    ASSERT_ERR(gguf_writer_add_arr(w, "t.bad", GGUF_TYPE_STRING, NULL, 0), ERR_GGUF_BAD_VALUE_TYPE);
+    ASSERT_ERR(gguf_writer_add_arr(w, "t.bad", GGUF_TYPE_ARRAY, NULL, 0), ERR_GGUF_BAD_VALUE_TYPE);
+    ASSERT_ERR(gguf_writer_set_version(w, 1), ERR_BAD_VERSION);
+
+    /* tensors of several types and ranks; sizes not multiples of the alignment */
+    float f32[15];
+    for (int i = 0; i < 15; i++) f32[i] = (float)i - 7.0f;
+    uint16_t f16[64];
+    for (int i = 0; i < 64; i++) f16[i] = kern_fp32_to_fp16((float)i / 8.0f);
+    uint8_t q8[2 * 34], q4[6 * 18], bf[16 * 2];
+    for (size_t i = 0; i < sizeof q8; i++) q8[i] = (uint8_t)(i * 7);
+    for (size_t i = 0; i < sizeof q4; i++) q4[i] = (uint8_t)(i * 13);
+    for (size_t i = 0; i < sizeof bf; i++) bf[i] = (uint8_t)(i + 1);
+    ASSERT_OK(gguf_writer_add_tensor(w, "a.f32", KERN_TYPE_F32, 2, (int64_t[]){5, 3}, f32));
+    ASSERT_OK(gguf_writer_add_tensor(w, "b.f16", KERN_TYPE_F16, 1, (int64_t[]){64}, f16));
+    ASSERT_OK(gguf_writer_add_tensor(w, "c.q8_0", KERN_TYPE_Q8_0, 2, (int64_t[]){32, 2}, q8));
+    ASSERT_OK(gguf_writer_add_tensor(w, "d.q4_0", KERN_TYPE_Q4_0, 3, (int64_t[]){32, 3, 2}, q4));
+    ASSERT_OK(gguf_writer_add_tensor(w, "e.bf16", KERN_TYPE_BF16, 4, (int64_t[]){2, 2, 2, 2}, bf));
+    ASSERT_ERR(gguf_writer_add_tensor(w, "a.f32", KERN_TYPE_F32, 1, (int64_t[]){1}, f32),
+               ERR_GGUF_DUP_TENSOR);
+    ASSERT_ERR(gguf_writer_add_tensor(w, "", KERN_TYPE_F32, 1, (int64_t[]){1}, f32),
+               ERR_GGUF_BAD_TENSOR_NAME);
+    char long_name[80];
+    memset(long_name, 'x', 64);
+    long_name[64] = 0;
+    ASSERT_ERR(gguf_writer_add_tensor(w, long_name, KERN_TYPE_F32, 1, (int64_t[]){1}, f32),
+               ERR_GGUF_BAD_TENSOR_NAME);
+    long_name[63] = 0; /* 63 bytes is the limit, allowed */
+    ASSERT_OK(gguf_writer_add_tensor(w, long_name, KERN_TYPE_F32, 1, (int64_t[]){1}, f32));
+    ASSERT_ERR(gguf_writer_add_tensor(w, "z", KERN_TYPE_Q8_0, 1, (int64_t[]){33}, q8),
+               ERR_GGUF_BAD_SHAPE);
+    ASSERT_ERR(gguf_writer_add_tensor(w, "z", KERN_TYPE_F32, 2, (int64_t[]){1, 0}, f32),
+               ERR_GGUF_BAD_SHAPE);
+    ASSERT_ERR(gguf_writer_add_tensor(w, "z", KERN_TYPE_F32, 5, (int64_t[]){1, 1, 1, 1, 1}, f32),
+               ERR_GGUF_BAD_DIMS);
+    ASSERT_ERR(gguf_writer_add_tensor(w, "z", (enum kern_type)4, 1, (int64_t[]){32}, f32),
+               ERR_GGUF_BAD_TENSOR_TYPE);
+
+    char path[512];
+    snprintf(path, sizeof path, "%s/roundtrip.gguf", test_tmpdir());
+    ASSERT_OK(gguf_writer_save(w, path));
+    gguf_writer_free(w);
+    struct stat st;
+    ASSERT_TRUE(stat(path, &st) == 0 && (st.st_mode & 0777) == 0644);
+
+    struct gguf_file *f = NULL;
+    struct err_detail d = {0};
+    ASSERT_OK_D(gguf_open(path, &f, &d), &d);
+    ASSERT_EQ(gguf_version(f), 3);
+    ASSERT_EQ(gguf_alignment(f), 64);
+    ASSERT_EQ(gguf_n_kv(f), 18);
+    ASSERT_EQ(gguf_n_tensors(f), 6);
+    ASSERT_EQ(gguf_data_offset(f) % 64, 0);
+    ASSERT_EQ(gguf_trailing_bytes(f), 0);
+    ASSERT_EQ(gguf_data_end(f), gguf_size(f)); /* the last tensor is padded too */
+    uint32_t u32;
+    int32_t i32;
+    uint64_t u64;
+    float fv;
+    bool b;
+    struct gguf_str sv;
+    ASSERT_OK(gguf_get_u32(f, "t.u8", &u32, &d));
+    ASSERT_EQ(u32, 200);
+    ASSERT_OK(gguf_get_i32(f, "t.i8", &i32, &d));
+    ASSERT_EQ(i32, -100);
+    ASSERT_ERR(gguf_get_u32(f, "t.i8", &u32, &d), ERR_GGUF_WRONG_TYPE); /* negative */
+    ASSERT_OK(gguf_get_u32(f, "t.u16", &u32, &d));
+    ASSERT_EQ(u32, 60000);
+    ASSERT_OK(gguf_get_i32(f, "t.i16", &i32, &d));
+    ASSERT_EQ(i32, -30000);
+    ASSERT_OK(gguf_get_u32(f, "t.u32", &u32, &d));
+    ASSERT_EQ(u32, 4000000000u);
+    ASSERT_ERR(gguf_get_i32(f, "t.u32", &i32, &d), ERR_GGUF_WRONG_TYPE);
+    ASSERT_OK(gguf_get_i32(f, "t.i32", &i32, &d));
+    ASSERT_EQ(i32, -2000000000);
+    ASSERT_OK(gguf_get_u64(f, "t.u64", &u64, &d));
+    ASSERT_EQ(u64, 1ull << 40);
+    ASSERT_ERR(gguf_get_u32(f, "t.u64", &u32, &d), ERR_GGUF_WRONG_TYPE);
+    ASSERT_ERR(gguf_get_u64(f, "t.i64", &u64, &d), ERR_GGUF_WRONG_TYPE);
+    const struct gguf_kv *kv = gguf_find_kv(f, "t.i64");
+    int64_t i64;
+    memcpy(&i64, kv->data, 8);
+    ASSERT_TRUE(kv->type == GGUF_TYPE_INT64 && i64 == -(1ll << 40));
+    ASSERT_OK(gguf_get_f32(f, "t.f32", &fv, &d));
+    ASSERT_NEAR(fv, 0.5, 0);
+    ASSERT_OK(gguf_get_f32(f, "t.f64", &fv, &d));
+    ASSERT_NEAR(fv, 0.25, 0);
+    ASSERT_OK(gguf_get_bool(f, "t.bool", &b, &d));
+    ASSERT_TRUE(b);
+    ASSERT_OK(gguf_get_str(f, "t.str", &sv, &d));
+    ASSERT_TRUE(gguf_str_eq(sv, "hello"));
+    ASSERT_OK(gguf_get_str(f, "t.empty", &sv, &d));
+    ASSERT_TRUE(sv.len == 0);
+    ASSERT_OK(gguf_get_u32(f, "general.alignment", &u32, &d));
+    ASSERT_EQ(u32, 64);
+    const struct gguf_kv *arr;
+    ASSERT_OK(gguf_get_arr(f, "t.arr_i16", GGUF_TYPE_INT16, &arr, &d));
+    ASSERT_TRUE(arr->n == 3 && memcmp(arr->data, i16s, sizeof i16s) == 0);
+    ASSERT_OK(gguf_get_arr(f, "t.arr_f64", GGUF_TYPE_FLOAT64, &arr, &d));
+    ASSERT_TRUE(arr->n == 2 && memcmp(arr->data, f64s, sizeof f64s) == 0);
+    ASSERT_OK(gguf_get_arr(f, "t.arr_empty", GGUF_TYPE_UINT8, &arr, &d));
+    ASSERT_EQ(arr->n, 0);
+    ASSERT_OK(gguf_get_arr(f, "t.arr_str", GGUF_TYPE_STRING, &arr, &d));
+    ASSERT_EQ(arr->n, 4);
+    for (int i = 0; i < 4; i++) {
+        struct gguf_str e = gguf_kv_str(arr, (uint64_t)i);
+        ASSERT_TRUE(e.len == strs[i].len && memcmp(e.ptr, strs[i].ptr, e.len) == 0);
+    }
+    static const struct {
+        const char *name;
+        enum kern_type type;
+        uint32_t n_dims;
+        int64_t ne[4];
+        uint64_t n_bytes;
+    } want[] = {
+        {"a.f32", KERN_TYPE_F32, 2, {5, 3, 1, 1}, 60},
+        {"b.f16", KERN_TYPE_F16, 1, {64, 1, 1, 1}, 128},
+        {"c.q8_0", KERN_TYPE_Q8_0, 2, {32, 2, 1, 1}, 68},
+        {"d.q4_0", KERN_TYPE_Q4_0, 3, {32, 3, 2, 1}, 108},
+        {"e.bf16", KERN_TYPE_BF16, 4, {2, 2, 2, 2}, 32},
+    };
+    const void *datas[] = {f32, f16, q8, q4, bf};
+    uint64_t off = 0;
+    for (int i = 0; i < 5; i++) {
+        const struct gguf_tensor *t = gguf_find_tensor(f, want[i].name);
+        ASSERT_TRUE(t == gguf_tensor_at(f, (uint64_t)i));
+        ASSERT_TRUE(t->type == want[i].type && t->n_dims == want[i].n_dims);
+        ASSERT_TRUE(memcmp(t->ne, want[i].ne, sizeof t->ne) == 0);
+        ASSERT_EQ(t->n_bytes, want[i].n_bytes);
+        ASSERT_EQ(t->offset, off);
+        ASSERT_TRUE(memcmp(t->data, datas[i], t->n_bytes) == 0);
+        /* padding bytes are zero */
+        const uint8_t *p = (const uint8_t *)t->data + t->n_bytes;
+        for (uint64_t k = t->n_bytes; k % 64; k++) ASSERT_EQ(*p++, 0);
+        off += (t->n_bytes + 63) / 64 * 64;
+    }
+    ASSERT_TRUE(gguf_find_tensor(f, long_name) != NULL);
+    gguf_close(f);
+}
+
+TEST(writer_v2_and_empty) {
+    struct gguf_writer *w = NULL;
+    ASSERT_OK(gguf_writer_new(&w));
+    ASSERT_OK(gguf_writer_set_version(w, 2));
+    void *buf = NULL;
+    size_t size = 0;
+    ASSERT_OK(gguf_writer_encode(w, &buf, &size));
+    ASSERT_EQ(size, 24); /* header only */
+    struct gguf_file *f = NULL;
+    struct err_detail d = {0};
+    ASSERT_OK_D(gguf_open_mem(buf, size, &f, &d), &d);
+    ASSERT_EQ(gguf_version(f), 2);
+    ASSERT_EQ(gguf_n_kv(f) + gguf_n_tensors(f), 0);
+    ASSERT_TRUE(gguf_find_kv(f, "x") == NULL);
+    gguf_close(f);
+    free(buf);
+    /* bad alignment values are refused */
+    ASSERT_ERR(gguf_writer_add_u32(w, "general.alignment", 48), ERR_GGUF_BAD_ALIGN);
+    ASSERT_ERR(gguf_writer_add_u32(w, "general.alignment", 0), ERR_GGUF_BAD_ALIGN);
+    ASSERT_ERR(gguf_writer_add_i32(w, "general.alignment", 32), ERR_GGUF_WRONG_TYPE);
+    gguf_writer_free(w);
+}
+
+/* A failed save leaves nothing behind and does not touch the target. */
+TEST(writer_save_fails_cleanly) {
+    struct gguf_writer *w = NULL;
+    ASSERT_OK(gguf_writer_new(&w));
+    char path[512];
+    snprintf(path, sizeof path, "%s/no-such-dir/x.gguf", test_tmpdir());
+    ASSERT_ERR(gguf_writer_save(w, path), -ENOENT);
+    gguf_writer_free(w);
+}
+
+TEST_MAIN(T(stories260k), T(stories260k_mem), T(vocab_files), T(open_errors),
+          T(writer_copies_shared_files_exactly), T(writer_roundtrip), T(writer_v2_and_empty),
+          T(writer_save_fails_cleanly))
