@@ -5,13 +5,21 @@
 
 /* CPU features detected once by kern_init() and the SIMD level chosen from them. */
 struct kern_cpu_info {
-    bool avx2, fma, f16c, avx512f, avx512bw, avx512vnni, avx_vnni;
+    bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx_vnni, avx512bf16;
     const char *level; /* "ref", "avx2", "avx512", ... */
 };
 /* Detects CPU features and fills the dispatch table. Idempotent and thread-safe; the
- * environment variable WARM_KERNELS=ref forces the reference kernels (tests use it). */
+ * environment variable WARM_KERNELS=ref forces the reference kernels (tests use it), and
+ * WARM_KERNELS=<level> caps the level (e.g. "avx2" on an AVX-512 machine). kern_matmul()
+ * calls it on first use. */
 void kern_init(void);
 const struct kern_cpu_info *kern_cpu(void);
+/* Levels from slowest to fastest: "ref", "avx2", "avx512"; NULL past the end. */
+const char *kern_level_name(int i);
+/* Tests and benchmarks: switch the dispatch table to level (a kern_level_name()).
+ * Returns ERR_UNSUPPORTED when this CPU lacks it or the name is unknown. Not safe while
+ * another thread runs a kernel. */
+int kern_set_level(const char *level);
 
 /* A fixed set of worker threads. kern_pool_run() runs fn(arg, ith, nth) on nth = the
  * pool's thread count (the caller is thread 0) and returns when all are done. */
@@ -32,6 +40,13 @@ size_t kern_matmul_scratch_bytes(enum kern_type wt, int64_t n_in, int64_t n_tok)
 void kern_matmul(struct kern_pool *pool, float *y, const void *w, enum kern_type wt,
                  const float *x, int64_t n_in, int64_t n_out, int64_t n_tok, void *scratch);
 
+/* Converts n f32 values (a multiple of t's block size) to a row of type t with the
+ * fastest converter this CPU has; the bytes equal the traits' reference from_f32 (SIMD
+ * converters are checked bit for bit). Types without from_f32 must not be passed. */
+void kern_quantize_row(enum kern_type t, void *dst, const float *src, int64_t n);
+
 /* Reference dot product of one row of w (type wt, n values) with f32 x: the spec that
- * every SIMD variant is checked against. */
+ * every SIMD variant is checked against. x is quantized block by block to wt's
+ * vec_dot_type exactly as kern_matmul() does, so kern_matmul() differs from it only by
+ * float summation order. NaN for a type without a dot product or a bad n. */
 float kern_ref_dot_f32(const void *w, enum kern_type wt, const float *x, int64_t n);

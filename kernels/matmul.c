@@ -1,0 +1,201 @@
+/* kern_matmul: activation quantization, the work split over threads and the dispatch
+ * table chosen once from the CPU's features. */
+#include "kernels/matmul.h"
+
+#include "base/base.h"
+#include "kernels/ref/matmul.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+/* Process-wide, written once by kern_init() (or by kern_set_level() in tests). */
+static struct kern_impl impl;
+static struct kern_cpu_info cpu_info = {.level = "ref"};
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+/* Levels, slowest first: a name, whether this CPU can run it, and the function that
+ * overwrites the reference entries it has kernels for. */
+struct level_row {
+    const char *name;
+    bool (*usable)(const struct kern_cpu_info *cpu);
+    void (*fill)(struct kern_impl *impl);
+};
+static bool level_ref_usable(const struct kern_cpu_info *cpu) { return true; }
+static const struct level_row levels[] = {
+    {"ref", level_ref_usable, NULL},
+};
+
+const char *kern_level_name(int i) {
+    return i >= 0 && (size_t)i < ARRAY_SIZE(levels) ? levels[i].name : NULL;
+}
+
+static void cpu_detect(struct kern_cpu_info *cpu) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    cpu->avx2 = __builtin_cpu_supports("avx2");
+    cpu->fma = __builtin_cpu_supports("fma");
+    cpu->f16c = __builtin_cpu_supports("f16c");
+    cpu->avx512f = __builtin_cpu_supports("avx512f");
+    cpu->avx512bw = __builtin_cpu_supports("avx512bw");
+    cpu->avx512vl = __builtin_cpu_supports("avx512vl");
+    cpu->avx512vnni = __builtin_cpu_supports("avx512vnni");
+    cpu->avx_vnni = __builtin_cpu_supports("avxvnni");
+    cpu->avx512bf16 = __builtin_cpu_supports("avx512bf16");
+#else
+    (void)cpu;
+#endif
+}
+
+/* Fills impl with ref, then every level up to and including levels[top]. */
+static void impl_build(struct kern_impl *dst, size_t top) {
+    kern_impl_fill_ref(dst);
+    for (size_t i = 1; i <= top; i++) {
+        levels[i].fill(dst);
+        dst->level = levels[i].name;
+    }
+}
+
+static void init_once_fn(void) {
+    cpu_detect(&cpu_info);
+    /* WARM_KERNELS caps the level; read once, here, like every environment knob. */
+    const char *cap = getenv("WARM_KERNELS");
+    size_t top = 0;
+    for (size_t i = 0; i < ARRAY_SIZE(levels); i++) {
+        if (!levels[i].usable(&cpu_info)) break;
+        top = i;
+        if (cap && strcmp(cap, levels[i].name) == 0) break;
+    }
+    impl_build(&impl, top);
+    cpu_info.level = impl.level;
+}
+
+void kern_init(void) {
+    pthread_once(&init_once, init_once_fn);
+}
+
+const struct kern_cpu_info *kern_cpu(void) {
+    kern_init();
+    return &cpu_info;
+}
+
+int kern_set_level(const char *level) {
+    kern_init();
+    for (size_t i = 0; i < ARRAY_SIZE(levels); i++) {
+        if (!level || strcmp(levels[i].name, level) != 0) continue;
+        for (size_t j = 0; j <= i; j++)
+            if (!levels[j].usable(&cpu_info)) return ERR_UNSUPPORTED;
+        impl_build(&impl, i);
+        cpu_info.level = impl.level;
+        return 0;
+    }
+    return ERR_UNSUPPORTED;
+}
+
+void kern_quantize_row(enum kern_type t, void *dst, const float *src, int64_t n) {
+    kern_init();
+    const struct kern_type_traits *tr = kern_type_traits((int)t);
+    assert(tr && impl.from_f32[t] && n % tr->blck_size == 0);
+    (void)tr;
+    impl.from_f32[t](dst, src, n);
+}
+
+/* ---- matmul ------------------------------------------------------------------------ */
+
+enum {
+    MM_UNIT_ROWS = 16, /* rows per work unit: a multiple of KERN_TILE_ROWS */
+    MM_UNIT_TOKS = 64, /* tokens per work unit: their activations stay in L2 */
+};
+
+size_t kern_matmul_scratch_bytes(enum kern_type wt, int64_t n_in, int64_t n_tok) {
+    const struct kern_type_traits *tr = kern_type_traits((int)wt);
+    size_t r;
+    if (!tr || !tr->vec_dot || tr->vec_dot_type == KERN_TYPE_F32 || n_tok <= 0) return 0;
+    if (!size_mul(kern_row_size(tr->vec_dot_type, n_in), (size_t)n_tok, &r)) return SIZE_MAX;
+    return r;
+}
+
+struct quant_task {
+    kern_from_f32_fn quant;
+    uint8_t *dst;
+    size_t dst_stride;
+    const float *x;
+    int64_t n_in, n_tok;
+};
+
+static void quant_task_run(void *arg, int ith, int nth) {
+    const struct quant_task *q = arg;
+    int64_t t0 = q->n_tok * ith / nth, t1 = q->n_tok * (ith + 1) / nth;
+    for (int64_t t = t0; t < t1; t++) q->quant(q->dst + t * q->dst_stride, q->x + t * q->n_in, q->n_in);
+}
+
+struct mm_task {
+    kern_tile_fn tile;
+    float *y;
+    const uint8_t *w, *x;
+    size_t w_stride, x_stride;
+    int64_t n_in, n_out, n_tok;
+    int64_t n_row_units, n_units;
+    _Atomic int64_t next; /* next work unit to take */
+};
+
+/* Work units = (token block, row block), token block varying slowest so that threads
+ * share the activations in cache; units are taken dynamically (threads may be slowed by
+ * other work on the machine). Inside a unit, each tile of weight rows meets every token
+ * of the block while it is hot in L1. */
+static void mm_task_run(void *arg, int ith, int nth) {
+    struct mm_task *m = arg;
+    for (;;) {
+        int64_t u = atomic_fetch_add_explicit(&m->next, 1, memory_order_relaxed);
+        if (u >= m->n_units) break;
+        int64_t r0 = u % m->n_row_units * MM_UNIT_ROWS, t0 = u / m->n_row_units * MM_UNIT_TOKS;
+        int64_t r1 = MIN(r0 + MM_UNIT_ROWS, m->n_out), t1 = MIN(t0 + MM_UNIT_TOKS, m->n_tok);
+        for (int64_t r = r0; r < r1; r += KERN_TILE_ROWS)
+            for (int64_t t = t0; t < t1; t += KERN_TILE_TOKS)
+                m->tile(m->y + t * m->n_out + r, m->n_out, m->w + r * m->w_stride, m->w_stride,
+                        m->x + t * m->x_stride, m->x_stride, m->n_in,
+                        (int)MIN(KERN_TILE_ROWS, r1 - r), (int)MIN(KERN_TILE_TOKS, t1 - t));
+    }
+}
+
+void kern_matmul(struct kern_pool *pool, float *y, const void *w, enum kern_type wt,
+                 const float *x, int64_t n_in, int64_t n_out, int64_t n_tok, void *scratch) {
+    kern_init();
+    const struct kern_type_traits *tr = kern_type_traits((int)wt);
+    assert(tr && impl.tile[wt] && n_in > 0 && n_out >= 0 && n_tok >= 0);
+    assert(n_in % tr->blck_size == 0);
+    if (n_out == 0 || n_tok == 0) return;
+
+    struct mm_task m = {
+        .tile = impl.tile[wt],
+        .y = y,
+        .w = w,
+        .w_stride = kern_row_size(wt, n_in),
+        .x = (const uint8_t *)x,
+        .x_stride = (size_t)n_in * sizeof(float),
+        .n_in = n_in,
+        .n_out = n_out,
+        .n_tok = n_tok,
+    };
+    if (tr->vec_dot_type != KERN_TYPE_F32) {
+        struct quant_task q = {
+            .quant = impl.from_f32[tr->vec_dot_type],
+            .dst = scratch,
+            .dst_stride = kern_row_size(tr->vec_dot_type, n_in),
+            .x = x,
+            .n_in = n_in,
+            .n_tok = n_tok,
+        };
+        assert(scratch && q.quant);
+        /* one token is a few hundred ns of work: not worth waking the workers */
+        if (n_tok * n_in >= 16384) kern_pool_run(pool, quant_task_run, &q);
+        else quant_task_run(&q, 0, 1);
+        m.x = scratch;
+        m.x_stride = q.dst_stride;
+    }
+    m.n_row_units = (n_out + MM_UNIT_ROWS - 1) / MM_UNIT_ROWS;
+    m.n_units = m.n_row_units * ((n_tok + MM_UNIT_TOKS - 1) / MM_UNIT_TOKS);
+    atomic_init(&m.next, 0);
+    kern_pool_run(pool, mm_task_run, &m);
+}

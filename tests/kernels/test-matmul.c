@@ -1,0 +1,274 @@
+/* kern_matmul on every SIMD level this CPU has, checked against the reference spec
+ * kern_ref_dot_f32, and the spec itself checked against exact arithmetic.
+ *
+ * Named tolerances (S = Σ_i |w'_i·x_i| with w' the dequantized weights):
+ *
+ *   TOL_SUM   = 2e-5·S   kern_matmul vs kern_ref_dot_f32, every type. Both use the same
+ *                        integer block dots (or the same f32 products); only the order
+ *                        and width of the float accumulation differ (f32 SIMD lanes vs
+ *                        the spec's sequential f32 / double sums): ~n_blocks·2^-24.
+ *   activation quantization (spec vs exact double Σ w'·x), per block b of 32:
+ *     q8_0 / q8_1 activations: Σ_j |w'_j| · amax_b/127 · (1/2 + 127·2^-11)
+ *                        (round(x/d) error plus the fp16 rounding of d) + TOL_SUM
+ *     f32 activations (f32/f16/bf16 weights): 1e-6·S (double accumulation)
+ *
+ * Thread counts 1..4 must give bit-identical outputs: the work split never changes which
+ * tile computes an output. */
+#include "test.h"
+
+#include "kernels/kernels.h"
+
+#define TOL_SUM 2e-5
+
+static uint64_t rng_state = 0x243f6a8885a308d3ull;
+static uint32_t rng_u32(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+static float rng_uniform(void) { return (float)(rng_u32() >> 8) * 0x1p-24f * 2.0f - 1.0f; }
+static int rng_int(int lo, int hi) { return lo + (int)(rng_u32() % (uint32_t)(hi - lo + 1)); }
+
+static const int mm_types[] = {
+    KERN_TYPE_F32,  KERN_TYPE_F16,  KERN_TYPE_BF16, KERN_TYPE_Q8_0,   KERN_TYPE_Q4_0,
+    KERN_TYPE_Q4_1, KERN_TYPE_Q5_0, KERN_TYPE_Q5_1, KERN_TYPE_IQ4_NL,
+};
+
+struct mm_case {
+    int wt;
+    int64_t n_in, n_out, n_tok;
+    uint8_t *w;      /* n_out rows of wt */
+    float *wd;       /* dequantized w, (n_out, n_in) */
+    float *x;        /* (n_tok, n_in) */
+    void *scratch;
+};
+
+static void mm_case_free(struct mm_case *c) {
+    free(c->w);
+    free(c->wd);
+    free(c->x);
+    free(c->scratch);
+}
+
+/* Random weights with a per-row scale (rows of very different magnitude, as in real
+ * models) and activations with a few outliers. */
+static void mm_case_init(struct mm_case *c, int wt, int64_t n_in, int64_t n_out, int64_t n_tok) {
+    const struct kern_type_traits *tr = kern_type_traits(wt);
+    *c = (struct mm_case){.wt = wt, .n_in = n_in, .n_out = n_out, .n_tok = n_tok};
+    size_t rs = kern_row_size(wt, n_in);
+    float *wf = malloc((size_t)(n_in * n_out) * sizeof(float));
+    c->w = malloc(rs * (size_t)n_out);
+    c->wd = malloc((size_t)(n_in * n_out) * sizeof(float));
+    c->x = malloc((size_t)(n_in * n_tok) * sizeof(float));
+    size_t sb = kern_matmul_scratch_bytes(wt, n_in, n_tok);
+    c->scratch = sb ? malloc(sb) : NULL;
+    for (int64_t o = 0; o < n_out; o++) {
+        float s = 0.01f + (float)(rng_u32() % 100) * 0.02f;
+        for (int64_t i = 0; i < n_in; i++) wf[o * n_in + i] = rng_uniform() * s;
+    }
+    for (int64_t i = 0; i < n_in * n_tok; i++)
+        c->x[i] = rng_u32() % 97 == 0 ? rng_uniform() * 20.0f : rng_uniform();
+    for (int64_t o = 0; o < n_out; o++) {
+        tr->from_f32(c->w + o * rs, wf + o * n_in, n_in);
+        tr->to_f32(c->wd + o * n_in, c->w + o * rs, n_in);
+    }
+    free(wf);
+}
+
+static double abs_dot(const float *a, const float *b, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += fabs((double)a[i] * (double)b[i]);
+    return s;
+}
+
+/* Runs kern_matmul with n_threads and checks every output against the spec. Returns the
+ * output (caller frees) or NULL after a failure was reported. */
+static float *mm_check(struct mm_case *c, struct kern_pool *pool, const char *level) {
+    size_t rs = kern_row_size(c->wt, c->n_in);
+    size_t ny = (size_t)(c->n_out * c->n_tok);
+    float *y = malloc((ny + 4) * sizeof(float));
+    for (int i = 0; i < 4; i++) y[ny + i] = 12345.0f; /* sentinels past the end */
+    kern_matmul(pool, y, c->w, c->wt, c->x, c->n_in, c->n_out, c->n_tok, c->scratch);
+    for (int i = 0; i < 4; i++)
+        if (y[ny + i] != 12345.0f) {
+            fprintf(stderr, "%s %s: wrote past the output\n", level, kern_type_name(c->wt));
+            free(y);
+            return NULL;
+        }
+    for (int64_t t = 0; t < c->n_tok; t++)
+        for (int64_t o = 0; o < c->n_out; o++) {
+            float want = kern_ref_dot_f32(c->w + o * rs, c->wt, c->x + t * c->n_in, c->n_in);
+            double tol = TOL_SUM * abs_dot(c->wd + o * c->n_in, c->x + t * c->n_in, c->n_in) + 1e-30;
+            double got = y[t * c->n_out + o];
+            if (!(fabs(got - want) <= tol)) {
+                fprintf(stderr,
+                        "%s %s n_in=%lld n_out=%lld n_tok=%lld threads=%d: y[%lld][%lld] = %.9g, "
+                        "spec %.9g, tol %.3g\n",
+                        level, kern_type_name(c->wt), (long long)c->n_in, (long long)c->n_out,
+                        (long long)c->n_tok, kern_pool_n_threads(pool), (long long)t,
+                        (long long)o, got, want, tol);
+                free(y);
+                return NULL;
+            }
+        }
+    return y;
+}
+
+TEST(matmul_all_levels_vs_spec) {
+    struct kern_pool *pools[4] = {0};
+    for (int n = 0; n < 4; n++) ASSERT_OK(kern_pool_new(n + 1, &pools[n]));
+    const char *saved = kern_cpu()->level;
+    int n_levels = 0;
+    for (int li = 0; kern_level_name(li); li++) {
+        const char *level = kern_level_name(li);
+        if (kern_set_level(level) < 0) {
+            printf("  level %s: not supported by this CPU, skipped\n", level);
+            continue;
+        }
+        n_levels++;
+        for (size_t ti = 0; ti < ARRAY_SIZE(mm_types); ti++) {
+            int wt = mm_types[ti];
+            bool fl = !kern_type_traits(wt)->is_quantized;
+            static const int64_t q_in[] = {32, 64, 96, 160, 288, 544, 1056, 2080};
+            static const int64_t f_in[] = {1, 7, 16, 64, 172, 300, 1033, 2048};
+            for (int k = 0; k < 10; k++) {
+                int64_t n_in = fl ? f_in[k % 8] : q_in[k % 8];
+                int64_t n_out = k == 8 ? 100 : rng_int(1, 37);  /* 100: several row units */
+                int64_t n_tok = k == 9 ? 70 : rng_int(1, 17);   /* 70: two token units */
+                struct mm_case c;
+                mm_case_init(&c, wt, n_in, n_out, n_tok);
+                float *y1 = mm_check(&c, pools[0], level);
+                if (!y1) {
+                    mm_case_free(&c);
+                    TEST_FAIL_("level %s type %s", level, kern_type_name(wt));
+                }
+                struct kern_pool *p = pools[1 + k % 3];
+                float *yn = mm_check(&c, p, level);
+                bool same = yn && memcmp(y1, yn, (size_t)(n_out * n_tok) * sizeof(float)) == 0;
+                free(y1);
+                free(yn);
+                mm_case_free(&c);
+                if (!same)
+                    TEST_FAIL_("level %s type %s: %d threads differ from 1 thread", level,
+                               kern_type_name(wt), kern_pool_n_threads(p));
+            }
+        }
+    }
+    kern_set_level(saved);
+    for (int n = 0; n < 4; n++) kern_pool_free(pools[n]);
+    ASSERT_TRUE(n_levels >= 1);
+    printf("  %d levels checked, running level %s\n", n_levels, kern_cpu()->level);
+}
+
+/* The spec against exact arithmetic: only the activation quantization may differ. */
+TEST(spec_vs_exact) {
+    for (size_t ti = 0; ti < ARRAY_SIZE(mm_types); ti++) {
+        int wt = mm_types[ti];
+        const struct kern_type_traits *tr = kern_type_traits(wt);
+        struct mm_case c;
+        mm_case_init(&c, wt, 1024, 8, 3);
+        size_t rs = kern_row_size(wt, c.n_in);
+        for (int64_t t = 0; t < c.n_tok; t++)
+            for (int64_t o = 0; o < c.n_out; o++) {
+                const float *wd = c.wd + o * c.n_in, *x = c.x + t * c.n_in;
+                double exact = 0, bound = 0;
+                for (int64_t i = 0; i < c.n_in; i++) exact += (double)wd[i] * x[i];
+                double s = abs_dot(wd, x, c.n_in);
+                if (tr->vec_dot_type == KERN_TYPE_F32) {
+                    bound = 1e-6 * s;
+                } else {
+                    for (int64_t b = 0; b < c.n_in; b += 32) {
+                        double amax = 0, sw = 0;
+                        for (int j = 0; j < 32; j++) {
+                            amax = fmax(amax, fabs(x[b + j]));
+                            sw += fabs(wd[b + j]);
+                        }
+                        bound += sw * amax / 127 * (0.5 + 127 * 0x1p-11);
+                    }
+                    bound += TOL_SUM * s;
+                }
+                float got = kern_ref_dot_f32(c.w + o * rs, wt, x, c.n_in);
+                if (!(fabs(got - exact) <= bound))
+                    TEST_FAIL_("%s: spec %.9g exact %.9g bound %.3g", kern_type_name(wt), got, exact, bound);
+            }
+        mm_case_free(&c);
+    }
+}
+
+/* SIMD activation quantizers must write the reference's bytes, ties included
+ * (round half away from zero, as roundf). */
+TEST(quantize_row_bit_exact) {
+    enum { N = 32 * 64 };
+    static float x[N];
+    static uint8_t want[N * 2], got[N * 2];
+    const char *saved = kern_cpu()->level;
+    static const int qtypes[] = {KERN_TYPE_Q8_0, KERN_TYPE_Q8_1, KERN_TYPE_Q4_0,
+                                 KERN_TYPE_Q4_1, KERN_TYPE_Q5_0, KERN_TYPE_Q5_1,
+                                 KERN_TYPE_IQ4_NL, KERN_TYPE_F16, KERN_TYPE_BF16};
+    for (int li = 0; kern_level_name(li); li++) {
+        if (kern_set_level(kern_level_name(li)) < 0) continue;
+        for (int pattern = 0; pattern < 5; pattern++) {
+            for (int i = 0; i < N; i++) {
+                switch (pattern) {
+                case 0: x[i] = rng_uniform(); break;
+                case 1: /* amax 127 → d = 1: every k + 0.5 is an exact tie */
+                    x[i] = i % 32 == 0 ? 127.0f : (float)((int)(rng_u32() % 254) - 127) + 0.5f;
+                    break;
+                case 2: x[i] = 0.0f; break;
+                case 3: x[i] = rng_uniform() * 1e-6f; break;
+                case 4: x[i] = rng_uniform() * 6e4f; break;
+                }
+            }
+            for (size_t qi = 0; qi < ARRAY_SIZE(qtypes); qi++) {
+                int t = qtypes[qi];
+                size_t rs = kern_row_size(t, N);
+                kern_type_traits(t)->from_f32(want, x, N);
+                memset(got, 0xaa, rs);
+                kern_quantize_row(t, got, x, N);
+                if (memcmp(want, got, rs) != 0)
+                    TEST_FAIL_("level %s %s pattern %d: bytes differ from the reference",
+                               kern_level_name(li), kern_type_name(t), pattern);
+            }
+        }
+    }
+    kern_set_level(saved);
+}
+
+TEST(matmul_edges) {
+    float y[4] = {1, 2, 3, 4};
+    float x[64] = {0};
+    struct block_q8_0 w[2] = {0};
+    kern_matmul(NULL, y, w, KERN_TYPE_Q8_0, x, 64, 0, 1, NULL);
+    kern_matmul(NULL, y, w, KERN_TYPE_Q8_0, x, 64, 1, 0, NULL);
+    ASSERT_EQ(y[0], 1);
+    ASSERT_EQ(y[3], 4);
+    ASSERT_EQ(kern_matmul_scratch_bytes(KERN_TYPE_F16, 64, 5), 0);
+    ASSERT_EQ(kern_matmul_scratch_bytes(KERN_TYPE_Q8_0, 64, 5), 5 * 68);
+    ASSERT_EQ(kern_matmul_scratch_bytes(KERN_TYPE_Q4_1, 64, 5), 5 * 72);
+    ASSERT_EQ(kern_matmul_scratch_bytes(KERN_TYPE_Q4_K, 256, 1), 0);
+    ASSERT_TRUE(isnan(kern_ref_dot_f32(w, KERN_TYPE_Q4_K, x, 256)));
+    ASSERT_TRUE(isnan(kern_ref_dot_f32(w, KERN_TYPE_I8, x, 4)));
+    ASSERT_TRUE(isnan(kern_ref_dot_f32(w, KERN_TYPE_Q8_0, x, 33)));
+    ASSERT_TRUE(isnan(kern_ref_dot_f32(w, (enum kern_type)77, x, 32)));
+    /* all-zero weights and activations: exact zeros, no NaN from zero scales */
+    uint8_t scratch[68];
+    kern_matmul(NULL, y, w, KERN_TYPE_Q8_0, x, 64, 1, 1, scratch);
+    ASSERT_EQ(y[0], 0);
+}
+
+TEST(level_names) {
+    ASSERT_STREQ(kern_level_name(0), "ref");
+    ASSERT_TRUE(kern_level_name(-1) == NULL);
+    ASSERT_TRUE(kern_level_name(100) == NULL);
+    ASSERT_ERR(kern_set_level("no-such-level"), ERR_UNSUPPORTED);
+    ASSERT_ERR(kern_set_level(NULL), ERR_UNSUPPORTED);
+    const struct kern_cpu_info *cpu = kern_cpu();
+    printf("  cpu: avx2=%d fma=%d f16c=%d avx512f=%d bw=%d vl=%d vnni=%d avx_vnni=%d bf16=%d "
+           "level=%s\n",
+           cpu->avx2, cpu->fma, cpu->f16c, cpu->avx512f, cpu->avx512bw, cpu->avx512vl,
+           cpu->avx512vnni, cpu->avx_vnni, cpu->avx512bf16, cpu->level);
+}
+
+TEST_MAIN(T(level_names), T(matmul_edges), T(spec_vs_exact), T(quantize_row_bit_exact),
+          T(matmul_all_levels_vs_spec))
