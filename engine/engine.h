@@ -8,3 +8,6 @@
 #include "base/base.h"
 #include "kernels/kernels.h"
 #include "engine/gguf.h"
+#include "engine/model.h"
+#include "engine/context.h"
+#include "engine/sample.h"

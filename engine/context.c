@@ -1,0 +1,208 @@
+/* Contexts: creation (every buffer sized here), batch validation, decode. */
+#include "engine/forward.h"
+
+#include <errno.h>
+#include <string.h>
+
+void engine_context_params_default(struct engine_context_params *p) {
+    *p = (struct engine_context_params){
+        .n_ctx = 0,
+        .n_seq = 1,
+        .n_batch = 512,
+        .n_outputs = 0,
+        .n_threads = 1,
+        .type_k = KERN_TYPE_F16,
+        .type_v = KERN_TYPE_F16,
+    };
+}
+
+void engine_context_free(struct engine_context *ctx) {
+    if (!ctx) return;
+    kern_pool_free(ctx->pool);
+    kv_cache_done(&ctx->kv);
+    free(ctx->x);
+    free(ctx->xb);
+    free(ctx->q);
+    free(ctx->k);
+    free(ctx->v);
+    free(ctx->att);
+    free(ctx->hb);
+    free(ctx->hb2);
+    free(ctx->rope_cs);
+    free(ctx->scores);
+    free(ctx->out_x);
+    free(ctx->mm_scratch);
+    free(ctx->logits);
+    free(ctx->seq_next);
+    free(ctx);
+}
+
+/* rows × cols floats, or NULL (overflow, no memory) */
+static float *floats_new(size_t rows, uint64_t cols) {
+    return malloc_array(rows, (size_t)cols * sizeof(float));
+}
+
+static size_t matmul_scratch_max(const struct engine_model *m, int64_t n_tok, int64_t n_out) {
+    size_t max = kern_matmul_scratch_bytes(m->output.type, m->output.n_in, n_out);
+    for (uint32_t il = 0; il < m->hp.n_layer; il++) {
+        const struct engine_layer *l = &m->layers[il];
+        const struct engine_weight *ws[] = {&l->wq, &l->wk, &l->wv, &l->wo,
+                                            &l->w_gate, &l->w_up, &l->w_down};
+        for (size_t i = 0; i < ARRAY_SIZE(ws); i++)
+            max = MAX(max, kern_matmul_scratch_bytes(ws[i]->type, ws[i]->n_in, n_tok));
+    }
+    return max;
+}
+
+int engine_context_new(const struct engine_model *m, const struct engine_context_params *params,
+                       struct engine_context **ret, struct err_detail *d) {
+    const struct engine_hparams *hp = &m->hp;
+    struct engine_context_params p;
+    if (params)
+        p = *params;
+    else
+        engine_context_params_default(&p);
+    if (p.n_ctx == 0) p.n_ctx = MIN(hp->n_ctx_train, 4096u);
+    if (p.n_seq == 0) p.n_seq = 1;
+    if (p.n_batch == 0) p.n_batch = 512;
+    if (p.n_outputs == 0) p.n_outputs = p.n_seq;
+    if (p.n_threads <= 0) p.n_threads = 1;
+    if (p.n_ctx > INT32_MAX || p.n_seq > (1u << 16) || p.n_batch > (1u << 20) ||
+        p.n_outputs > (1u << 20) || p.n_threads > 1024)
+        return err_set(d, ERR_INVALID, "context parameters out of range (n_ctx %u, n_seq %u, "
+                       "n_batch %u, n_outputs %u, threads %d)", p.n_ctx, p.n_seq, p.n_batch,
+                       p.n_outputs, p.n_threads);
+
+    struct engine_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return -ENOMEM;
+    ctx->model = m;
+    ctx->params = p;
+    int r = kv_cache_init(&ctx->kv, m, p.type_k, p.type_v, p.n_seq, p.n_ctx, d);
+    if (r < 0) goto fail;
+    if ((r = kern_pool_new(p.n_threads, &ctx->pool)) < 0) {
+        err_set(d, r, "cannot start %d threads", p.n_threads);
+        goto fail;
+    }
+    ctx->rope = (struct kern_rope_params){
+        .n_dims = hp->n_rot,
+        .neox = hp->rope_kind == ENGINE_ROPE_NEOX,
+        .freq_base = hp->rope_freq_base,
+        .freq_scale = hp->rope_freq_scale,
+        .ext_factor = hp->yarn_ext_factor,
+        .attn_factor = hp->yarn_attn_factor,
+        .beta_fast = hp->yarn_beta_fast,
+        .beta_slow = hp->yarn_beta_slow,
+        .n_ctx_orig = hp->rope_n_ctx_orig,
+        .freq_factors = m->rope_freqs.data,
+    };
+
+    size_t nb = p.n_batch;
+    ctx->n_out_step = MIN(p.n_batch, p.n_outputs);
+    uint64_t q_dim = (uint64_t)hp->n_head * hp->head_dim_k, att_dim = (uint64_t)hp->n_head * hp->head_dim_v;
+    ctx->x = floats_new(nb, hp->n_embd);
+    ctx->xb = floats_new(nb, hp->n_embd);
+    ctx->q = floats_new(nb, q_dim);
+    ctx->k = floats_new(nb, (uint64_t)ctx->kv.n_embd_k);
+    ctx->v = floats_new(nb, (uint64_t)ctx->kv.n_embd_v);
+    ctx->att = floats_new(nb, att_dim);
+    ctx->hb = floats_new(nb, hp->n_ff);
+    ctx->hb2 = floats_new(nb, hp->n_ff);
+    ctx->rope_cs = floats_new(nb, hp->n_rot);
+    ctx->scores = floats_new((size_t)p.n_threads, p.n_ctx);
+    ctx->out_x = floats_new(ctx->n_out_step, hp->n_embd);
+    ctx->logits = floats_new(p.n_outputs, hp->n_vocab);
+    ctx->mm_scratch_bytes = matmul_scratch_max(m, (int64_t)nb, ctx->n_out_step);
+    ctx->mm_scratch = malloc(ctx->mm_scratch_bytes ? ctx->mm_scratch_bytes : 1);
+    ctx->seq_next = malloc_array(p.n_seq, sizeof *ctx->seq_next);
+    if (!ctx->x || !ctx->xb || !ctx->q || !ctx->k || !ctx->v || !ctx->att || !ctx->hb ||
+        !ctx->hb2 || !ctx->rope_cs || !ctx->scores || !ctx->out_x || !ctx->logits ||
+        !ctx->mm_scratch || !ctx->seq_next) {
+        r = err_set(d, -ENOMEM, "cannot allocate the context's scratch buffers");
+        goto fail;
+    }
+    *ret = ctx;
+    return 0;
+fail:
+    engine_context_free(ctx);
+    return r;
+}
+
+const struct engine_model *engine_context_model(const struct engine_context *ctx) {
+    return ctx->model;
+}
+
+const struct engine_context_params *engine_context_params(const struct engine_context *ctx) {
+    return &ctx->params;
+}
+
+size_t engine_context_kv_bytes(const struct engine_context *ctx) {
+    return kv_cache_bytes(&ctx->kv);
+}
+
+/* Checks every token of b before anything runs; fills ctx->seq_next with one past the
+ * last position of each sequence in the batch (-1 for sequences it does not touch). */
+static int batch_check(struct engine_context *ctx, const struct engine_batch *b,
+                       struct err_detail *d) {
+    const struct kv_cache *kv = &ctx->kv;
+    if (b->n_tok <= 0 || !b->token || !b->pos)
+        return err_set(d, ERR_INVALID, "empty batch");
+    for (uint32_t s = 0; s < kv->n_seq; s++) ctx->seq_next[s] = -1;
+    int64_t n_out = 0;
+    for (int32_t i = 0; i < b->n_tok; i++) {
+        int32_t tok = b->token[i], pos = b->pos[i], seq = b->seq ? b->seq[i] : 0;
+        if (tok < 0 || (uint32_t)tok >= ctx->model->hp.n_vocab)
+            return err_set(d, ERR_TOKEN, "batch token %d: id %d is not in [0, %u)", i, tok,
+                           ctx->model->hp.n_vocab);
+        if (seq < 0 || (uint32_t)seq >= kv->n_seq)
+            return err_set(d, ERR_INVALID, "batch token %d: sequence %d is not in [0, %u)", i, seq,
+                           kv->n_seq);
+        if (pos < 0)
+            return err_set(d, ERR_INVALID, "batch token %d: negative position %d", i, pos);
+        if ((uint32_t)pos >= kv->n_ctx)
+            return err_set(d, ERR_CTX_FULL, "batch token %d: position %d is past the context "
+                           "size %u", i, pos, kv->n_ctx);
+        int32_t expect = ctx->seq_next[seq];
+        if (expect < 0 && (uint32_t)pos > kv->seq_len[seq])
+            return err_set(d, ERR_INVALID, "batch token %d: position %d leaves a gap after the "
+                           "%u cached positions of sequence %d", i, pos, kv->seq_len[seq], seq);
+        if (expect >= 0 && pos != expect)
+            return err_set(d, ERR_INVALID, "batch token %d: position %d of sequence %d, expected "
+                           "%d (consecutive positions)", i, pos, seq, expect);
+        ctx->seq_next[seq] = pos + 1;
+        n_out += b->want_logits ? b->want_logits[i] : i == b->n_tok - 1;
+    }
+    if (n_out > ctx->params.n_outputs)
+        return err_set(d, ERR_INVALID, "batch wants %lld rows of logits, the context holds %u",
+                       (long long)n_out, ctx->params.n_outputs);
+    return 0;
+}
+
+int engine_context_decode(struct engine_context *ctx, const struct engine_batch *b,
+                          struct err_detail *d) {
+    int r = batch_check(ctx, b, d);
+    if (r < 0) return r;
+    /* a token at position p < len rewrites the tail: the sequence becomes [0, p) first */
+    for (int32_t i = b->n_tok - 1; i >= 0; i--) {
+        int32_t seq = b->seq ? b->seq[i] : 0;
+        if ((uint32_t)b->pos[i] < ctx->kv.seq_len[seq]) ctx->kv.seq_len[seq] = (uint32_t)b->pos[i];
+    }
+    ctx->n_outputs = 0;
+    int32_t out_row = 0;
+    for (int32_t t0 = 0; t0 < b->n_tok; t0 += (int32_t)ctx->params.n_batch) {
+        int32_t n = MIN(b->n_tok - t0, (int32_t)ctx->params.n_batch);
+        forward_step(ctx, b, t0, n, &out_row);
+    }
+    ctx->n_outputs = out_row;
+    for (uint32_t s = 0; s < ctx->kv.n_seq; s++)
+        if (ctx->seq_next[s] >= 0) ctx->kv.seq_len[s] = (uint32_t)ctx->seq_next[s];
+    return 0;
+}
+
+const float *engine_context_logits(const struct engine_context *ctx, int32_t i) {
+    if (i < 0 || i >= ctx->n_outputs) return NULL;
+    return ctx->logits + (size_t)i * ctx->model->hp.n_vocab;
+}
+
+int32_t engine_context_n_outputs(const struct engine_context *ctx) {
+    return ctx->n_outputs;
+}

@@ -1,0 +1,165 @@
+/* The forward pass: one step over a run of batch tokens, layer by layer.
+ *
+ * Reads like llama2.c's forward(): embedding, then per layer RMSNorm -> Q, K, V -> RoPE ->
+ * cache -> attention -> output projection -> residual, RMSNorm -> SwiGLU FFN -> residual,
+ * then the final norm and the classifier for the tokens that want logits. Rows are tokens
+ * throughout: x is (n, n_embd). Speed lives in kernels/ (kern_matmul, the pool). */
+#include "engine/forward.h"
+
+#include <math.h>
+#include <string.h>
+
+/* y (n_tok, w->n_out) = x (n_tok, w->n_in) · Wᵀ */
+static void matmul(struct engine_context *ctx, float *y, const struct engine_weight *w,
+                   const float *x, int64_t n_tok) {
+    kern_matmul(ctx->pool, y, w->data, w->type, x, w->n_in, w->n_out, n_tok, ctx->mm_scratch);
+}
+
+/* y[t] += bias for each of n_tok rows, when the weight has a bias */
+static void add_bias(float *y, const struct engine_weight *bias, int64_t n_tok) {
+    if (!bias->data) return;
+    for (int64_t t = 0; t < n_tok; t++) kern_add(y + t * bias->n_in, bias->data, bias->n_in);
+}
+
+static int32_t batch_seq(const struct engine_batch *b, int32_t i) {
+    return b->seq ? b->seq[i] : 0;
+}
+
+static bool batch_wants(const struct engine_batch *b, int32_t i) {
+    return b->want_logits ? b->want_logits[i] : i == b->n_tok - 1;
+}
+
+static void pool_run(struct kern_pool *pool, kern_task_fn fn, void *arg) {
+    if (pool)
+        kern_pool_run(pool, fn, arg);
+    else
+        fn(arg, 0, 1);
+}
+
+struct attention_args {
+    struct engine_context *ctx;
+    const struct engine_batch *b;
+    int32_t t0, n, il;
+};
+
+/* Multi-head attention of the step's tokens over their sequences' cached cells:
+ * att[t][h] = softmax(q[t][h] · K[0..pos]ᵀ / sqrt(hd_k)) · V[0..pos]. Work items are
+ * (token, head) pairs dealt round-robin to the threads; each thread has its own scores. */
+static void attention_task(void *arg, int ith, int nth) {
+    const struct attention_args *a = arg;
+    struct engine_context *ctx = a->ctx;
+    const struct engine_hparams *hp = &ctx->model->hp;
+    const struct kv_cache *kv = &ctx->kv;
+    const int64_t n_head = hp->n_head, hd_k = hp->head_dim_k, hd_v = hp->head_dim_v;
+    const int64_t q_dim = n_head * hd_k, att_dim = n_head * hd_v;
+    const int64_t group = hp->n_head / hp->n_head_kv; /* query heads per KV head (GQA) */
+    const float scale = 1.0f / sqrtf((float)hd_k);
+    float *scores = ctx->scores + (size_t)ith * ctx->params.n_ctx; /* (n_ctx) */
+
+    for (int64_t item = ith; item < (int64_t)a->n * n_head; item += nth) {
+        int32_t t = (int32_t)(item / n_head);
+        int64_t h = item % n_head, h_kv = h / group;
+        int32_t seq = batch_seq(a->b, a->t0 + t), pos = a->b->pos[a->t0 + t];
+        int64_t n_kv = (int64_t)pos + 1; /* causal: cells 0..pos of its own sequence */
+        /* this KV head's slice of the sequence's first row; rows are k_row_bytes apart */
+        const char *k0 = (const char *)kv_k_row(kv, a->il, seq, 0) + kern_row_size(kv->type_k, h_kv * hd_k);
+        const char *v0 = (const char *)kv_v_row(kv, a->il, seq, 0) + kern_row_size(kv->type_v, h_kv * hd_v);
+        const float *q = ctx->q + t * q_dim + h * hd_k; /* (hd_k) */
+        float *out = ctx->att + t * att_dim + h * hd_v; /* (hd_v) */
+
+        kern_attn_scores(scores, q, k0, kv->type_k, kv->k_row_bytes, hd_k, n_kv, scale);
+        kern_softmax(scores, n_kv);
+        kern_attn_values(out, scores, v0, kv->type_v, kv->v_row_bytes, hd_v, n_kv);
+    }
+}
+
+/* x[t] = row token[t] of the embedding (any type with a to_f32) */
+static void embed(float *x, const struct engine_weight *emb, int32_t token) {
+    const char *row = (const char *)emb->data + (size_t)token * emb->row_bytes;
+    if (emb->type == KERN_TYPE_F32)
+        memcpy(x, row, (size_t)emb->n_in * sizeof(float));
+    else
+        kern_type_traits(emb->type)->to_f32(x, row, emb->n_in);
+}
+
+void forward_step(struct engine_context *ctx, const struct engine_batch *b, int32_t t0, int32_t n,
+                  int32_t *out_row) {
+    const struct engine_model *m = ctx->model;
+    const struct engine_hparams *hp = &m->hp;
+    struct kv_cache *kv = &ctx->kv;
+    const int64_t dim = hp->n_embd, n_ff = hp->n_ff, n_rot = hp->n_rot;
+    const int64_t hd_k = hp->head_dim_k;
+    const int64_t q_dim = hp->n_head * hd_k;                  /* query row */
+    const int64_t k_dim = kv->n_embd_k, v_dim = kv->n_embd_v; /* key / value rows */
+    const float eps = hp->rms_eps;
+    float *x = ctx->x, *xb = ctx->xb, *q = ctx->q, *k = ctx->k, *v = ctx->v;
+    float *hb = ctx->hb, *hb2 = ctx->hb2;
+
+    /* token embeddings: x (n, dim) */
+    for (int32_t t = 0; t < n; t++) embed(x + t * dim, &m->tok_embd, b->token[t0 + t]);
+    /* RoPE angles of each token's position: rope_cs (n, n_rot) */
+    for (int32_t t = 0; t < n; t++)
+        kern_rope_cache(ctx->rope_cs + t * n_rot, b->pos[t0 + t], &ctx->rope);
+
+    for (int il = 0; il < (int)hp->n_layer; il++) {
+        const struct engine_layer *l = &m->layers[il];
+
+        /* attention RMSNorm: xb (n, dim) */
+        for (int32_t t = 0; t < n; t++) kern_rmsnorm(xb + t * dim, x + t * dim, l->attn_norm.data, dim, eps);
+
+        /* q (n, n_head × hd_k), k (n, n_head_kv × hd_k), v (n, n_head_kv × hd_v) */
+        matmul(ctx, q, &l->wq, xb, n);
+        matmul(ctx, k, &l->wk, xb, n);
+        matmul(ctx, v, &l->wv, xb, n);
+        add_bias(q, &l->bq, n);
+        add_bias(k, &l->bk, n);
+        add_bias(v, &l->bv, n);
+
+        /* qwen3: RMSNorm of every query and key head (hd_k values each) */
+        if (l->q_norm.data)
+            for (int64_t i = 0; i < n * hp->n_head; i++) kern_rmsnorm(q + i * hd_k, q + i * hd_k, l->q_norm.data, hd_k, eps);
+        if (l->k_norm.data)
+            for (int64_t i = 0; i < n * hp->n_head_kv; i++) kern_rmsnorm(k + i * hd_k, k + i * hd_k, l->k_norm.data, hd_k, eps);
+
+        /* RoPE on the first n_rot values of every query and key head */
+        for (int32_t t = 0; t < n; t++) {
+            const float *cs = ctx->rope_cs + t * n_rot;
+            kern_rope_apply(q + t * q_dim, cs, hp->n_head, hd_k, &ctx->rope);
+            kern_rope_apply(k + t * k_dim, cs, hp->n_head_kv, hd_k, &ctx->rope);
+        }
+
+        /* store k and v at (sequence, position) in the cache's types */
+        if (kv_owns(kv, il))
+            for (int32_t t = 0; t < n; t++) {
+                int32_t seq = batch_seq(b, t0 + t), pos = b->pos[t0 + t];
+                kv_row_store(kv_k_row(kv, il, seq, pos), k + t * k_dim, kv->type_k, k_dim);
+                kv_row_store(kv_v_row(kv, il, seq, pos), v + t * v_dim, kv->type_v, v_dim);
+            }
+
+        /* attention: att (n, n_head × hd_v) */
+        struct attention_args aa = {.ctx = ctx, .b = b, .t0 = t0, .n = n, .il = il};
+        pool_run(ctx->pool, attention_task, &aa);
+
+        /* output projection and residual: x += att · Woᵀ */
+        matmul(ctx, xb, &l->wo, ctx->att, n);
+        add_bias(xb, &l->bo, n);
+        kern_add(x, xb, n * dim);
+
+        /* FFN: x += W_down · (silu(W_gate · xb) * (W_up · xb)), hidden (n, n_ff) */
+        for (int32_t t = 0; t < n; t++) kern_rmsnorm(xb + t * dim, x + t * dim, l->ffn_norm.data, dim, eps);
+        matmul(ctx, hb, &l->w_gate, xb, n);
+        matmul(ctx, hb2, &l->w_up, xb, n);
+        kern_silu_mul(hb, hb, hb2, n * n_ff);
+        matmul(ctx, xb, &l->w_down, hb, n);
+        kern_add(x, xb, n * dim);
+    }
+
+    /* final RMSNorm of the tokens that want logits: out_x (n_out, dim) */
+    int32_t n_out = 0;
+    for (int32_t t = 0; t < n; t++)
+        if (batch_wants(b, t0 + t))
+            kern_rmsnorm(ctx->out_x + (size_t)n_out++ * dim, x + t * dim, m->output_norm.data, dim, eps);
+    /* classifier: logits (n_out, n_vocab) */
+    if (n_out > 0) matmul(ctx, ctx->logits + (size_t)*out_row * hp->n_vocab, &m->output, ctx->out_x, n_out);
+    *out_row += n_out;
+}

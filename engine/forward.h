@@ -1,0 +1,42 @@
+/* forward — private to the engine: the state of a context that the forward pass uses
+ * (context.c creates it, forward.c runs it, kv-cache.c owns the cache part). */
+#pragma once
+
+#include "engine/context.h"
+#include "engine/kv-cache.h"
+#include "engine/model.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+
+struct engine_context {
+    const struct engine_model *model; /* borrowed */
+    struct engine_context_params params;
+    struct kern_pool *pool;
+    struct kv_cache kv;
+    struct kern_rope_params rope;
+
+    /* Scratch rows, sized for n_batch tokens at creation (float counts per row): */
+    float *x;        /* (n_batch, n_embd) the residual stream */
+    float *xb;       /* (n_batch, n_embd) normed input / projection output */
+    float *q;        /* (n_batch, n_head × hd_k) */
+    float *k;        /* (n_batch, n_head_kv × hd_k) */
+    float *v;        /* (n_batch, n_head_kv × hd_v) */
+    float *att;      /* (n_batch, n_head × hd_v) attention output */
+    float *hb, *hb2; /* (n_batch, n_ff) FFN hidden */
+    float *rope_cs;  /* (n_batch, n_rot) cos/sin pairs per token */
+    float *scores;   /* (n_threads, n_ctx) attention weights per worker */
+    float *out_x;    /* (n_out_step, n_embd) final hidden states of the tokens with logits */
+    void *mm_scratch;
+    size_t mm_scratch_bytes;
+    uint32_t n_out_step; /* rows of out_x: min(n_batch, n_outputs) */
+
+    float *logits;     /* (n_outputs, n_vocab) */
+    int32_t n_outputs; /* rows filled by the last decode */
+
+    int32_t *seq_next; /* (n_seq) validation scratch: next expected position, -1 = unseen */
+};
+
+/* One step of the forward pass over tokens [t0, t0 + n) of b (n <= n_batch); writes the
+ * logits of its tokens that want them from row *out_row on. The batch is valid. */
+void forward_step(struct engine_context *ctx, const struct engine_batch *b, int32_t t0, int32_t n,
+                  int32_t *out_row);

@@ -1,0 +1,132 @@
+/* model — a transformer's hyperparameters and weights, read from a GGUF file.
+ *
+ * engine_model_load() opens the file (mmap, read-only), looks the architecture up in the
+ * arch table (engine/model.c: name -> hparam keys, tensor names, layer recipe), reads the
+ * hparams with the defaults llama.cpp applies, and validates every tensor the recipe
+ * names (presence, type, shape) and that the file holds no tensor the recipe does not
+ * use. Bad files get a specific ERR_MODEL_* code and a detail message naming the key or
+ * the tensor; nothing aborts.
+ *
+ * Weights are views into the mapping, except 1-D tensors (norm weights, biases, RoPE
+ * frequency factors), which are converted to f32 into one arena owned by the model.
+ * A loaded model is immutable: any number of contexts and threads may read it until
+ * engine_model_free().
+ *
+ * Identity: the fingerprint is XXH3-128 over the file bytes (DESIGN.md 3.1). */
+#pragma once
+
+#include "base/base.h"
+#include "engine/gguf.h"
+#include "kernels/types.h"
+
+#define ENGINE_MAX_LAYERS 512 /* as llama.cpp's LLAMA_MAX_LAYERS */
+
+enum engine_arch {
+    ENGINE_ARCH_LLAMA,
+    ENGINE_ARCH_QWEN2,
+    ENGINE_ARCH_QWEN3,
+    ENGINE_ARCH_COUNT
+};
+
+/* How RoPE pairs the values of a head. */
+enum engine_rope_kind {
+    ENGINE_ROPE_NORM, /* adjacent pairs (x[2i], x[2i+1]): llama */
+    ENGINE_ROPE_NEOX, /* halves (x[i], x[i + n_rot/2]): qwen2, qwen3 */
+    ENGINE_ROPE_KIND_COUNT
+};
+
+enum engine_rope_scaling {
+    ENGINE_ROPE_SCALING_NONE,
+    ENGINE_ROPE_SCALING_LINEAR, /* positions divided by the factor */
+    ENGINE_ROPE_SCALING_YARN,
+    ENGINE_ROPE_SCALING_LLAMA3, /* per-frequency divisors from the rope_freqs.weight tensor */
+    ENGINE_ROPE_SCALING_COUNT
+};
+
+struct engine_hparams {
+    uint32_t n_ctx_train; /* <arch>.context_length (not trusted for limits) */
+    uint32_t n_embd;
+    uint32_t n_layer;
+    uint32_t n_head;
+    uint32_t n_head_kv;  /* default n_head */
+    uint32_t head_dim_k; /* <arch>.attention.key_length, default n_embd / n_head */
+    uint32_t head_dim_v; /* <arch>.attention.value_length, default n_embd / n_head */
+    uint32_t n_ff;
+    uint32_t n_vocab; /* rows of token_embd.weight */
+    uint32_t n_rot;   /* <arch>.rope.dimension_count, default head_dim_k; even, <= head_dim_k */
+    float rms_eps;    /* <arch>.attention.layer_norm_rms_epsilon */
+
+    enum engine_rope_kind rope_kind;
+    enum engine_rope_scaling rope_scaling;
+    float rope_freq_base;     /* default 10000 */
+    float rope_freq_scale;    /* 1 / scaling factor; 1 without scaling */
+    uint32_t rope_n_ctx_orig; /* yarn: original training context, default n_ctx_train */
+    float yarn_ext_factor;    /* 1 with yarn, else 0 */
+    float yarn_attn_factor;   /* default 1 */
+    float yarn_beta_fast;     /* default 32 */
+    float yarn_beta_slow;     /* default 1 */
+
+    bool tied_embeddings; /* no output.weight: the classifier is token_embd.weight */
+};
+
+/* A weight: n_out rows of n_in values of `type` (kern_matmul's layout; GGUF ne[0] = n_in,
+ * ne[1] = n_out). A 1-D tensor has n_out = 1 and is always f32 here. data == NULL: absent
+ * (an optional tensor the file does not have). */
+struct engine_weight {
+    const void *data;
+    enum kern_type type;
+    int64_t n_in, n_out;
+    size_t row_bytes;
+};
+
+struct engine_layer {
+    struct engine_weight attn_norm;        /* (n_embd) */
+    struct engine_weight wq, wk, wv, wo;   /* (n_head*hd_k, n_embd) (n_head_kv*hd_k, n_embd)
+                                            * (n_head_kv*hd_v, n_embd) (n_embd, n_head*hd_v) */
+    struct engine_weight bq, bk, bv, bo;   /* biases of the same rows, optional */
+    struct engine_weight q_norm, k_norm;   /* (hd_k): qwen3's per-head RMSNorm */
+    struct engine_weight ffn_norm;         /* (n_embd) */
+    struct engine_weight w_gate, w_up;     /* (n_ff, n_embd) */
+    struct engine_weight w_down;           /* (n_embd, n_ff) */
+};
+
+struct engine_model {
+    enum engine_arch arch;
+    const char *arch_name; /* static */
+    struct engine_hparams hp;
+    struct hash128 fingerprint;
+
+    struct engine_weight tok_embd;    /* (n_vocab, n_embd), any type with to_f32 */
+    struct engine_weight output_norm; /* (n_embd) */
+    struct engine_weight output;      /* (n_vocab, n_embd): output.weight or tok_embd */
+    struct engine_weight rope_freqs;  /* (n_rot/2) divisors of each frequency, optional */
+    struct engine_layer *layers;      /* n_layer */
+
+    struct gguf_file *file; /* owned; the weights point into its mapping */
+    float *vec_arena;       /* owned: the f32 copies of 1-D tensors */
+    uint64_t weight_bytes;  /* bytes of all weights, for bandwidth estimates */
+};
+
+struct engine_model_params {
+    /* When non-NULL, the caller already knows the fingerprint of this file (remembered
+     * per device, inode, size and mtime) and the load skips hashing the file. */
+    const struct hash128 *fingerprint;
+};
+
+/* Opens, validates and loads the model at path. *ret is written on success only. */
+int engine_model_load(const char *path, const struct engine_model_params *params,
+                      struct engine_model **ret, struct err_detail *d);
+/* Same over an open file; takes ownership of f (closed on failure too). */
+int engine_model_load_gguf(struct gguf_file *f, const struct engine_model_params *params,
+                           struct engine_model **ret, struct err_detail *d);
+void engine_model_free(struct engine_model *m);
+
+/* The architecture id of a name ("llama"), < 0 (ERR_MODEL_ARCH) when unknown. */
+int engine_arch_from_name(const char *name);
+const char *engine_arch_name(enum engine_arch arch);
+
+/* The file the model was loaded from (for the vocabulary and metadata); lives as long as
+ * the model. */
+static inline const struct gguf_file *engine_model_gguf(const struct engine_model *m) {
+    return m->file;
+}
