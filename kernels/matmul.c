@@ -3,6 +3,7 @@
 #include "kernels/matmul.h"
 
 #include "base/base.h"
+#include "kernels/cpu/x86.h"
 #include "kernels/ref/matmul.h"
 
 #include <errno.h>
@@ -23,8 +24,21 @@ struct level_row {
     void (*fill)(struct kern_impl *impl);
 };
 static bool level_ref_usable(const struct kern_cpu_info *cpu) { return true; }
+#if defined(__x86_64__)
+static bool level_avx2_usable(const struct kern_cpu_info *cpu) {
+    return cpu->avx2 && cpu->fma && cpu->f16c;
+}
+static bool level_avx512_usable(const struct kern_cpu_info *cpu) {
+    return level_avx2_usable(cpu) && cpu->avx512f && cpu->avx512bw && cpu->avx512vl &&
+           cpu->avx512vnni;
+}
+#endif
 static const struct level_row levels[] = {
     {"ref", level_ref_usable, NULL},
+#if defined(__x86_64__)
+    {"avx2", level_avx2_usable, kern_impl_fill_avx2},
+    {"avx512", level_avx512_usable, kern_impl_fill_avx512},
+#endif
 };
 
 const char *kern_level_name(int i) {

@@ -1,0 +1,377 @@
+/* The body of the x86 SIMD kernels, compiled once per level: kernels/cpu/x86-avx2.c and
+ * x86-avx512.c include it inside a `#pragma GCC target` region after defining
+ *   X86_SFX(name)  name with the level's suffix
+ *   X86_VNNI       1: int8 dot products with VPDPBUSD (AVX512-VNNI + VL), 0: PMADDUBSW
+ *   X86_W512       1: float tiles in 512-bit registers, 0: 256-bit
+ * Nothing here runs unless kern_init() saw the level's features.
+ *
+ * Quantized tiles: per 32-value block, each weight row is unpacked once into 32 bytes
+ * and meets every token of the tile; each activation block meets every row. Two ways to
+ * feed the unsigned×signed byte dot (VPDPBUSD / PMADDUBSW):
+ *   U: the weight codes are unsigned u = value + OFF (q4: OFF 8, q5: 16, q8_0/iq4_nl: 128,
+ *      q4_1/q5_1: 0) and Σ u·x is corrected by -OFF·Σx, computed once per token block;
+ *   S: signed values v, Σ |v|·(x·sign v) — for PMADDUBSW when u could reach 255, where
+ *      its 16-bit pair sums would saturate (q8_0, iq4_nl without VNNI).
+ * Each block's integer lanes are converted to f32 and accumulated with d_w·d_x; q4_1 and
+ * q5_1 add m·s (s = d_x·Σq_x from the q8_1 block). */
+#include <immintrin.h>
+#include <string.h>
+
+#define X86_INLINE static inline __attribute__((always_inline))
+
+enum wkind { WK_Q8_0, WK_Q4_0, WK_Q4_1, WK_Q5_0, WK_Q5_1, WK_IQ4_NL };
+
+/* bytes per weight block, offset of the codes' zero, whether it carries m */
+X86_INLINE size_t wk_bytes(int k) {
+    static const size_t b[] = {34, 18, 20, 22, 24, 18};
+    return b[k];
+}
+X86_INLINE int wk_off(int k) {
+    static const int o[] = {128, 8, 0, 16, 0, 128};
+    return o[k];
+}
+X86_INLINE bool wk_has_m(int k) { return k == WK_Q4_1 || k == WK_Q5_1; }
+X86_INLINE bool wk_signed(int k) { return !X86_VNNI && (k == WK_Q8_0 || k == WK_IQ4_NL); }
+
+X86_INLINE float f16_load(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, sizeof(h));
+    return _cvtsh_ss(h);
+}
+
+/* Σ over 4-byte groups of u[i]·s[i], added to acc (u unsigned, s signed). Without VNNI
+ * the 16-bit pair sums must not saturate: callers keep u·s pairs below 2^15. */
+X86_INLINE __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
+#if X86_VNNI
+    return _mm256_dpbusd_epi32(acc, u, s);
+#else
+    __m256i p = _mm256_maddubs_epi16(u, s);
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+#endif
+}
+
+X86_INLINE float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 16 bytes of nibbles -> 32 bytes: low nibbles (values 0..15) then high (16..31). */
+X86_INLINE __m256i nibbles_unpack(const uint8_t *qs) {
+    __m128i b = _mm_loadu_si128((const __m128i *)qs);
+    __m128i m = _mm_set1_epi8(0x0f);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
+}
+
+/* The 32 fifth bits of a q5 block (bit j of the little-endian u32 = value j) as bytes
+ * 0x10 / 0x00. */
+X86_INLINE __m256i qh_unpack(const uint8_t *qh) {
+    uint32_t bits;
+    memcpy(&bits, qh, sizeof(bits));
+    const __m256i spread = _mm256_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll,
+                                             0x0101010101010101ll, 0x0000000000000000ll);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), spread);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+/* Unpacks weight block wb of kind K into codes (U) or signed values (S), its d and m. */
+X86_INLINE __m256i wblock_unpack(const uint8_t *wb, const int K, float *ret_d, float *ret_m) {
+    *ret_d = f16_load(wb);
+    *ret_m = wk_has_m(K) ? f16_load(wb + 2) : 0.0f;
+    switch (K) {
+    case WK_Q8_0: {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(wb + 2));
+        return wk_signed(K) ? v : _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80));
+    }
+    case WK_Q4_0: return nibbles_unpack(wb + 2);
+    case WK_Q4_1: return nibbles_unpack(wb + 4);
+    case WK_Q5_0: return _mm256_or_si256(nibbles_unpack(wb + 6), qh_unpack(wb + 2));
+    case WK_Q5_1: return _mm256_or_si256(nibbles_unpack(wb + 8), qh_unpack(wb + 4));
+    default: { /* WK_IQ4_NL: codes through the 16-entry table (+128 in U mode) */
+        const __m128i tbl =
+            wk_signed(K)
+                ? _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+                : _mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129, (char)141, (char)153,
+                                (char)166, (char)181, (char)197, (char)217, (char)241);
+        return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(tbl), nibbles_unpack(wb + 2));
+    }
+    }
+}
+
+/* NR weight rows × NT tokens over nb blocks (NR, NT compile-time after inlining). */
+X86_INLINE void qtile_body(float *y, int64_t ys, const uint8_t *w, size_t wst, const uint8_t *x,
+                           size_t xst, int64_t nb, const int NR, const int NT, const int K) {
+    const size_t wbs = wk_bytes(K), xbs = wk_has_m(K) ? 36 : 34, xq_at = wk_has_m(K) ? 4 : 2;
+    const int off = wk_off(K);
+    __m256 acc[4][4];
+    float macc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            acc[r][t] = _mm256_setzero_ps();
+            macc[r][t] = 0.0f;
+        }
+    for (int64_t ib = 0; ib < nb; ib++) {
+        __m256i xq[4], xc[4];
+        __m256 dx[4];
+        float sx[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            const uint8_t *xb = x + t * xst + ib * xbs;
+            dx[t] = _mm256_set1_ps(f16_load(xb));
+            sx[t] = wk_has_m(K) ? f16_load(xb + 2) : 0.0f;
+            xq[t] = _mm256_loadu_si256((const __m256i *)(xb + xq_at));
+            xc[t] = _mm256_setzero_si256();
+            if (!wk_signed(K) && off)
+                xc[t] = _mm256_sub_epi32(
+                    xc[t], dot_u8s8(_mm256_setzero_si256(), _mm256_set1_epi8((char)off), xq[t]));
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            float dw, mw;
+            __m256i q = wblock_unpack(w + r * wst + ib * wbs, K, &dw, &mw);
+            __m256i qa = wk_signed(K) ? _mm256_abs_epi8(q) : q;
+            __m256 dwv = _mm256_set1_ps(dw);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m256i p = wk_signed(K)
+                                ? dot_u8s8(_mm256_setzero_si256(), qa, _mm256_sign_epi8(xq[t], q))
+                                : dot_u8s8(xc[t], q, xq[t]);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dwv, dx[t]), acc[r][t]);
+                if (wk_has_m(K)) macc[r][t] += mw * sx[t];
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) y[t * ys + r] = hsum256(acc[r][t]) + macc[r][t];
+}
+
+/* Full 4×4 tiles, 4×1 for single tokens (decode), 1×1 for the ragged edges. */
+X86_INLINE void qtile(float *y, int64_t ys, const void *w, size_t wst, const void *x, size_t xst,
+                      int64_t n, int nr, int nt, const int K) {
+    const uint8_t *wb = w, *xb = x;
+    int64_t nb = n / 32;
+    if (nr == 4 && nt == 4) {
+        qtile_body(y, ys, wb, wst, xb, xst, nb, 4, 4, K);
+    } else if (nr == 4) {
+        for (int t = 0; t < nt; t++) qtile_body(y + t * ys, ys, wb, wst, xb + t * xst, xst, nb, 4, 1, K);
+    } else {
+        for (int t = 0; t < nt; t++)
+            for (int r = 0; r < nr; r++)
+                qtile_body(y + t * ys + r, ys, wb + r * wst, wst, xb + t * xst, xst, nb, 1, 1, K);
+    }
+}
+
+#define X86_QTILE(name, K)                                                                  \
+    static void X86_SFX(tile_##name)(float *y, int64_t ys, const void *w, size_t wst,       \
+                                     const void *x, size_t xst, int64_t n, int nr, int nt) { \
+        qtile(y, ys, w, wst, x, xst, n, nr, nt, K);                                          \
+    }
+X86_QTILE(q8_0, WK_Q8_0)
+X86_QTILE(q4_0, WK_Q4_0)
+X86_QTILE(q4_1, WK_Q4_1)
+X86_QTILE(q5_0, WK_Q5_0)
+X86_QTILE(q5_1, WK_Q5_1)
+X86_QTILE(iq4_nl, WK_IQ4_NL)
+#undef X86_QTILE
+
+/* ---- float weights × f32 activations ------------------------------------------------- */
+
+enum fkind { FK_F32, FK_F16, FK_BF16 };
+
+#if X86_W512
+typedef __m512 vf;
+#define VF_N 16
+#define vf_zero _mm512_setzero_ps
+#define vf_fma _mm512_fmadd_ps
+#define vf_loadu _mm512_loadu_ps
+#define vf_hsum _mm512_reduce_add_ps
+X86_INLINE vf vf_load_w(const uint8_t *row, int64_t i, const int F) {
+    switch (F) {
+    case FK_F32: return _mm512_loadu_ps((const float *)row + i);
+    case FK_F16: return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * i)));
+    default:
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(row + 2 * i))), 16));
+    }
+}
+#else
+typedef __m256 vf;
+#define VF_N 8
+#define vf_zero _mm256_setzero_ps
+#define vf_fma _mm256_fmadd_ps
+#define vf_loadu _mm256_loadu_ps
+#define vf_hsum hsum256
+X86_INLINE vf vf_load_w(const uint8_t *row, int64_t i, const int F) {
+    switch (F) {
+    case FK_F32: return _mm256_loadu_ps((const float *)row + i);
+    case FK_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * i)));
+    default:
+        return _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(row + 2 * i))), 16));
+    }
+}
+#endif
+
+X86_INLINE float f_load_w1(const uint8_t *row, int64_t i, const int F) {
+    switch (F) {
+    case FK_F32: {
+        float f;
+        memcpy(&f, row + 4 * i, sizeof(f));
+        return f;
+    }
+    case FK_F16: return f16_load(row + 2 * i);
+    default: {
+        uint16_t h;
+        uint32_t u;
+        float f;
+        memcpy(&h, row + 2 * i, sizeof(h));
+        u = (uint32_t)h << 16;
+        memcpy(&f, &u, sizeof(f));
+        return f;
+    }
+    }
+}
+
+X86_INLINE void ftile_body(float *y, int64_t ys, const uint8_t *w, size_t wst, const uint8_t *x,
+                           size_t xst, int64_t n, const int NR, const int NT, const int F) {
+    vf acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) acc[r][t] = vf_zero();
+    int64_t i = 0;
+    for (; i + VF_N <= n; i += VF_N) {
+        vf xv[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) xv[t] = vf_loadu((const float *)(x + t * xst) + i);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            vf wv = vf_load_w(w + r * wst, i, F);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) acc[r][t] = vf_fma(wv, xv[t], acc[r][t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            float s = vf_hsum(acc[r][t]);
+            for (int64_t j = i; j < n; j++)
+                s += f_load_w1(w + r * wst, j, F) * ((const float *)(x + t * xst))[j];
+            y[t * ys + r] = s;
+        }
+}
+
+X86_INLINE void ftile(float *y, int64_t ys, const void *w, size_t wst, const void *x, size_t xst,
+                      int64_t n, int nr, int nt, const int F) {
+    const uint8_t *wb = w, *xb = x;
+    if (nr == 4 && nt == 4) {
+        ftile_body(y, ys, wb, wst, xb, xst, n, 4, 4, F);
+    } else if (nr == 4) {
+        for (int t = 0; t < nt; t++) ftile_body(y + t * ys, ys, wb, wst, xb + t * xst, xst, n, 4, 1, F);
+    } else {
+        for (int t = 0; t < nt; t++)
+            for (int r = 0; r < nr; r++)
+                ftile_body(y + t * ys + r, ys, wb + r * wst, wst, xb + t * xst, xst, n, 1, 1, F);
+    }
+}
+
+#define X86_FTILE(name, F)                                                                  \
+    static void X86_SFX(tile_##name)(float *y, int64_t ys, const void *w, size_t wst,       \
+                                     const void *x, size_t xst, int64_t n, int nr, int nt) { \
+        ftile(y, ys, w, wst, x, xst, n, nr, nt, F);                                          \
+    }
+X86_FTILE(f32, FK_F32)
+X86_FTILE(f16, FK_F16)
+X86_FTILE(bf16, FK_BF16)
+#undef X86_FTILE
+
+/* ---- activation quantizers, bit-identical to the reference --------------------------- */
+
+/* round(v) with ties away from zero, as roundf: round to nearest even, then fix exact
+ * ties (v - trunc(v) == ±0.5) to trunc(v) ± 1. */
+X86_INLINE __m256 round_away(__m256 v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 r = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+    __m256 tie = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_EQ_OQ);
+    __m256 away = _mm256_add_ps(t, _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f)));
+    return _mm256_blendv_ps(r, away, tie);
+}
+
+/* One block of 32: writes d (fp16) and 32 int8 at qs; returns Σq and the unrounded d.
+ * Same arithmetic as the reference: d = amax / 127, id = 1 / d, q = round(x · id). */
+X86_INLINE int q8_block(const float *x, kern_f16 *ret_d, int8_t *qs, float *ret_df) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4], m = _mm256_setzero_ps();
+    for (int k = 0; k < 4; k++) {
+        v[k] = _mm256_loadu_ps(x + 8 * k);
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    float amax = _mm_cvtss_f32(h);
+    float d = amax / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    *ret_d = (kern_f16)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+    *ret_df = d;
+    __m256 idv = _mm256_set1_ps(id);
+    __m256i i[4];
+    for (int k = 0; k < 4; k++) i[k] = _mm256_cvtps_epi32(round_away(_mm256_mul_ps(v[k], idv)));
+    __m256i s = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)qs, p);
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+    return _mm_cvtsi128_si32(s4);
+}
+
+static void X86_SFX(quant_q8_0)(void *dst, const float *src, int64_t n) {
+    struct block_q8_0 *b = dst;
+    float d;
+    for (int64_t i = 0; i < n / 32; i++) q8_block(src + 32 * i, &b[i].d, b[i].qs, &d);
+}
+
+static void X86_SFX(quant_q8_1)(void *dst, const float *src, int64_t n) {
+    struct block_q8_1 *b = dst;
+    for (int64_t i = 0; i < n / 32; i++) {
+        float d;
+        int sum = q8_block(src + 32 * i, &b[i].d, b[i].qs, &d);
+        b[i].s = (kern_f16)_cvtss_sh((float)sum * d, _MM_FROUND_TO_NEAREST_INT);
+    }
+}
+
+static void X86_SFX(quant_f16)(void *dst, const float *src, int64_t n) {
+    kern_f16 *h = dst;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(h + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) h[i] = kern_fp32_to_fp16(src[i]);
+}
+
+void X86_SFX(kern_impl_fill)(struct kern_impl *impl) {
+    impl->tile[KERN_TYPE_F32] = X86_SFX(tile_f32);
+    impl->tile[KERN_TYPE_F16] = X86_SFX(tile_f16);
+    impl->tile[KERN_TYPE_BF16] = X86_SFX(tile_bf16);
+    impl->tile[KERN_TYPE_Q8_0] = X86_SFX(tile_q8_0);
+    impl->tile[KERN_TYPE_Q4_0] = X86_SFX(tile_q4_0);
+    impl->tile[KERN_TYPE_Q4_1] = X86_SFX(tile_q4_1);
+    impl->tile[KERN_TYPE_Q5_0] = X86_SFX(tile_q5_0);
+    impl->tile[KERN_TYPE_Q5_1] = X86_SFX(tile_q5_1);
+    impl->tile[KERN_TYPE_IQ4_NL] = X86_SFX(tile_iq4_nl);
+    impl->from_f32[KERN_TYPE_Q8_0] = X86_SFX(quant_q8_0);
+    impl->from_f32[KERN_TYPE_Q8_1] = X86_SFX(quant_q8_1);
+    impl->from_f32[KERN_TYPE_F16] = X86_SFX(quant_f16);
+}

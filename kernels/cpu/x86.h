@@ -1,0 +1,9 @@
+/* x86 SIMD levels of the matmul dispatch table (kernels/ref/matmul.h). Each fill function
+ * overwrites the entries its level has kernels for; call it only when kern_cpu() reports
+ * the features the level needs (avx2: AVX2+FMA+F16C; avx512: + AVX512F/BW/VL/VNNI). */
+#pragma once
+
+#include "kernels/ref/matmul.h"
+
+void kern_impl_fill_avx2(struct kern_impl *impl);
+void kern_impl_fill_avx512(struct kern_impl *impl);
