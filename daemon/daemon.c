@@ -1,0 +1,120 @@
+/* daemon — lifecycle of the whole service (see daemon.h). */
+#include "daemon/daemon.h"
+
+#include "daemon/log.h"
+#include "daemon/server.h"
+
+#include <errno.h>
+#include <grpc/grpc.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* gRPC worker threads: handlers are short (long work runs on scheduler threads). */
+#define RPC_WORKERS 4
+
+static int accept_cb(void *userdata, int fd) { return server_add_fd(userdata, fd); }
+
+static void status_line(struct daemon *d, char *buf, size_t n) {
+    snprintf(buf, n, "serving on %s: %zu models available, %llu loaded, %u calls active",
+             d->listener.path, registry_count(&d->registry),
+             (unsigned long long)metrics_get(&d->metrics, METRIC_MODELS_LOADED),
+             d->server ? server_active_calls(d->server) : 0);
+}
+
+int daemon_start(struct daemon *d, struct err_detail *err) {
+    const struct config *c = &d->config;
+    d->start_usec = time_now_usec();
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    d->threads = c->threads ? c->threads : (uint32_t)(cpus > 0 ? cpus : 1);
+    d->memory_budget_bytes = c->memory_budget_bytes;
+    if (!d->memory_budget_bytes) {
+        long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+        if (pages > 0 && psize > 0) d->memory_budget_bytes = (uint64_t)pages * (uint64_t)psize / 4 * 3;
+    }
+    notify_init(&d->notify);
+    registry_init(&d->registry, c->models_dir);
+    d->parts_up = true;
+    struct err_detail e = {0};
+    int r = registry_scan(&d->registry, &e);
+    if (r < 0) log_warn("%s; serving no models until it exists (SIGHUP rescans)", err_msg(&e, r));
+    metrics_set(&d->metrics, METRIC_MODELS_AVAILABLE, registry_count(&d->registry));
+
+    r = listener_open(&d->listener, c, err);
+    d->listener_open = true;
+    if (r < 0) return r;
+    grpc_init();
+    d->grpc_up = true;
+    r = server_new(d, c, &d->server, err);
+    if (r < 0) return r;
+    r = server_start(d->server, RPC_WORKERS);
+    if (r < 0) return err_set(err, r, "starting the gRPC server: %s", err_str(r));
+    r = listener_start(&d->listener, accept_cb, d->server, &d->metrics, &d->notify);
+    if (r < 0) return err_set(err, r, "starting the accept thread: %s", err_str(r));
+    log_info("warmd %s listening on %s (%s); %zu models in %s", DAEMON_VERSION,
+             d->listener.path, d->listener.activated ? "socket-activated" : "bound",
+             registry_count(&d->registry), c->models_dir);
+    char status[256];
+    status_line(d, status, sizeof status);
+    notify_ready(&d->notify, status);
+    return 0;
+}
+
+void daemon_reload(struct daemon *d) {
+    notify_reloading(&d->notify);
+    struct err_detail e = {0};
+    int r = registry_scan(&d->registry, &e);
+    if (r < 0) log_warn("rescan: %s", err_msg(&e, r));
+    else log_info("rescanned %s: %d models", d->config.models_dir, r);
+    metrics_set(&d->metrics, METRIC_MODELS_AVAILABLE, registry_count(&d->registry));
+    char status[256];
+    status_line(d, status, sizeof status);
+    notify_ready(&d->notify, status);
+}
+
+void daemon_tick(struct daemon *d) {
+    notify_tick(&d->notify, time_now_usec());
+    char status[256];
+    status_line(d, status, sizeof status);
+    notify_status(&d->notify, status);
+}
+
+void daemon_run(struct daemon *d) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    for (;;) {
+        uint64_t usec = notify_interval_usec(&d->notify);
+        struct timespec ts = {.tv_sec = (time_t)(usec / 1000000), .tv_nsec = (long)(usec % 1000000) * 1000};
+        int sig = sigtimedwait(&set, NULL, &ts);
+        if (sig == SIGTERM || sig == SIGINT) {
+            log_info("%s: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+            return;
+        }
+        if (sig == SIGHUP) daemon_reload(d);
+        daemon_tick(d);
+    }
+}
+
+void daemon_stop(struct daemon *d) {
+    if (!d->parts_up) return;
+    notify_stopping(&d->notify, "draining");
+    if (d->listener_open) listener_stop(&d->listener);
+    if (d->server) {
+        server_stop(d->server);
+        server_free(d->server);
+        d->server = NULL;
+    }
+    if (d->listener_open) listener_close(&d->listener);
+    d->listener_open = false;
+    if (d->grpc_up) grpc_shutdown();
+    d->grpc_up = false;
+    registry_done(&d->registry);
+    notify_done(&d->notify);
+    d->parts_up = false;
+    log_info("stopped");
+}

@@ -1,0 +1,48 @@
+/* daemon — warmd, the model service: the pieces and their lifecycle.
+ *
+ * struct daemon holds everything the process runs (config, metrics, notify, model
+ * registry, listener, gRPC server). Exactly one exists, in main.c; every function gets
+ * it passed down (handlers through rpc_call_daemon). Threads: main (signals, watchdog,
+ * STATUS=), the accept loop, gRPC workers, gRPC's own threads.
+ *
+ * Startup order: config → log → block signals → grpc_init → registry scan → listener
+ * (activated fd or bound socket) → server → accept loop → READY=1. Shutdown: STOPPING=1
+ * → stop accepting → drain the server (streams end UNAVAILABLE) → close → grpc_shutdown. */
+#pragma once
+
+#include "base/base.h"
+#include "daemon/config.h"
+#include "daemon/listener.h"
+#include "daemon/metrics.h"
+#include "daemon/notify.h"
+#include "daemon/registry.h"
+
+#define DAEMON_VERSION "0.1.0"
+
+struct server;
+
+struct daemon {
+    struct config config;
+    struct metrics metrics;
+    struct notify notify;
+    struct registry registry;
+    struct listener listener;
+    struct server *server;
+    uint64_t start_usec;        /* time_now_usec() at startup */
+    uint32_t threads;           /* effective: config threads, or the online CPUs */
+    uint64_t memory_budget_bytes;   /* effective: config, or 3/4 of physical memory */
+    bool parts_up, listener_open, grpc_up;  /* what daemon_stop must undo */
+};
+
+/* Brings the daemon up to serving (see the order above); on failure everything started
+ * is torn down again and err says why. */
+int daemon_start(struct daemon *d, struct err_detail *err);
+/* SIGHUP: rescan the models directory. */
+void daemon_reload(struct daemon *d);
+/* Periodic work of the main loop: watchdog, STATUS=. */
+void daemon_tick(struct daemon *d);
+/* Drains and tears everything down (safe after a failed or partial start). */
+void daemon_stop(struct daemon *d);
+/* The main loop: waits for signals (which the caller blocked before daemon_start) and
+ * ticks; returns on SIGTERM/SIGINT. */
+void daemon_run(struct daemon *d);

@@ -1,0 +1,317 @@
+/* listener — socket, accept loop, SO_PEERCRED policy (see listener.h). */
+#include "daemon/listener.h"
+
+#include "daemon/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+struct listener_slot {
+    bool used;
+    struct peer peer;
+};
+
+/* ---- policy -------------------------------------------------------------------------- */
+
+void listener_policy_from_config(struct policy *p, const struct config *c) {
+    *p = (struct policy){
+        .allowed_uids = c->allowed_uids,
+        .allowed_groups = c->allowed_groups,
+        .admin_group = c->admin_group,
+        .self_uid = (uint32_t)geteuid(),
+    };
+}
+
+static bool idlist_has(const struct config_idlist *l, uint32_t id) {
+    for (uint32_t i = 0; i < l->n; i++)
+        if (l->ids[i] == id) return true;
+    return false;
+}
+
+static bool in_groups(uint32_t want, uint32_t gid, const uint32_t *groups, size_t n) {
+    if (gid == want) return true;
+    for (size_t i = 0; i < n; i++)
+        if (groups[i] == want) return true;
+    return false;
+}
+
+int listener_policy_check(const struct policy *p, uint32_t uid, uint32_t gid,
+                          const uint32_t *groups, size_t n_groups, bool *ret_admin,
+                          struct err_detail *d) {
+    bool privileged = uid == 0 || uid == p->self_uid;
+    bool allowed = privileged || (p->allowed_uids.n == 0 && p->allowed_groups.n == 0) ||
+                   idlist_has(&p->allowed_uids, uid);
+    for (uint32_t i = 0; !allowed && i < p->allowed_groups.n; i++)
+        allowed = in_groups(p->allowed_groups.ids[i], gid, groups, n_groups);
+    if (!allowed)
+        return err_set(d, -EACCES, "uid %u (gid %u) is not in allowed_uids or allowed_groups",
+                       uid, gid);
+    *ret_admin = privileged || (p->admin_group.set &&
+                                in_groups(p->admin_group.gid, gid, groups, n_groups));
+    return 0;
+}
+
+/* ---- socket -------------------------------------------------------------------------- */
+
+static int open_activated(struct listener *l, struct err_detail *d) {
+    int n = sd_listen_fds(1);
+    if (n < 0) return err_set(d, n, "sd_listen_fds: %s", strerror(-n));
+    if (n == 0) return 0;
+    if (n != 1) return err_set(d, -EINVAL, "systemd passed %d sockets, expected exactly one", n);
+    int fd = SD_LISTEN_FDS_START;
+    int r = sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0);
+    if (r <= 0)
+        return err_set(d, -EINVAL, "the socket systemd passed is not a listening AF_UNIX "
+                                   "stream socket");
+    /* A pathname socket only: never the abstract namespace (P0-7 d). */
+    struct sockaddr_un sa;
+    socklen_t len = sizeof sa;
+    if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0 ||
+        len <= offsetof(struct sockaddr_un, sun_path) || sa.sun_path[0] == 0)
+        return err_set(d, -EINVAL, "the socket systemd passed is not a pathname socket");
+    snprintf(l->path, sizeof l->path, "%.*s",
+             (int)(len - offsetof(struct sockaddr_un, sun_path)), sa.sun_path);
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ||
+        fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+        return err_set(d, -errno, "fcntl on the activated socket: %s", strerror(errno));
+    l->fd = fd;
+    l->activated = true;
+    return 1;
+}
+
+/* True when something accepts connections on path. */
+static bool socket_is_live(const char *path) {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return false;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    bool live = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    close(fd);
+    return live;
+}
+
+static int open_bound(struct listener *l, const struct config *c, struct err_detail *d) {
+    const char *path = c->socket;
+    if (path[0] != '/') return err_set(d, -EINVAL, "socket: '%s' is not an absolute path", path);
+    char lock[CONFIG_SOCKET_PATH_MAX + 8];
+    snprintf(lock, sizeof lock, "%s.lock", path);
+    l->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0600);
+    if (l->lock_fd < 0) return err_set(d, -errno, "%s: %s", lock, strerror(errno));
+    if (flock(l->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+        if (e == EWOULDBLOCK)
+            return err_set(d, -EADDRINUSE, "%s is in use by another warmd (%s is locked)", path,
+                           lock);
+        return err_set(d, -e, "flock %s: %s", lock, strerror(e));
+    }
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode))
+            return err_set(d, -EEXIST, "%s exists and is not a socket; refusing to replace it",
+                           path);
+        if (socket_is_live(path))
+            return err_set(d, -EADDRINUSE, "%s is a live socket of another process", path);
+        if (unlink(path) < 0) return err_set(d, -errno, "unlink stale %s: %s", path, strerror(errno));
+        log_info("removed stale socket %s", path);
+    }
+    l->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (l->fd < 0) return err_set(d, -errno, "socket: %s", strerror(errno));
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    /* The mode is set at bind time by the umask: 0660 with no window where it is wider. */
+    mode_t old = umask(0117);
+    int r = bind(l->fd, (struct sockaddr *)&sa, sizeof sa);
+    int e = errno;
+    umask(old);
+    if (r < 0) return err_set(d, -e, "bind %s: %s", path, strerror(e));
+    l->bound = true;
+    snprintf(l->path, sizeof l->path, "%s", path);
+    if (lstat(path, &st) < 0) return err_set(d, -errno, "stat %s: %s", path, strerror(errno));
+    l->dev = st.st_dev;
+    l->ino = st.st_ino;
+    if (c->socket_group.set && chown(path, (uid_t)-1, c->socket_group.gid) < 0)
+        return err_set(d, -errno, "chown %s to group %u: %s", path, c->socket_group.gid,
+                       strerror(errno));
+    if (listen(l->fd, SOMAXCONN) < 0) return err_set(d, -errno, "listen: %s", strerror(errno));
+    return 0;
+}
+
+int listener_open(struct listener *l, const struct config *c, struct err_detail *d) {
+    memset(l, 0, sizeof *l);
+    l->fd = l->lock_fd = l->stop_fd = -1;
+    pthread_mutex_init(&l->lock, NULL);
+    listener_policy_from_config(&l->policy, c);
+    l->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (l->stop_fd < 0) return err_set(d, -errno, "eventfd: %s", strerror(errno));
+    int r = open_activated(l, d);
+    if (r < 0) return r;
+    if (r > 0) return 0;
+    return open_bound(l, c, d);
+}
+
+/* ---- peers by fd --------------------------------------------------------------------- */
+
+static int peer_put(struct listener *l, int fd, const struct peer *p) {
+    pthread_mutex_lock(&l->lock);
+    if ((size_t)fd >= l->n_slots) {
+        size_t n = MAX((size_t)fd + 1, l->n_slots * 2);
+        struct listener_slot *s = realloc(l->slots, n * sizeof *s);
+        if (!s) {
+            pthread_mutex_unlock(&l->lock);
+            return -ENOMEM;
+        }
+        memset(s + l->n_slots, 0, (n - l->n_slots) * sizeof *s);
+        l->slots = s;
+        l->n_slots = n;
+    }
+    l->slots[fd] = (struct listener_slot){.used = true, .peer = *p};
+    pthread_mutex_unlock(&l->lock);
+    return 0;
+}
+
+int listener_peer_get(struct listener *l, int fd, struct peer *ret) {
+    int r = -ENOENT;
+    pthread_mutex_lock(&l->lock);
+    if (fd >= 0 && (size_t)fd < l->n_slots && l->slots[fd].used) {
+        *ret = l->slots[fd].peer;
+        r = 0;
+    }
+    pthread_mutex_unlock(&l->lock);
+    return r;
+}
+
+/* ---- accept loop --------------------------------------------------------------------- */
+
+/* Reads the peer's credentials and applies the policy. 0 = allowed (ret filled). */
+static int peer_admit(struct listener *l, int fd, struct peer *ret, struct err_detail *d) {
+    struct ucred uc;
+    socklen_t len = sizeof uc;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) < 0 || len != sizeof uc)
+        return err_set(d, -EACCES, "cannot read SO_PEERCRED (%s); refusing", strerror(errno));
+    uint32_t small[64];
+    _cleanup_free_ uint32_t *big = NULL;
+    uint32_t *groups = small;
+    len = sizeof small;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0) {
+        if (errno != ERANGE || len == 0 || len > 65536 * sizeof(uint32_t))
+            return err_set(d, -EACCES, "uid %u: cannot read SO_PEERGROUPS (%s); refusing",
+                           (unsigned)uc.uid, strerror(errno));
+        big = malloc(len);
+        if (!big) return err_set(d, -ENOMEM, "out of memory for peer groups");
+        groups = big;
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
+            return err_set(d, -EACCES, "uid %u: cannot read SO_PEERGROUPS (%s); refusing",
+                           (unsigned)uc.uid, strerror(errno));
+    }
+    bool admin = false;
+    int r = listener_policy_check(&l->policy, (uint32_t)uc.uid, (uint32_t)uc.gid, groups,
+                                  len / sizeof(uint32_t), &admin, d);
+    if (r < 0) return r;
+    *ret = (struct peer){.uid = (uint32_t)uc.uid, .gid = (uint32_t)uc.gid,
+                         .pid = (uint32_t)uc.pid, .admin = admin};
+    return 0;
+}
+
+static void accept_one(struct listener *l) {
+    int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+            log_warn("accept: %s; pausing for 100 ms", strerror(errno));
+            poll(NULL, 0, 100);
+        }
+        return;
+    }
+    struct peer p = {0};
+    struct err_detail d = {0};
+    int r = peer_admit(l, fd, &p, &d);
+    if (r < 0) {
+        close(fd);
+        metrics_add(l->metrics, METRIC_CONN_REFUSED, 1);
+        log_info("refused connection: %s", err_msg(&d, r));
+        return;
+    }
+    r = peer_put(l, fd, &p);
+    if (r >= 0) r = l->on_accept(l->userdata, fd);
+    else close(fd);
+    if (r < 0) {
+        log_warn("cannot serve connection of uid %u: %s", p.uid, err_str(r));
+        return;
+    }
+    metrics_add(l->metrics, METRIC_CONN_ACCEPTED, 1);
+    log_debug("connection fd %d: uid %u gid %u pid %u%s", fd, p.uid, p.gid, p.pid,
+              p.admin ? " (admin)" : "");
+}
+
+static void *accept_loop(void *arg) {
+    struct listener *l = arg;
+    struct pollfd fds[2] = {{.fd = l->fd, .events = POLLIN}, {.fd = l->stop_fd, .events = POLLIN}};
+    for (;;) {
+        /* The accept loop is never "busy" for the watchdog: it waits in poll. */
+        notify_beat_step(&l->beat, time_now_usec());
+        int n = poll(fds, 2, 1000);
+        if (n < 0 && errno != EINTR) {
+            log_error("poll on the listening socket: %s", strerror(errno));
+            poll(NULL, 0, 100);
+            continue;
+        }
+        if (fds[1].revents) break;
+        if (n > 0 && fds[0].revents) accept_one(l);
+    }
+    return NULL;
+}
+
+int listener_start(struct listener *l, listener_accept_fn fn, void *userdata,
+                   struct metrics *m, struct notify *n) {
+    l->on_accept = fn;
+    l->userdata = userdata;
+    l->metrics = m;
+    l->notify = n;
+    l->beat.name = "accept loop";
+    notify_beat_step(&l->beat, time_now_usec());
+    notify_beat_add(n, &l->beat);
+    int r = -pthread_create(&l->thread, NULL, accept_loop, l);
+    if (r < 0) {
+        notify_beat_del(n, &l->beat);
+        return r;
+    }
+    l->running = true;
+    return 0;
+}
+
+void listener_stop(struct listener *l) {
+    if (!l->running) return;
+    uint64_t one = 1;
+    if (write(l->stop_fd, &one, sizeof one) < 0) log_error("eventfd write: %s", strerror(errno));
+    pthread_join(l->thread, NULL);
+    notify_beat_del(l->notify, &l->beat);
+    l->running = false;
+}
+
+void listener_close(struct listener *l) {
+    listener_stop(l);
+    if (l->bound) {
+        struct stat st;
+        /* Remove the file only if it is still the socket we bound. */
+        if (lstat(l->path, &st) == 0 && st.st_dev == l->dev && st.st_ino == l->ino)
+            unlink(l->path);
+    }
+    if (l->fd >= 0) close(l->fd);
+    if (l->lock_fd >= 0) close(l->lock_fd);
+    if (l->stop_fd >= 0) close(l->stop_fd);
+    free(l->slots);
+    pthread_mutex_destroy(&l->lock);
+    l->fd = l->lock_fd = l->stop_fd = -1;
+    l->slots = NULL;
+    l->n_slots = 0;
+    l->bound = false;
+}

@@ -1,0 +1,83 @@
+/* listener — the Unix socket, our own accept loop, peer credentials and the access policy.
+ *
+ * The listening socket comes from systemd (sd_listen_fds, exactly one AF_UNIX stream
+ * socket) or is bound here: an absolute path (never the abstract namespace), guarded by
+ * an flock on PATH.lock so a second instance refuses instead of stealing a live socket,
+ * mode 0660, group = socket_group. No TCP socket ever exists.
+ *
+ * The accept thread reads SO_PEERCRED and SO_PEERGROUPS of every connection and applies
+ * the policy before a single byte is read from it: refused peers are closed at once
+ * (fail closed when the credentials cannot be read). Accepted connections are
+ * non-blocking fds handed to the callback (the gRPC server), and their credentials are
+ * remembered by fd number for the handlers (listener_peer_get). */
+#pragma once
+
+#include "base/base.h"
+#include "daemon/config.h"
+#include "daemon/metrics.h"
+#include "daemon/notify.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* The caller of a connection, as SO_PEERCRED said at connect time. */
+struct peer {
+    uint32_t uid, gid, pid;
+    bool admin;
+};
+
+/* The access policy, resolved from the config. */
+struct policy {
+    struct config_idlist allowed_uids, allowed_groups;
+    struct config_group admin_group;
+    uint32_t self_uid;          /* the daemon's euid: always allowed and admin, like root */
+};
+
+void listener_policy_from_config(struct policy *p, const struct config *c);
+/* Decides a peer from its uid, primary gid and supplementary groups. Returns 0 and sets
+ * *ret_admin when allowed, -EACCES with a message naming the uid when refused. Pure. */
+int listener_policy_check(const struct policy *p, uint32_t uid, uint32_t gid,
+                          const uint32_t *groups, size_t n_groups, bool *ret_admin,
+                          struct err_detail *d);
+
+/* Takes ownership of fd (a connected, non-blocking socket): hands it to gRPC. */
+typedef int (*listener_accept_fn)(void *userdata, int fd);
+
+struct listener_slot;
+
+struct listener {
+    int fd;                      /* listening socket */
+    int lock_fd;                 /* flock on PATH.lock; -1 when socket-activated */
+    int stop_fd;                 /* eventfd that ends the accept loop */
+    bool activated;              /* fd came from systemd */
+    bool bound;                  /* we created the socket file (and remove it at close) */
+    dev_t dev;
+    ino_t ino;                   /* of the socket file we bound */
+    char path[CONFIG_SOCKET_PATH_MAX];
+    struct policy policy;
+    struct metrics *metrics;
+    struct notify *notify;
+    struct notify_beat beat;
+    listener_accept_fn on_accept;
+    void *userdata;
+    pthread_t thread;
+    bool running;
+    /* Peer credentials by fd number. */
+    pthread_mutex_t lock;
+    struct listener_slot *slots;
+    size_t n_slots;
+};
+
+/* Opens the listening socket (activation or bind, see above). *ret is initialized even
+ * on failure so listener_close is always safe. */
+int listener_open(struct listener *l, const struct config *c, struct err_detail *d);
+/* Starts the accept thread. */
+int listener_start(struct listener *l, listener_accept_fn fn, void *userdata,
+                   struct metrics *m, struct notify *n);
+/* Stops the accept thread (no new connections; existing ones stay with gRPC). */
+void listener_stop(struct listener *l);
+/* Closes the socket; removes the socket file if we bound it and it is still ours. */
+void listener_close(struct listener *l);
+/* The credentials recorded for the connection on fd. -ENOENT if none. */
+int listener_peer_get(struct listener *l, int fd, struct peer *ret);

@@ -1,0 +1,49 @@
+/* registry — the models the daemon can serve: the `*.gguf` files of models_dir, name =
+ * file stem. Names are checked before any file system access (letters, digits, '.', '_',
+ * '-', at most 128 bytes, first character a letter or digit), so "../x", absolute paths
+ * and "/proc/self/fd/N" never reach open(). Files are opened with openat2(RESOLVE_BENEATH |
+ * RESOLVE_NO_MAGICLINKS) relative to the directory (symlinks out of it fail), O_NONBLOCK
+ * (a FIFO cannot block us), and must be regular, start with "GGUF" and not be sparse.
+ * A name that is absent or rejected gets the same answer, so the API is no file-existence
+ * oracle (P1-8).
+ *
+ * Residency (load on first use, keep-alive, memory budget) joins this object when the
+ * engine lands. Thread-safe: one mutex; lookups return copies. */
+#pragma once
+
+#include "base/base.h"
+#include "daemon/config.h"
+
+#include <pthread.h>
+
+struct registry_model {
+    char name[CONFIG_NAME_MAX];
+    uint64_t size_bytes;
+    uint64_t modified_usec;     /* mtime, microseconds since the epoch */
+    bool loaded;
+};
+
+struct registry {
+    pthread_mutex_t lock;
+    char dir[PATH_MAX];
+    struct registry_model *models;   /* sorted by name */
+    size_t n_models;
+};
+
+void registry_init(struct registry *r, const char *dir);
+void registry_done(struct registry *r);
+/* Rescans the directory; returns the number of models. On failure (e.g. the directory is
+ * missing) the list becomes empty and the error names the directory. */
+int registry_scan(struct registry *r, struct err_detail *d);
+/* 0 when name is a syntactically valid model name, else ERR_INVALID with a message. */
+int registry_name_check(const char *name, struct err_detail *d);
+size_t registry_count(struct registry *r);
+/* A malloc'd copy of the list (*ret, caller frees; NULL when empty). */
+int registry_list(struct registry *r, struct registry_model **ret, size_t *ret_n);
+/* Looks name up (rescanning once when unknown). ERR_INVALID for a bad name, ERR_NOT_FOUND
+ * ("model 'x' not found") for anything else; ret is written on success only. */
+int registry_find(struct registry *r, const char *name, struct registry_model *ret,
+                  struct err_detail *d);
+/* Opens the model's file read-only beneath the directory (the checks above). *ret_fd is
+ * the caller's to close. */
+int registry_open(struct registry *r, const char *name, int *ret_fd, struct err_detail *d);

@@ -1,0 +1,33 @@
+/* rpc-handlers — the handlers of the method table and the helpers they share. Only the
+ * rpc-*.c files include this (and the generated warm.pb-c.h). */
+#pragma once
+
+#include "daemon/daemon.h"
+#include "daemon/registry.h"
+#include "daemon/rpc.h"
+
+void rpc_info_get_info(struct rpc_call *c, const ProtobufCMessage *req);
+void rpc_info_metrics(struct rpc_call *c, const ProtobufCMessage *req);
+void rpc_models_list(struct rpc_call *c, const ProtobufCMessage *req);
+void rpc_models_load(struct rpc_call *c, const ProtobufCMessage *req);
+void rpc_models_unload(struct rpc_call *c, const ProtobufCMessage *req);
+void rpc_tokens_tokenize(struct rpc_call *c, const ProtobufCMessage *req);
+void rpc_tokens_detokenize(struct rpc_call *c, const ProtobufCMessage *req);
+void rpc_generate_generate(struct rpc_call *c, const ProtobufCMessage *req);
+void rpc_generate_chat(struct rpc_call *c, const ProtobufCMessage *req);
+void rpc_cache_stats(struct rpc_call *c, const ProtobufCMessage *req);
+void rpc_cache_list(struct rpc_call *c, const ProtobufCMessage *req);
+void rpc_cache_purge(struct rpc_call *c, const ProtobufCMessage *req);
+
+/* Resolves a request's model field (empty = default_model) to a registry entry. On
+ * failure the call is answered (INVALID_ARGUMENT for a bad name, NOT_FOUND otherwise)
+ * and a negative code is returned. */
+int rpc_model_resolve(struct rpc_call *c, const char *name, struct registry_model *ret);
+/* Answers a method whose engine side is not linked into this build (UNIMPLEMENTED). */
+void rpc_not_wired(struct rpc_call *c);
+/* True when s[0..n) is valid UTF-8 (no overlongs, surrogates or values past U+10FFFF). */
+bool rpc_utf8_valid(const char *s, size_t n);
+/* Checks a cache namespace against the caller: "" and "uid:<own uid>" are always
+ * allowed, anything else needs admin (all_ok: "*" is accepted for admins). On failure the
+ * call is answered and a negative code returned. */
+int rpc_namespace_check(struct rpc_call *c, const char *ns, bool all_ok);

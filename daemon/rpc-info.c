@@ -1,0 +1,62 @@
+/* rpc-info — GetInfo and Metrics. */
+#include "daemon/rpc-handlers.h"
+
+#include "daemon/server.h"
+#include "warm/v1/warm.pb-c.h"
+
+#include <stdio.h>
+#include <string.h>
+
+void rpc_info_get_info(struct rpc_call *c, const ProtobufCMessage *req) {
+    struct daemon *d = rpc_call_daemon(c);
+    const struct config *cfg = &d->config;
+    const struct peer *p = rpc_call_peer(c);
+    char ns[32];
+    snprintf(ns, sizeof ns, "uid:%u", p->uid);
+    Warm__V1__PeerInfo peer = WARM__V1__PEER_INFO__INIT;
+    peer.uid = p->uid;
+    peer.gid = p->gid;
+    peer.pid = p->pid;
+    peer.admin = p->admin;
+    peer.namespace_ = ns;
+    static char *features[] = {"cpu"};
+    Warm__V1__GetInfoResponse r = WARM__V1__GET_INFO_RESPONSE__INIT;
+    r.version = DAEMON_VERSION;
+    r.api_version = "warm.v1";
+    r.uptime_usec = time_now_usec() - d->start_usec;
+    r.peer = &peer;
+    r.threads = d->threads;
+    r.ctx_size = cfg->ctx_size;
+    r.parallel = cfg->parallel;
+    r.cache_type_k = (char *)config_cache_type_names[cfg->cache_type_k];
+    r.cache_type_v = (char *)config_cache_type_names[cfg->cache_type_v];
+    r.kv_rotation = cfg->kv_rotation;
+    r.max_keep_alive_usec = cfg->max_keep_alive_usec;
+    r.max_loaded_models = cfg->max_loaded_models;
+    r.memory_budget_bytes = d->memory_budget_bytes;
+    r.cache_max_bytes = cfg->cache_max_bytes;
+    r.models_available = (uint32_t)registry_count(&d->registry);
+    r.models_loaded = (uint32_t)metrics_get(&d->metrics, METRIC_MODELS_LOADED);
+    r.active_streams = server_active_calls(d->server);
+    r.n_features = ARRAY_SIZE(features);
+    r.features = features;
+    rpc_call_reply(c, &r.base);
+}
+
+void rpc_info_metrics(struct rpc_call *c, const ProtobufCMessage *req) {
+    struct daemon *d = rpc_call_daemon(c);
+    const char *names[64];
+    for (size_t i = 0; i < rpc_n_methods && i < ARRAY_SIZE(names); i++) names[i] = rpc_methods[i].name;
+    metrics_set(&d->metrics, METRIC_MODELS_AVAILABLE, registry_count(&d->registry));
+    char *text = NULL;
+    int e = metrics_render(&d->metrics, names, MIN(rpc_n_methods, ARRAY_SIZE(names)),
+                           time_now_usec() - d->start_usec, &text);
+    if (e < 0) {
+        rpc_call_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory rendering metrics");
+        return;
+    }
+    Warm__V1__MetricsResponse r = WARM__V1__METRICS_RESPONSE__INIT;
+    r.text = text;
+    rpc_call_reply(c, &r.base);
+    free(text);
+}
