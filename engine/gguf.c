@@ -51,6 +51,22 @@ size_t gguf_type_size(enum gguf_type t) {
     return (unsigned)t < GGUF_TYPE_COUNT ? type_rows[t].size : 0;
 }
 
+/* ---- allocation ---------------------------------------------------------------------- */
+
+/* calloc for the per-pair and per-tensor arrays. Arrays of several MiB (a file of a
+ * million tiny pairs) are filled page by page; asking for transparent huge pages cuts
+ * the page faults about 500-fold, which is most of the time spent on such files. */
+static void *calloc_big(uint64_t n, size_t size) {
+    void *p = calloc_array(n, size);
+    const uintptr_t huge = 2u << 20;
+    if (p && n * size >= 2 * huge) {
+        uintptr_t start = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+        uintptr_t end = ((uintptr_t)p + n * size) & ~(huge - 1);
+        if (end > start) madvise((void *)start, end - start, MADV_HUGEPAGE);
+    }
+    return p;
+}
+
 /* ---- name index: open addressing over element indices ------------------------------- */
 
 /* Both struct gguf_kv and struct gguf_tensor begin with their name, so one index type
@@ -68,7 +84,7 @@ struct name_index {
 static int index_init(struct name_index *ix, uint64_t n, const void *base, size_t stride) {
     uint64_t cap = 8;
     while (cap < n + n / 2 + 1) cap *= 2;
-    ix->slots = calloc_array(cap, sizeof *ix->slots);
+    ix->slots = calloc_big(cap, sizeof *ix->slots);
     if (!ix->slots) return -ENOMEM;
     ix->mask = cap - 1;
     ix->base = base;
@@ -114,7 +130,10 @@ struct cursor {
     const uint8_t *base;
     uint64_t size, pos;
     struct err_detail *d;
-    char ctx[160]; /* what is being read: "header", "key #4 'general.alignment'", ... */
+    const char *what;     /* NULL (the header), "key" or "tensor" */
+    uint64_t index;       /* of the key or tensor */
+    struct gguf_str name; /* its name once read */
+    char ctx[160];        /* ctx_str()'s buffer */
 };
 
 static uint64_t cur_left(const struct cursor *c) { return c->size - c->pos; }
@@ -139,14 +158,24 @@ static void name_print(char *out, size_t cap, const char *p, uint64_t len) {
     out[o] = 0;
 }
 
+/* Records what is being read; the text is formatted only when an error needs it. */
 static void ctx_set(struct cursor *c, const char *what, uint64_t i, const struct gguf_str *name) {
-    if (!name) {
-        snprintf(c->ctx, sizeof c->ctx, "%s #%" PRIu64, what, i);
-        return;
+    c->what = what;
+    c->index = i;
+    c->name = name ? *name : (struct gguf_str){0, NULL};
+}
+
+/* "header", "key #4", "key #4 'general.alignment'", "tensor #2 'output.weight'" */
+static const char *ctx_str(struct cursor *c) {
+    if (!c->what) return "header";
+    if (!c->name.ptr) {
+        snprintf(c->ctx, sizeof c->ctx, "%s #%" PRIu64, c->what, c->index);
+        return c->ctx;
     }
     char buf[80];
-    name_print(buf, sizeof buf, name->ptr, name->len);
-    snprintf(c->ctx, sizeof c->ctx, "%s #%" PRIu64 " '%s'", what, i, buf);
+    name_print(buf, sizeof buf, c->name.ptr, c->name.len);
+    snprintf(c->ctx, sizeof c->ctx, "%s #%" PRIu64 " '%s'", c->what, c->index, buf);
+    return c->ctx;
 }
 
 /* ERR_TRUNCATED unless n bytes are left. */
@@ -155,7 +184,7 @@ static int cur_need(struct cursor *c, uint64_t n, const char *field) {
     return err_set(c->d, ERR_TRUNCATED,
                    "%s: %s at offset %" PRIu64 ": needs %" PRIu64 " bytes, only %" PRIu64
                    " left (the file is %" PRIu64 " bytes)",
-                   c->ctx, field, c->pos, n, cur_left(c), c->size);
+                   ctx_str(c), field, c->pos, n, cur_left(c), c->size);
 }
 
 static int cur_u32(struct cursor *c, uint32_t *v, const char *field) {
@@ -181,7 +210,7 @@ static int cur_str_bytes(struct cursor *c, uint64_t len, uint64_t len_off, const
         return err_set(c->d, ERR_GGUF_BAD_STRING,
                        "%s: %s at offset %" PRIu64 ": length %" PRIu64
                        " exceeds the %" PRIu64 " bytes left in the file",
-                       c->ctx, field, len_off, len, cur_left(c));
+                       ctx_str(c), field, len_off, len, cur_left(c));
     *ret = (struct gguf_str){len, (const char *)c->base + c->pos};
     c->pos += len;
     return 0;
@@ -190,7 +219,6 @@ static int cur_str_bytes(struct cursor *c, uint64_t len, uint64_t len_off, const
 /* ---- header -------------------------------------------------------------------------- */
 
 static int parse_header(struct gguf_file *f, struct cursor *c) {
-    snprintf(c->ctx, sizeof c->ctx, "header");
     if (c->size == 0) return err_set(c->d, ERR_TRUNCATED, "header: the file is empty");
     size_t m = (size_t)MIN(c->size, (uint64_t)4);
     if (memcmp(c->base, GGUF_MAGIC, m) != 0) {
@@ -266,11 +294,11 @@ static int parse_value(struct cursor *c, struct gguf_kv *kv, uint64_t **ret_off)
     if (et == GGUF_TYPE_ARRAY)
         return err_set(c->d, ERR_GGUF_BAD_VALUE_TYPE,
                        "%s: array element type at offset %" PRIu64 ": arrays of arrays are not supported",
-                       c->ctx, et_off);
+                       ctx_str(c), et_off);
     if (et >= GGUF_TYPE_COUNT)
         return err_set(c->d, ERR_GGUF_BAD_VALUE_TYPE,
                        "%s: array element type %" PRIu32 " at offset %" PRIu64
-                       " is not a GGUF type (0..12)", c->ctx, et, et_off);
+                       " is not a GGUF type (0..12)", ctx_str(c), et, et_off);
     kv->arr_type = et;
     n_off = c->pos;
     uint64_t n;
@@ -280,7 +308,7 @@ static int parse_value(struct cursor *c, struct gguf_kv *kv, uint64_t **ret_off)
         return err_set(c->d, ERR_GGUF_BAD_COUNT,
                        "%s: array of %" PRIu64 " %s at offset %" PRIu64
                        " needs at least %" PRIu64 " bytes each, only %" PRIu64 " bytes left",
-                       c->ctx, n, type_rows[et].name, n_off, min, cur_left(c));
+                       ctx_str(c), n, type_rows[et].name, n_off, min, cur_left(c));
     kv->n = n;
     kv->data = c->base + c->pos;
     if (et != GGUF_TYPE_STRING) {
@@ -311,14 +339,14 @@ static int parse_alignment(struct gguf_file *f, struct cursor *c, const struct g
     if (kv->type != GGUF_TYPE_UINT32)
         return err_set(c->d, ERR_GGUF_WRONG_TYPE,
                        "%s at offset %" PRIu64 ": alignment has type %s, expected uint32",
-                       c->ctx, kv->offset,
+                       ctx_str(c), kv->offset,
                        kv->type == GGUF_TYPE_ARRAY ? "array" : type_rows[kv->type].name);
     uint32_t a;
     memcpy(&a, kv->data, 4);
     if (a == 0 || (a & (a - 1)) != 0)
         return err_set(c->d, ERR_GGUF_BAD_ALIGN,
                        "%s at offset %" PRIu64 ": alignment %" PRIu32 " is not a power of two",
-                       c->ctx, kv->offset, a);
+                       ctx_str(c), kv->offset, a);
     f->alignment = a;
     return 0;
 }
@@ -326,7 +354,7 @@ static int parse_alignment(struct gguf_file *f, struct cursor *c, const struct g
 static int parse_kvs(struct gguf_file *f, struct cursor *c) {
     int r;
     if (f->n_kv) {
-        f->kvs = calloc_array(f->n_kv, sizeof *f->kvs);
+        f->kvs = calloc_big(f->n_kv, sizeof *f->kvs);
         if (!f->kvs) return -ENOMEM;
         if ((r = index_init(&f->kv_index, f->n_kv, f->kvs, sizeof *f->kvs)) < 0) return r;
     }
@@ -338,22 +366,22 @@ static int parse_kvs(struct gguf_file *f, struct cursor *c) {
         if ((r = cur_u64(c, &len, "key length")) < 0) return r;
         if (len == 0)
             return err_set(c->d, ERR_GGUF_BAD_KEY, "%s at offset %" PRIu64 ": empty key",
-                           c->ctx, kv->offset);
+                           ctx_str(c), kv->offset);
         if (len > GGUF_MAX_KEY)
             return err_set(c->d, ERR_GGUF_BAD_KEY,
                            "%s at offset %" PRIu64 ": key length %" PRIu64
-                           " exceeds the GGUF limit of %d bytes", c->ctx, kv->offset, len,
+                           " exceeds the GGUF limit of %d bytes", ctx_str(c), kv->offset, len,
                            GGUF_MAX_KEY);
         if ((r = cur_str_bytes(c, len, kv->offset, "key", &kv->key)) < 0) return r;
         ctx_set(c, "key", i, &kv->key);
         if (memchr(kv->key.ptr, 0, len))
             return err_set(c->d, ERR_GGUF_BAD_KEY, "%s at offset %" PRIu64 ": key contains a NUL byte",
-                           c->ctx, kv->offset);
+                           ctx_str(c), kv->offset);
         uint32_t *slot = index_probe(&f->kv_index, kv->key.ptr, len);
         if (*slot)
             return err_set(c->d, ERR_GGUF_DUP_KEY,
                            "%s at offset %" PRIu64 ": duplicate of key #%" PRIu32 " at offset %" PRIu64,
-                           c->ctx, kv->offset, *slot - 1, f->kvs[*slot - 1].offset);
+                           ctx_str(c), kv->offset, *slot - 1, f->kvs[*slot - 1].offset);
         *slot = (uint32_t)(i + 1);
         uint32_t type;
         uint64_t type_off = c->pos;
@@ -361,7 +389,7 @@ static int parse_kvs(struct gguf_file *f, struct cursor *c) {
         if (type >= GGUF_TYPE_COUNT)
             return err_set(c->d, ERR_GGUF_BAD_VALUE_TYPE,
                            "%s: value type %" PRIu32 " at offset %" PRIu64 " is not a GGUF type (0..12)",
-                           c->ctx, type, type_off);
+                           ctx_str(c), type, type_off);
         kv->type = type;
         kv->arr_type = type;
         kv->n = 1;
@@ -384,21 +412,21 @@ static int parse_tensor_info(struct gguf_file *f, struct cursor *c, uint64_t i) 
     if ((r = cur_u64(c, &len, "name length")) < 0) return r;
     if (len == 0)
         return err_set(c->d, ERR_GGUF_BAD_TENSOR_NAME, "%s at offset %" PRIu64 ": empty name",
-                       c->ctx, info_off);
+                       ctx_str(c), info_off);
     if (len > GGUF_MAX_NAME)
         return err_set(c->d, ERR_GGUF_BAD_TENSOR_NAME,
                        "%s at offset %" PRIu64 ": name length %" PRIu64 " exceeds %d bytes",
-                       c->ctx, info_off, len, GGUF_MAX_NAME);
+                       ctx_str(c), info_off, len, GGUF_MAX_NAME);
     if ((r = cur_str_bytes(c, len, info_off, "name", &t->name)) < 0) return r;
     ctx_set(c, "tensor", i, &t->name);
     if (memchr(t->name.ptr, 0, len))
         return err_set(c->d, ERR_GGUF_BAD_TENSOR_NAME,
-                       "%s at offset %" PRIu64 ": name contains a NUL byte", c->ctx, info_off);
+                       "%s at offset %" PRIu64 ": name contains a NUL byte", ctx_str(c), info_off);
     uint32_t *slot = index_probe(&f->tensor_index, t->name.ptr, len);
     if (*slot)
         return err_set(c->d, ERR_GGUF_DUP_TENSOR,
                        "%s at offset %" PRIu64 ": duplicate of tensor #%" PRIu32,
-                       c->ctx, info_off, *slot - 1);
+                       ctx_str(c), info_off, *slot - 1);
     *slot = (uint32_t)(i + 1);
 
     uint64_t dims_off = c->pos;
@@ -406,7 +434,7 @@ static int parse_tensor_info(struct gguf_file *f, struct cursor *c, uint64_t i) 
     if (t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS)
         return err_set(c->d, ERR_GGUF_BAD_DIMS,
                        "%s: n_dims %" PRIu32 " at offset %" PRIu64 " is not in 1..%d",
-                       c->ctx, t->n_dims, dims_off, GGUF_MAX_DIMS);
+                       ctx_str(c), t->n_dims, dims_off, GGUF_MAX_DIMS);
     for (int k = 0; k < GGUF_MAX_DIMS; k++) t->ne[k] = 1;
     for (uint32_t k = 0; k < t->n_dims; k++) {
         uint64_t ne_off = c->pos, ne;
@@ -414,11 +442,11 @@ static int parse_tensor_info(struct gguf_file *f, struct cursor *c, uint64_t i) 
         if (ne > INT64_MAX)
             return err_set(c->d, ERR_GGUF_BAD_SHAPE,
                            "%s: ne[%" PRIu32 "] = %" PRId64 " at offset %" PRIu64 " is negative",
-                           c->ctx, k, (int64_t)ne, ne_off);
+                           ctx_str(c), k, (int64_t)ne, ne_off);
         if (ne == 0)
             return err_set(c->d, ERR_GGUF_BAD_SHAPE,
                            "%s: ne[%" PRIu32 "] at offset %" PRIu64
-                           " is 0 (empty tensors are rejected)", c->ctx, k, ne_off);
+                           " is 0 (empty tensors are rejected)", ctx_str(c), k, ne_off);
         t->ne[k] = (int64_t)ne;
     }
     uint64_t type_off = c->pos;
@@ -428,7 +456,7 @@ static int parse_tensor_info(struct gguf_file *f, struct cursor *c, uint64_t i) 
     if (!tr || tr->blck_size <= 0 || tr->type_size == 0)
         return err_set(c->d, ERR_GGUF_BAD_TENSOR_TYPE,
                        "%s: type %" PRIu32 " at offset %" PRIu64 " is not a known ggml type",
-                       c->ctx, type, type_off);
+                       ctx_str(c), type, type_off);
     t->type = type;
     if ((r = cur_u64(c, &t->offset, "offset")) < 0) return r;
 
@@ -437,20 +465,20 @@ static int parse_tensor_info(struct gguf_file *f, struct cursor *c, uint64_t i) 
         if (!i64_mul(n_el, t->ne[k], &n_el))
             return err_set(c->d, ERR_GGUF_BAD_SHAPE,
                            "%s at offset %" PRIu64 ": element count %" PRId64 " x %" PRId64
-                           " x %" PRId64 " x %" PRId64 " overflows int64", c->ctx, info_off,
+                           " x %" PRId64 " x %" PRId64 " overflows int64", ctx_str(c), info_off,
                            t->ne[0], t->ne[1], t->ne[2], t->ne[3]);
     if (t->ne[0] % tr->blck_size != 0)
         return err_set(c->d, ERR_GGUF_BAD_SHAPE,
                        "%s at offset %" PRIu64 ": ne[0] = %" PRId64
                        " is not a multiple of the block size %" PRId64 " of %s",
-                       c->ctx, info_off, t->ne[0], tr->blck_size, tr->name);
+                       ctx_str(c), info_off, t->ne[0], tr->blck_size, tr->name);
     uint64_t bytes = (uint64_t)(t->ne[0] / tr->blck_size);
     bool ok = u64_mul(bytes, tr->type_size, &bytes);
     for (int k = 1; ok && k < GGUF_MAX_DIMS; k++) ok = u64_mul(bytes, (uint64_t)t->ne[k], &bytes);
     if (!ok || bytes > INT64_MAX)
         return err_set(c->d, ERR_GGUF_BAD_SHAPE,
                        "%s at offset %" PRIu64 ": the byte size of %" PRId64 " %s values overflows",
-                       c->ctx, info_off, n_el, tr->name);
+                       ctx_str(c), info_off, n_el, tr->name);
     t->n_bytes = bytes;
     return 0;
 }
@@ -503,7 +531,7 @@ static int parse(struct gguf_file *f, struct err_detail *d) {
     if ((r = parse_header(f, &c)) < 0) return r;
     if ((r = parse_kvs(f, &c)) < 0) return r;
     if (f->n_tensors) {
-        f->tensors = calloc_array(f->n_tensors, sizeof *f->tensors);
+        f->tensors = calloc_big(f->n_tensors, sizeof *f->tensors);
         if (!f->tensors) return -ENOMEM;
         r = index_init(&f->tensor_index, f->n_tensors, f->tensors, sizeof *f->tensors);
         if (r < 0) return r;

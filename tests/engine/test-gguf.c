@@ -7,6 +7,8 @@
 #include <errno.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 /* ---- helpers ------------------------------------------------------------------------- */
 
@@ -548,6 +550,72 @@ TEST(writer_save_fails_cleanly) {
     gguf_writer_free(w);
 }
 
+/* ---- the warm-gguf tool -------------------------------------------------------------- */
+
+/* Runs a shell command line; returns its exit status, or -1 when it did not exit. */
+static int run_cmd(const char *cmd) {
+    int st = system(cmd);
+    return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static bool file_contains(const char *path, const char *needle) {
+    uint8_t *buf;
+    size_t size;
+    read_whole(path, &buf, &size);
+    if (!buf) return false;
+    buf[size] = 0; /* read_whole leaves room for a NUL */
+    bool found = strstr((const char *)buf, needle) != NULL;
+    free(buf);
+    return found;
+}
+
+TEST(warm_gguf_tool) {
+    const char *bin = getenv("WARM_BIN");
+    char tool[1024], cmd[4096], out[512];
+    snprintf(tool, sizeof tool, "%s/warm-gguf", bin ? bin : "");
+    if (!bin || access(tool, X_OK) != 0) SKIP("WARM_BIN/warm-gguf is not built");
+    snprintf(out, sizeof out, "%s/warm-gguf.out", test_tmpdir());
+
+    /* --check succeeds on every shared GGUF file */
+    static const char *const files[] = {
+        "stories260K.gguf", "vocab/ggml-vocab-llama-spm.gguf", "vocab/ggml-vocab-gpt-2.gguf",
+        "vocab/ggml-vocab-deepseek-llm.gguf", "vocab/ggml-vocab-deepseek-coder.gguf"};
+    int seen = 0;
+    for (size_t k = 0; k < ARRAY_SIZE(files); k++) {
+        const char *path = test_shared_path(files[k]);
+        if (!path) continue;
+        seen++;
+        snprintf(cmd, sizeof cmd, "'%s' --check '%s' > '%s' 2>&1", tool, path, out);
+        ASSERT_EQ(run_cmd(cmd), 0);
+        ASSERT_TRUE(file_contains(out, ": OK (GGUF v3"));
+    }
+
+    /* the listing names the tensors with their shapes, and summarizes arrays */
+    const char *stories = test_shared_path("stories260K.gguf");
+    if (stories) {
+        snprintf(cmd, sizeof cmd, "'%s' '%s' > '%s' 2>&1", tool, stories, out);
+        ASSERT_EQ(run_cmd(cmd), 0);
+        ASSERT_TRUE(file_contains(out, "[string x 512]"));
+        ASSERT_TRUE(file_contains(out, "\"<unk>\", \"<s>\", \"</s>\", \"<0x00>\", ..."));
+        ASSERT_TRUE(file_contains(out, "blk.4.ffn_norm.weight"));
+        ASSERT_TRUE(file_contains(out, "[172, 64]"));
+        ASSERT_TRUE(file_contains(out, "1170944"));
+    }
+
+    /* --check on a bad file: exit 1 and the reader's message */
+    char bad[512];
+    snprintf(bad, sizeof bad, "%s/bad.gguf", test_tmpdir());
+    FILE *fp = fopen(bad, "wb");
+    ASSERT_TRUE(fp != NULL);
+    static const uint8_t hdr[24] = {'G', 'G', 'U', 'F', 1};
+    fwrite(hdr, 1, sizeof hdr, fp);
+    fclose(fp);
+    snprintf(cmd, sizeof cmd, "'%s' --check '%s' > '%s' 2>&1", tool, bad, out);
+    ASSERT_EQ(run_cmd(cmd), 1);
+    ASSERT_TRUE(file_contains(out, "ERR_BAD_VERSION: header: version 1 at offset 4"));
+    if (!seen) SKIP("../shared/models/*.gguf are absent");
+}
+
 TEST_MAIN(T(stories260k), T(stories260k_mem), T(vocab_files), T(open_errors),
           T(writer_copies_shared_files_exactly), T(writer_roundtrip), T(writer_v2_and_empty),
-          T(writer_save_fails_cleanly))
+          T(writer_save_fails_cleanly), T(warm_gguf_tool))
