@@ -9,10 +9,16 @@
 #include <math.h>
 #include <string.h>
 
+/* Multiply-adds below which a step runs on the calling thread: waking the workers costs
+ * microseconds (milliseconds when the machine is busy), a tiny model's matmul less. */
+#define POOL_MIN_WORK (1 << 16)
+
 /* y (n_tok, w->n_out) = x (n_tok, w->n_in) · Wᵀ */
 static void matmul(struct engine_context *ctx, float *y, const struct engine_weight *w,
                    const float *x, int64_t n_tok) {
-    kern_matmul(ctx->pool, y, w->data, w->type, x, w->n_in, w->n_out, n_tok, ctx->mm_scratch);
+    bool big = w->n_in * w->n_out * n_tok >= POOL_MIN_WORK;
+    kern_matmul(big ? ctx->pool : NULL, y, w->data, w->type, x, w->n_in, w->n_out, n_tok,
+                ctx->mm_scratch);
 }
 
 /* y[t] += bias for each of n_tok rows, when the weight has a bias */
@@ -29,8 +35,10 @@ static bool batch_wants(const struct engine_batch *b, int32_t i) {
     return b->want_logits ? b->want_logits[i] : i == b->n_tok - 1;
 }
 
-static void pool_run(struct kern_pool *pool, kern_task_fn fn, void *arg) {
-    if (pool)
+/* Runs fn on the pool, or on the calling thread alone when the work (in multiply-adds)
+ * is smaller than waking the workers costs. */
+static void pool_run(struct kern_pool *pool, kern_task_fn fn, void *arg, int64_t work) {
+    if (pool && work >= POOL_MIN_WORK)
         kern_pool_run(pool, fn, arg);
     else
         fn(arg, 0, 1);
@@ -97,6 +105,10 @@ void forward_step(struct engine_context *ctx, const struct engine_batch *b, int3
 
     /* token embeddings: x (n, dim) */
     for (int32_t t = 0; t < n; t++) embed(x + t * dim, &m->tok_embd, b->token[t0 + t]);
+    /* multiply-adds of one layer's attention: n tokens × n_head × cells × (hd_k + hd_v) */
+    int64_t attn_work = 0;
+    for (int32_t t = 0; t < n; t++)
+        attn_work += ((int64_t)b->pos[t0 + t] + 1) * hp->n_head * (hd_k + hp->head_dim_v);
     /* RoPE angles of each token's position: rope_cs (n, n_rot) */
     for (int32_t t = 0; t < n; t++)
         kern_rope_cache(ctx->rope_cs + t * n_rot, b->pos[t0 + t], &ctx->rope);
@@ -138,7 +150,7 @@ void forward_step(struct engine_context *ctx, const struct engine_batch *b, int3
 
         /* attention: att (n, n_head × hd_v) */
         struct attention_args aa = {.ctx = ctx, .b = b, .t0 = t0, .n = n, .il = il};
-        pool_run(ctx->pool, attention_task, &aa);
+        pool_run(ctx->pool, attention_task, &aa, attn_work);
 
         /* output projection and residual: x += att · Woᵀ */
         matmul(ctx, xb, &l->wo, ctx->att, n);
