@@ -234,10 +234,9 @@ static int open_dbis(struct store_env *env, char *why, size_t why_n) {
         }
     }
     if (rc) goto out;
-    if (!ro) {
-        rc = mdb_txn_commit(t);
-        t = NULL;
-    }
+    /* committed even when read-only: handles opened in an aborted txn are closed */
+    rc = mdb_txn_commit(t);
+    t = NULL;
 out:
     if (t) mdb_txn_abort(t);
     if (rc && !why[0]) snprintf(why, why_n, "opening the databases: %s", mdb_strerror(rc));
@@ -295,13 +294,6 @@ static int mdb_open_once(struct store_env *env, char *why, size_t why_n, struct 
     }
     MDB_stat ms;
     if (mdb_env_stat(env->mdb, &ms) == 0) env->psize = ms.ms_psize;
-    rc = open_dbis(env, why, why_n);
-    if (rc) {
-        mdb_close_env(env);
-        if (rc_is_corrupt(rc)) return 1;
-        if (rc == MDB_NOTFOUND) return err_set(d, ERR_NOT_FOUND, "'%s' holds no store", env->path);
-        return err_set(d, store_map_err(env, rc), "%s", why);
-    }
     /* Structural walk of the snapshot we hold: LMDB itself trusts every page it reads, so
      * overwritten pages would otherwise surface later as crashes or MDB_CORRUPTED. */
     for (int attempt = 0; attempt < 4; attempt++) {
@@ -324,6 +316,13 @@ static int mdb_open_once(struct store_env *env, char *why, size_t why_n, struct 
             return 1;
         }
         break;
+    }
+    rc = open_dbis(env, why, why_n);
+    if (rc) {
+        mdb_close_env(env);
+        if (rc_is_corrupt(rc)) return 1;
+        if (rc == MDB_NOTFOUND) return err_set(d, ERR_NOT_FOUND, "'%s' holds no store", env->path);
+        return err_set(d, store_map_err(env, rc), "%s", why);
     }
     load_last_stamp(env);
     return 0;
