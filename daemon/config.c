@@ -426,7 +426,7 @@ int config_parse_args(struct config *c, int argc, char **argv, struct config_cmd
         if (!key_find(key)) return err_set(d, ERR_CONFIG, "unknown option '--%s'", key);
         struct err_detail kd = {0};
         r = config_set(c, key, val, &kd);
-        if (r < 0) return err_set(d, r, "--%s: %s", key, err_msg(&kd, r));
+        if (r < 0) return err_set(d, r, "--%s", err_msg(&kd, r));
     }
     config_apply_env(c);
     r = check(c, d);

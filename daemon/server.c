@@ -326,12 +326,16 @@ bool rpc_call_is_cancelled(const struct rpc_call *c) { return atomic_load(&c->ca
 struct budget {
     ProtobufCAllocator a;
     size_t used, limit;
+    bool exceeded;
 };
 
 static void *budget_alloc(void *data, size_t size) {
     struct budget *b = data;
     size_t used;
-    if (!size_add(b->used, size, &used) || used > b->limit) return NULL;
+    if (!size_add(b->used, size, &used) || used > b->limit) {
+        b->exceeded = true;
+        return NULL;
+    }
     b->used = used;
     return malloc(size);
 }
@@ -363,7 +367,7 @@ static int decode(struct rpc_call *c, const struct rpc_method *m, struct budget 
     if (!msg) {
         snprintf(err, n_err, "cannot decode %s from %zu bytes: malformed protobuf%s",
                  m->request->name, len,
-                 b->used >= b->limit ? " (or too many fields for its size)" : "");
+                 b->exceeded ? " (too many fields for its size)" : "");
         return -EINVAL;
     }
     *ret = msg;

@@ -1,0 +1,391 @@
+/* The daemon's config schema and parsers, the peer policy, model-name and directory
+ * checks, the UTF-8 validator and the metrics rendering: everything of warmd that is
+ * pure enough to test without a socket (the e2e tests cover the rest). */
+#include "test.h"
+
+#include "daemon/config.h"
+#include "daemon/listener.h"
+#include "daemon/metrics.h"
+#include "daemon/registry.h"
+#include "daemon/rpc-handlers.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char *print_to_string(const struct config *c) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    config_print(c, f);
+    fclose(f);
+    return buf;
+}
+
+static const char *write_file(const char *name, const char *text) {
+    static char path[4096];
+    snprintf(path, sizeof path, "%s/%s", test_tmpdir(), name);
+    FILE *f = fopen(path, "w");
+    if (!f) return NULL;
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+TEST(defaults) {
+    struct config c;
+    struct err_detail d = {0};
+    ASSERT_OK_D(config_init(&c, &d), &d);
+    ASSERT_STREQ(c.socket, "/run/warmd.sock");
+    ASSERT_EQ(c.threads, 0);
+    ASSERT_EQ(c.ctx_size, 4096);
+    ASSERT_EQ(c.cache_type_k, CONFIG_CACHE_TYPE_F16);
+    ASSERT_TRUE(c.kv_rotation);
+    ASSERT_EQ(c.keep_alive_usec, 5ull * 60 * 1000000);
+    ASSERT_EQ(c.cache_max_bytes, 8ull << 30);
+    ASSERT_EQ(c.max_request_bytes, 4ull << 20);
+    ASSERT_EQ(c.allowed_uids.n, 0);
+    ASSERT_TRUE(!c.admin_group.set);
+    ASSERT_EQ(c.log_level, LOG_LEVEL_INFO);
+    /* Every key has help text and a unique name. */
+    for (size_t i = 0; i < config_n_keys; i++) {
+        ASSERT_TRUE(config_keys[i].help && *config_keys[i].help);
+        for (size_t k = i + 1; k < config_n_keys; k++)
+            ASSERT_TRUE(strcmp(config_keys[i].name, config_keys[k].name) != 0);
+    }
+}
+
+TEST(values) {
+    struct config c;
+    struct err_detail d = {0};
+    ASSERT_OK(config_init(&c, NULL));
+    ASSERT_OK_D(config_set(&c, "cache-max-bytes", "512m", &d), &d);
+    ASSERT_EQ(c.cache_max_bytes, 512ull << 20);
+    ASSERT_OK_D(config_set(&c, "cache_max_bytes", "3GiB", &d), &d);
+    ASSERT_EQ(c.cache_max_bytes, 3ull << 30);
+    ASSERT_OK_D(config_set(&c, "keep_alive", "500ms", &d), &d);
+    ASSERT_EQ(c.keep_alive_usec, 500000);
+    ASSERT_OK_D(config_set(&c, "keep_alive", "90", &d), &d);
+    ASSERT_EQ(c.keep_alive_usec, 90000000);
+    ASSERT_OK_D(config_set(&c, "max_keep_alive", "2h", &d), &d);
+    ASSERT_EQ(c.max_keep_alive_usec, 7200ull * 1000000);
+    ASSERT_OK_D(config_set(&c, "kv_rotation", "off", &d), &d);
+    ASSERT_TRUE(!c.kv_rotation);
+    ASSERT_OK_D(config_set(&c, "cache_type_v", "Q8_0", &d), &d);
+    ASSERT_EQ(c.cache_type_v, CONFIG_CACHE_TYPE_Q8_0);
+    ASSERT_OK_D(config_set(&c, "allowed_uids", "0, 1000,1001", &d), &d);
+    ASSERT_EQ(c.allowed_uids.n, 3);
+    ASSERT_EQ(c.allowed_uids.ids[2], 1001);
+    ASSERT_OK_D(config_set(&c, "allowed_uids", "root", &d), &d);
+    ASSERT_EQ(c.allowed_uids.n, 1);
+    ASSERT_EQ(c.allowed_uids.ids[0], 0);
+    ASSERT_OK_D(config_set(&c, "admin_group", "0", &d), &d);
+    ASSERT_TRUE(c.admin_group.set && c.admin_group.gid == 0);
+    ASSERT_OK_D(config_set(&c, "admin_group", "", &d), &d);
+    ASSERT_TRUE(!c.admin_group.set);
+
+    /* Errors name the key and leave the value unchanged. */
+    uint32_t threads = c.threads;
+    ASSERT_ERR(config_set(&c, "threads", "-1", &d), ERR_CONFIG);
+    ASSERT_TRUE(strstr(d.msg, "threads") != NULL);
+    ASSERT_ERR(config_set(&c, "threads", "99999", &d), ERR_CONFIG);
+    ASSERT_TRUE(strstr(d.msg, "out of range [0, 1024]") != NULL);
+    ASSERT_ERR(config_set(&c, "threads", "99999999999999999999999", &d), ERR_CONFIG);
+    ASSERT_ERR(config_set(&c, "threads", "4x", &d), ERR_CONFIG);
+    ASSERT_ERR(config_set(&c, "threads", "", &d), ERR_CONFIG);
+    ASSERT_EQ(c.threads, threads);
+    ASSERT_ERR(config_set(&c, "ctx_size", "8", &d), ERR_CONFIG);
+    ASSERT_ERR(config_set(&c, "cache_max_bytes", "1.5G", &d), ERR_CONFIG);
+    ASSERT_ERR(config_set(&c, "cache_max_bytes", "99999999999T", &d), ERR_CONFIG);
+    ASSERT_ERR(config_set(&c, "keep_alive", "5 parsecs", &d), ERR_CONFIG);
+    ASSERT_ERR(config_set(&c, "kv_rotation", "maybe", &d), ERR_CONFIG);
+    ASSERT_ERR(config_set(&c, "cache_type_k", "q3_k", &d), ERR_CONFIG);
+    ASSERT_TRUE(strstr(d.msg, "q8_0") != NULL);
+    ASSERT_ERR(config_set(&c, "models_dir", "relative/dir", &d), ERR_CONFIG);
+    ASSERT_ERR(config_set(&c, "socket", "@abstract", &d), ERR_CONFIG);
+    char longpath[200];
+    memset(longpath, 'a', sizeof longpath);
+    longpath[0] = '/';
+    longpath[199] = 0;
+    ASSERT_ERR(config_set(&c, "socket", longpath, &d), ERR_CONFIG);
+    ASSERT_ERR(config_set(&c, "allowed_uids", "no-such-user-warmd-test", &d), ERR_CONFIG);
+    ASSERT_TRUE(strstr(d.msg, "unknown user 'no-such-user-warmd-test'") != NULL);
+    ASSERT_ERR(config_set(&c, "admin_group", "no-such-group-warmd-test", &d), ERR_CONFIG);
+    ASSERT_ERR(config_set(&c, "no_such_key", "1", &d), ERR_CONFIG);
+    ASSERT_STREQ(d.msg, "unknown key 'no_such_key'");
+}
+
+TEST(file) {
+    struct config c;
+    struct err_detail d = {0};
+    ASSERT_OK(config_init(&c, NULL));
+    const char *good = write_file("good.conf",
+                                  "# warmd test config\n"
+                                  "\n"
+                                  "models_dir = /srv/models\n"
+                                  "  threads=3  \n"
+                                  "socket = \"/tmp/warmd test.sock\"\n"
+                                  "cache_type_k = q8_0\n");
+    ASSERT_TRUE(good != NULL);
+    ASSERT_OK_D(config_load_file(&c, good, &d), &d);
+    ASSERT_STREQ(c.models_dir, "/srv/models");
+    ASSERT_EQ(c.threads, 3);
+    ASSERT_STREQ(c.socket, "/tmp/warmd test.sock");
+    ASSERT_EQ(c.cache_type_k, CONFIG_CACHE_TYPE_Q8_0);
+
+    /* Errors carry file:line, and a failing file changes nothing. */
+    const char *bad = write_file("bad.conf", "threads = 5\n# comment\nfrobnicate = 1\n");
+    ASSERT_ERR(config_load_file(&c, bad, &d), ERR_CONFIG);
+    char want[4200];
+    snprintf(want, sizeof want, "%s:3: unknown key 'frobnicate'", bad);
+    ASSERT_STREQ(d.msg, want);
+    ASSERT_EQ(c.threads, 3);
+    bad = write_file("bad2.conf", "\n\nctx_size = 1\n");
+    ASSERT_ERR(config_load_file(&c, bad, &d), ERR_CONFIG);
+    snprintf(want, sizeof want, "%s:3: ctx_size: '1' out of range [16, 1048576]", bad);
+    ASSERT_STREQ(d.msg, want);
+    bad = write_file("bad3.conf", "threads 4\n");
+    ASSERT_ERR(config_load_file(&c, bad, &d), ERR_CONFIG);
+    ASSERT_TRUE(strstr(d.msg, ":1: expected 'key = value'") != NULL);
+    bad = write_file("bad4.conf", "models-dir = /x\n");  /* files use the underscore form */
+    ASSERT_ERR(config_load_file(&c, bad, &d), ERR_CONFIG);
+    char missing[4200];
+    snprintf(missing, sizeof missing, "%s/none.conf", test_tmpdir());
+    ASSERT_ERR(config_load_file(&c, missing, &d), -ENOENT);
+}
+
+TEST(print_roundtrip) {
+    struct config a, b;
+    struct err_detail d = {0};
+    ASSERT_OK(config_init(&a, NULL));
+    ASSERT_OK(config_set(&a, "keep_alive", "1500ms", NULL));
+    ASSERT_OK(config_set(&a, "allowed_uids", "0,7", NULL));
+    ASSERT_OK(config_set(&a, "admin_group", "0", NULL));
+    ASSERT_OK(config_set(&a, "memory_budget", "3000", NULL));
+    char *text = print_to_string(&a);
+    ASSERT_TRUE(strstr(text, "keep_alive = 1500ms\n") != NULL);
+    ASSERT_TRUE(strstr(text, "cache_max_bytes = 8G\n") != NULL);
+    ASSERT_TRUE(strstr(text, "allowed_uids = 0,7\n") != NULL);
+    const char *path = write_file("printed.conf", text);
+    ASSERT_OK(config_init(&b, NULL));
+    ASSERT_OK_D(config_load_file(&b, path, &d), &d);
+    char *again = print_to_string(&b);
+    ASSERT_STREQ(again, text);
+    free(again);
+    free(text);
+}
+
+TEST(cmdline) {
+    const char *file = write_file("cmd.conf", "threads = 2\nctx_size = 512\n");
+    char *argv[] = {"warmd", "--config", (char *)file, "--threads=7", "--models-dir", "/m",
+                    "--print-config", NULL};
+    struct config c;
+    struct config_cmdline cl;
+    struct err_detail d = {0};
+    ASSERT_OK_D(config_parse_args(&c, 7, argv, &cl, &d), &d);
+    ASSERT_TRUE(cl.print_config && !cl.help);
+    ASSERT_EQ(c.threads, 7);      /* the command line wins over the file */
+    ASSERT_EQ(c.ctx_size, 512);
+    ASSERT_STREQ(c.models_dir, "/m");
+
+    char *bad[] = {"warmd", "--config", (char *)file, "--no-such-thing=1", NULL};
+    ASSERT_ERR(config_parse_args(&c, 4, bad, &cl, &d), ERR_CONFIG);
+    ASSERT_STREQ(d.msg, "unknown option '--no-such-thing'");
+    char *badval[] = {"warmd", "--config", (char *)file, "--parallel=0", NULL};
+    ASSERT_ERR(config_parse_args(&c, 4, badval, &cl, &d), ERR_CONFIG);
+    ASSERT_TRUE(strncmp(d.msg, "--parallel: ", 12) == 0);
+    char *cross[] = {"warmd", "--config", (char *)file, "--keep-alive=2h", NULL};
+    ASSERT_ERR(config_parse_args(&c, 4, cross, &cl, &d), ERR_CONFIG);
+    char *stray[] = {"warmd", "oops", NULL};
+    ASSERT_ERR(config_parse_args(&c, 2, stray, &cl, &d), ERR_CONFIG);
+    char *help[] = {"warmd", "--help", NULL};
+    ASSERT_OK(config_parse_args(&c, 2, help, &cl, &d));
+    ASSERT_TRUE(cl.help);
+}
+
+TEST(env_rotation) {
+    struct config c;
+    ASSERT_OK(config_init(&c, NULL));
+    setenv("WARM_ATTN_ROT_DISABLE", "0", 1);
+    config_apply_env(&c);
+    ASSERT_TRUE(c.kv_rotation);
+    setenv("WARM_ATTN_ROT_DISABLE", "1", 1);
+    config_apply_env(&c);
+    ASSERT_TRUE(!c.kv_rotation);
+    unsetenv("WARM_ATTN_ROT_DISABLE");
+}
+
+TEST(policy) {
+    struct config c;
+    struct policy p;
+    bool admin = true;
+    struct err_detail d = {0};
+    ASSERT_OK(config_init(&c, NULL));
+    listener_policy_from_config(&p, &c);
+    p.self_uid = 999;
+    /* Empty lists: anyone who can open the socket; admin only root and the daemon. */
+    ASSERT_OK(listener_policy_check(&p, 1000, 1000, NULL, 0, &admin, &d));
+    ASSERT_TRUE(!admin);
+    ASSERT_OK(listener_policy_check(&p, 0, 0, NULL, 0, &admin, &d));
+    ASSERT_TRUE(admin);
+    ASSERT_OK(listener_policy_check(&p, 999, 5, NULL, 0, &admin, &d));
+    ASSERT_TRUE(admin);
+
+    ASSERT_OK(config_set(&c, "allowed_uids", "1000", NULL));
+    ASSERT_OK(config_set(&c, "allowed_groups", "4242", NULL));
+    ASSERT_OK(config_set(&c, "admin_group", "4343", NULL));
+    listener_policy_from_config(&p, &c);
+    p.self_uid = 999;
+    ASSERT_OK(listener_policy_check(&p, 1000, 1000, NULL, 0, &admin, &d));
+    ASSERT_TRUE(!admin);
+    ASSERT_ERR(listener_policy_check(&p, 1001, 1001, NULL, 0, &admin, &d), -EACCES);
+    ASSERT_TRUE(strstr(d.msg, "uid 1001") != NULL);
+    uint32_t groups[] = {10, 4242};
+    ASSERT_OK(listener_policy_check(&p, 1001, 1001, groups, 2, &admin, &d));   /* supplementary */
+    ASSERT_OK(listener_policy_check(&p, 1002, 4242, NULL, 0, &admin, &d));     /* primary */
+    uint32_t admins[] = {4343};
+    ASSERT_OK(listener_policy_check(&p, 1000, 1000, admins, 1, &admin, &d));
+    ASSERT_TRUE(admin);
+    /* Admin membership does not admit a peer the allow lists refuse. */
+    ASSERT_ERR(listener_policy_check(&p, 1003, 1003, admins, 1, &admin, &d), -EACCES);
+    ASSERT_OK(listener_policy_check(&p, 0, 0, NULL, 0, &admin, &d));            /* root */
+}
+
+TEST(model_names) {
+    static const char *const good[] = {"stories260K", "qwen3-0.6b", "a", "Llama_3.2-1B-Q4_K_M"};
+    static const char *const bad[] = {"", "../etc/passwd", "/dev/zero", ".hidden", "-x", "a/b",
+                                      "/proc/self/fd/3", "a b", "caf\xc3\xa9", "x\n", ".."};
+    for (size_t i = 0; i < ARRAY_SIZE(good); i++) ASSERT_OK(registry_name_check(good[i], NULL));
+    for (size_t i = 0; i < ARRAY_SIZE(bad); i++)
+        ASSERT_ERR(registry_name_check(bad[i], NULL), ERR_INVALID);
+    char longname[200];
+    memset(longname, 'a', sizeof longname);
+    longname[129] = 0;
+    ASSERT_ERR(registry_name_check(longname, NULL), ERR_INVALID);
+    longname[128] = 0;
+    ASSERT_OK(registry_name_check(longname, NULL));
+}
+
+TEST(model_dir) {
+    char dir[4096], outside[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s/models", test_tmpdir());
+    snprintf(outside, sizeof outside, "%s/outside.gguf", test_tmpdir());
+    ASSERT_OK(mkdir(dir, 0755) == 0 ? 0 : -errno);
+    ASSERT_TRUE(write_file("models/good.gguf", "GGUF rest of a model") != NULL);
+    ASSERT_TRUE(write_file("models/notgguf.gguf", "NOPE") != NULL);
+    ASSERT_TRUE(write_file("models/readme.txt", "GGUF") != NULL);
+    ASSERT_TRUE(write_file("outside.gguf", "GGUF outside") != NULL);
+    snprintf(path, sizeof path, "%s/escape.gguf", dir);
+    ASSERT_OK(symlink(outside, path) == 0 ? 0 : -errno);          /* out of the directory */
+    snprintf(path, sizeof path, "%s/alias.gguf", dir);
+    ASSERT_OK(symlink("good.gguf", path) == 0 ? 0 : -errno);       /* stays inside: fine */
+    snprintf(path, sizeof path, "%s/null.gguf", dir);
+    ASSERT_OK(symlink("/dev/zero", path) == 0 ? 0 : -errno);
+    snprintf(path, sizeof path, "%s/fifo.gguf", dir);
+    ASSERT_OK(mkfifo(path, 0644) == 0 ? 0 : -errno);
+    snprintf(path, sizeof path, "%s/dir.gguf", dir);
+    ASSERT_OK(mkdir(path, 0755) == 0 ? 0 : -errno);
+    snprintf(path, sizeof path, "%s/.hidden.gguf", dir);
+    ASSERT_TRUE(write_file("models/.hidden.gguf", "GGUF") != NULL);
+    /* A 1 TiB sparse file with a GGUF magic. */
+    snprintf(path, sizeof path, "%s/sparse.gguf", dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_TRUE(fd >= 0);
+    ASSERT_EQ(write(fd, "GGUF", 4), 4);
+    int tr = ftruncate(fd, 1ll << 40);
+    close(fd);
+
+    struct registry r;
+    struct err_detail d = {0};
+    registry_init(&r, dir);
+    int n = registry_scan(&r, &d);
+    ASSERT_OK_D(n, &d);
+    struct registry_model *list = NULL;
+    size_t count = 0;
+    ASSERT_OK(registry_list(&r, &list, &count));
+    ASSERT_EQ(count, 2);
+    ASSERT_EQ(n, 2);
+    ASSERT_STREQ(list[0].name, "alias");
+    ASSERT_STREQ(list[1].name, "good");
+    ASSERT_EQ(list[1].size_bytes, 20);
+    free(list);
+    (void)tr;
+
+    struct registry_model m;
+    ASSERT_OK(registry_find(&r, "good", &m, &d));
+    int mfd = -1;
+    ASSERT_OK(registry_open(&r, "alias", &mfd, &d));
+    ASSERT_TRUE(mfd >= 0);
+    close(mfd);
+    /* Missing, escaping, device, FIFO, directory and sparse get the same answer. */
+    static const char *const hidden[] = {"missing", "escape", "null", "fifo", "dir", "sparse",
+                                         "notgguf"};
+    for (size_t i = 0; i < ARRAY_SIZE(hidden); i++) {
+        ASSERT_ERR(registry_open(&r, hidden[i], &mfd, &d), ERR_NOT_FOUND);
+        char want[256];
+        snprintf(want, sizeof want, "model '%s' not found in the models directory", hidden[i]);
+        ASSERT_STREQ(d.msg, want);
+    }
+    ASSERT_ERR(registry_find(&r, "../outside", &m, &d), ERR_INVALID);
+    /* A file added later is found without an explicit rescan. */
+    ASSERT_TRUE(write_file("models/late.gguf", "GGUF") != NULL);
+    ASSERT_OK(registry_find(&r, "late", &m, &d));
+    registry_done(&r);
+
+    /* A missing directory is an error naming it, and an empty list. */
+    registry_init(&r, "/nonexistent/warmd-models");
+    ASSERT_ERR(registry_scan(&r, &d), -ENOENT);
+    ASSERT_TRUE(strstr(d.msg, "/nonexistent/warmd-models") != NULL);
+    ASSERT_EQ(registry_count(&r), 0);
+    registry_done(&r);
+}
+
+TEST(utf8) {
+    ASSERT_TRUE(rpc_utf8_valid("plain ascii", 11));
+    ASSERT_TRUE(rpc_utf8_valid("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 14));
+    ASSERT_TRUE(!rpc_utf8_valid("\xc3", 1));                 /* truncated */
+    ASSERT_TRUE(!rpc_utf8_valid("\xc0\xaf", 2));             /* overlong '/' */
+    ASSERT_TRUE(!rpc_utf8_valid("\xed\xa0\x80", 3));         /* surrogate */
+    ASSERT_TRUE(!rpc_utf8_valid("\xf4\x90\x80\x80", 4));     /* > U+10FFFF */
+    ASSERT_TRUE(!rpc_utf8_valid("\xff", 1));
+    ASSERT_TRUE(!rpc_utf8_valid("a\x80", 2));                /* stray continuation */
+}
+
+TEST(metrics_text) {
+    struct metrics m;
+    memset(&m, 0, sizeof m);
+    metrics_add(&m, METRIC_CONN_REFUSED, 3);
+    metrics_rpc_started(&m, 1);
+    metrics_rpc_finished(&m, 12);
+    metrics_rpc_finished(&m, 99);  /* out of range: ignored */
+    const char *names[] = {"GetInfo", "ListModels"};
+    char *text = NULL;
+    ASSERT_OK(metrics_render(&m, names, 2, 1500000, &text));
+    ASSERT_TRUE(strstr(text, "\nwarmd_connections_refused_total 3\n") != NULL);
+    ASSERT_TRUE(strstr(text, "# TYPE warmd_connections_refused_total counter\n") != NULL);
+    ASSERT_TRUE(strstr(text, "warmd_rpc_requests_total{method=\"ListModels\"} 1\n") != NULL);
+    ASSERT_TRUE(strstr(text, "warmd_rpc_responses_total{code=\"UNIMPLEMENTED\"} 1\n") != NULL);
+    ASSERT_TRUE(strstr(text, "warmd_uptime_seconds 1.500\n") != NULL);
+    free(text);
+}
+
+TEST(status_map) {
+    ASSERT_EQ(rpc_status_from_err(ERR_NOT_FOUND), GRPC_STATUS_NOT_FOUND);
+    ASSERT_EQ(rpc_status_from_err(ERR_INVALID), GRPC_STATUS_INVALID_ARGUMENT);
+    ASSERT_EQ(rpc_status_from_err(-EACCES), GRPC_STATUS_PERMISSION_DENIED);
+    ASSERT_EQ(rpc_status_from_err(-ENOMEM), GRPC_STATUS_RESOURCE_EXHAUSTED);
+    ASSERT_EQ(rpc_status_from_err(-EIO), GRPC_STATUS_INTERNAL);
+    /* The method table matches the service's paths and flags. */
+    ASSERT_STREQ(rpc_service_name, "warm.v1.Warm");
+    ASSERT_EQ(rpc_n_methods, 12);
+    for (size_t i = 0; i < rpc_n_methods; i++) {
+        ASSERT_TRUE(rpc_methods[i].handler && rpc_methods[i].request);
+        bool admin_only = strcmp(rpc_methods[i].name, "LoadModel") == 0 ||
+                          strcmp(rpc_methods[i].name, "UnloadModel") == 0;
+        ASSERT_EQ(rpc_methods[i].admin, admin_only);
+    }
+}
+
+TEST_MAIN(T(defaults), T(values), T(file), T(print_roundtrip), T(cmdline), T(env_rotation),
+          T(policy), T(model_names), T(model_dir), T(utf8), T(metrics_text), T(status_map))

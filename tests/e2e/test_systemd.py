@@ -1,0 +1,108 @@
+"""warmd under systemd's protocols without systemd as PID 1: socket activation through
+systemd-socket-activate, and sd_notify messages (READY, STATUS, WATCHDOG, RELOADING,
+STOPPING) captured on a test NOTIFY_SOCKET (P1-5)."""
+
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import time
+
+from warmd_harness import (START_TIMEOUT, WARMD, DaemonTest, NotifyListener, main, pb, pbg,
+                           grpc, write_model)
+
+ACTIVATE = shutil.which("systemd-socket-activate")
+
+
+class SystemdTest(DaemonTest):
+    def setUp(self):
+        super().setUp()
+        self.notify = NotifyListener(os.path.join(self.tmp, "notify.sock"))
+
+    def tearDown(self):
+        self.notify.close()
+        super().tearDown()
+
+    def test_notify_lifecycle(self):
+        d = self.daemon(env={"NOTIFY_SOCKET": self.notify.path, "WATCHDOG_USEC": "200000"})
+        write_model(os.path.join(d.models, "m1.gguf"))
+        d.start()
+        self.assertTrue(self.notify.wait_for("READY=1"), self.notify.lines())
+        status = [l for l in self.notify.lines() if l.startswith("STATUS=")]
+        self.assertTrue(status and "1 models available" in status[0], status)
+        # Pings every WATCHDOG_USEC/2 while every loop progresses.
+        self.assertTrue(self.notify.wait_for("WATCHDOG=1"))
+        end = time.monotonic() + START_TIMEOUT
+        while sum(l == "WATCHDOG=1" for l in self.notify.lines()) < 3 and time.monotonic() < end:
+            time.sleep(0.05)
+        self.assertGreaterEqual(sum(l == "WATCHDOG=1" for l in self.notify.lines()), 3)
+        # SIGHUP: RELOADING=1, a rescan, READY=1 again with the new count.
+        write_model(os.path.join(d.models, "m2.gguf"))
+        d.proc.send_signal(signal.SIGHUP)
+        self.assertTrue(self.notify.wait_for("RELOADING=1"))
+        self.assertTrue(self.notify.wait_for("STATUS=serving on " + d.socket + ": 2 models"))
+        # SIGTERM: STOPPING=1, exit 0.
+        self.assertEqual(d.stop(), 0, d.text())
+        self.assertTrue(self.notify.wait_for("STOPPING=1"))
+        lines = self.notify.lines()
+        self.assertLess(lines.index("READY=1"), lines.index("STOPPING=1"))
+        self.assertNotIn("READY=1", lines[lines.index("STOPPING=1"):])
+
+    def test_no_watchdog_without_request(self):
+        d = self.daemon(env={"NOTIFY_SOCKET": self.notify.path})
+        d.env.pop("WATCHDOG_USEC", None)
+        d.start()
+        self.assertTrue(self.notify.wait_for("READY=1"))
+        time.sleep(0.5)
+        self.assertNotIn("WATCHDOG=1", self.notify.lines())
+        self.assertEqual(d.stop(), 0)
+
+    def test_socket_activation(self):
+        if not ACTIVATE:
+            self.skipTest("systemd-socket-activate not installed")
+        path = os.path.join(self.tmp, "activated.sock")
+        d = self.daemon(socket_path=os.path.join(self.tmp, "unused.sock"),
+                        env={"NOTIFY_SOCKET": self.notify.path})
+        write_model(os.path.join(d.models, "act.gguf"))
+        # systemd-socket-activate binds PATH and execs warmd on the first connection,
+        # passing the listening socket as fd 3 (LISTEN_FDS=1) and only the -E variables.
+        d.args = [ACTIVATE, "-l", path, "-E", "NOTIFY_SOCKET", *d.args]
+        d.start(wait=False)
+        end = time.monotonic() + START_TIMEOUT
+        while not os.path.exists(path) and time.monotonic() < end:
+            time.sleep(0.02)
+        ch = grpc.insecure_channel("unix:" + path)
+        r = pbg.WarmStub(ch).GetInfo(pb.GetInfoRequest(), timeout=START_TIMEOUT)
+        self.assertEqual(r.models_available, 1)
+        self.assertEqual(r.peer.pid, os.getpid())
+        self.assertIn("socket-activated", d.text())
+        self.assertTrue(self.notify.wait_for("READY=1"))
+        self.assertFalse(os.path.exists(d.socket), "warmd must not bind its own socket")
+        ch.close()
+        self.assertEqual(d.stop(), 0, d.text())
+        # The activated socket belongs to systemd: warmd leaves it in place.
+        self.assertTrue(stat.S_ISSOCK(os.lstat(path).st_mode))
+
+    def test_activation_rejects_wrong_fds(self):
+        """Two sockets, or a datagram socket, from the service manager: refuse to start."""
+        if not ACTIVATE:
+            self.skipTest("systemd-socket-activate not installed")
+        a, b = os.path.join(self.tmp, "a.sock"), os.path.join(self.tmp, "b.sock")
+        cmd = [ACTIVATE, "-l", a, "-l", b, WARMD, "--config", "/dev/null",
+               "--models-dir", self.tmp]
+        p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        end = time.monotonic() + START_TIMEOUT
+        while not os.path.exists(a) and time.monotonic() < end:
+            time.sleep(0.02)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(a)
+        _, err = p.communicate(timeout=START_TIMEOUT)
+        s.close()
+        self.assertEqual(p.returncode, 1, err)
+        self.assertIn("expected exactly one", err)
+
+
+if __name__ == "__main__":
+    main()
