@@ -1,0 +1,467 @@
+/* warm-mkmodel: writes a GGUF model with deterministic random weights that llama.cpp and
+ * warmd can load: hparam keys and tensor names exactly as llama.cpp's converter writes
+ * them, for the llama, qwen2 and qwen3 architectures, any shape, any weight type the
+ * kernels can quantize to.
+ *
+ *   warm-mkmodel --arch llama|qwen2|qwen3 [--n-embd N] [--n-layer N] [--n-head N]
+ *                [--n-head-kv N] [--head-dim N] [--n-ff N] [--n-vocab N] [--ctx N]
+ *                [--type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl] [--tied]
+ *                [--vocab-from FILE] [--seed N] [--rope-base X] [--eps X]
+ *                [--shared-kv-layers N] [--name S] -o FILE
+ *
+ * Weights: uniform with standard deviation 1/sqrt(n_in) for every matrix (so each
+ * layer's output has about the scale of its normalized input), 0.5 for the token
+ * embedding, 1 +- 0.1 for norm weights, std 0.02 for biases. Norm weights and biases stay
+ * F32, as llama.cpp keeps them; token_embd and output use --type. Each tensor draws from
+ * its own stream seeded by (seed, tensor name), so adding a tensor or a layer leaves the
+ * others' values unchanged.
+ *
+ * Vocabulary: --vocab-from copies every tokenizer.* key of a GGUF file (n_vocab becomes
+ * its token count); otherwise a SentencePiece-style one is made up (tokenizer.ggml.model
+ * "llama"): <unk>, <s>, </s>, the 256 byte tokens <0x00>..<0xFF> (type BYTE), then
+ * printable pieces with descending scores, up to --n-vocab.
+ *
+ * To add an architecture: one row in arch_rows[]; to add a per-layer tensor: one row in
+ * layer_rows[] (with the flag that selects it); to add an hparam: one line in
+ * add_hparams(). */
+#include "engine/engine.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- architectures ------------------------------------------------------------------- */
+
+struct arch_row {
+    const char *name;
+    float rope_base, eps;
+    bool qkv_bias;       /* attn_q/k/v.bias (qwen2) */
+    bool qk_norm;        /* attn_q_norm/attn_k_norm.weight over head_dim (qwen3) */
+    bool free_head_dim;  /* head_dim may differ from n_embd / n_head (llama.cpp's qwen2
+                          * sizes wq as n_embd x n_embd, so it may not) */
+};
+
+static const struct arch_row arch_rows[] = {
+    {"llama", 10000.0f, 1e-5f, false, false, true},
+    {"qwen2", 1000000.0f, 1e-6f, true, false, false},
+    {"qwen3", 1000000.0f, 1e-6f, false, true, true},
+};
+
+/* general.file_type: llama.cpp's llama_ftype for a model whose matrices are all `type`. */
+static const struct {
+    enum kern_type type;
+    uint32_t ftype;
+} ftype_rows[] = {
+    {KERN_TYPE_F32, 0},  {KERN_TYPE_F16, 1},  {KERN_TYPE_Q4_0, 2},   {KERN_TYPE_Q4_1, 3},
+    {KERN_TYPE_Q8_0, 7}, {KERN_TYPE_Q5_0, 8}, {KERN_TYPE_Q5_1, 9},   {KERN_TYPE_IQ4_NL, 25},
+    {KERN_TYPE_BF16, 32},
+};
+
+struct opts {
+    const struct arch_row *arch;
+    int64_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, ctx;
+    int64_t shared_kv_layers;
+    enum kern_type type;
+    uint32_t ftype;
+    bool tied;
+    uint64_t seed;
+    float rope_base, eps;
+    const char *vocab_from, *out, *name;
+};
+
+/* ---- deterministic random numbers ---------------------------------------------------- */
+
+struct rng {
+    uint64_t s;
+};
+
+static uint64_t rng_next(struct rng *r) { /* splitmix64 */
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [-1, 1). */
+static float rng_sym(struct rng *r) { return (float)(rng_next(r) >> 40) * (2.0f / 16777216.0f) - 1.0f; }
+
+static struct rng rng_for(uint64_t seed, const char *name) {
+    return (struct rng){hash64(name, strlen(name)) ^ (seed * 0xd1b54a32d192ed03ull)};
+}
+
+/* ---- tensors ------------------------------------------------------------------------- */
+
+enum init { INIT_MATRIX, INIT_EMBED, INIT_NORM, INIT_BIAS };
+
+/* Fills n values for a tensor whose rows have n_in inputs. */
+static void init_values(float *x, int64_t n, int64_t n_in, enum init init, struct rng *r) {
+    /* uniform(-a, a) has std a / sqrt(3) */
+    float a = init == INIT_MATRIX ? sqrtf(3.0f / (float)n_in)
+              : init == INIT_EMBED ? 0.5f * sqrtf(3.0f)
+              : init == INIT_BIAS  ? 0.02f * sqrtf(3.0f)
+                                   : 0.1f;
+    float base = init == INIT_NORM ? 1.0f : 0.0f;
+    for (int64_t i = 0; i < n; i++) x[i] = base + a * rng_sym(r);
+}
+
+/* Generates, converts and adds one tensor. Matrices use o->type; norms and biases F32. */
+static int add_tensor(struct gguf_writer *w, const struct opts *o, const char *name,
+                      enum init init, int64_t ne0, int64_t ne1) {
+    uint32_t n_dims = ne1 > 1 || init == INIT_MATRIX || init == INIT_EMBED ? 2 : 1;
+    enum kern_type type = init == INIT_MATRIX || init == INIT_EMBED ? o->type : KERN_TYPE_F32;
+    const struct kern_type_traits *tr = kern_type_traits(type);
+    int64_t n = ne0 * ne1;
+    if (ne0 % tr->blck_size != 0) {
+        fprintf(stderr, "warm-mkmodel: %s: ne[0] = %" PRId64 " is not a multiple of %s's block "
+                "size %" PRId64 "\n", name, ne0, tr->name, tr->blck_size);
+        return ERR_INVALID;
+    }
+    float *x = malloc_array((size_t)n, sizeof *x);
+    void *q = malloc_array((size_t)(n / tr->blck_size), tr->type_size);
+    if (!x || !q) {
+        free(x);
+        free(q);
+        return -ENOMEM;
+    }
+    struct rng r = rng_for(o->seed, name);
+    init_values(x, n, ne0, init, &r);
+    tr->from_f32(q, x, n);
+    int rc = gguf_writer_add_tensor(w, name, type, n_dims, (int64_t[]){ne0, ne1}, q);
+    if (rc < 0) fprintf(stderr, "warm-mkmodel: %s: %s\n", name, err_str(rc));
+    free(x);
+    free(q);
+    return rc;
+}
+
+/* Per-layer tensors in the order they are written; `when` selects by architecture. */
+enum when { ALWAYS, QKV_BIAS, QK_NORM };
+enum dim { D_EMBD, D_Q, D_KV, D_FF, D_HEAD, D_ONE };
+
+static const struct layer_row {
+    const char *suffix;
+    enum when when;
+    enum init init;
+    enum dim ne0, ne1;
+} layer_rows[] = {
+    {"attn_norm.weight", ALWAYS, INIT_NORM, D_EMBD, D_ONE},
+    {"attn_q.weight", ALWAYS, INIT_MATRIX, D_EMBD, D_Q},
+    {"attn_q.bias", QKV_BIAS, INIT_BIAS, D_Q, D_ONE},
+    {"attn_k.weight", ALWAYS, INIT_MATRIX, D_EMBD, D_KV},
+    {"attn_k.bias", QKV_BIAS, INIT_BIAS, D_KV, D_ONE},
+    {"attn_v.weight", ALWAYS, INIT_MATRIX, D_EMBD, D_KV},
+    {"attn_v.bias", QKV_BIAS, INIT_BIAS, D_KV, D_ONE},
+    {"attn_q_norm.weight", QK_NORM, INIT_NORM, D_HEAD, D_ONE},
+    {"attn_k_norm.weight", QK_NORM, INIT_NORM, D_HEAD, D_ONE},
+    {"attn_output.weight", ALWAYS, INIT_MATRIX, D_Q, D_EMBD},
+    {"ffn_norm.weight", ALWAYS, INIT_NORM, D_EMBD, D_ONE},
+    {"ffn_gate.weight", ALWAYS, INIT_MATRIX, D_EMBD, D_FF},
+    {"ffn_up.weight", ALWAYS, INIT_MATRIX, D_EMBD, D_FF},
+    {"ffn_down.weight", ALWAYS, INIT_MATRIX, D_FF, D_EMBD},
+};
+
+static int64_t dim_value(const struct opts *o, enum dim d) {
+    const int64_t v[] = {
+        [D_EMBD] = o->n_embd,           [D_Q] = o->n_head * o->head_dim,
+        [D_KV] = o->n_head_kv * o->head_dim, [D_FF] = o->n_ff,
+        [D_HEAD] = o->head_dim,         [D_ONE] = 1,
+    };
+    return v[d];
+}
+
+static int add_tensors(struct gguf_writer *w, const struct opts *o) {
+    int r = add_tensor(w, o, "token_embd.weight", INIT_EMBED, o->n_embd, o->n_vocab);
+    for (int64_t l = 0; r >= 0 && l < o->n_layer; l++) {
+        for (size_t k = 0; r >= 0 && k < ARRAY_SIZE(layer_rows); k++) {
+            const struct layer_row *lr = &layer_rows[k];
+            if ((lr->when == QKV_BIAS && !o->arch->qkv_bias) ||
+                (lr->when == QK_NORM && !o->arch->qk_norm))
+                continue;
+            char name[GGUF_MAX_NAME + 1];
+            snprintf(name, sizeof name, "blk.%" PRId64 ".%s", l, lr->suffix);
+            r = add_tensor(w, o, name, lr->init, dim_value(o, lr->ne0), dim_value(o, lr->ne1));
+        }
+    }
+    if (r >= 0) r = add_tensor(w, o, "output_norm.weight", INIT_NORM, o->n_embd, 1);
+    if (r >= 0 && !o->tied) r = add_tensor(w, o, "output.weight", INIT_MATRIX, o->n_embd, o->n_vocab);
+    return r;
+}
+
+/* ---- metadata ------------------------------------------------------------------------ */
+
+static int add_arch_u32(struct gguf_writer *w, const struct opts *o, const char *key, int64_t v) {
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", o->arch->name, key);
+    return gguf_writer_add_u32(w, k, (uint32_t)v);
+}
+
+static int add_arch_f32(struct gguf_writer *w, const struct opts *o, const char *key, float v) {
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", o->arch->name, key);
+    return gguf_writer_add_f32(w, k, v);
+}
+
+static int add_hparams(struct gguf_writer *w, const struct opts *o) {
+    char name[128];
+    snprintf(name, sizeof name, "warm-mkmodel %s", o->arch->name);
+    int r = 0;
+    if (r >= 0) r = gguf_writer_add_str(w, "general.architecture", o->arch->name);
+    if (r >= 0) r = gguf_writer_add_str(w, "general.name", o->name ? o->name : name);
+    if (r >= 0) r = gguf_writer_add_u32(w, "general.file_type", o->ftype);
+    if (r >= 0 && kern_type_traits(o->type)->is_quantized)
+        r = gguf_writer_add_u32(w, "general.quantization_version", 2);
+    if (r >= 0) r = add_arch_u32(w, o, "context_length", o->ctx);
+    if (r >= 0) r = add_arch_u32(w, o, "embedding_length", o->n_embd);
+    if (r >= 0) r = add_arch_u32(w, o, "block_count", o->n_layer);
+    if (r >= 0) r = add_arch_u32(w, o, "feed_forward_length", o->n_ff);
+    if (r >= 0) r = add_arch_u32(w, o, "attention.head_count", o->n_head);
+    if (r >= 0) r = add_arch_u32(w, o, "attention.head_count_kv", o->n_head_kv);
+    if (r >= 0) r = add_arch_u32(w, o, "attention.key_length", o->head_dim);
+    if (r >= 0) r = add_arch_u32(w, o, "attention.value_length", o->head_dim);
+    if (r >= 0) r = add_arch_u32(w, o, "rope.dimension_count", o->head_dim);
+    if (r >= 0) r = add_arch_f32(w, o, "rope.freq_base", o->rope_base);
+    if (r >= 0) r = add_arch_f32(w, o, "attention.layer_norm_rms_epsilon", o->eps);
+    if (r >= 0) r = add_arch_u32(w, o, "vocab_size", o->n_vocab);
+    if (r >= 0 && o->shared_kv_layers > 0)
+        r = add_arch_u32(w, o, "attention.shared_kv_layers", o->shared_kv_layers);
+    return r;
+}
+
+/* SentencePiece-style made-up vocabulary: see the file comment. */
+static int add_synthetic_vocab(struct gguf_writer *w, const struct opts *o) {
+    size_t n = (size_t)o->n_vocab;
+    struct gguf_str *toks = calloc_array(n, sizeof *toks);
+    float *scores = calloc_array(n, sizeof *scores);
+    int32_t *types = calloc_array(n, sizeof *types);
+    char *pool = malloc_array(n, 16); /* every piece is at most 15 bytes */
+    int r = -ENOMEM;
+    if (!toks || !scores || !types || !pool) goto out;
+    static const char *const specials[3] = {"<unk>", "<s>", "</s>"};
+    static const int32_t special_types[3] = {2 /* UNKNOWN */, 3 /* CONTROL */, 3};
+    for (size_t i = 0; i < n; i++) {
+        char *p = pool + 16 * i;
+        if (i < 3) {
+            snprintf(p, 16, "%s", specials[i]);
+            types[i] = special_types[i];
+        } else if (i < 259) {
+            snprintf(p, 16, "<0x%02X>", (unsigned)(i - 3));
+            types[i] = 6; /* BYTE */
+        } else {
+            /* pieces: "▁", the 94 printable ASCII characters, then "▁" + k lowercase
+             * letters and k lowercase letters for k = 1, 2, ...: each index maps to one
+             * distinct string */
+            size_t j = i - 259;
+            types[i] = 1; /* NORMAL */
+            scores[i] = -(float)j;
+            if (j == 0) {
+                snprintf(p, 16, "\xe2\x96\x81");
+                goto next;
+            }
+            j -= 1;
+            if (j < 94) {
+                snprintf(p, 16, "%c", (char)('!' + j));
+                goto next;
+            }
+            j -= 94;
+            size_t count = 26;
+            for (int k = 1; k <= 10; k++, count *= 26) {
+                if (j < 2 * count) {
+                    bool space = j < count;
+                    size_t v = space ? j : j - count;
+                    char *q = p;
+                    if (space) q += snprintf(q, 16, "\xe2\x96\x81");
+                    for (int c = k - 1; c >= 0; c--) {
+                        q[c] = (char)('a' + v % 26);
+                        v /= 26;
+                    }
+                    q[k] = 0;
+                    break;
+                }
+                j -= 2 * count;
+            }
+        }
+    next:
+        toks[i] = (struct gguf_str){strlen(p), p};
+    }
+    if ((r = gguf_writer_add_str(w, "tokenizer.ggml.model", "llama")) < 0) goto out;
+    if ((r = gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", toks, n)) < 0) goto out;
+    if ((r = gguf_writer_add_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, n)) < 0)
+        goto out;
+    if ((r = gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, n)) < 0)
+        goto out;
+    if ((r = gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1)) < 0) goto out;
+    if ((r = gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2)) < 0) goto out;
+    if ((r = gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", 0)) < 0) goto out;
+    if ((r = gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", true)) < 0) goto out;
+    r = gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", false);
+out:
+    free(toks);
+    free(scores);
+    free(types);
+    free(pool);
+    return r;
+}
+
+/* n_vocab of a vocabulary file: its token count. */
+static int vocab_count(const struct opts *o, const struct gguf_file *src, int64_t *ret) {
+    const struct gguf_kv *tokens;
+    struct err_detail d = {0};
+    int r = gguf_get_arr(src, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &tokens, &d);
+    if (r < 0) {
+        fprintf(stderr, "warm-mkmodel: %s: %s\n", o->vocab_from, err_msg(&d, r));
+        return r;
+    }
+    if (tokens->n < 1 || tokens->n > INT32_MAX) {
+        fprintf(stderr, "warm-mkmodel: %s: %" PRIu64 " tokens\n", o->vocab_from, tokens->n);
+        return ERR_INVALID;
+    }
+    *ret = (int64_t)tokens->n;
+    return 0;
+}
+
+/* Copies every tokenizer.* pair of src. */
+static int add_vocab_from(struct gguf_writer *w, const struct gguf_file *src) {
+    for (uint64_t i = 0; i < gguf_n_kv(src); i++) {
+        const struct gguf_kv *kv = gguf_kv_at(src, i);
+        if (kv->key.len < 10 || memcmp(kv->key.ptr, "tokenizer.", 10) != 0) continue;
+        int r = gguf_writer_add_kv(w, kv);
+        if (r < 0) return r;
+    }
+    return 0;
+}
+
+/* ---- command line -------------------------------------------------------------------- */
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: warm-mkmodel --arch llama|qwen2|qwen3 -o FILE [options]\n"
+            "  --n-embd N (128)  --n-layer N (2)  --n-head N (4)  --n-head-kv N (= n-head)\n"
+            "  --head-dim N (n-embd / n-head)  --n-ff N (256)  --n-vocab N (512)  --ctx N (2048)\n"
+            "  --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl (f32)  --tied  --seed N (1)\n"
+            "  --vocab-from FILE  --rope-base X  --eps X  --shared-kv-layers N  --name S\n");
+}
+
+static bool parse_int(const char *s, int64_t min, int64_t max, int64_t *ret) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > max) return false;
+    *ret = v;
+    return true;
+}
+
+static int parse_args(int argc, char **argv, struct opts *o) {
+    enum { O_EMBD = 256, O_LAYER, O_HEAD, O_HEAD_KV, O_HEAD_DIM, O_FF, O_VOCAB, O_CTX, O_TYPE,
+           O_TIED, O_SEED, O_VOCAB_FROM, O_ROPE, O_EPS, O_SHARED, O_NAME, O_ARCH };
+    static const struct option long_opts[] = {
+        {"arch", 1, 0, O_ARCH},       {"n-embd", 1, 0, O_EMBD},     {"n-layer", 1, 0, O_LAYER},
+        {"n-head", 1, 0, O_HEAD},     {"n-head-kv", 1, 0, O_HEAD_KV},
+        {"head-dim", 1, 0, O_HEAD_DIM}, {"n-ff", 1, 0, O_FF},       {"n-vocab", 1, 0, O_VOCAB},
+        {"ctx", 1, 0, O_CTX},         {"type", 1, 0, O_TYPE},       {"tied", 0, 0, O_TIED},
+        {"seed", 1, 0, O_SEED},       {"vocab-from", 1, 0, O_VOCAB_FROM},
+        {"rope-base", 1, 0, O_ROPE},  {"eps", 1, 0, O_EPS},
+        {"shared-kv-layers", 1, 0, O_SHARED}, {"name", 1, 0, O_NAME},
+        {"help", 0, 0, 'h'},          {0, 0, 0, 0},
+    };
+    *o = (struct opts){.n_embd = 128, .n_layer = 2, .n_head = 4, .n_ff = 256, .n_vocab = 512,
+                       .ctx = 2048, .type = KERN_TYPE_F32, .seed = 1, .rope_base = NAN, .eps = NAN};
+    const int64_t big = 1 << 20;
+    int c;
+    while ((c = getopt_long(argc, argv, "o:h", long_opts, NULL)) != -1) {
+        int64_t v = 0;
+        bool ok = true;
+        switch (c) {
+        case 'o': o->out = optarg; break;
+        case 'h': usage(stdout); exit(0);
+        case O_ARCH:
+            for (size_t k = 0; k < ARRAY_SIZE(arch_rows); k++)
+                if (strcmp(optarg, arch_rows[k].name) == 0) o->arch = &arch_rows[k];
+            ok = o->arch != NULL;
+            break;
+        case O_EMBD: ok = parse_int(optarg, 1, big, &o->n_embd); break;
+        case O_LAYER: ok = parse_int(optarg, 1, 4096, &o->n_layer); break;
+        case O_HEAD: ok = parse_int(optarg, 1, 4096, &o->n_head); break;
+        case O_HEAD_KV: ok = parse_int(optarg, 1, 4096, &o->n_head_kv); break;
+        case O_HEAD_DIM: ok = parse_int(optarg, 1, 4096, &o->head_dim); break;
+        case O_FF: ok = parse_int(optarg, 1, big, &o->n_ff); break;
+        case O_VOCAB: ok = parse_int(optarg, 260, 1 << 22, &o->n_vocab); break;
+        case O_CTX: ok = parse_int(optarg, 1, INT32_MAX, &o->ctx); break;
+        case O_SHARED: ok = parse_int(optarg, 0, 4096, &o->shared_kv_layers); break;
+        case O_SEED: ok = parse_int(optarg, 0, INT64_MAX, &v), o->seed = (uint64_t)v; break;
+        case O_TYPE: {
+            int t = kern_type_from_name(optarg);
+            ok = false;
+            for (size_t k = 0; k < ARRAY_SIZE(ftype_rows); k++)
+                if (t >= 0 && (enum kern_type)t == ftype_rows[k].type) {
+                    o->type = ftype_rows[k].type;
+                    o->ftype = ftype_rows[k].ftype;
+                    ok = true;
+                }
+            break;
+        }
+        case O_TIED: o->tied = true; break;
+        case O_VOCAB_FROM: o->vocab_from = optarg; break;
+        case O_ROPE: o->rope_base = strtof(optarg, NULL), ok = o->rope_base > 0; break;
+        case O_EPS: o->eps = strtof(optarg, NULL), ok = o->eps > 0; break;
+        case O_NAME: o->name = optarg; break;
+        default: ok = false; break;
+        }
+        if (!ok) {
+            fprintf(stderr, "warm-mkmodel: bad value for option %s\n", argv[optind - 1]);
+            return ERR_INVALID;
+        }
+    }
+    if (!o->arch || !o->out || optind != argc) {
+        usage(stderr);
+        return ERR_INVALID;
+    }
+    if (!o->n_head_kv) o->n_head_kv = o->n_head;
+    if (!o->head_dim) o->head_dim = o->n_embd / o->n_head;
+    if (isnan(o->rope_base)) o->rope_base = o->arch->rope_base;
+    if (isnan(o->eps)) o->eps = o->arch->eps;
+    const char *why = NULL;
+    if (o->n_head % o->n_head_kv) why = "--n-head must be a multiple of --n-head-kv";
+    else if (o->head_dim < 1) why = "--head-dim must be at least 1";
+    else if (o->head_dim % 2) why = "--head-dim must be even (RoPE rotates pairs)";
+    else if (!o->arch->free_head_dim && o->head_dim * o->n_head != o->n_embd)
+        why = "this architecture needs head-dim * n-head == n-embd";
+    else if (o->shared_kv_layers > o->n_layer) why = "--shared-kv-layers exceeds --n-layer";
+    if (why) {
+        fprintf(stderr, "warm-mkmodel: %s\n", why);
+        return ERR_INVALID;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    struct opts o;
+    if (parse_args(argc, argv, &o) < 0) return 2;
+    struct gguf_writer *w = NULL;
+    struct gguf_file *vocab = NULL;
+    int r = gguf_writer_new(&w);
+    if (r >= 0 && o.vocab_from) {
+        struct err_detail d = {0};
+        r = gguf_open(o.vocab_from, &vocab, &d);
+        if (r < 0) fprintf(stderr, "warm-mkmodel: %s: %s\n", o.vocab_from, err_msg(&d, r));
+    }
+    if (r >= 0 && vocab) r = vocab_count(&o, vocab, &o.n_vocab);
+    if (r >= 0) r = add_hparams(w, &o);
+    if (r >= 0) r = vocab ? add_vocab_from(w, vocab) : add_synthetic_vocab(w, &o);
+    if (r >= 0) r = add_tensors(w, &o);
+    if (r >= 0) {
+        r = gguf_writer_save(w, o.out);
+        if (r < 0) fprintf(stderr, "warm-mkmodel: writing %s: %s\n", o.out, err_str(r));
+    } else {
+        fprintf(stderr, "warm-mkmodel: %s\n", err_str(r));
+    }
+    if (r >= 0)
+        printf("wrote %s: %s, %" PRId64 " layers, n_embd %" PRId64 ", n_vocab %" PRId64
+               ", %s weights, seed %" PRIu64 "\n", o.out, o.arch->name, o.n_layer, o.n_embd,
+               o.n_vocab, kern_type_name(o.type), o.seed);
+    gguf_writer_free(w);
+    gguf_close(vocab);
+    return r < 0 ? 1 : 0;
+}
