@@ -108,7 +108,7 @@ int engine_context_new(const struct engine_model *m, const struct engine_context
     ctx->hb = floats_new(nb, hp->n_ff);
     ctx->hb2 = floats_new(nb, hp->n_ff);
     ctx->rope_cs = floats_new(nb, hp->n_rot);
-    ctx->scores = floats_new((size_t)p.n_threads, p.n_ctx);
+    ctx->scores = floats_new((size_t)p.n_threads * (hp->n_head / hp->n_head_kv), p.n_ctx);
     ctx->out_x = floats_new(ctx->n_out_step, hp->n_embd);
     ctx->logits = floats_new(p.n_outputs, hp->n_vocab);
     ctx->mm_scratch_bytes = matmul_scratch_max(m, (int64_t)nb, ctx->n_out_step);

@@ -52,32 +52,35 @@ struct attention_args {
 
 /* Multi-head attention of the step's tokens over their sequences' cached cells:
  * att[t][h] = softmax(q[t][h] · K[0..pos]ᵀ / sqrt(hd_k)) · V[0..pos]. Work items are
- * (token, head) pairs dealt round-robin to the threads; each thread has its own scores. */
+ * (token, KV head) pairs dealt round-robin to the threads; an item handles the `group`
+ * query heads that share the KV head (GQA: head h reads KV head h / group), so each
+ * cached row is read once for all of them. Each thread has its own scores. */
 static void attention_task(void *arg, int ith, int nth) {
     const struct attention_args *a = arg;
     struct engine_context *ctx = a->ctx;
     const struct engine_hparams *hp = &ctx->model->hp;
     const struct kv_cache *kv = &ctx->kv;
-    const int64_t n_head = hp->n_head, hd_k = hp->head_dim_k, hd_v = hp->head_dim_v;
-    const int64_t q_dim = n_head * hd_k, att_dim = n_head * hd_v;
-    const int64_t group = hp->n_head / hp->n_head_kv; /* query heads per KV head (GQA) */
+    const int64_t n_head_kv = hp->n_head_kv, hd_k = hp->head_dim_k, hd_v = hp->head_dim_v;
+    const int64_t q_dim = hp->n_head * hd_k, att_dim = hp->n_head * hd_v;
+    const int64_t group = hp->n_head / hp->n_head_kv; /* query heads per KV head */
     const float scale = 1.0f / sqrtf((float)hd_k);
-    float *scores = ctx->scores + (size_t)ith * ctx->params.n_ctx; /* (n_ctx) */
+    const int64_t n_ctx = ctx->params.n_ctx;
+    float *scores = ctx->scores + (size_t)ith * group * n_ctx; /* (group, n_ctx) */
 
-    for (int64_t item = ith; item < (int64_t)a->n * n_head; item += nth) {
-        int32_t t = (int32_t)(item / n_head);
-        int64_t h = item % n_head, h_kv = h / group;
+    for (int64_t item = ith; item < (int64_t)a->n * n_head_kv; item += nth) {
+        int32_t t = (int32_t)(item / n_head_kv);
+        int64_t h_kv = item % n_head_kv;
         int32_t seq = batch_seq(a->b, a->t0 + t), pos = a->b->pos[a->t0 + t];
         int64_t n_kv = (int64_t)pos + 1; /* causal: cells 0..pos of its own sequence */
-        /* this KV head's slice of the sequence's first row; rows are k_row_bytes apart */
+        /* this KV head's slice of the sequence's first row; rows are *_row_bytes apart */
         const char *k0 = (const char *)kv_k_row(kv, a->il, seq, 0) + kern_row_size(kv->type_k, h_kv * hd_k);
         const char *v0 = (const char *)kv_v_row(kv, a->il, seq, 0) + kern_row_size(kv->type_v, h_kv * hd_v);
-        const float *q = ctx->q + t * q_dim + h * hd_k; /* (hd_k) */
-        float *out = ctx->att + t * att_dim + h * hd_v; /* (hd_v) */
+        const float *q = ctx->q + t * q_dim + h_kv * group * hd_k; /* (group, hd_k) */
+        float *out = ctx->att + t * att_dim + h_kv * group * hd_v; /* (group, hd_v) */
 
-        kern_attn_scores(scores, q, k0, kv->type_k, kv->k_row_bytes, hd_k, n_kv, scale);
-        kern_softmax(scores, n_kv);
-        kern_attn_values(out, scores, v0, kv->type_v, kv->v_row_bytes, hd_v, n_kv);
+        kern_attn_scores(scores, n_ctx, q, group, k0, kv->type_k, kv->k_row_bytes, hd_k, n_kv, scale);
+        for (int64_t h = 0; h < group; h++) kern_softmax(scores + h * n_ctx, n_kv);
+        kern_attn_values(out, scores, n_ctx, group, v0, kv->type_v, kv->v_row_bytes, hd_v, n_kv);
     }
 }
 

@@ -24,7 +24,7 @@ struct engine_context {
     float *att;      /* (n_batch, n_head × hd_v) attention output */
     float *hb, *hb2; /* (n_batch, n_ff) FFN hidden */
     float *rope_cs;  /* (n_batch, n_rot) cos/sin pairs per token */
-    float *scores;   /* (n_threads, n_ctx) attention weights per worker */
+    float *scores;   /* (n_threads, n_head / n_head_kv, n_ctx) attention weights */
     float *out_x;    /* (n_out_step, n_embd) final hidden states of the tokens with logits */
     void *mm_scratch;
     size_t mm_scratch_bytes;

@@ -97,56 +97,82 @@ void kern_rope_apply(float *x, const float *cs, int64_t n_head, int64_t head_dim
 
 /* ---- attention ----------------------------------------------------------------------- */
 
-/* Converts up to this many values at a time for types other than f32. */
+/* Values converted per call of row_chunk_to_f32 (a multiple of every block size). */
 #define ATTN_CHUNK 256
 
-void kern_attn_scores(float *s, const float *q, const void *k, enum kern_type kt, size_t k_stride,
-                      int64_t head_dim, int64_t n_kv, float scale) {
-    if (kt == KERN_TYPE_F32) {
-        for (int64_t j = 0; j < n_kv; j++) {
-            const float *kj = (const float *)((const char *)k + (size_t)j * k_stride);
-            float dot = 0;
-            for (int64_t d = 0; d < head_dim; d++) dot += q[d] * kj[d];
-            s[j] = dot * scale;
-        }
-        return;
+/* f16 -> f32 without a table or a branch (vectorizes): the 15 magnitude bits shifted into
+ * place are the float with exponent bias 15 instead of 127, so multiplying by 2^112
+ * rebias it (subnormal halves come out right too); exponent 31 (inf, NaN) maps to 255. */
+static inline float f16_to_f32(uint16_t h) {
+    uint32_t mag = (uint32_t)(h & 0x7fff) << 13, bits;
+    float f;
+    memcpy(&f, &mag, 4);
+    f *= 0x1p112f;
+    memcpy(&bits, &f, 4);
+    bits |= (h & 0x7c00) == 0x7c00 ? 0x7f800000u : 0;
+    bits |= (uint32_t)(h & 0x8000) << 16;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* dst = n values (n <= ATTN_CHUNK) of type t starting at value d0 of row src. Returns a
+ * pointer to the values: into src itself for f32, else dst. */
+static const float *row_chunk_to_f32(float *dst, const void *src, enum kern_type t, int64_t d0,
+                                     int64_t n) {
+    if (t == KERN_TYPE_F32) return (const float *)src + d0;
+    if (t == KERN_TYPE_F16) {
+        const uint16_t *h = (const uint16_t *)src + d0;
+        for (int64_t i = 0; i < n; i++) dst[i] = f16_to_f32(h[i]);
+    } else if (t == KERN_TYPE_BF16) {
+        const uint16_t *h = (const uint16_t *)src + d0;
+        for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_f32(h[i]);
+    } else {
+        kern_type_traits(t)->to_f32(dst, (const char *)src + kern_row_size(t, d0), n);
     }
-    const struct kern_type_traits *tt = kern_type_traits(kt);
+    return dst;
+}
+
+void kern_attn_scores(float *s, int64_t s_stride, const float *q, int64_t n_q, const void *k,
+                      enum kern_type kt, size_t k_stride, int64_t head_dim, int64_t n_kv,
+                      float scale) {
     float buf[ATTN_CHUNK];
-    int64_t chunk = ATTN_CHUNK - ATTN_CHUNK % tt->blck_size;
     for (int64_t j = 0; j < n_kv; j++) {
         const char *kj = (const char *)k + (size_t)j * k_stride;
-        float dot = 0;
-        for (int64_t d0 = 0; d0 < head_dim; d0 += chunk) {
-            int64_t n = MIN(chunk, head_dim - d0);
-            tt->to_f32(buf, kj + kern_row_size(kt, d0), n);
-            for (int64_t d = 0; d < n; d++) dot += q[d0 + d] * buf[d];
+        for (int64_t h = 0; h < n_q; h++) s[h * s_stride + j] = 0;
+        for (int64_t d0 = 0; d0 < head_dim; d0 += ATTN_CHUNK) {
+            int64_t n = MIN(ATTN_CHUNK, head_dim - d0);
+            const float *kv = row_chunk_to_f32(buf, kj, kt, d0, n);
+            for (int64_t h = 0; h < n_q; h++) {
+                const float *qh = q + h * head_dim + d0;
+                float dot = 0;
+                for (int64_t d = 0; d < n; d++) dot += qh[d] * kv[d];
+                s[h * s_stride + j] += dot;
+            }
         }
-        s[j] = dot * scale;
+        for (int64_t h = 0; h < n_q; h++) s[h * s_stride + j] *= scale;
     }
 }
 
-void kern_attn_values(float *y, const float *p, const void *v, enum kern_type vt, size_t v_stride,
-                      int64_t head_dim, int64_t n_kv) {
-    memset(y, 0, (size_t)head_dim * sizeof *y);
-    if (vt == KERN_TYPE_F32) {
-        for (int64_t j = 0; j < n_kv; j++) {
-            const float *vj = (const float *)((const char *)v + (size_t)j * v_stride);
-            float pj = p[j];
-            for (int64_t d = 0; d < head_dim; d++) y[d] += pj * vj[d];
-        }
-        return;
-    }
-    const struct kern_type_traits *tt = kern_type_traits(vt);
+void kern_attn_values(float *y, const float *p, int64_t p_stride, int64_t n_q, const void *v,
+                      enum kern_type vt, size_t v_stride, int64_t head_dim, int64_t n_kv) {
     float buf[ATTN_CHUNK];
-    int64_t chunk = ATTN_CHUNK - ATTN_CHUNK % tt->blck_size;
+    memset(y, 0, (size_t)(n_q * head_dim) * sizeof *y);
     for (int64_t j = 0; j < n_kv; j++) {
         const char *vj = (const char *)v + (size_t)j * v_stride;
-        float pj = p[j];
-        for (int64_t d0 = 0; d0 < head_dim; d0 += chunk) {
-            int64_t n = MIN(chunk, head_dim - d0);
-            tt->to_f32(buf, vj + kern_row_size(vt, d0), n);
-            for (int64_t d = 0; d < n; d++) y[d0 + d] += pj * buf[d];
+        for (int64_t d0 = 0; d0 < head_dim; d0 += ATTN_CHUNK) {
+            int64_t n = MIN(ATTN_CHUNK, head_dim - d0);
+            const float *vv = row_chunk_to_f32(buf, vj, vt, d0, n);
+            for (int64_t h = 0; h < n_q; h++) {
+                float ph = p[h * p_stride + j], *yh = y + h * head_dim + d0;
+                for (int64_t d = 0; d < n; d++) yh[d] += ph * vv[d];
+            }
         }
     }
 }

@@ -50,10 +50,15 @@ void kern_rope_apply(float *x, const float *cs, int64_t n_head, int64_t head_dim
 
 /* ---- attention over a cache in its stored type --------------------------------------- */
 
-/* s[j] = scale · Σ_d q[d]·K_j[d] for j < n_kv, where K_j is head_dim values of type kt at
- * (const char *)k + j·k_stride. head_dim must be a multiple of kt's block size. */
-void kern_attn_scores(float *s, const float *q, const void *k, enum kern_type kt, size_t k_stride,
-                      int64_t head_dim, int64_t n_kv, float scale);
-/* y[d] = Σ_j p[j]·V_j[d] for d < head_dim, V_j at (const char *)v + j·v_stride, type vt. */
-void kern_attn_values(float *y, const float *p, const void *v, enum kern_type vt, size_t v_stride,
-                      int64_t head_dim, int64_t n_kv);
+/* The query heads that share one KV head (GQA) are handled together, so each cached row
+ * is read and converted once for all of them.
+ * Scores: s[h·s_stride + j] = scale · Σ_d q_h[d]·K_j[d] for h < n_q, j < n_kv, where q_h =
+ * q + h·head_dim and K_j is head_dim values of type kt at (const char *)k + j·k_stride.
+ * head_dim must be a multiple of kt's block size. */
+void kern_attn_scores(float *s, int64_t s_stride, const float *q, int64_t n_q, const void *k,
+                      enum kern_type kt, size_t k_stride, int64_t head_dim, int64_t n_kv,
+                      float scale);
+/* Weighted sums: y_h[d] = Σ_j p[h·p_stride + j]·V_j[d] for h < n_q, d < head_dim, with
+ * y_h = y + h·head_dim and V_j at (const char *)v + j·v_stride, type vt. */
+void kern_attn_values(float *y, const float *p, int64_t p_stride, int64_t n_q, const void *v,
+                      enum kern_type vt, size_t v_stride, int64_t head_dim, int64_t n_kv);
