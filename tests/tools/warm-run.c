@@ -1,0 +1,304 @@
+/* warm-run — the engine without the daemon: load a GGUF model, tokenize a prompt, run
+ * the forward pass and sample, printing the text as it is generated.
+ *
+ *   warm-run -m MODEL [-p PROMPT | --prompt-ids "1 403 407"] [-n STEPS] [--max-new N]
+ *            [-t THREADS] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S]
+ *            [--repeat-penalty R] [--freq-penalty F] [--presence-penalty P]
+ *            [--penalty-last-n N] [--cache-type f32|f16|bf16] [--ids] [--stop-on-bos]
+ *
+ * Steps (-n, as llama2.c's run.c and ../shared/models/README.md): forward passes at
+ * positions 0..STEPS-1; every position from the last prompt token on samples one token,
+ * so at most STEPS - n_prompt + 1 tokens are generated; --max-new caps that count.
+ * Generation stops at an end-of-generation token, and at BOS with --stop-on-bos (models
+ * like stories260K end a story with BOS). Neither stop token is printed or counted.
+ * With --ids, two lines follow the text: "prompt_ids: ..." and "generated_ids: ...".
+ * Timings go to stderr. Default sampling is greedy (--temp 0). */
+#include "engine/engine.h"
+#include "engine/vocab.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct options {
+    const char *model, *prompt, *prompt_ids;
+    long steps, max_new;
+    int threads;
+    bool ids, stop_on_bos;
+    const char *cache_type;
+    struct engine_sampler_params sp;
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: warm-run -m MODEL [-p PROMPT | --prompt-ids \"ID ...\"] [-n STEPS] "
+               "[--max-new N] [-t THREADS]\n"
+               "       [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] "
+               "[--repeat-penalty R]\n"
+               "       [--freq-penalty F] [--presence-penalty P] [--penalty-last-n N] "
+               "[--cache-type f32|f16|bf16]\n"
+               "       [--ids] [--stop-on-bos]\n");
+}
+
+static int parse_long(const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+static int parse_float(const char *s, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end) return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+static int options_parse(int argc, char **argv, struct options *o) {
+    engine_sampler_params_default(&o->sp);
+    o->prompt = "";
+    o->steps = 256;
+    o->max_new = -1;
+    o->threads = (int)MAX(1, sysconf(_SC_NPROCESSORS_ONLN));
+    o->cache_type = "f16";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long n;
+        int r = 0;
+        bool takes = true;
+        if (!strcmp(a, "--ids")) o->ids = true, takes = false;
+        else if (!strcmp(a, "--stop-on-bos")) o->stop_on_bos = true, takes = false;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            exit(0);
+        } else if (!v) r = -EINVAL;
+        else if (!strcmp(a, "-m")) o->model = v;
+        else if (!strcmp(a, "-p")) o->prompt = v;
+        else if (!strcmp(a, "--prompt-ids")) o->prompt_ids = v;
+        else if (!strcmp(a, "--cache-type")) o->cache_type = v;
+        else if (!strcmp(a, "-n")) r = parse_long(v, 1, INT32_MAX, &o->steps);
+        else if (!strcmp(a, "--max-new")) r = parse_long(v, 0, INT32_MAX, &o->max_new);
+        else if (!strcmp(a, "-t")) r = parse_long(v, 1, 1024, &n), o->threads = (int)n;
+        else if (!strcmp(a, "--top-k")) r = parse_long(v, 0, INT32_MAX, &n), o->sp.top_k = (int32_t)n;
+        else if (!strcmp(a, "--penalty-last-n"))
+            r = parse_long(v, 0, 1 << 20, &n), o->sp.penalty_last_n = (int32_t)n;
+        else if (!strcmp(a, "--seed")) r = parse_long(v, 0, LONG_MAX, &n), o->sp.seed = (uint64_t)n;
+        else if (!strcmp(a, "--temp")) r = parse_float(v, &o->sp.temperature);
+        else if (!strcmp(a, "--top-p")) r = parse_float(v, &o->sp.top_p);
+        else if (!strcmp(a, "--min-p")) r = parse_float(v, &o->sp.min_p);
+        else if (!strcmp(a, "--repeat-penalty")) r = parse_float(v, &o->sp.repeat_penalty);
+        else if (!strcmp(a, "--freq-penalty")) r = parse_float(v, &o->sp.frequency_penalty);
+        else if (!strcmp(a, "--presence-penalty")) r = parse_float(v, &o->sp.presence_penalty);
+        else {
+            fprintf(stderr, "warm-run: unknown option '%s'\n", a);
+            return -EINVAL;
+        }
+        if (r < 0) {
+            fprintf(stderr, "warm-run: bad or missing value for '%s'\n", a);
+            return r;
+        }
+        if (takes) i++;
+    }
+    if (!o->model) {
+        usage(stderr);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* Parses "1 403 407" into ids; returns the count or < 0. */
+static int ids_parse(const char *s, int32_t *ids, size_t cap, size_t *ret_n) {
+    size_t n = 0;
+    while (*s) {
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (end == s) {
+            if (*s == ' ' || *s == ',') {
+                s++;
+                continue;
+            }
+            return -EINVAL;
+        }
+        if (errno || v < 0 || v > INT32_MAX || n == cap) return -EINVAL;
+        ids[n++] = (int32_t)v;
+        s = end;
+    }
+    *ret_n = n;
+    return 0;
+}
+
+static void ids_print(const char *label, const int32_t *ids, size_t n) {
+    printf("%s:", label);
+    for (size_t i = 0; i < n; i++) printf(" %d", ids[i]);
+    printf("\n");
+}
+
+struct run {
+    struct engine_model *model;
+    struct engine_vocab *vocab;
+    struct engine_context *ctx;
+    struct engine_sampler *sampler;
+    int32_t *prompt, *gen;
+    char *piece;
+};
+
+static void run_done(struct run *r) {
+    engine_sampler_free(r->sampler);
+    engine_context_free(r->ctx);
+    engine_vocab_free(r->vocab);
+    engine_model_free(r->model);
+    free(r->prompt);
+    free(r->gen);
+    free(r->piece);
+}
+
+static int fail(const char *what, int r, const struct err_detail *d) {
+    fprintf(stderr, "warm-run: %s: %s (%s)\n", what, err_msg(d, r), err_name(r));
+    return 1;
+}
+
+/* Prints the piece of id through the streaming detokenizer. */
+static void emit(struct engine_detok *dt, int32_t id, char *buf, size_t cap) {
+    int n = engine_detok_feed(dt, id, buf, cap);
+    if (n > 0) {
+        fwrite(buf, 1, (size_t)n, stdout);
+        fflush(stdout);
+    }
+}
+
+int main(int argc, char **argv) {
+    struct options o = {0};
+    if (options_parse(argc, argv, &o) < 0) return 2;
+    struct run run = {0};
+    struct err_detail d = {0};
+    int r, rc = 1;
+    int kt = kern_type_from_name(o.cache_type);
+    if (kt < 0) {
+        fprintf(stderr, "warm-run: unknown cache type '%s'\n", o.cache_type);
+        return 2;
+    }
+
+    uint64_t t_load = time_now_usec();
+    if ((r = engine_model_load(o.model, NULL, &run.model, &d)) < 0) {
+        rc = fail(o.model, r, &d);
+        goto out;
+    }
+    const struct engine_hparams *hp = &run.model->hp;
+    if ((r = engine_vocab_load(engine_model_gguf(run.model), &run.vocab, &d)) < 0) {
+        rc = fail("vocabulary", r, &d);
+        goto out;
+    }
+
+    /* prompt ids: given, or the prompt tokenized with BOS as the vocabulary asks */
+    size_t n_prompt = 0, cap = strlen(o.prompt) + 16;
+    if (o.prompt_ids) cap = strlen(o.prompt_ids) + 1;
+    run.prompt = malloc_array(cap, sizeof *run.prompt);
+    if (!run.prompt) goto out;
+    if (o.prompt_ids)
+        r = ids_parse(o.prompt_ids, run.prompt, cap, &n_prompt);
+    else
+        r = engine_vocab_tokenize(run.vocab, o.prompt, strlen(o.prompt),
+                                  ENGINE_TOKENIZE_ADD_SPECIAL, run.prompt, cap, &n_prompt);
+    if (r < 0) {
+        rc = fail("prompt", r, NULL);
+        goto out;
+    }
+    if (n_prompt == 0 && engine_vocab_bos(run.vocab) >= 0) run.prompt[n_prompt++] = engine_vocab_bos(run.vocab);
+    if (n_prompt == 0) {
+        fprintf(stderr, "warm-run: the prompt has no tokens\n");
+        goto out;
+    }
+    if ((long)n_prompt > o.steps) {
+        fprintf(stderr, "warm-run: the prompt has %zu tokens, more than -n %ld\n", n_prompt, o.steps);
+        goto out;
+    }
+
+    struct engine_context_params cp;
+    engine_context_params_default(&cp);
+    cp.n_ctx = (uint32_t)o.steps;
+    cp.n_threads = o.threads;
+    cp.type_k = cp.type_v = (enum kern_type)kt;
+    if ((r = engine_context_new(run.model, &cp, &run.ctx, &d)) < 0) {
+        rc = fail("context", r, &d);
+        goto out;
+    }
+    if ((r = engine_sampler_new(&o.sp, (int32_t)hp->n_vocab, &run.sampler)) < 0) {
+        rc = fail("sampler", r, NULL);
+        goto out;
+    }
+    size_t max_gen = (size_t)(o.steps - (long)n_prompt + 1);
+    if (o.max_new >= 0) max_gen = MIN(max_gen, (size_t)o.max_new);
+    /* the detokenizer wants room for the piece plus held bytes, x3 when it replaces
+     * invalid bytes by U+FFFD: be generous */
+    size_t piece_cap = 4 * (engine_vocab_max_piece(run.vocab) + 8);
+    run.gen = malloc_array(max_gen + 1, sizeof *run.gen);
+    run.piece = malloc(piece_cap);
+    int32_t *pos = malloc_array(n_prompt, sizeof *pos);
+    if (!run.gen || !run.piece || !pos) {
+        free(pos);
+        goto out;
+    }
+    t_load = time_now_usec() - t_load;
+
+    /* the prompt: one batch (the context splits it), its pieces printed first */
+    struct engine_detok dt;
+    engine_detok_init(&dt, run.vocab, ENGINE_DETOK_TEXT_START);
+    for (size_t i = 0; i < n_prompt; i++) {
+        pos[i] = (int32_t)i;
+        engine_sampler_accept(run.sampler, run.prompt[i]);
+        emit(&dt, run.prompt[i], run.piece, piece_cap);
+    }
+    uint64_t t0 = time_now_usec();
+    struct engine_batch b = {.n_tok = (int32_t)n_prompt, .token = run.prompt, .pos = pos};
+    r = engine_context_decode(run.ctx, &b, &d);
+    free(pos);
+    if (r < 0) {
+        rc = fail("prompt", r, &d);
+        goto out;
+    }
+    uint64_t t_prompt = time_now_usec() - t0;
+
+    /* generation: sample, print, feed back at the next position */
+    size_t n_gen = 0;
+    int32_t bos = engine_vocab_bos(run.vocab);
+    t0 = time_now_usec();
+    while (n_gen < max_gen) {
+        int32_t tok = engine_sampler_sample(run.sampler, engine_context_logits(run.ctx, 0));
+        if (engine_vocab_is_eog(run.vocab, tok) || (o.stop_on_bos && tok == bos)) break;
+        run.gen[n_gen++] = tok;
+        engine_sampler_accept(run.sampler, tok);
+        emit(&dt, tok, run.piece, piece_cap);
+        if (n_gen == max_gen) break;
+        int32_t p = (int32_t)(n_prompt - 1 + n_gen);
+        struct engine_batch one = {.n_tok = 1, .token = &tok, .pos = &p};
+        if ((r = engine_context_decode(run.ctx, &one, &d)) < 0) {
+            rc = fail("decode", r, &d);
+            goto out;
+        }
+    }
+    uint64_t t_gen = time_now_usec() - t0;
+    int n = engine_detok_flush(&dt, run.piece, piece_cap);
+    if (n > 0) fwrite(run.piece, 1, (size_t)n, stdout);
+    printf("\n");
+    if (o.ids) {
+        ids_print("prompt_ids", run.prompt, n_prompt);
+        ids_print("generated_ids", run.gen, n_gen);
+    }
+    fflush(stdout);
+    fprintf(stderr, "warm-run: load %.1f ms; prompt %zu tokens in %.1f ms (%.1f tok/s); "
+            "generated %zu tokens in %.1f ms (%.1f tok/s); %d threads\n",
+            (double)t_load / 1e3, n_prompt, (double)t_prompt / 1e3,
+            t_prompt ? (double)n_prompt * 1e6 / (double)t_prompt : 0.0, n_gen,
+            (double)t_gen / 1e3, t_gen ? (double)n_gen * 1e6 / (double)t_gen : 0.0, o.threads);
+    rc = 0;
+out:
+    run_done(&run);
+    return rc;
+}
