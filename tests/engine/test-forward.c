@@ -709,15 +709,18 @@ static const struct arch_case arch_cases[] = {
 };
 
 /* Per weight type: the largest relative RMS error of the logits against the f32 model
- * (||l - l_f32|| / ||l_f32||) that the type is allowed. The weights are random, so this
- * is mostly the weights' own quantization error carried through two layers. */
+ * (||l - l_f32|| / ||l_f32|| over 6 positions) that the type is allowed. The weights are
+ * random, so this is the weights' own rounding error (and for the q-types the q8
+ * rounding of the activations) carried through two layers. Measured on these shapes:
+ * f16 6-7e-4, bf16 5e-3, q8_0 1.6-1.9e-2, q5_x 8-10e-2, q4_x 1.8-2.2e-1; each bound is
+ * about 1.6x the largest. */
 struct type_case {
     const char *name;
     double tol;
 };
 static const struct type_case type_cases[] = {
-    {"f32", 0}, {"f16", 2e-3}, {"bf16", 1.5e-2}, {"q8_0", 1.5e-2},
-    {"q5_1", 6e-2}, {"q5_0", 6e-2}, {"q4_1", 1.2e-1}, {"q4_0", 1.2e-1},
+    {"f32", 0}, {"f16", 1.2e-3}, {"bf16", 9e-3}, {"q8_0", 3e-2},
+    {"q5_1", 1.6e-1}, {"q5_0", 1.6e-1}, {"q4_1", 3.5e-1}, {"q4_0", 3.5e-1},
 };
 
 static bool mkmodel(const char *bin, const struct arch_case *a, const char *type, const char *out) {
