@@ -222,14 +222,15 @@ static int peer_admit(struct listener *l, int fd, struct peer *ret, struct err_d
     return 0;
 }
 
-static void accept_one(struct listener *l) {
+/* Accepts one connection; false when there is none to accept now. */
+static bool accept_one(struct listener *l) {
     int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
             log_warn("accept: %s; pausing for 100 ms", strerror(errno));
             poll(NULL, 0, 100);
         }
-        return;
+        return errno == EINTR || errno == ECONNABORTED;
     }
     struct peer p = {0};
     struct err_detail d = {0};
@@ -238,18 +239,19 @@ static void accept_one(struct listener *l) {
         close(fd);
         metrics_add(l->metrics, METRIC_CONN_REFUSED, 1);
         log_info("refused connection: %s", err_msg(&d, r));
-        return;
+        return true;
     }
     r = peer_put(l, fd, &p);
     if (r >= 0) r = l->on_accept(l->userdata, fd);
     else close(fd);
     if (r < 0) {
         log_warn("cannot serve connection of uid %u: %s", p.uid, err_str(r));
-        return;
+        return true;
     }
     metrics_add(l->metrics, METRIC_CONN_ACCEPTED, 1);
     log_debug("connection fd %d: uid %u gid %u pid %u%s", fd, p.uid, p.gid, p.pid,
               p.admin ? " (admin)" : "");
+    return true;
 }
 
 static void *accept_loop(void *arg) {
@@ -265,7 +267,9 @@ static void *accept_loop(void *arg) {
             continue;
         }
         if (fds[1].revents) break;
-        if (n > 0 && fds[0].revents) accept_one(l);
+        /* Drain the backlog, a bounded batch per wake-up so a stop is seen promptly. */
+        for (int i = 0; n > 0 && fds[0].revents && i < 64 && accept_one(l); i++) {
+        }
     }
     return NULL;
 }
