@@ -8,6 +8,7 @@
 #include "base/base.h"
 #include "kernels/kernels.h"
 #include "engine/gguf.h"
+#include "engine/vocab.h"
 #include "engine/model.h"
 #include "engine/context.h"
 #include "engine/sample.h"
