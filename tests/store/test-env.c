@@ -199,8 +199,10 @@ TEST(readers_200) {
 
 /* ---- a stale reader ------------------------------------------------------------------------ */
 
+/* mdb_reader_list prints a header line, then one line per slot in use, or
+ * "(no active readers)" */
 static int count_readers_fn(const char *msg, void *ctx) {
-    (*(int *)ctx)++;
+    if (!strstr(msg, "no active readers") && !strstr(msg, "pid")) (*(int *)ctx)++;
     return 0;
 }
 
@@ -243,7 +245,8 @@ TEST(stale_reader) {
     ASSERT_OK(store_env_check_readers(env, &cleared));
     mdb_reader_list(env->mdb, count_readers_fn, &after);
     ASSERT_EQ(cleared, 1);
-    ASSERT_TRUE(after < before);
+    ASSERT_EQ(before, 1);
+    ASSERT_EQ(after, 0);
     struct store_stats st;
     ASSERT_OK(store_env_stats(env, &st));
     ASSERT_EQ(st.n_readers_cleared, 1);
