@@ -156,7 +156,7 @@ static void quarantine_prune(const char *dir) {
     struct dirent *de;
     while ((de = readdir(dh)) && n < 64)
         if (strncmp(de->d_name, "data.mdb.corrupt-", 17) == 0 && strlen(de->d_name) < 64)
-            snprintf(names[n++], 64, "%s", de->d_name);
+            memcpy(names[n++], de->d_name, strlen(de->d_name) + 1);
     closedir(dh);
     /* the stamp is a fixed-width decimal, so string order is time order */
     for (int i = 0; i < n; i++) {

@@ -40,7 +40,10 @@ static void reject(struct store_txn *txn, struct store_match *m, const struct st
     if (!m->n_rejected++) m->first_reject = reason;
 }
 
-/* The best tail under parent h for tokens[0 … n): the longest whose tokens match. */
+/* The best tail under parent h for tokens[0 … n): the longest whose tokens match. A
+ * handful of tails (other turns of other conversations) are scanned; when there are
+ * more than fit in cand[], the keys of every possible tail length are probed instead,
+ * longest first. */
 static int find_tail(struct store_txn *txn, const struct store_chain *chain, struct hash128 h,
                      uint64_t p0, const int32_t *tokens, size_t n, struct store_match *m) {
     uint8_t prefix[16];
@@ -51,28 +54,48 @@ static int find_tail(struct store_txn *txn, const struct store_chain *chain, str
     MDB_val k = {.mv_size = 16, .mv_data = prefix}, v;
     struct store_key cand[64];
     size_t n_cand = 0;
-    /* collect the keys first: verifying reads other pages, and keys are all we need */
-    for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE); !rc && n_cand < ARRAY_SIZE(cand);
+    bool many = false;
+    /* keys only: a value's pages are not touched until it is a candidate */
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE); !rc;
          rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
         if (k.mv_size < 16 || memcmp(k.mv_data, prefix, 16) != 0) break;
         if (k.mv_size != 32) continue; /* the chunk record whose key is h itself */
-        struct store_rec_disk hd;
-        if (v.mv_size < sizeof hd) continue;
-        memcpy(&hd, v.mv_data, sizeof hd);
-        if (hd.n_tokens == 0 || hd.n_tokens > n || hd.n_tokens >= chain->chunk_tokens) continue;
-        if (m->has_tail && hd.n_tokens <= m->tail.n_tokens) continue;
+        if (n_cand == ARRAY_SIZE(cand)) {
+            many = true;
+            break;
+        }
         cand[n_cand] = (struct store_key){.len = 32};
         memcpy(cand[n_cand].bytes, k.mv_data, 32);
         n_cand++;
     }
     mdb_cursor_close(c);
     if (rc && rc != MDB_NOTFOUND) return store_map_err(txn->env, rc);
+    size_t max_len = MIN(n, (size_t)chain->chunk_tokens - 1);
+    if (many) {
+        for (size_t len = max_len; len >= 1 && !m->has_tail; len--) {
+            struct store_key key = store_key_tail(h, tokens, len);
+            struct store_rec rec;
+            int r = rec_verify(txn, chain, &key, STORE_KIND_TAIL, p0, tokens, (uint32_t)len, &rec);
+            if (r == ERR_NOT_FOUND) continue;
+            if (r == ERR_STORE_CORRUPT) return r;
+            if (r < 0) {
+                reject(txn, m, &key, r);
+                continue;
+            }
+            m->tail = rec;
+            m->has_tail = true;
+        }
+        return 0;
+    }
     for (size_t i = 0; i < n_cand; i++) {
         MDB_val ck = {.mv_size = 32, .mv_data = cand[i].bytes}, cv;
         if (mdb_get(txn->mdb, txn->env->dbi_rec, &ck, &cv)) continue;
         struct store_rec_disk hd;
+        if (cv.mv_size < sizeof hd) continue; /* rec_verify below refuses it */
         memcpy(&hd, cv.mv_data, sizeof hd);
+        if (hd.n_tokens == 0 || hd.n_tokens > max_len) continue;
         if (m->has_tail && hd.n_tokens <= m->tail.n_tokens) continue;
+        if (cv.mv_size < sizeof hd + (size_t)hd.n_tokens * 4) continue;
         /* tails whose tokens differ from the prompt are other conversations: not refused */
         if (memcmp((const uint8_t *)cv.mv_data + sizeof hd, tokens, (size_t)hd.n_tokens * 4) != 0)
             continue;

@@ -191,6 +191,39 @@ static int raw_edit(const char *dir, const struct store_key *from, const struct 
     return rc;
 }
 
+TEST(many_tails) {
+    /* a shared prefix followed by 150 different conversations: the right tail is found
+     * among them (the lookup probes keys instead of scanning) */
+    struct store_env *env = NULL;
+    ASSERT_OK(store_test_open("many-tails", 64 << 20, &env, NULL));
+    struct store_chain ch;
+    ASSERT_OK(store_chain_init(&ch, "uid:1000", FP_A, 1, 1, C));
+    int32_t t[C + 9];
+    store_test_tokens(t, ARRAY_SIZE(t), 80);
+    ASSERT_OK(store_test_write_prompt(env, &ch, t, C, BLOB, 10));
+    struct hash128 h = store_chain_next(ch.h0, t, C);
+    uint8_t small[100];
+    for (int i = 0; i < 150; i++) {
+        int32_t u[9];
+        store_test_tokens(u, 9, 1000 + (uint64_t)i);
+        store_test_fill(small, sizeof small, (uint64_t)i);
+        struct store_put p = {.chain = &ch, .kind = STORE_KIND_TAIL, .parent = h, .p0 = C,
+                              .tokens = i == 77 ? t + C : u, .n_tokens = 1 + (uint32_t)(i % 9),
+                              .blob = small, .blob_bytes = sizeof small};
+        if (i == 77) p.n_tokens = 9;
+        ASSERT_OK(store_write(env, &p, NULL, NULL));
+    }
+    struct store_txn *txn = NULL;
+    struct store_match m;
+    ASSERT_OK(store_txn_begin(env, STORE_TXN_READ, &txn));
+    ASSERT_OK(store_lookup(txn, &ch, t, ARRAY_SIZE(t), &m, NULL));
+    ASSERT_EQ(m.n_tokens, ARRAY_SIZE(t));
+    ASSERT_TRUE(m.has_tail && m.tail.n_tokens == 9);
+    store_match_done(&m);
+    store_txn_abort(txn);
+    store_env_close(env);
+}
+
 TEST(planted_record) {
     struct store_env *env = NULL;
     ASSERT_OK(store_test_open("planted", 64 << 20, &env, NULL));
@@ -401,5 +434,5 @@ TEST(bad_arguments) {
     store_env_close(env);
 }
 
-TEST_MAIN(T(keys), T(longest_prefix), T(tail_exact_end), T(planted_record), T(flipped_bit),
+TEST_MAIN(T(keys), T(longest_prefix), T(tail_exact_end), T(many_tails), T(planted_record), T(flipped_bit),
           T(namespaces), T(caller_reject), T(bad_arguments))
