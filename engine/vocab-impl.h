@@ -61,6 +61,11 @@ struct engine_vocab {
     int32_t *special_ids;
     uint32_t n_special;
     uint32_t special_start[257];
+    /* The distinct lengths of each group, longest first (special_len_start like above):
+     * a group of many tokens with few lengths ("[PAD0]".."[PAD99999]") is searched by
+     * hashing the text at each length instead of comparing every token. */
+    uint32_t *special_lens;
+    uint32_t special_len_start[257];
 
     int32_t bos, eos, eot, eom, unk, sep, pad, mask;
     bool add_bos, add_eos, add_space_prefix;

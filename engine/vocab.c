@@ -523,11 +523,25 @@ static int build_specials(struct engine_vocab *v) {
                                              (int32_t)i};
     }
     qsort(keys, n, sizeof *keys, special_cmp);
+    v->special_lens = malloc_array(n, sizeof *v->special_lens);
+    if (!v->special_lens) {
+        free(keys);
+        return -ENOMEM;
+    }
+    memset(v->special_len_start, 0, sizeof v->special_len_start);
+    uint32_t n_lens = 0;
     for (uint32_t i = 0; i < n; i++) {
         v->special_ids[i] = keys[i].id;
         v->special_start[keys[i].first + 1]++;
+        if (i == 0 || keys[i].first != keys[i - 1].first || keys[i].len != keys[i - 1].len) {
+            v->special_lens[n_lens++] = keys[i].len; /* sorted: equal lengths are adjacent */
+            v->special_len_start[keys[i].first + 1]++;
+        }
     }
-    for (int c = 0; c < 256; c++) v->special_start[c + 1] += v->special_start[c];
+    for (int c = 0; c < 256; c++) {
+        v->special_start[c + 1] += v->special_start[c];
+        v->special_len_start[c + 1] += v->special_len_start[c];
+    }
     v->n_special = n;
     free(keys);
     return 0;
@@ -586,6 +600,7 @@ void engine_vocab_free(struct engine_vocab *v) {
     free(v->merges);
     free(v->merge_map.slots);
     free(v->special_ids);
+    free(v->special_lens);
     free(v);
 }
 
@@ -626,16 +641,31 @@ int32_t engine_vocab_find(const struct engine_vocab *v, const char *text, size_t
 
 /* ---- tokenize ----------------------------------------------------------------------- */
 
-/* The special token starting at p (longest first), if any may match under flags. */
+static bool special_allowed(const struct vocab_token *t, unsigned flags) {
+    if (t->type == ENGINE_TOKEN_TYPE_USER_DEFINED) return true;
+    return (flags & ENGINE_TOKENIZE_PARSE_SPECIAL) && (t->type == ENGINE_TOKEN_TYPE_CONTROL ||
+                                                       t->type == ENGINE_TOKEN_TYPE_UNKNOWN);
+}
+
+/* The special token starting at p (longest first), if any may match under flags. Compares
+ * each candidate, or hashes p at each candidate length when that is fewer steps. */
 static int32_t special_at(const struct engine_vocab *v, const char *p, size_t n,
                           unsigned flags) {
     uint8_t c = (uint8_t)p[0];
-    for (uint32_t k = v->special_start[c]; k < v->special_start[c + 1]; k++) {
+    uint32_t k0 = v->special_start[c], k1 = v->special_start[c + 1];
+    uint32_t l0 = v->special_len_start[c], l1 = v->special_len_start[c + 1];
+    if (l1 - l0 < k1 - k0) {
+        for (uint32_t k = l0; k < l1; k++) {
+            if (v->special_lens[k] > n) continue;
+            int32_t id = vocab_token_find(v, p, v->special_lens[k]);
+            if (id >= 0 && special_allowed(&v->tokens[id], flags)) return id;
+        }
+        return ENGINE_TOKEN_NONE;
+    }
+    for (uint32_t k = k0; k < k1; k++) {
         int32_t id = v->special_ids[k];
         const struct vocab_token *t = &v->tokens[id];
-        if (t->text_len > n) continue;
-        if (!(flags & ENGINE_TOKENIZE_PARSE_SPECIAL) && t->type != ENGINE_TOKEN_TYPE_USER_DEFINED)
-            continue;
+        if (t->text_len > n || !special_allowed(t, flags)) continue;
         if (memcmp(vocab_text(v, (uint32_t)id), p, t->text_len) == 0) return id;
     }
     return ENGINE_TOKEN_NONE;

@@ -427,6 +427,18 @@ TEST(special_tokens) {
     engine_vocab_free(spm);
     engine_vocab_free(gpt);
     engine_vocab_free(dsc);
+
+    /* deepseek-llm's 2385 user-defined "[PAD…]" tokens: searched by length, not one by one */
+    struct engine_vocab *dsl = vocab_open("vocab/ggml-vocab-deepseek-llm.gguf");
+    if (!dsl) SKIP("deepseek-llm vocab not available");
+    s = "x[PAD100400]y[PAD1004";
+    ASSERT_OK(engine_vocab_tokenize(dsl, s, strlen(s), 0, ids, 64, &n));
+    ASSERT_TRUE(n >= 4);
+    ASSERT_EQ(ids[0], 87);
+    ASSERT_EQ(ids[1], 100400);
+    ASSERT_EQ(ids[2], 88);
+    for (size_t i = 3; i < n; i++) ASSERT_TRUE(ids[i] < 100000);
+    engine_vocab_free(dsl);
 }
 
 TEST(limits) {
