@@ -1,0 +1,190 @@
+/* warm-bench — prefill and decode speed of a model, next to the memory bandwidth bound.
+ *
+ *   warm-bench MODEL [-t N] [-p PROMPT_TOKENS] [-g DECODE_TOKENS] [-r REPEATS]
+ *              [--cache-type f32|f16|bf16]
+ *
+ * For 1 thread and for N threads (default: all online CPUs):
+ *   prefill: one batch of PROMPT_TOKENS (default 512) random tokens into an empty
+ *            sequence, tokens/s;
+ *   decode:  DECODE_TOKENS (default 128) single-token steps from an empty sequence
+ *            (llama-bench's tg), tokens/s;
+ *   bandwidth: reading a 1 GiB buffer with the same threads, GB/s (best of the repeats);
+ *   bound:   bandwidth / bytes of weights read per decoded token; decode as % of it.
+ * Each figure is the best of REPEATS (default 3) runs after one warm-up. */
+#include "engine/engine.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct read_task {
+    const uint64_t *buf;
+    size_t n;          /* words */
+    uint64_t sums[64]; /* one per thread, spaced to keep the compiler from dropping reads */
+};
+
+/* Sums the thread's slice; the xor of all words keeps every load live. */
+static void read_run(void *arg, int ith, int nth) {
+    struct read_task *t = arg;
+    size_t i0 = t->n * (size_t)ith / (size_t)nth, i1 = t->n * (size_t)(ith + 1) / (size_t)nth;
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (size_t i = i0; i + 4 <= i1; i += 4) {
+        a ^= t->buf[i];
+        b ^= t->buf[i + 1];
+        c ^= t->buf[i + 2];
+        d ^= t->buf[i + 3];
+    }
+    t->sums[ith % 64] = a ^ b ^ c ^ d;
+}
+
+/* Read bandwidth in bytes per second with the pool's threads, best of repeats. */
+static double bandwidth(struct kern_pool *pool, const uint64_t *buf, size_t bytes, int repeats) {
+    struct read_task t = {.buf = buf, .n = bytes / 8};
+    double best = 0;
+    kern_pool_run(pool, read_run, &t); /* warm-up */
+    for (int r = 0; r < repeats; r++) {
+        uint64_t t0 = time_now_usec();
+        kern_pool_run(pool, read_run, &t);
+        double s = (double)(time_now_usec() - t0) / 1e6;
+        best = MAX(best, (double)bytes / s);
+    }
+    return best;
+}
+
+struct result {
+    double prefill, decode, bw;
+};
+
+static int bench(const struct engine_model *m, int threads, int n_prompt, int n_gen, int repeats,
+                 enum kern_type kv_type, const uint64_t *buf, size_t buf_bytes, struct result *res) {
+    struct engine_context_params p;
+    engine_context_params_default(&p);
+    p.n_ctx = (uint32_t)MAX(n_prompt, n_gen) + 1;
+    p.n_batch = (uint32_t)n_prompt;
+    p.n_threads = threads;
+    p.type_k = p.type_v = kv_type;
+    struct engine_context *ctx = NULL;
+    struct err_detail d = {0};
+    int r = engine_context_new(m, &p, &ctx, &d);
+    if (r < 0) {
+        fprintf(stderr, "warm-bench: context: %s\n", err_msg(&d, r));
+        return r;
+    }
+    int32_t *tok = malloc_array((size_t)n_prompt, sizeof *tok);
+    int32_t *pos = malloc_array((size_t)n_prompt, sizeof *pos);
+    if (!tok || !pos) {
+        free(tok);
+        free(pos);
+        engine_context_free(ctx);
+        return -ENOMEM;
+    }
+    uint64_t rng = 12345;
+    for (int i = 0; i < n_prompt; i++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        tok[i] = (int32_t)((rng >> 33) % m->hp.n_vocab);
+        pos[i] = i;
+    }
+    *res = (struct result){0};
+    for (int rep = 0; rep <= repeats && r >= 0; rep++) { /* rep 0 warms up */
+        engine_kv_seq_rm(ctx, 0, 0);
+        struct engine_batch b = {.n_tok = n_prompt, .token = tok, .pos = pos};
+        uint64_t t0 = time_now_usec();
+        r = engine_context_decode(ctx, &b, &d);
+        double s = (double)(time_now_usec() - t0) / 1e6;
+        if (rep > 0) res->prefill = MAX(res->prefill, n_prompt / s);
+
+        engine_kv_seq_rm(ctx, 0, 0);
+        t0 = time_now_usec();
+        int32_t t = tok[0];
+        for (int i = 0; i < n_gen && r >= 0; i++) {
+            struct engine_batch one = {.n_tok = 1, .token = &t, .pos = &i};
+            r = engine_context_decode(ctx, &one, &d);
+            t = tok[(i + 1) % n_prompt];
+        }
+        s = (double)(time_now_usec() - t0) / 1e6;
+        if (rep > 0) res->decode = MAX(res->decode, n_gen / s);
+    }
+    if (r < 0) fprintf(stderr, "warm-bench: decode: %s\n", err_msg(&d, r));
+    struct kern_pool *pool = NULL;
+    if (r >= 0 && (r = kern_pool_new(threads, &pool)) >= 0)
+        res->bw = bandwidth(pool, buf, buf_bytes, repeats + 2);
+    kern_pool_free(pool);
+    free(tok);
+    free(pos);
+    engine_context_free(ctx);
+    return r;
+}
+
+static void usage(void) {
+    fprintf(stderr, "usage: warm-bench MODEL [-t N] [-p PROMPT_TOKENS] [-g DECODE_TOKENS] "
+                    "[-r REPEATS] [--cache-type f32|f16|bf16]\n");
+}
+
+int main(int argc, char **argv) {
+    const char *path = NULL, *cache = "f16";
+    int threads = (int)MAX(1, sysconf(_SC_NPROCESSORS_ONLN)), n_prompt = 512, n_gen = 128;
+    int repeats = 3;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int *dst = !strcmp(a, "-t") ? &threads : !strcmp(a, "-p") ? &n_prompt
+                 : !strcmp(a, "-g") ? &n_gen : !strcmp(a, "-r") ? &repeats : NULL;
+        if (dst && v) {
+            *dst = atoi(v);
+            i++;
+        } else if (!strcmp(a, "--cache-type") && v) {
+            cache = v;
+            i++;
+        } else if (a[0] != '-' && !path) {
+            path = a;
+        } else {
+            usage();
+            return 2;
+        }
+    }
+    int kv_type = kern_type_from_name(cache);
+    if (!path || threads < 1 || n_prompt < 1 || n_gen < 1 || repeats < 1 || kv_type < 0) {
+        usage();
+        return 2;
+    }
+    kern_init();
+    struct engine_model *m = NULL;
+    struct err_detail d = {0};
+    int r = engine_model_load(path, NULL, &m, &d);
+    if (r < 0) {
+        fprintf(stderr, "warm-bench: %s: %s\n", path, err_msg(&d, r));
+        return 1;
+    }
+    const size_t buf_bytes = (size_t)1 << 30;
+    uint64_t *buf = malloc(buf_bytes);
+    if (!buf) {
+        engine_model_free(m);
+        return 1;
+    }
+    for (size_t i = 0; i < buf_bytes / 8; i++) buf[i] = i * 0x9e3779b97f4a7c15ull;
+
+    const struct engine_hparams *hp = &m->hp;
+    printf("model %s: %s, %u layers, n_embd %u, %u/%u heads, head_dim %u, n_ff %u, vocab %u, "
+           "weights %s (token_embd %s)\n", path, m->arch_name, hp->n_layer, hp->n_embd,
+           hp->n_head, hp->n_head_kv, hp->head_dim_k, hp->n_ff, hp->n_vocab,
+           kern_type_name(m->layers[0].wq.type), kern_type_name(m->tok_embd.type));
+    printf("weights read per decoded token: %.1f MiB; KV cache %s; kernels %s\n",
+           (double)m->weight_bytes / (1 << 20), cache, kern_cpu()->level);
+    printf("%7s %12s %12s %12s %12s %9s\n", "threads", "prefill t/s", "decode t/s", "bw GB/s",
+           "bound t/s", "of bound");
+    int list[2] = {1, threads};
+    for (int k = 0; k < (threads == 1 ? 1 : 2) && r >= 0; k++) {
+        struct result res;
+        r = bench(m, list[k], n_prompt, n_gen, repeats, (enum kern_type)kv_type, buf, buf_bytes,
+                  &res);
+        if (r < 0) break;
+        double bound = res.bw / (double)m->weight_bytes;
+        printf("%7d %12.1f %12.1f %12.2f %12.1f %8.1f%%\n", list[k], res.prefill, res.decode,
+               res.bw / 1e9, bound, 100.0 * res.decode / bound);
+        fflush(stdout);
+    }
+    free(buf);
+    engine_model_free(m);
+    return r < 0 ? 1 : 0;
+}
