@@ -119,14 +119,16 @@ void kern_quantize_row(enum kern_type t, void *dst, const float *src, int64_t n)
 
 enum {
     MM_UNIT_ROWS = 16, /* rows per work unit: a multiple of KERN_TILE_ROWS */
-    MM_UNIT_TOKS = 64, /* tokens per work unit: their activations stay in L2 */
+    MM_UNIT_TOKS = KERN_TILE_TOKS, /* tokens per work unit: their activations stay in L2 */
 };
 
 size_t kern_matmul_scratch_bytes(enum kern_type wt, int64_t n_in, int64_t n_tok) {
     const struct kern_type_traits *tr = kern_type_traits((int)wt);
     size_t r;
     if (!tr || !tr->vec_dot || tr->vec_dot_type == KERN_TYPE_F32 || n_tok <= 0) return 0;
-    if (!size_mul(kern_row_size(tr->vec_dot_type, n_in), (size_t)n_tok, &r)) return SIZE_MAX;
+    /* the largest activation layout of any level, so that levels may be switched */
+    if (n_in <= 0 || n_in % 32 != 0) return 0;
+    if (!size_mul((size_t)(n_in / 32) * KERN_ACT_BLOCK_BYTES, (size_t)n_tok, &r)) return SIZE_MAX;
     return r;
 }
 
@@ -157,7 +159,7 @@ struct mm_task {
 /* Work units = (token block, row block), token block varying slowest so that threads
  * share the activations in cache; units are taken dynamically (threads may be slowed by
  * other work on the machine). Inside a unit, each tile of weight rows meets every token
- * of the block while it is hot in L1. */
+ * of the block (one tile call) while it is hot in L1. */
 static void mm_task_run(void *arg, int ith, int nth) {
     struct mm_task *m = arg;
     for (;;) {
@@ -166,10 +168,9 @@ static void mm_task_run(void *arg, int ith, int nth) {
         int64_t r0 = u % m->n_row_units * MM_UNIT_ROWS, t0 = u / m->n_row_units * MM_UNIT_TOKS;
         int64_t r1 = MIN(r0 + MM_UNIT_ROWS, m->n_out), t1 = MIN(t0 + MM_UNIT_TOKS, m->n_tok);
         for (int64_t r = r0; r < r1; r += KERN_TILE_ROWS)
-            for (int64_t t = t0; t < t1; t += KERN_TILE_TOKS)
-                m->tile(m->y + t * m->n_out + r, m->n_out, m->w + r * m->w_stride, m->w_stride,
-                        m->x + t * m->x_stride, m->x_stride, m->n_in,
-                        (int)MIN(KERN_TILE_ROWS, r1 - r), (int)MIN(KERN_TILE_TOKS, t1 - t));
+            m->tile(m->y + t0 * m->n_out + r, m->n_out, m->w + r * m->w_stride, m->w_stride,
+                    m->x + t0 * m->x_stride, m->x_stride, m->n_in,
+                    (int)MIN(KERN_TILE_ROWS, r1 - r), (int)(t1 - t0));
     }
 }
 
@@ -194,9 +195,9 @@ void kern_matmul(struct kern_pool *pool, float *y, const void *w, enum kern_type
     };
     if (tr->vec_dot_type != KERN_TYPE_F32) {
         struct quant_task q = {
-            .quant = impl.from_f32[tr->vec_dot_type],
+            .quant = impl.act_from_f32[tr->vec_dot_type],
             .dst = scratch,
-            .dst_stride = kern_row_size(tr->vec_dot_type, n_in),
+            .dst_stride = impl.act_row_size(tr->vec_dot_type, n_in),
             .x = x,
             .n_in = n_in,
             .n_tok = n_tok,

@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 enum {
     POOL_MAX_THREADS = 512,
     POOL_SPIN = 4096, /* pause iterations before sleeping (~40 cycles each) */
+    POOL_YIELD_EVERY = 256,
 };
 
 struct pool_worker {
@@ -54,13 +56,21 @@ static void futex_wake(_Atomic uint32_t *word, int n) {
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
 }
 
+/* One step of a spin wait: pause, and every POOL_YIELD_EVERY steps give the core away,
+ * so that on a machine with more runnable threads than cores the thread we wait for can
+ * run (spinning on its core would only delay it). */
+static void spin_step(int i) {
+    cpu_relax();
+    if (i % POOL_YIELD_EVERY == POOL_YIELD_EVERY - 1) sched_yield();
+}
+
 /* Waits until *word != val; returns the new value. */
 static uint32_t wait_change(_Atomic uint32_t *word, uint32_t val, _Atomic int *sleeping) {
     uint32_t v;
     for (int i = 0; i < POOL_SPIN; i++) {
         v = atomic_load_explicit(word, memory_order_acquire);
         if (v != val) return v;
-        cpu_relax();
+        spin_step(i);
     }
     for (;;) {
         atomic_fetch_add(sleeping, 1); /* seq_cst: pairs with the waker's load */
@@ -149,7 +159,7 @@ void kern_pool_run(struct kern_pool *pool, kern_task_fn fn, void *arg) {
 
     uint32_t done = atomic_load_explicit(&pool->n_done, memory_order_acquire);
     for (int i = 0; i < POOL_SPIN && done != n_workers; i++) {
-        cpu_relax();
+        spin_step(i);
         done = atomic_load_explicit(&pool->n_done, memory_order_acquire);
     }
     while (done != n_workers) {

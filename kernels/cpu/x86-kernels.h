@@ -2,24 +2,35 @@
  * x86-avx512.c include it inside a `#pragma GCC target` region after defining
  *   X86_SFX(name)  name with the level's suffix
  *   X86_VNNI       1: int8 dot products with VPDPBUSD (AVX512-VNNI + VL), 0: PMADDUBSW
- *   X86_W512       1: float tiles in 512-bit registers, 0: 256-bit
+ *   X86_W512       1: 512-bit registers (two quant blocks per step), 0: 256-bit (one)
  * Nothing here runs unless kern_init() saw the level's features.
  *
- * Quantized tiles: per 32-value block, each weight row is unpacked once into 32 bytes
- * and meets every token of the tile; each activation block meets every row. Two ways to
- * feed the unsigned×signed byte dot (VPDPBUSD / PMADDUBSW):
- *   U: the weight codes are unsigned u = value + OFF (q4: OFF 8, q5: 16, q8_0/iq4_nl: 128,
- *      q4_1/q5_1: 0) and Σ u·x is corrected by -OFF·Σx, computed once per token block;
- *   S: signed values v, Σ |v|·(x·sign v) — for PMADDUBSW when u could reach 255, where
- *      its 16-bit pair sums would saturate (q8_0, iq4_nl without VNNI).
+ * Activations (q8_0 / q8_1) are kept in a planar row layout private to these levels:
+ *   qs[nb][32] int8 | d[nb] f32 | s[nb] f32   (nb = n / 32; d, s = the fp16 values of
+ * the reference blocks, widened), so that a step loads 64 contiguous bytes of codes and
+ * its scales without any fp16 conversion.
+ *
+ * Quantized weights: every block is unpacked to 32 bytes in natural value order. Two ways
+ * to feed the unsigned×signed byte dot (VPDPBUSD / PMADDUBSW):
+ *   U: unsigned codes u = value + OFF (q4_0: OFF 8, q5_0: 16, q8_0/iq4_nl: 128,
+ *      q4_1/q5_1: 0), and Σ u·x is corrected by -OFF·Σx, computed once per token step;
+ *   S: signed values v, Σ |v|·(x·sign v) — for PMADDUBSW when u could reach 255, where its
+ *      16-bit pair sums would saturate (q8_0 and iq4_nl without VNNI).
  * Each block's integer lanes are converted to f32 and accumulated with d_w·d_x; q4_1 and
- * q5_1 add m·s (s = d_x·Σq_x from the q8_1 block). */
+ * q5_1 add m·s (s = d_x·Σq_x). Tiles of 4 rows × several tokens first unpack the 4 rows
+ * into a small pack (64 blocks at a time) and then run 4×4 register tiles over it, so
+ * the unpacking is paid once per up to KERN_TILE_TOKS tokens; single tokens (decode)
+ * unpack as they go. */
 #include <immintrin.h>
 #include <string.h>
 
 #define X86_INLINE static inline __attribute__((always_inline))
 
 enum wkind { WK_Q8_0, WK_Q4_0, WK_Q4_1, WK_Q5_0, WK_Q5_1, WK_IQ4_NL };
+
+enum {
+    PACK_BLOCKS = 64, /* blocks of 4 rows unpacked at a time: 8 KiB of codes */
+};
 
 /* bytes per weight block, offset of the codes' zero, whether it carries m */
 X86_INLINE size_t wk_bytes(int k) {
@@ -38,16 +49,10 @@ X86_INLINE float f16_load(const uint8_t *p) {
     memcpy(&h, p, sizeof(h));
     return _cvtsh_ss(h);
 }
-
-/* Σ over 4-byte groups of u[i]·s[i], added to acc (u unsigned, s signed). Without VNNI
- * the 16-bit pair sums must not saturate: callers keep u·s pairs below 2^15. */
-X86_INLINE __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
-#if X86_VNNI
-    return _mm256_dpbusd_epi32(acc, u, s);
-#else
-    __m256i p = _mm256_maddubs_epi16(u, s);
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
-#endif
+X86_INLINE float f32_load(const void *p) {
+    float f;
+    memcpy(&f, p, sizeof(f));
+    return f;
 }
 
 X86_INLINE float hsum256(__m256 v) {
@@ -56,6 +61,8 @@ X86_INLINE float hsum256(__m256 v) {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
+
+/* ---- one block, 256-bit: the unpackers ----------------------------------------------- */
 
 /* 16 bytes of nibbles -> 32 bytes: low nibbles (values 0..15) then high (16..31). */
 X86_INLINE __m256i nibbles_unpack(const uint8_t *qs) {
@@ -77,7 +84,8 @@ X86_INLINE __m256i qh_unpack(const uint8_t *qh) {
     return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 
-/* Unpacks weight block wb of kind K into codes (U) or signed values (S), its d and m. */
+/* Unpacks weight block wb of kind K into 32 codes (U) or signed values (S) in value
+ * order, its d and its m. */
 X86_INLINE __m256i wblock_unpack(const uint8_t *wb, const int K, float *ret_d, float *ret_m) {
     *ret_d = f16_load(wb);
     *ret_m = wk_has_m(K) ? f16_load(wb + 2) : 0.0f;
@@ -101,70 +109,213 @@ X86_INLINE __m256i wblock_unpack(const uint8_t *wb, const int K, float *ret_d, f
     }
 }
 
-/* NR weight rows × NT tokens over nb blocks (NR, NT compile-time after inlining). */
-X86_INLINE void qtile_body(float *y, int64_t ys, const uint8_t *w, size_t wst, const uint8_t *x,
-                           size_t xst, int64_t nb, const int NR, const int NT, const int K) {
-    const size_t wbs = wk_bytes(K), xbs = wk_has_m(K) ? 36 : 34, xq_at = wk_has_m(K) ? 4 : 2;
-    const int off = wk_off(K);
-    __m256 acc[4][4];
-    float macc[4][4];
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) {
-            acc[r][t] = _mm256_setzero_ps();
-            macc[r][t] = 0.0f;
+/* ---- vector primitives of a step (STEP blocks) ----------------------------------------- */
+
+#if X86_W512
+#define STEP 2
+typedef __m512i vi;
+typedef __m512 vq; /* f32 lanes of a quant step */
+X86_INLINE vi vi_zero(void) { return _mm512_setzero_si512(); }
+X86_INLINE vi vi_set1_8(int c) { return _mm512_set1_epi8((char)c); }
+X86_INLINE vi vi_sub32(vi a, vi b) { return _mm512_sub_epi32(a, b); }
+/* s blocks (1 or 2) of 32 bytes; the missing half reads as zero (no access) */
+X86_INLINE vi vi_load(const uint8_t *p, int s) {
+    return s == 2 ? _mm512_loadu_si512(p) : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)p));
+}
+X86_INLINE vi vi_from2(__m256i a, __m256i b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+}
+X86_INLINE vi vi_dot(vi acc, vi u, vi s) { return _mm512_dpbusd_epi32(acc, u, s); }
+X86_INLINE vi vi_abs8(vi a) { return _mm512_abs_epi8(a); }
+X86_INLINE vi vi_sign8(vi x, vi q) { /* x · sign(q); unused: VNNI levels use U mode */
+    vi neg = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(q), vi_zero(), x);
+    return _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(q, q), neg);
+}
+/* lanes 0..7 = a (block 0), lanes 8..15 = b (block 1) */
+X86_INLINE vq vq_pair(float a, float b) {
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(a)),
+                                               _mm256_castps_pd(_mm256_set1_ps(b)), 1));
+}
+X86_INLINE vq vq_load(const float *p, int s) { /* p unaligned-safe via f32_load */
+    return s == 2 ? vq_pair(f32_load(p), f32_load(p + 1))
+                  : _mm512_zextps256_ps512(_mm256_set1_ps(f32_load(p)));
+}
+X86_INLINE vq vq_zero(void) { return _mm512_setzero_ps(); }
+X86_INLINE vq vq_cvt(vi a) { return _mm512_cvtepi32_ps(a); }
+X86_INLINE vq vq_mul(vq a, vq b) { return _mm512_mul_ps(a, b); }
+X86_INLINE vq vq_fma(vq a, vq b, vq c) { return _mm512_fmadd_ps(a, b, c); }
+X86_INLINE float vq_hsum(vq a) { return _mm512_reduce_add_ps(a); }
+#else
+#define STEP 1
+typedef __m256i vi;
+typedef __m256 vq;
+X86_INLINE vi vi_zero(void) { return _mm256_setzero_si256(); }
+X86_INLINE vi vi_set1_8(int c) { return _mm256_set1_epi8((char)c); }
+X86_INLINE vi vi_sub32(vi a, vi b) { return _mm256_sub_epi32(a, b); }
+X86_INLINE vi vi_load(const uint8_t *p, int s) { return _mm256_loadu_si256((const __m256i *)p); }
+/* Without VNNI the 16-bit pair sums of PMADDUBSW must not saturate: callers keep u·s
+ * pairs below 2^15 (U mode only with u <= 31 or s's sums bounded, see wk_signed). */
+X86_INLINE vi vi_dot(vi acc, vi u, vi s) {
+#if X86_VNNI
+    return _mm256_dpbusd_epi32(acc, u, s);
+#else
+    __m256i p = _mm256_maddubs_epi16(u, s);
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+#endif
+}
+X86_INLINE vi vi_abs8(vi a) { return _mm256_abs_epi8(a); }
+X86_INLINE vi vi_sign8(vi x, vi q) { return _mm256_sign_epi8(x, q); }
+X86_INLINE vq vq_load(const float *p, int s) { return _mm256_set1_ps(f32_load(p)); }
+X86_INLINE vq vq_zero(void) { return _mm256_setzero_ps(); }
+X86_INLINE vq vq_cvt(vi a) { return _mm256_cvtepi32_ps(a); }
+X86_INLINE vq vq_mul(vq a, vq b) { return _mm256_mul_ps(a, b); }
+X86_INLINE vq vq_fma(vq a, vq b, vq c) { return _mm256_fmadd_ps(a, b, c); }
+X86_INLINE float vq_hsum(vq a) { return hsum256(a); }
+#endif
+
+/* One token's view of step j (s blocks): codes, the -OFF·Σx correction, d and s. The
+ * s lanes are scaled by 1/8 (exact): every block's m·s lands in 8 lanes. */
+struct xstep {
+    vi q, corr;
+    vq d, s;
+};
+
+X86_INLINE void xstep_load(struct xstep *xs, const uint8_t *xrow, int64_t nb, int64_t j, int s,
+                           const int K) {
+    const float *d = (const float *)(xrow + 32 * nb) + j;
+    xs->q = vi_load(xrow + 32 * j, s);
+    xs->d = vq_load(d, s);
+    xs->corr = vi_zero();
+    if (wk_has_m(K)) xs->s = vq_load(d + nb, s);
+    if (!wk_signed(K) && wk_off(K))
+        xs->corr = vi_sub32(vi_zero(), vi_dot(vi_zero(), vi_set1_8(wk_off(K)), xs->q));
+}
+
+/* acc += Σ over the step's blocks of d_w·d_x·(u·x) (+ m·s) */
+X86_INLINE vq step_acc(vq acc, vi u, vq dw, vq mw, const struct xstep *xs, const int K) {
+    vi p = wk_signed(K) ? vi_dot(vi_zero(), vi_abs8(u), vi_sign8(xs->q, u)) : vi_dot(xs->corr, u, xs->q);
+    acc = vq_fma(vq_cvt(p), vq_mul(dw, xs->d), acc);
+    if (wk_has_m(K)) acc = vq_fma(mw, xs->s, acc);
+    return acc;
+}
+
+/* ---- the pack: 4 rows × up to PACK_BLOCKS blocks, unpacked -------------------------- */
+
+struct wpack {
+    _Alignas(64) uint8_t codes[4][PACK_BLOCKS][32];
+    float d[4][PACK_BLOCKS];
+    float m[4][PACK_BLOCKS]; /* m / 8, see struct xstep */
+};
+
+X86_INLINE void wpack_fill(struct wpack *p, const uint8_t *w, size_t wst, int64_t j0, int64_t nbk,
+                           const int K) {
+    const size_t wbs = wk_bytes(K);
+    for (int r = 0; r < 4; r++)
+        for (int64_t j = 0; j < nbk; j++) {
+            float d, m;
+            __m256i u = wblock_unpack(w + r * wst + (j0 + j) * wbs, K, &d, &m);
+            _mm256_store_si256((__m256i *)p->codes[r][j], u);
+            p->d[r][j] = d;
+            p->m[r][j] = m * 0.125f;
         }
-    for (int64_t ib = 0; ib < nb; ib++) {
-        __m256i xq[4], xc[4];
-        __m256 dx[4];
-        float sx[4];
+}
+
+/* 4 packed rows × NT tokens over the pack's nbk blocks; y (+)= the dots. */
+X86_INLINE void packed_body(float *y, int64_t ys, const struct wpack *p, int64_t nbk,
+                            const uint8_t *x, size_t xst, int64_t nb, int64_t j0, bool add,
+                            const int NT, const int K) {
+    vq acc[4][4];
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) {
-            const uint8_t *xb = x + t * xst + ib * xbs;
-            dx[t] = _mm256_set1_ps(f16_load(xb));
-            sx[t] = wk_has_m(K) ? f16_load(xb + 2) : 0.0f;
-            xq[t] = _mm256_loadu_si256((const __m256i *)(xb + xq_at));
-            xc[t] = _mm256_setzero_si256();
-            if (!wk_signed(K) && off)
-                xc[t] = _mm256_sub_epi32(
-                    xc[t], dot_u8s8(_mm256_setzero_si256(), _mm256_set1_epi8((char)off), xq[t]));
-        }
+    for (int r = 0; r < 4; r++)
 #pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            float dw, mw;
-            __m256i q = wblock_unpack(w + r * wst + ib * wbs, K, &dw, &mw);
-            __m256i qa = wk_signed(K) ? _mm256_abs_epi8(q) : q;
-            __m256 dwv = _mm256_set1_ps(dw);
+        for (int t = 0; t < NT; t++) acc[r][t] = vq_zero();
+    for (int64_t j = 0; j < nbk; j += STEP) {
+        int s = nbk - j >= STEP ? STEP : 1;
+        struct xstep xs[4];
 #pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) {
-                __m256i p = wk_signed(K)
-                                ? dot_u8s8(_mm256_setzero_si256(), qa, _mm256_sign_epi8(xq[t], q))
-                                : dot_u8s8(xc[t], q, xq[t]);
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dwv, dx[t]), acc[r][t]);
-                if (wk_has_m(K)) macc[r][t] += mw * sx[t];
-            }
+        for (int t = 0; t < NT; t++) xstep_load(&xs[t], x + t * xst, nb, j0 + j, s, K);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            vi u = vi_load(p->codes[r][j], s);
+            vq dw = vq_load(&p->d[r][j], s);
+            vq mw = wk_has_m(K) ? vq_load(&p->m[r][j], s) : vq_zero();
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) acc[r][t] = step_acc(acc[r][t], u, dw, mw, &xs[t], K);
         }
     }
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++)
 #pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) y[t * ys + r] = hsum256(acc[r][t]) + macc[r][t];
+        for (int r = 0; r < 4; r++) {
+            float v = vq_hsum(acc[r][t]);
+            y[t * ys + r] = add ? y[t * ys + r] + v : v;
+        }
 }
 
-/* Full 4×4 tiles, 4×1 for single tokens (decode), 1×1 for the ragged edges. */
+/* NR rows unpacked on the fly × one token (decode and ragged edges). */
+X86_INLINE void direct_body(float *y, const uint8_t *w, size_t wst, const uint8_t *xrow,
+                            int64_t nb, const int NR, const int K) {
+    const size_t wbs = wk_bytes(K);
+    vq acc[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) acc[r] = vq_zero();
+    for (int64_t j = 0; j < nb; j += STEP) {
+        int s = nb - j >= STEP ? STEP : 1;
+        struct xstep xs;
+        xstep_load(&xs, xrow, nb, j, s, K);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *wb = w + r * wst + j * wbs;
+            _mm_prefetch((const char *)wb + 384, _MM_HINT_T0);
+            float d0, m0;
+            __m256i u0 = wblock_unpack(wb, K, &d0, &m0);
+            vi u;
+            vq dw, mw;
+#if X86_W512
+            if (s == 2) {
+                float d1, m1;
+                __m256i u1 = wblock_unpack(wb + wbs, K, &d1, &m1);
+                u = vi_from2(u0, u1);
+                dw = vq_pair(d0, d1);
+                mw = vq_pair(m0 * 0.125f, m1 * 0.125f);
+            } else {
+                u = _mm512_zextsi256_si512(u0);
+                dw = _mm512_zextps256_ps512(_mm256_set1_ps(d0));
+                mw = _mm512_zextps256_ps512(_mm256_set1_ps(m0 * 0.125f));
+            }
+#else
+            u = u0;
+            dw = _mm256_set1_ps(d0);
+            mw = _mm256_set1_ps(m0 * 0.125f);
+#endif
+            acc[r] = step_acc(acc[r], u, dw, mw, &xs, K);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) y[r] = vq_hsum(acc[r]);
+}
+
 X86_INLINE void qtile(float *y, int64_t ys, const void *w, size_t wst, const void *x, size_t xst,
                       int64_t n, int nr, int nt, const int K) {
     const uint8_t *wb = w, *xb = x;
     int64_t nb = n / 32;
-    if (nr == 4 && nt == 4) {
-        qtile_body(y, ys, wb, wst, xb, xst, nb, 4, 4, K);
+    if (nr == 4 && nt >= 4) {
+        struct wpack pack;
+        for (int64_t j0 = 0; j0 < nb; j0 += PACK_BLOCKS) {
+            int64_t nbk = nb - j0 < PACK_BLOCKS ? nb - j0 : PACK_BLOCKS;
+            wpack_fill(&pack, wb, wst, j0, nbk, K);
+            int t = 0;
+            for (; t + 4 <= nt; t += 4)
+                packed_body(y + t * ys, ys, &pack, nbk, xb + t * xst, xst, nb, j0, j0 > 0, 4, K);
+            for (; t < nt; t++)
+                packed_body(y + t * ys, ys, &pack, nbk, xb + t * xst, xst, nb, j0, j0 > 0, 1, K);
+        }
     } else if (nr == 4) {
-        for (int t = 0; t < nt; t++) qtile_body(y + t * ys, ys, wb, wst, xb + t * xst, xst, nb, 4, 1, K);
+        for (int t = 0; t < nt; t++) direct_body(y + t * ys, wb, wst, xb + t * xst, nb, 4, K);
     } else {
         for (int t = 0; t < nt; t++)
             for (int r = 0; r < nr; r++)
-                qtile_body(y + t * ys + r, ys, wb + r * wst, wst, xb + t * xst, xst, nb, 1, 1, K);
+                direct_body(y + t * ys + r, wb + r * wst, wst, xb + t * xst, nb, 1, K);
     }
 }
 
@@ -272,10 +423,10 @@ X86_INLINE void ftile_body(float *y, int64_t ys, const uint8_t *w, size_t wst, c
 X86_INLINE void ftile(float *y, int64_t ys, const void *w, size_t wst, const void *x, size_t xst,
                       int64_t n, int nr, int nt, const int F) {
     const uint8_t *wb = w, *xb = x;
-    if (nr == 4 && nt == 4) {
-        ftile_body(y, ys, wb, wst, xb, xst, n, 4, 4, F);
-    } else if (nr == 4) {
-        for (int t = 0; t < nt; t++) ftile_body(y + t * ys, ys, wb, wst, xb + t * xst, xst, n, 4, 1, F);
+    if (nr == 4) {
+        int t = 0;
+        for (; t + 4 <= nt; t += 4) ftile_body(y + t * ys, ys, wb, wst, xb + t * xst, xst, n, 4, 4, F);
+        for (; t < nt; t++) ftile_body(y + t * ys, ys, wb, wst, xb + t * xst, xst, n, 4, 1, F);
     } else {
         for (int t = 0; t < nt; t++)
             for (int r = 0; r < nr; r++)
@@ -352,6 +503,26 @@ static void X86_SFX(quant_q8_1)(void *dst, const float *src, int64_t n) {
     }
 }
 
+/* Planar activation rows (see the top of this file): qs[nb][32] | d[nb] | s[nb]. */
+static size_t X86_SFX(act_row_size)(enum kern_type vdt, int64_t n) {
+    return (size_t)(n / 32) * KERN_ACT_BLOCK_BYTES;
+}
+
+X86_INLINE void act_q8(void *dst, const float *src, int64_t n, bool with_s) {
+    int64_t nb = n / 32;
+    uint8_t *qs = dst;
+    float *d = (float *)(qs + 32 * nb), *s = d + nb;
+    for (int64_t i = 0; i < nb; i++) {
+        kern_f16 dh;
+        float df;
+        int sum = q8_block(src + 32 * i, &dh, (int8_t *)qs + 32 * i, &df);
+        d[i] = _cvtsh_ss(dh);
+        s[i] = with_s ? _cvtsh_ss(_cvtss_sh((float)sum * df, _MM_FROUND_TO_NEAREST_INT)) : 0.0f;
+    }
+}
+static void X86_SFX(act_q8_0)(void *dst, const float *src, int64_t n) { act_q8(dst, src, n, false); }
+static void X86_SFX(act_q8_1)(void *dst, const float *src, int64_t n) { act_q8(dst, src, n, true); }
+
 static void X86_SFX(quant_f16)(void *dst, const float *src, int64_t n) {
     kern_f16 *h = dst;
     int64_t i = 0;
@@ -374,4 +545,7 @@ void X86_SFX(kern_impl_fill)(struct kern_impl *impl) {
     impl->from_f32[KERN_TYPE_Q8_0] = X86_SFX(quant_q8_0);
     impl->from_f32[KERN_TYPE_Q8_1] = X86_SFX(quant_q8_1);
     impl->from_f32[KERN_TYPE_F16] = X86_SFX(quant_f16);
+    impl->act_from_f32[KERN_TYPE_Q8_0] = X86_SFX(act_q8_0);
+    impl->act_from_f32[KERN_TYPE_Q8_1] = X86_SFX(act_q8_1);
+    impl->act_row_size = X86_SFX(act_row_size);
 }

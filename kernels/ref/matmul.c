@@ -54,6 +54,9 @@ void kern_impl_fill_ref(struct kern_impl *impl) {
         const struct kern_type_traits *tr = kern_type_traits(t);
         impl->from_f32[t] = tr ? tr->from_f32 : NULL;
     }
+    impl->act_from_f32[KERN_TYPE_Q8_0] = kern_ref_q8_0_from_f32;
+    impl->act_from_f32[KERN_TYPE_Q8_1] = kern_ref_q8_1_from_f32;
+    impl->act_row_size = kern_row_size;
 }
 
 /* Quantizes x one block at a time exactly as kern_matmul does (same rule, same blocks)

@@ -1,28 +1,37 @@
 /* The matmul dispatch table (private to kernels/) and its reference row.
  *
- * kern_matmul() converts activations to the weight type's vec_dot_type with from_f32[], then
- * covers the output with tiles: tile[wt] computes y for up to KERN_TILE_ROWS weight rows
- * × KERN_TILE_TOKS tokens, so that SIMD variants reuse each unpacked weight block across
- * tokens (prefill) and each activation block across rows. kern_init() fills the table
- * from the reference row, then lets the best SIMD level the CPU has overwrite entries. */
+ * kern_matmul() converts activations with act_from_f32[vdt] (vdt = the weight type's
+ * vec_dot_type) into rows of act_row_size(vdt, n) bytes, a layout private to the level,
+ * then covers the output with tiles: tile[wt] computes y for up to KERN_TILE_ROWS weight
+ * rows × KERN_TILE_TOKS tokens, so that SIMD variants unpack each weight block once for
+ * all the tile's tokens (prefill) and reuse each activation block across rows.
+ * kern_init() fills the table from the reference row, then lets the best SIMD level the
+ * CPU has overwrite entries. */
 #pragma once
 
 #include "kernels/matmul.h"
 
 #define KERN_TILE_ROWS 4
-#define KERN_TILE_TOKS 4
+#define KERN_TILE_TOKS 64
 
 /* y[t·y_stride + r] = w_r · x_t for r < nr, t < nt (1 <= nr <= KERN_TILE_ROWS,
  * 1 <= nt <= KERN_TILE_TOKS). w: nr rows of the weight type, w_stride bytes apart;
- * x: nt rows of its vec_dot_type, x_stride bytes apart; n values per row. */
+ * x: nt activation rows in the level's layout, x_stride bytes apart; n values per row. */
 typedef void (*kern_tile_fn)(float *y, int64_t y_stride, const void *w, size_t w_stride,
                              const void *x, size_t x_stride, int64_t n, int nr, int nt);
 
+/* Activation row layouts: the reference uses the vec_dot_type's own blocks; SIMD levels
+ * may use another layout of at most KERN_ACT_BLOCK_BYTES per 32 values (scratch is sized
+ * for the largest). */
+#define KERN_ACT_BLOCK_BYTES 40
+
 struct kern_impl {
     const char *level;
-    kern_tile_fn tile[KERN_TYPE_COUNT];      /* by weight type; NULL = unsupported */
+    kern_tile_fn tile[KERN_TYPE_COUNT];         /* by weight type; NULL = unsupported */
     kern_from_f32_fn from_f32[KERN_TYPE_COUNT]; /* by destination type; bit-identical to
-                                                  * the traits' reference from_f32 */
+                                                 * the traits' reference from_f32 */
+    kern_from_f32_fn act_from_f32[KERN_TYPE_COUNT]; /* by vec_dot_type (q8_0, q8_1) */
+    size_t (*act_row_size)(enum kern_type vdt, int64_t n);
 };
 
 /* Fills every entry from the reference kernels. */

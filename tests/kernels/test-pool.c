@@ -48,7 +48,7 @@ TEST(pool_every_thread_once) {
         ASSERT_OK(kern_pool_new(n, &p));
         ASSERT_EQ(kern_pool_n_threads(p), n);
         struct count_task c = {.expect_nth = n};
-        enum { RUNS = 20000 };
+        enum { RUNS = 3000 };
         for (int r = 0; r < RUNS; r++) kern_pool_run(p, count_fn, &c);
         kern_pool_free(p);
         ASSERT_EQ(c.bad_nth, 0);

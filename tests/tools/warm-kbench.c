@@ -1,0 +1,277 @@
+/* warm-kbench: matmul microbenchmark next to memory bandwidth measured in the same run.
+ *
+ *   warm-kbench [--types q4_0,q8_0,...] [--threads 1,2] [--quick] [--cpu-time]
+ *
+ * Decode (n_tok = 1): GB/s of weights read, compared with memcpy bandwidth (read + write,
+ * and the read half of it), over enough copies of the weight matrix (>= 256 MiB) that
+ * nothing is served from cache. Prefill (n_tok = 64, 512): GFLOP/s.
+ * Last, a matmul-only estimate for llama-bench's yardstick model (n_embd 1024, 16 layers,
+ * n_ff 2816, vocab 32000): tg = 1 / Σ decode times, pp512 = 512 / Σ prefill times. It
+ * ignores attention and element-wise ops, so it is an upper bound for the full model. */
+#include "base/base.h"
+#include "kernels/kernels.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { MIN_BYTES = 256 << 20 };
+
+/* --cpu-time: measure process CPU time divided by the thread count instead of wall time,
+ * for machines shared with other work (a descheduled thread then costs nothing; memory
+ * and cache contention still do). */
+static bool use_cpu_time;
+static int bench_threads = 1;
+
+static uint64_t clock_usec(void) {
+    if (!use_cpu_time) return time_now_usec();
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ((uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u) / (uint64_t)bench_threads;
+}
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)(rng >> 40) * 0x1p-24f * 2.0f - 1.0f;
+}
+
+struct copy_task {
+    uint8_t *dst;
+    const uint8_t *src;
+    size_t n;
+};
+static void copy_run(void *arg, int ith, int nth) {
+    struct copy_task *c = arg;
+    size_t a = c->n * (size_t)ith / (size_t)nth, b = c->n * (size_t)(ith + 1) / (size_t)nth;
+    memcpy(c->dst + a, c->src + a, b - a);
+}
+
+/* memcpy GB/s (bytes read + bytes written) over 512 MiB with the pool's threads. */
+static double memcpy_gbs(struct kern_pool *pool) {
+    size_t n = (size_t)512 << 20;
+    uint8_t *a = malloc(n), *b = malloc(n);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return 0;
+    }
+    memset(a, 1, n);
+    memset(b, 2, n);
+    struct copy_task c = {b, a, n};
+    kern_pool_run(pool, copy_run, &c);
+    double best = 0;
+    for (int i = 0; i < 5; i++) {
+        uint64_t t0 = clock_usec();
+        kern_pool_run(pool, copy_run, &c);
+        double s = (double)(clock_usec() - t0) * 1e-6;
+        if (2.0 * (double)n / s > best) best = 2.0 * (double)n / s;
+    }
+    free(a);
+    free(b);
+    return best * 1e-9;
+}
+
+struct mm_setup {
+    int wt;
+    int64_t n_in, n_out, n_tok;
+    size_t w_bytes;
+    int n_copies;
+    uint8_t *w;
+    float *x, *y;
+    void *scratch;
+};
+
+static void mm_setup_free(struct mm_setup *m) {
+    free(m->w);
+    free(m->x);
+    free(m->y);
+    free(m->scratch);
+}
+
+static int mm_setup_init(struct mm_setup *m, int wt, int64_t n_in, int64_t n_out, int64_t n_tok,
+                         bool rotate) {
+    *m = (struct mm_setup){.wt = wt, .n_in = n_in, .n_out = n_out, .n_tok = n_tok};
+    m->w_bytes = kern_row_size(wt, n_in) * (size_t)n_out;
+    m->n_copies = rotate ? (int)((MIN_BYTES + m->w_bytes - 1) / m->w_bytes) : 1;
+    m->w = malloc(m->w_bytes * (size_t)m->n_copies);
+    m->x = malloc((size_t)(n_in * n_tok) * sizeof(float));
+    m->y = malloc((size_t)(n_out * n_tok) * sizeof(float));
+    size_t sb = kern_matmul_scratch_bytes(wt, n_in, n_tok);
+    m->scratch = malloc(sb ? sb : 1);
+    float *row = malloc((size_t)n_in * sizeof(float));
+    if (!m->w || !m->x || !m->y || !m->scratch || !row) {
+        free(row);
+        mm_setup_free(m);
+        return -ENOMEM;
+    }
+    const struct kern_type_traits *tr = kern_type_traits(wt);
+    size_t rs = kern_row_size(wt, n_in);
+    /* quantize a few distinct rows and replicate them: quantizing 256 MiB of iq4_nl
+     * with the reference would dominate the run */
+    uint8_t *proto = malloc(rs * 16);
+    if (!proto) {
+        free(row);
+        mm_setup_free(m);
+        return -ENOMEM;
+    }
+    for (int k = 0; k < 16; k++) {
+        for (int64_t i = 0; i < n_in; i++) row[i] = frand();
+        tr->from_f32(proto + rs * (size_t)k, row, n_in);
+    }
+    for (size_t r = 0; r < (size_t)n_out * (size_t)m->n_copies; r++)
+        memcpy(m->w + r * rs, proto + rs * (r % 16), rs);
+    for (int64_t i = 0; i < n_in * n_tok; i++) m->x[i] = frand();
+    free(proto);
+    free(row);
+    return 0;
+}
+
+/* Seconds per matmul (best of a few batches), rotating over the weight copies. */
+static double mm_time(struct mm_setup *m, struct kern_pool *pool, double min_seconds) {
+    int c = 0;
+    /* warm up: page in every copy */
+    for (int i = 0; i < m->n_copies; i++)
+        kern_matmul(pool, m->y, m->w + m->w_bytes * (size_t)i, m->wt, m->x, m->n_in, m->n_out,
+                    m->n_tok, m->scratch);
+    double best = 1e30;
+    uint64_t start = clock_usec();
+    for (int batch = 0; batch < 20; batch++) {
+        int iters = m->n_copies > 4 ? m->n_copies : 4;
+        uint64_t t0 = clock_usec();
+        for (int i = 0; i < iters; i++) {
+            kern_matmul(pool, m->y, m->w + m->w_bytes * (size_t)c, m->wt, m->x, m->n_in,
+                        m->n_out, m->n_tok, m->scratch);
+            c = (c + 1) % m->n_copies;
+        }
+        double s = (double)(clock_usec() - t0) * 1e-6 / iters;
+        if (s < best) best = s;
+        if ((double)(clock_usec() - start) * 1e-6 > min_seconds && batch >= 2) break;
+    }
+    return best;
+}
+
+static int parse_list(const char *s, int *out, int max, bool types) {
+    int n = 0;
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", s);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok && n < max;
+         tok = strtok_r(NULL, ",", &save)) {
+        int v = types ? kern_type_from_name(tok) : atoi(tok);
+        if (v < 0 || (!types && v < 1)) {
+            fprintf(stderr, "warm-kbench: bad value '%s'\n", tok);
+            return -EINVAL;
+        }
+        out[n++] = v;
+    }
+    return n;
+}
+
+int main(int argc, char **argv) {
+    int types[16] = {KERN_TYPE_F16, KERN_TYPE_BF16, KERN_TYPE_Q8_0, KERN_TYPE_Q4_0,
+                     KERN_TYPE_Q4_1, KERN_TYPE_Q5_0, KERN_TYPE_Q5_1, KERN_TYPE_IQ4_NL,
+                     KERN_TYPE_F32};
+    int n_types = 9, threads[8] = {1, 2}, n_threads = 2;
+    bool quick = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--types") == 0 && i + 1 < argc) {
+            n_types = parse_list(argv[++i], types, 16, true);
+            if (n_types < 0) return 2;
+        } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+            n_threads = parse_list(argv[++i], threads, 8, false);
+            if (n_threads < 0) return 2;
+        } else if (strcmp(argv[i], "--quick") == 0) {
+            quick = true;
+        } else if (strcmp(argv[i], "--cpu-time") == 0) {
+            use_cpu_time = true;
+        } else {
+            fprintf(stderr, "usage: warm-kbench [--types q4_0,q8_0,...] [--threads 1,2] [--quick] [--cpu-time]\n");
+            return 2;
+        }
+    }
+    kern_init();
+    printf("kernels level: %s\n", kern_cpu()->level);
+
+    static const int64_t decode_shapes[][2] = {
+        {1024, 1024}, {1024, 2816}, {2816, 1024}, {4096, 4096}, {4096, 11008}, {11008, 4096},
+    };
+    static const int64_t prefill_shapes[][2] = {{1024, 2816}, {4096, 11008}};
+    static const int64_t prefill_toks[] = {64, 512};
+    /* the yardstick model's per-token matmuls: q, k, v, o, gate, up, down × 16 + output */
+    static const struct {
+        int64_t n_in, n_out, count;
+    } model[] = {{1024, 1024, 4 * 16}, {1024, 2816, 2 * 16}, {2816, 1024, 16}, {1024, 32000, 1}};
+
+    for (int ti = 0; ti < n_threads; ti++) {
+        struct kern_pool *pool = NULL;
+        bench_threads = threads[ti];
+        int r = kern_pool_new(threads[ti], &pool);
+        if (r < 0) {
+            fprintf(stderr, "warm-kbench: pool: %s\n", err_str(r));
+            return 1;
+        }
+        double bw = memcpy_gbs(pool);
+        printf("\n== %d thread(s): memcpy %.1f GB/s (read+write), read half %.1f GB/s\n",
+               threads[ti], bw, bw / 2);
+        printf("%-7s %-6s %6s %6s %5s %9s %9s %7s\n", "type", "mode", "n_in", "n_out", "n_tok",
+               "GFLOP/s", "GB/s(w)", "w/copy");
+        for (int k = 0; k < n_types; k++) {
+            int wt = types[k];
+            if (!kern_type_traits(wt) || !kern_type_traits(wt)->vec_dot) continue;
+            for (size_t s = 0; s < ARRAY_SIZE(decode_shapes); s++) {
+                if (quick && s >= 3) break;
+                struct mm_setup m;
+                if (mm_setup_init(&m, wt, decode_shapes[s][0], decode_shapes[s][1], 1, true) < 0)
+                    return 1;
+                double sec = mm_time(&m, pool, quick ? 0.1 : 0.3);
+                double gbs = (double)m.w_bytes / sec * 1e-9;
+                printf("%-7s %-6s %6lld %6lld %5d %9.1f %9.1f %6.0f%%\n", kern_type_name(wt),
+                       "decode", (long long)m.n_in, (long long)m.n_out, 1,
+                       2.0 * (double)(m.n_in * m.n_out) / sec * 1e-9, gbs, 100.0 * gbs / bw);
+                mm_setup_free(&m);
+            }
+            for (size_t s = 0; s < ARRAY_SIZE(prefill_shapes); s++) {
+                for (size_t p = 0; p < ARRAY_SIZE(prefill_toks); p++) {
+                    if (quick && (s > 0 || p > 0)) break;
+                    struct mm_setup m;
+                    if (mm_setup_init(&m, wt, prefill_shapes[s][0], prefill_shapes[s][1],
+                                      prefill_toks[p], false) < 0)
+                        return 1;
+                    double sec = mm_time(&m, pool, quick ? 0.2 : 0.5);
+                    printf("%-7s %-6s %6lld %6lld %5lld %9.1f %9.1f\n", kern_type_name(wt),
+                           "pp", (long long)m.n_in, (long long)m.n_out, (long long)m.n_tok,
+                           2.0 * (double)(m.n_in * m.n_out * m.n_tok) / sec * 1e-9,
+                           (double)m.w_bytes / sec * 1e-9);
+                    mm_setup_free(&m);
+                }
+            }
+            /* yardstick model estimate (output layer kept f16-free: same type as the rest) */
+            double tg = 0, pp = 0, bytes = 0, out1 = 0;
+            for (size_t l = 0; l < ARRAY_SIZE(model); l++) {
+                struct mm_setup m;
+                if (mm_setup_init(&m, wt, model[l].n_in, model[l].n_out, 1, true) < 0) return 1;
+                double t1 = mm_time(&m, pool, 0.1);
+                tg += t1 * (double)model[l].count;
+                if (model[l].n_out == 32000) out1 = t1;
+                bytes += (double)m.w_bytes * (double)model[l].count;
+                mm_setup_free(&m);
+                /* llama-bench's pp computes logits for the last token only */
+                if (quick || model[l].n_out == 32000) continue;
+                if (mm_setup_init(&m, wt, model[l].n_in, model[l].n_out, 512, false) < 0) return 1;
+                pp += mm_time(&m, pool, 0.1) * (double)model[l].count;
+                mm_setup_free(&m);
+            }
+            printf("%-7s model  matmul-only: tg %.0f tok/s (%.0f MB/token, %.1f GB/s = %.0f%% of memcpy)",
+                   kern_type_name(wt), 1.0 / tg, bytes * 1e-6, bytes / tg * 1e-9,
+                   100.0 * bytes / tg * 1e-9 / bw);
+            if (!quick) printf(", pp512 %.0f tok/s", 512.0 / (pp + out1));
+            printf("\n");
+        }
+        kern_pool_free(pool);
+    }
+    return 0;
+}
