@@ -313,7 +313,8 @@ static int mdb_open_once(struct store_env *env, char *why, size_t why_n, struct 
         if (w == 1) continue; /* a writer moved the snapshot on; try again */
         if (w < 0) {
             mdb_close_env(env);
-            return 1;
+            if (w == ERR_STORE_CORRUPT) return 1;
+            return err_set(d, w, "checking '%s': %s", env->path, err_str(w));
         }
         break;
     }
