@@ -29,7 +29,7 @@ void engine_context_free(struct engine_context *ctx) {
     free(ctx->hb);
     free(ctx->hb2);
     free(ctx->rope_cs);
-    free(ctx->scores);
+    free(ctx->attn_scratch);
     free(ctx->out_x);
     free(ctx->mm_scratch);
     free(ctx->logits);
@@ -108,14 +108,16 @@ int engine_context_new(const struct engine_model *m, const struct engine_context
     ctx->hb = floats_new(nb, hp->n_ff);
     ctx->hb2 = floats_new(nb, hp->n_ff);
     ctx->rope_cs = floats_new(nb, hp->n_rot);
-    ctx->scores = floats_new((size_t)p.n_threads * (hp->n_head / hp->n_head_kv), p.n_ctx);
+    ctx->attn_scratch_floats = (size_t)kern_attn_scratch_floats(
+        (int64_t)ATTN_BLOCK * (hp->n_head / hp->n_head_kv), hp->head_dim_k, hp->head_dim_v);
+    ctx->attn_scratch = floats_new((size_t)p.n_threads, ctx->attn_scratch_floats);
     ctx->out_x = floats_new(ctx->n_out_step, hp->n_embd);
     ctx->logits = floats_new(p.n_outputs, hp->n_vocab);
     ctx->mm_scratch_bytes = matmul_scratch_max(m, (int64_t)nb, ctx->n_out_step);
     ctx->mm_scratch = malloc(ctx->mm_scratch_bytes ? ctx->mm_scratch_bytes : 1);
     ctx->seq_next = malloc_array(p.n_seq, sizeof *ctx->seq_next);
     if (!ctx->x || !ctx->xb || !ctx->q || !ctx->k || !ctx->v || !ctx->att || !ctx->hb ||
-        !ctx->hb2 || !ctx->rope_cs || !ctx->scores || !ctx->out_x || !ctx->logits ||
+        !ctx->hb2 || !ctx->rope_cs || !ctx->attn_scratch || !ctx->out_x || !ctx->logits ||
         !ctx->mm_scratch || !ctx->seq_next) {
         r = err_set(d, -ENOMEM, "cannot allocate the context's scratch buffers");
         goto fail;

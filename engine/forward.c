@@ -52,35 +52,40 @@ struct attention_args {
 
 /* Multi-head attention of the step's tokens over their sequences' cached cells:
  * att[t][h] = softmax(q[t][h] · K[0..pos]ᵀ / sqrt(hd_k)) · V[0..pos]. Work items are
- * (token, KV head) pairs dealt round-robin to the threads; an item handles the `group`
- * query heads that share the KV head (GQA: head h reads KV head h / group), so each
- * cached row is read once for all of them. Each thread has its own scores. */
+ * (KV head, block of ATTN_BLOCK tokens) dealt round-robin to the threads. An item covers
+ * the `group` query heads that share the KV head (GQA: head h reads KV head h / group)
+ * for every token of the block, run by run of tokens of one sequence, so each cached row
+ * is read once per item. */
 static void attention_task(void *arg, int ith, int nth) {
     const struct attention_args *a = arg;
     struct engine_context *ctx = a->ctx;
+    const struct engine_batch *b = a->b;
     const struct engine_hparams *hp = &ctx->model->hp;
     const struct kv_cache *kv = &ctx->kv;
     const int64_t n_head_kv = hp->n_head_kv, hd_k = hp->head_dim_k, hd_v = hp->head_dim_v;
     const int64_t q_dim = hp->n_head * hd_k, att_dim = hp->n_head * hd_v;
     const int64_t group = hp->n_head / hp->n_head_kv; /* query heads per KV head */
     const float scale = 1.0f / sqrtf((float)hd_k);
-    const int64_t n_ctx = ctx->params.n_ctx;
-    float *scores = ctx->scores + (size_t)ith * group * n_ctx; /* (group, n_ctx) */
+    float *scratch = ctx->attn_scratch + (size_t)ith * ctx->attn_scratch_floats;
+    const int64_t n_blocks = (a->n + ATTN_BLOCK - 1) / ATTN_BLOCK;
 
-    for (int64_t item = ith; item < (int64_t)a->n * n_head_kv; item += nth) {
-        int32_t t = (int32_t)(item / n_head_kv);
+    for (int64_t item = ith; item < n_blocks * n_head_kv; item += nth) {
         int64_t h_kv = item % n_head_kv;
-        int32_t seq = batch_seq(a->b, a->t0 + t), pos = a->b->pos[a->t0 + t];
-        int64_t n_kv = (int64_t)pos + 1; /* causal: cells 0..pos of its own sequence */
-        /* this KV head's slice of the sequence's first row; rows are *_row_bytes apart */
-        const char *k0 = (const char *)kv_k_row(kv, a->il, seq, 0) + kern_row_size(kv->type_k, h_kv * hd_k);
-        const char *v0 = (const char *)kv_v_row(kv, a->il, seq, 0) + kern_row_size(kv->type_v, h_kv * hd_v);
-        const float *q = ctx->q + t * q_dim + h_kv * group * hd_k; /* (group, hd_k) */
-        float *out = ctx->att + t * att_dim + h_kv * group * hd_v; /* (group, hd_v) */
-
-        kern_attn_scores(scores, n_ctx, q, group, k0, kv->type_k, kv->k_row_bytes, hd_k, n_kv, scale);
-        for (int64_t h = 0; h < group; h++) kern_softmax(scores + h * n_ctx, n_kv);
-        kern_attn_values(out, scores, n_ctx, group, v0, kv->type_v, kv->v_row_bytes, hd_v, n_kv);
+        int32_t t_end = (int32_t)MIN((int64_t)a->n, (item / n_head_kv + 1) * ATTN_BLOCK);
+        for (int32_t t = (int32_t)(item / n_head_kv * ATTN_BLOCK), t1; t < t_end; t = t1) {
+            /* the run [t, t1) of tokens of one sequence; token i sees cells 0..pos_i */
+            int32_t seq = batch_seq(b, a->t0 + t), n_kv[ATTN_BLOCK];
+            for (t1 = t; t1 < t_end && batch_seq(b, a->t0 + t1) == seq; t1++)
+                n_kv[t1 - t] = b->pos[a->t0 + t1] + 1;
+            /* this KV head's slice of the sequence's cell 0; cells are *_row_bytes apart */
+            const char *k0 = (const char *)kv_k_row(kv, a->il, seq, 0) + kern_row_size(kv->type_k, h_kv * hd_k);
+            const char *v0 = (const char *)kv_v_row(kv, a->il, seq, 0) + kern_row_size(kv->type_v, h_kv * hd_v);
+            const float *q = ctx->q + t * q_dim + h_kv * group * hd_k; /* (run, group, hd_k) */
+            float *out = ctx->att + t * att_dim + h_kv * group * hd_v; /* (run, group, hd_v) */
+            kern_attn_head(out, att_dim, q, q_dim, t1 - t, group, n_kv, k0, kv->type_k,
+                           kv->k_row_bytes, v0, kv->type_v, kv->v_row_bytes, hd_k, hd_v, scale,
+                           scratch);
+        }
     }
 }
 

@@ -8,6 +8,9 @@
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 
+/* Tokens per attention work item (forward.c). */
+#define ATTN_BLOCK 16
+
 struct engine_context {
     const struct engine_model *model; /* borrowed */
     struct engine_context_params params;
@@ -24,7 +27,8 @@ struct engine_context {
     float *att;      /* (n_batch, n_head × hd_v) attention output */
     float *hb, *hb2; /* (n_batch, n_ff) FFN hidden */
     float *rope_cs;  /* (n_batch, n_rot) cos/sin pairs per token */
-    float *scores;   /* (n_threads, n_head / n_head_kv, n_ctx) attention weights */
+    float *attn_scratch; /* (n_threads, attn_scratch_floats) for kern_attn_head */
+    size_t attn_scratch_floats;
     float *out_x;    /* (n_out_step, n_embd) final hidden states of the tokens with logits */
     void *mm_scratch;
     size_t mm_scratch_bytes;

@@ -97,9 +97,6 @@ void kern_rope_apply(float *x, const float *cs, int64_t n_head, int64_t head_dim
 
 /* ---- attention ----------------------------------------------------------------------- */
 
-/* Values converted per call of row_chunk_to_f32 (a multiple of every block size). */
-#define ATTN_CHUNK 256
-
 /* f16 -> f32 without a table or a branch (vectorizes): the 15 magnitude bits shifted into
  * place are the float with exponent bias 15 instead of 127, so multiplying by 2^112
  * rebias it (subnormal halves come out right too); exponent 31 (inf, NaN) maps to 255. */
@@ -122,57 +119,96 @@ static inline float bf16_to_f32(uint16_t h) {
     return f;
 }
 
-/* dst = n values (n <= ATTN_CHUNK) of type t starting at value d0 of row src. Returns a
- * pointer to the values: into src itself for f32, else dst. */
-static const float *row_chunk_to_f32(float *dst, const void *src, enum kern_type t, int64_t d0,
-                                     int64_t n) {
-    if (t == KERN_TYPE_F32) return (const float *)src + d0;
-    if (t == KERN_TYPE_F16) {
-        const uint16_t *h = (const uint16_t *)src + d0;
-        for (int64_t i = 0; i < n; i++) dst[i] = f16_to_f32(h[i]);
-    } else if (t == KERN_TYPE_BF16) {
-        const uint16_t *h = (const uint16_t *)src + d0;
-        for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_f32(h[i]);
-    } else {
-        kern_type_traits(t)->to_f32(dst, (const char *)src + kern_row_size(t, d0), n);
-    }
-    return dst;
-}
-
-void kern_attn_scores(float *s, int64_t s_stride, const float *q, int64_t n_q, const void *k,
-                      enum kern_type kt, size_t k_stride, int64_t head_dim, int64_t n_kv,
-                      float scale) {
-    float buf[ATTN_CHUNK];
-    for (int64_t j = 0; j < n_kv; j++) {
-        const char *kj = (const char *)k + (size_t)j * k_stride;
-        for (int64_t h = 0; h < n_q; h++) s[h * s_stride + j] = 0;
-        for (int64_t d0 = 0; d0 < head_dim; d0 += ATTN_CHUNK) {
-            int64_t n = MIN(ATTN_CHUNK, head_dim - d0);
-            const float *kv = row_chunk_to_f32(buf, kj, kt, d0, n);
-            for (int64_t h = 0; h < n_q; h++) {
-                const float *qh = q + h * head_dim + d0;
-                float dot = 0;
-                for (int64_t d = 0; d < n; d++) dot += qh[d] * kv[d];
-                s[h * s_stride + j] += dot;
-            }
+/* dst = n rows of head_dim values of type t, rows src_stride bytes apart, as f32. */
+static void rows_to_f32(float *dst, const char *src, size_t src_stride, enum kern_type t,
+                        int64_t n, int64_t head_dim) {
+    for (int64_t j = 0; j < n; j++) {
+        const void *row = src + (size_t)j * src_stride;
+        float *d = dst + j * head_dim;
+        if (t == KERN_TYPE_F32) {
+            memcpy(d, row, (size_t)head_dim * sizeof *d);
+        } else if (t == KERN_TYPE_F16) {
+            const uint16_t *h = row;
+            for (int64_t i = 0; i < head_dim; i++) d[i] = f16_to_f32(h[i]);
+        } else if (t == KERN_TYPE_BF16) {
+            const uint16_t *h = row;
+            for (int64_t i = 0; i < head_dim; i++) d[i] = bf16_to_f32(h[i]);
+        } else {
+            kern_type_traits(t)->to_f32(d, row, head_dim);
         }
-        for (int64_t h = 0; h < n_q; h++) s[h * s_stride + j] *= scale;
     }
 }
 
-void kern_attn_values(float *y, const float *p, int64_t p_stride, int64_t n_q, const void *v,
-                      enum kern_type vt, size_t v_stride, int64_t head_dim, int64_t n_kv) {
-    float buf[ATTN_CHUNK];
-    memset(y, 0, (size_t)(n_q * head_dim) * sizeof *y);
-    for (int64_t j = 0; j < n_kv; j++) {
-        const char *vj = (const char *)v + (size_t)j * v_stride;
-        for (int64_t d0 = 0; d0 < head_dim; d0 += ATTN_CHUNK) {
-            int64_t n = MIN(ATTN_CHUNK, head_dim - d0);
-            const float *vv = row_chunk_to_f32(buf, vj, vt, d0, n);
-            for (int64_t h = 0; h < n_q; h++) {
-                float ph = p[h * p_stride + j], *yh = y + h * head_dim + d0;
-                for (int64_t d = 0; d < n; d++) yh[d] += ph * vv[d];
+/* Σ a[i]·b[i] with 16 independent partial sums (vectorizes without reassociating; the
+ * order is fixed, so results do not depend on the CPU's vector width). */
+static inline float dot16(const float *a, const float *b, int64_t n) {
+    float acc[16] = {0};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; l++) acc[l] += a[i + l] * b[i + l];
+    for (int l = 0; i < n; i++, l++) acc[l] += a[i] * b[i];
+    float s = 0;
+    for (int l = 0; l < 16; l++) s += acc[l];
+    return s;
+}
+
+int64_t kern_attn_scratch_floats(int64_t n_query, int64_t head_dim_k, int64_t head_dim_v) {
+    /* K tile, V tile, scores of a tile, then per query: max, sum, accumulator */
+    return KERN_ATTN_TILE * (head_dim_k + head_dim_v + 1) + n_query * (2 + head_dim_v);
+}
+
+__attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
+void kern_attn_head(float *out, int64_t out_stride, const float *q, int64_t q_stride,
+                    int64_t n_tok, int64_t n_group, const int32_t *n_kv, const void *k,
+                    enum kern_type kt, size_t k_stride, const void *v, enum kern_type vt,
+                    size_t v_stride, int64_t head_dim_k, int64_t head_dim_v, float scale,
+                    float *scratch) {
+    const int64_t n_query = n_tok * n_group;
+    float *kt_f32 = scratch;                                 /* (TILE, head_dim_k) */
+    float *vt_f32 = kt_f32 + KERN_ATTN_TILE * head_dim_k;    /* (TILE, head_dim_v) */
+    float *s = vt_f32 + KERN_ATTN_TILE * head_dim_v;         /* (TILE) */
+    float *m = s + KERN_ATTN_TILE;                           /* (n_query) running max */
+    float *l = m + n_query;                                  /* (n_query) running sum */
+    float *acc = l + n_query;                                /* (n_query, head_dim_v) */
+    int64_t max_kv = 0;
+    for (int64_t t = 0; t < n_tok; t++) max_kv = MAX(max_kv, (int64_t)n_kv[t]);
+    for (int64_t i = 0; i < n_query; i++) m[i] = -INFINITY, l[i] = 0;
+    memset(acc, 0, (size_t)(n_query * head_dim_v) * sizeof *acc);
+
+    for (int64_t j0 = 0; j0 < max_kv; j0 += KERN_ATTN_TILE) {
+        int64_t jn = MIN((int64_t)KERN_ATTN_TILE, max_kv - j0);
+        rows_to_f32(kt_f32, (const char *)k + (size_t)j0 * k_stride, k_stride, kt, jn, head_dim_k);
+        rows_to_f32(vt_f32, (const char *)v + (size_t)j0 * v_stride, v_stride, vt, jn, head_dim_v);
+        for (int64_t t = 0; t < n_tok; t++) {
+            int64_t nk = MIN(jn, (int64_t)n_kv[t] - j0); /* this token's keys in the tile */
+            for (int64_t g = 0; nk > 0 && g < n_group; g++) {
+                const int64_t i = t * n_group + g;
+                const float *qi = q + t * q_stride + g * head_dim_k;
+                float *ai = acc + i * head_dim_v;
+                float tile_max = -INFINITY;
+                for (int64_t j = 0; j < nk; j++) {
+                    s[j] = scale * dot16(qi, kt_f32 + j * head_dim_k, head_dim_k);
+                    tile_max = MAX(tile_max, s[j]);
+                }
+                /* online softmax: rescale what was summed under the old max */
+                float m_new = MAX(m[i], tile_max), c = expf(m[i] - m_new), sum = 0;
+                for (int64_t d = 0; d < head_dim_v; d++) ai[d] *= c;
+                for (int64_t j = 0; j < nk; j++) {
+                    float p = expf(s[j] - m_new);
+                    sum += p;
+                    const float *vj = vt_f32 + j * head_dim_v;
+                    for (int64_t d = 0; d < head_dim_v; d++) ai[d] += p * vj[d];
+                }
+                l[i] = l[i] * c + sum;
+                m[i] = m_new;
             }
         }
     }
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t g = 0; g < n_group; g++) {
+            const int64_t i = t * n_group + g;
+            float inv = l[i] > 0 ? 1.0f / l[i] : 0;
+            float *o = out + t * out_stride + g * head_dim_v;
+            for (int64_t d = 0; d < head_dim_v; d++) o[d] = acc[i * head_dim_v + d] * inv;
+        }
 }

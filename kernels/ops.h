@@ -50,15 +50,24 @@ void kern_rope_apply(float *x, const float *cs, int64_t n_head, int64_t head_dim
 
 /* ---- attention over a cache in its stored type --------------------------------------- */
 
-/* The query heads that share one KV head (GQA) are handled together, so each cached row
- * is read and converted once for all of them.
- * Scores: s[h·s_stride + j] = scale · Σ_d q_h[d]·K_j[d] for h < n_q, j < n_kv, where q_h =
- * q + h·head_dim and K_j is head_dim values of type kt at (const char *)k + j·k_stride.
- * head_dim must be a multiple of kt's block size. */
-void kern_attn_scores(float *s, int64_t s_stride, const float *q, int64_t n_q, const void *k,
-                      enum kern_type kt, size_t k_stride, int64_t head_dim, int64_t n_kv,
-                      float scale);
-/* Weighted sums: y_h[d] = Σ_j p[h·p_stride + j]·V_j[d] for h < n_q, d < head_dim, with
- * y_h = y + h·head_dim and V_j at (const char *)v + j·v_stride, type vt. */
-void kern_attn_values(float *y, const float *p, int64_t p_stride, int64_t n_q, const void *v,
-                      enum kern_type vt, size_t v_stride, int64_t head_dim, int64_t n_kv);
+/* Keys (and values) per tile: kern_attn_head() converts a tile of cached rows to f32 once
+ * and uses it for every query of the call. */
+#define KERN_ATTN_TILE 64
+
+/* Floats of scratch kern_attn_head() needs for n_query query vectors. */
+int64_t kern_attn_scratch_floats(int64_t n_query, int64_t head_dim_k, int64_t head_dim_v);
+
+/* Attention of a run of tokens against one KV head of one sequence's cache, reading the
+ * cached rows in their stored type tile by tile (online softmax, as flash attention):
+ *   for token t < n_tok and query head g < n_group (the heads sharing this KV head):
+ *     q  = q + t·q_stride + g·head_dim_k            (f32)
+ *     out = out + t·out_stride + g·head_dim_v       (f32)
+ *     out = Σ_{j < n_kv[t]} softmax_j(scale · q·K_j) · V_j
+ *   K_j = head_dim_k values of type kt at (const char *)k + j·k_stride; V_j likewise.
+ * Head sizes must be multiples of the types' block sizes. scratch holds
+ * kern_attn_scratch_floats(n_tok · n_group, head_dim_k, head_dim_v) floats. */
+void kern_attn_head(float *out, int64_t out_stride, const float *q, int64_t q_stride,
+                    int64_t n_tok, int64_t n_group, const int32_t *n_kv, const void *k,
+                    enum kern_type kt, size_t k_stride, const void *v, enum kern_type vt,
+                    size_t v_stride, int64_t head_dim_k, int64_t head_dim_v, float scale,
+                    float *scratch);

@@ -562,42 +562,73 @@ TEST(rope_variants) {
     ASSERT_NEAR(cs[HD - 1], sin(th_last) * mscale, 1e-5);
 }
 
-/* The attention helpers read f16 and bf16 rows exactly: every f16 bit pattern (but NaN)
- * as a one-value key gives the score kern_fp16_to_fp32 gives, and as a value row the
- * same; a GQA group of 3 query heads gets the three dot products. */
-TEST(attention_ops) {
-    enum { N = 65536 };
-    static kern_f16 k16[N];
-    static float s[N], y[4];
-    for (int i = 0; i < N; i++) k16[i] = (kern_f16)i;
-    float one = 1;
-    kern_attn_scores(s, N, &one, 1, k16, KERN_TYPE_F16, sizeof(kern_f16), 1, N, 1.0f);
-    for (int i = 0; i < N; i++) {
-        float want = kern_fp16_to_fp32((kern_f16)i);
-        if (isnan(want)) {
-            if (!isnan(s[i])) TEST_FAIL_("f16 0x%04x: %g, expected NaN", i, s[i]);
-        } else if (s[i] != want) { /* == also equates -0 with the +0 a sum starts at */
-            TEST_FAIL_("f16 0x%04x: %.9g, expected %.9g", i, s[i], want);
+/* kern_attn_head against a plain two-pass softmax in double: f32, f16 and bf16 caches,
+ * 3 tokens seeing 1, 150 and 64 keys (several tiles), a group of 3 query heads, head
+ * sizes 16 (K) and 8 (V), rows padded (strides larger than a head). */
+TEST(attention_head) {
+    enum { NKV = 150, HK = 16, HV = 8, G = 3, T = 3, KS = 40, VS = 24 }; /* strides in values */
+    static float kf[NKV * KS], vf[NKV * VS], q[T * G * HK], out[T * G * HV];
+    static kern_f16 kh[NKV * KS], vh[NKV * VS];
+    static kern_bf16 kb[NKV * KS], vb[NKV * VS];
+    for (int i = 0; i < NKV * KS; i++) {
+        kf[i] = sinf(0.7f * (float)i) * 1.5f;
+        kh[i] = kern_fp32_to_fp16(kf[i]), kb[i] = kern_fp32_to_bf16(kf[i]);
+    }
+    for (int i = 0; i < NKV * VS; i++) {
+        vf[i] = cosf(0.3f * (float)i + 0.2f);
+        vh[i] = kern_fp32_to_fp16(vf[i]), vb[i] = kern_fp32_to_bf16(vf[i]);
+    }
+    for (int i = 0; i < T * G * HK; i++) q[i] = sinf(1.1f * (float)i) * 0.8f;
+    const int32_t n_kv[T] = {1, NKV, 64};
+    static float scratch[1 << 16];
+    ASSERT_TRUE(kern_attn_scratch_floats(T * G, HK, HV) <= (int64_t)ARRAY_SIZE(scratch));
+    struct {
+        enum kern_type t;
+        const void *k, *v;
+        size_t esize;
+        double tol;
+    } cases[] = {{KERN_TYPE_F32, kf, vf, 4, 1e-5}, {KERN_TYPE_F16, kh, vh, 2, 1e-5},
+                 {KERN_TYPE_BF16, kb, vb, 2, 1e-5}};
+    for (size_t c = 0; c < ARRAY_SIZE(cases); c++) {
+        kern_attn_head(out, G * HV, q, G * HK, T, G, n_kv, cases[c].k, cases[c].t,
+                       KS * cases[c].esize, cases[c].v, cases[c].t, VS * cases[c].esize, HK, HV,
+                       0.25f, scratch);
+        float kr[NKV * KS], vr[NKV * VS]; /* the cache as stored, read back */
+        kern_type_traits(cases[c].t)->to_f32(kr, cases[c].k, NKV * KS);
+        kern_type_traits(cases[c].t)->to_f32(vr, cases[c].v, NKV * VS);
+        for (int t = 0; t < T; t++)
+            for (int g = 0; g < G; g++) {
+                double sc[NKV], max = -1e300, sum = 0;
+                for (int j = 0; j < n_kv[t]; j++) {
+                    double dot = 0;
+                    for (int d = 0; d < HK; d++) dot += (double)q[(t * G + g) * HK + d] * kr[j * KS + d];
+                    sc[j] = 0.25 * dot;
+                    max = fmax(max, sc[j]);
+                }
+                for (int j = 0; j < n_kv[t]; j++) sum += sc[j] = exp(sc[j] - max);
+                for (int d = 0; d < HV; d++) {
+                    double want = 0;
+                    for (int j = 0; j < n_kv[t]; j++) want += sc[j] / sum * vr[j * VS + d];
+                    ASSERT_NEAR(out[(t * G + g) * HV + d], want, cases[c].tol);
+                }
+            }
+    }
+    /* one key: the output is that value row exactly, for every f16 bit pattern but NaN */
+    static kern_f16 row[256];
+    float one = 1, o[256];
+    int32_t n1 = 1;
+    for (int base = 0; base < 65536; base += 256) {
+        for (int i = 0; i < 256; i++) row[i] = (kern_f16)(base + i);
+        kern_attn_head(o, 256, &one, 1, 1, 1, &n1, &one, KERN_TYPE_F32, 4, row, KERN_TYPE_F16,
+                       sizeof row, 1, 256, 1.0f, scratch);
+        for (int i = 0; i < 256; i++) {
+            float want = kern_fp16_to_fp32(row[i]);
+            /* == also equates the -0 of a row with the +0 the sum starts at; an infinite or
+             * NaN value makes the output non-finite */
+            bool ok = isfinite(want) ? o[i] == want : !isfinite(o[i]);
+            if (!ok) TEST_FAIL_("f16 0x%04x: %.9g, expected %.9g", base + i, o[i], want);
         }
     }
-    /* values: a one-hot p picks row j exactly, for bf16 too */
-    static kern_bf16 vb[64];
-    for (int i = 0; i < 64; i++) vb[i] = kern_fp32_to_bf16((float)i * 0.37f - 3.0f);
-    float p[16] = {0};
-    p[5] = 1;
-    kern_attn_values(y, p, 16, 1, vb, KERN_TYPE_BF16, 4 * sizeof(kern_bf16), 4, 16);
-    for (int d = 0; d < 4; d++) ASSERT_NEAR(y[d], kern_bf16_to_fp32(vb[5 * 4 + d]), 0);
-    /* a group of 3 query heads over 2 f32 keys of 4 values */
-    float q[12], k[8], sc[3 * 8];
-    for (int i = 0; i < 12; i++) q[i] = (float)i - 5;
-    for (int i = 0; i < 8; i++) k[i] = 0.5f * (float)i;
-    kern_attn_scores(sc, 8, q, 3, k, KERN_TYPE_F32, 4 * sizeof(float), 4, 2, 0.5f);
-    for (int h = 0; h < 3; h++)
-        for (int j = 0; j < 2; j++) {
-            float dot = 0;
-            for (int d = 0; d < 4; d++) dot += q[h * 4 + d] * k[j * 4 + d];
-            ASSERT_NEAR(sc[h * 8 + j], dot * 0.5f, 1e-6);
-        }
 }
 
 /* ---- the warm-run binary --------------------------------------------------------------- */
@@ -804,5 +835,5 @@ TEST(dummy_models) {
 
 TEST_MAIN(T(stories_s0_f32), T(stories_s1_f32), T(stories_s0_f16_cache), T(stories_s1_f16_cache),
           T(oracle_logits), T(batch_equals_solo), T(sequence_ops), T(batch_errors),
-          T(threads_agree), T(rope_variants), T(attention_ops), T(library_text_s1), T(warm_run_s0), T(warm_run_s1),
+          T(threads_agree), T(rope_variants), T(attention_head), T(library_text_s1), T(warm_run_s0), T(warm_run_s1),
           T(dummy_models))
