@@ -22,9 +22,12 @@
  * Settings (reliability notes §3.4): files 0600 in a 0700 directory, MDB_NOTLS, durable
  * sync (or MDB_NOMETASYNC on request), never MDB_WRITEMAP, maxreaders ≥ 2 × threads and
  * read transactions admitted by a counter so MDB_READERS_FULL never reaches a caller,
- * mdb_reader_check at open and every reader_check_usec, network and FUSE filesystems
- * refused, a corrupt environment (found by LMDB or by the structural walk at open) moved
- * aside to data.mdb.corrupt-<usec> and recreated empty, counted in the stats.
+ * mdb_reader_check at open and every reader_check_usec (checked when a write begins; a
+ * daemon that may sit idle also calls store_env_check_readers from its timer), network
+ * and FUSE filesystems refused, a corrupt environment (found by LMDB or by the structural
+ * walk at open) moved aside to data.mdb.corrupt-<usec> (the newest two are kept) and
+ * recreated empty, counted in the stats and reported in struct store_open_info for the
+ * caller to log.
  *
  * Threading. A struct store_env is shared by all threads of one process; open it once
  * per process and never fork() while it is open. A transaction belongs to one thread at
@@ -32,8 +35,9 @@
  * hold two read transactions at once. Write transactions are serialized by LMDB.
  *
  * Lifetimes. struct store_rec views (tokens, blob) point into the map: they are valid
- * until the transaction that produced them ends (commit or abort). This is what lets a
- * restore read at memory speed.
+ * until the transaction that produced them ends (commit or abort), and in a write
+ * transaction only until its next put or delete. This is what lets a restore read at
+ * memory speed: do lookups in read transactions.
  *
  * Counters. entries and bytes live in the database (transactional); hits, misses,
  * evictions, rejections and the other event counters live in memory and start at zero
