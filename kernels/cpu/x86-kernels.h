@@ -145,6 +145,58 @@ X86_INLINE vq vq_cvt(vi a) { return _mm512_cvtepi32_ps(a); }
 X86_INLINE vq vq_mul(vq a, vq b) { return _mm512_mul_ps(a, b); }
 X86_INLINE vq vq_fma(vq a, vq b, vq c) { return _mm512_fmadd_ps(a, b, c); }
 X86_INLINE float vq_hsum(vq a) { return _mm512_reduce_add_ps(a); }
+
+/* Two fp16 (at p and p + stride) widened into lanes 0..7 and 8..15. */
+X86_INLINE vq vq_pair_f16(const uint8_t *p, size_t stride, float scale) {
+    uint16_t a, b;
+    memcpy(&a, p, 2);
+    memcpy(&b, p + stride, 2);
+    __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)a | (uint32_t)b << 16)));
+    if (scale != 1.0f) f = _mm_mul_ps(f, _mm_set1_ps(scale));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                 _mm512_castps128_ps512(f));
+}
+
+/* Nibbles of two blocks (16 bytes each at p and p + stride) in value order:
+ * [b0 low | b0 high | b1 low | b1 high]. */
+X86_INLINE vi nibbles2_unpack(const uint8_t *p, size_t stride) {
+    __m256i t = _mm256_loadu2_m128i((const __m128i *)(p + stride), (const __m128i *)p);
+    vi z = _mm512_broadcast_i64x4(t);
+    z = _mm512_mask_srli_epi16(z, 0xffff0000u, z, 4);
+    z = _mm512_and_si512(z, _mm512_set1_epi8(0x0f));
+    return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
+}
+
+/* Fifth bits of two q5 blocks as 0x10 bytes, in value order. */
+X86_INLINE vi qh2_unpack(const uint8_t *p, size_t stride) {
+    uint32_t a, b;
+    memcpy(&a, p, 4);
+    memcpy(&b, p + stride, 4);
+    return _mm512_maskz_mov_epi8((__mmask64)a | (__mmask64)b << 32, _mm512_set1_epi8(0x10));
+}
+
+/* Blocks wb and wb + wbs of kind K: codes as wblock_unpack, d and m/8 in lane halves. */
+X86_INLINE vi wblock2_unpack(const uint8_t *wb, size_t wbs, const int K, vq *ret_d, vq *ret_m) {
+    *ret_d = vq_pair_f16(wb, wbs, 1.0f);
+    if (wk_has_m(K)) *ret_m = vq_pair_f16(wb + 2, wbs, 0.125f);
+    switch (K) {
+    case WK_Q8_0: {
+        __m256i a = _mm256_loadu_si256((const __m256i *)(wb + 2));
+        __m256i b = _mm256_loadu_si256((const __m256i *)(wb + wbs + 2));
+        return _mm512_xor_si512(vi_from2(a, b), _mm512_set1_epi8((char)0x80));
+    }
+    case WK_Q4_0: return nibbles2_unpack(wb + 2, wbs);
+    case WK_Q4_1: return nibbles2_unpack(wb + 4, wbs);
+    case WK_Q5_0: return _mm512_or_si512(nibbles2_unpack(wb + 6, wbs), qh2_unpack(wb + 2, wbs));
+    case WK_Q5_1: return _mm512_or_si512(nibbles2_unpack(wb + 8, wbs), qh2_unpack(wb + 4, wbs));
+    default: {
+        const __m128i tbl = _mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129, (char)141,
+                                          (char)153, (char)166, (char)181, (char)197, (char)217,
+                                          (char)241);
+        return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(tbl), nibbles2_unpack(wb + 2, wbs));
+    }
+    }
+}
 #else
 #define STEP 1
 typedef __m256i vi;
@@ -266,25 +318,23 @@ X86_INLINE void direct_body(float *y, const uint8_t *w, size_t wst, const uint8_
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             const uint8_t *wb = w + r * wst + j * wbs;
-            _mm_prefetch((const char *)wb + 384, _MM_HINT_T0);
-            float d0, m0;
-            __m256i u0 = wblock_unpack(wb, K, &d0, &m0);
+            /* one tile ahead: the same place in the next 4 rows, which the hardware
+             * prefetcher (following each row's own stream) would fetch too late */
+            _mm_prefetch((const char *)wb + 4 * wst, _MM_HINT_T0);
             vi u;
-            vq dw, mw;
+            vq dw, mw = vq_zero();
 #if X86_W512
             if (s == 2) {
-                float d1, m1;
-                __m256i u1 = wblock_unpack(wb + wbs, K, &d1, &m1);
-                u = vi_from2(u0, u1);
-                dw = vq_pair(d0, d1);
-                mw = vq_pair(m0 * 0.125f, m1 * 0.125f);
+                u = wblock2_unpack(wb, wbs, K, &dw, &mw);
             } else {
-                u = _mm512_zextsi256_si512(u0);
+                float d0, m0;
+                u = _mm512_zextsi256_si512(wblock_unpack(wb, K, &d0, &m0));
                 dw = _mm512_zextps256_ps512(_mm256_set1_ps(d0));
                 mw = _mm512_zextps256_ps512(_mm256_set1_ps(m0 * 0.125f));
             }
 #else
-            u = u0;
+            float d0, m0;
+            u = wblock_unpack(wb, K, &d0, &m0);
             dw = _mm256_set1_ps(d0);
             mw = _mm256_set1_ps(m0 * 0.125f);
 #endif
