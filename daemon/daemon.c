@@ -18,9 +18,9 @@
 static int accept_cb(void *userdata, int fd) { return server_add_fd(userdata, fd); }
 
 static void status_line(struct daemon *d, char *buf, size_t n) {
-    snprintf(buf, n, "serving on %s: %zu models available, %llu loaded, %u calls active",
+    snprintf(buf, n, "serving on %s: %zu models available, %zu loaded, %u calls active",
              d->listener.path, registry_count(&d->registry),
-             (unsigned long long)metrics_get(&d->metrics, METRIC_MODELS_LOADED),
+             residency_count(d),
              d->server ? server_active_calls(d->server) : 0);
 }
 
@@ -36,6 +36,7 @@ int daemon_start(struct daemon *d, struct err_detail *err) {
     }
     notify_init(&d->notify);
     registry_init(&d->registry, c->models_dir);
+    residency_init(&d->residency);
     d->parts_up = true;
     struct err_detail e = {0};
     int r = registry_scan(&d->registry, &e);
@@ -75,6 +76,7 @@ void daemon_reload(struct daemon *d) {
 }
 
 void daemon_tick(struct daemon *d) {
+    residency_expire(d, time_now_usec());
     notify_tick(&d->notify, time_now_usec());
     char status[256];
     status_line(d, status, sizeof status);
@@ -111,6 +113,7 @@ void daemon_stop(struct daemon *d) {
     }
     if (d->listener_open) listener_close(&d->listener);
     d->listener_open = false;
+    residency_done(d);
     if (d->grpc_up) grpc_shutdown();
     d->grpc_up = false;
     registry_done(&d->registry);

@@ -16,6 +16,7 @@
 #include "daemon/metrics.h"
 #include "daemon/notify.h"
 #include "daemon/registry.h"
+#include "daemon/resident.h"
 
 #define DAEMON_VERSION "0.1.0"
 
@@ -26,6 +27,7 @@ struct daemon {
     struct metrics metrics;
     struct notify notify;
     struct registry registry;
+    struct residency residency;
     struct listener listener;
     struct server *server;
     uint64_t start_usec;        /* time_now_usec() at startup */

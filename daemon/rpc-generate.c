@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <math.h>
 #include <string.h>
+#include <sys/random.h>
 
 #define STOP_MAX 16
 #define STOP_MAX_BYTES 256
@@ -66,6 +67,269 @@ static uint32_t prompt_token_cap(const struct config *cfg) {
     return cfg->max_prompt_tokens ? cfg->max_prompt_tokens : cfg->ctx_size;
 }
 
+
+/* ---- the generation job: runs on the model's loop thread ---------------------------- */
+
+struct gen_job {
+    struct runner_job base;     /* first: the runner hands us &base */
+    struct rpc_call *call;      /* referenced until done */
+    struct daemon *d;
+    int32_t *prompt;
+    char **stop;                /* copies of the request's stop strings */
+    size_t n_stop;
+    char *pending;              /* text held back: it may start a stop string */
+    size_t n_pending, cap_pending;
+    int stop_hit;               /* index into stop, or -1 */
+    uint64_t seed, start_usec, load_usec;
+};
+
+static void job_free(struct gen_job *j) {
+    for (size_t i = 0; i < j->n_stop; i++) free(j->stop[i]);
+    free(j->stop);
+    free(j->prompt);
+    free(j->pending);
+    free(j);
+}
+
+static int send_text(struct gen_job *j, int32_t id, const char *text, size_t len) {
+    char *copy = malloc(len + 1);
+    if (!copy) return -ENOMEM;
+    memcpy(copy, text, len);
+    copy[len] = 0;
+    Warm__V1__TokenEvent t = WARM__V1__TOKEN_EVENT__INIT;
+    t.id = id;
+    t.text = copy;
+    Warm__V1__GenerateEvent ev = WARM__V1__GENERATE_EVENT__INIT;
+    ev.event_case = WARM__V1__GENERATE_EVENT__EVENT_TOKEN;
+    ev.token = &t;
+    int e = rpc_call_send(j->call, &ev.base);
+    free(copy);
+    return e;
+}
+
+/* Length of the longest suffix of s[0..n) that is a proper prefix of stop. */
+static size_t partial_stop(const char *s, size_t n, const char *stop) {
+    size_t ls = strlen(stop);
+    for (size_t l = MIN(n, ls - 1); l > 0; l--)
+        if (memcmp(s + n - l, stop, l) == 0) return l;
+    return 0;
+}
+
+static bool job_token(struct runner_job *b, int32_t id, const char *text, size_t len) {
+    struct gen_job *j = (struct gen_job *)b;
+    size_t need;
+    if (!size_add(j->n_pending, len, &need)) return false;
+    if (need > j->cap_pending) {
+        size_t cap = MAX(need, j->cap_pending * 2);
+        char *p = realloc(j->pending, cap);
+        if (!p) return false;
+        j->pending = p;
+        j->cap_pending = cap;
+    }
+    memcpy(j->pending + j->n_pending, text, len);
+    j->n_pending = need;
+    size_t emit = j->n_pending, hold = 0;
+    for (size_t k = 0; k < j->n_stop; k++) {
+        const char *hit = memmem(j->pending, j->n_pending, j->stop[k], strlen(j->stop[k]));
+        if (hit && (size_t)(hit - j->pending) < emit) {
+            emit = (size_t)(hit - j->pending);
+            j->stop_hit = (int)k;
+        }
+    }
+    if (j->stop_hit < 0)
+        for (size_t k = 0; k < j->n_stop; k++)
+            hold = MAX(hold, partial_stop(j->pending, j->n_pending, j->stop[k]));
+    emit -= hold;
+    int e = send_text(j, id, j->pending, emit);
+    if (j->stop_hit >= 0) {
+        j->n_pending = 0;
+        return false;
+    }
+    memmove(j->pending, j->pending + emit, j->n_pending - emit);
+    j->n_pending -= emit;
+    return e >= 0;
+}
+
+static bool job_cancelled(struct runner_job *b) {
+    return rpc_call_is_cancelled(((struct gen_job *)b)->call);
+}
+
+static const Warm__V1__StopReason stop_reasons[RUNNER_STOP_COUNT] = {
+    [RUNNER_STOP_NONE] = WARM__V1__STOP_REASON__STOP_REASON_UNSPECIFIED,
+    [RUNNER_STOP_MAX_TOKENS] = WARM__V1__STOP_REASON__STOP_REASON_MAX_TOKENS,
+    [RUNNER_STOP_EOS] = WARM__V1__STOP_REASON__STOP_REASON_EOS,
+    [RUNNER_STOP_CALLER] = WARM__V1__STOP_REASON__STOP_REASON_STOP_STRING,
+    [RUNNER_STOP_CONTEXT_FULL] = WARM__V1__STOP_REASON__STOP_REASON_CONTEXT_FULL,
+};
+
+static void job_done(struct runner_job *b, const struct runner_result *res, int err,
+                     const char *msg) {
+    struct gen_job *j = (struct gen_job *)b;
+    struct metrics *m = &j->d->metrics;
+    metrics_add(m, METRIC_TOKENS_IN, res->prompt_tokens);
+    metrics_add(m, METRIC_TOKENS_RAM, res->ram_tokens);
+    metrics_add(m, METRIC_TOKENS_PREFILL, res->evaluated_tokens);
+    metrics_add(m, METRIC_TOKENS_OUT, res->generated_tokens);
+    if (err < 0) {
+        grpc_status_code code = err == -ESHUTDOWN   ? GRPC_STATUS_UNAVAILABLE
+                                : err == -ECANCELED ? GRPC_STATUS_CANCELLED
+                                                    : rpc_status_from_err(err);
+        rpc_call_finish(j->call, NULL, code, msg);
+    } else {
+        if (j->n_pending) send_text(j, -1, j->pending, j->n_pending);
+        Warm__V1__Summary sum = WARM__V1__SUMMARY__INIT;
+        sum.prompt_tokens = res->prompt_tokens;
+        sum.ram_tokens = res->ram_tokens;
+        sum.store_tokens = 0;
+        sum.evaluated_tokens = res->evaluated_tokens;
+        sum.generated_tokens = res->generated_tokens;
+        sum.stop_reason = stop_reasons[res->stop < RUNNER_STOP_COUNT ? res->stop : 0];
+        sum.stop_string = j->stop_hit >= 0 ? j->stop[j->stop_hit] : "";
+        sum.queue_usec = res->queue_usec;
+        sum.load_usec = j->load_usec;
+        sum.prefill_usec = res->prefill_usec;
+        sum.decode_usec = res->decode_usec;
+        sum.total_usec = time_now_usec() - j->start_usec;
+        sum.seed = j->seed;
+        Warm__V1__GenerateEvent ev = WARM__V1__GENERATE_EVENT__INIT;
+        ev.event_case = WARM__V1__GENERATE_EVENT__EVENT_SUMMARY;
+        ev.summary = &sum;
+        rpc_call_finish(j->call, &ev.base, GRPC_STATUS_OK, "");
+    }
+    rpc_call_unref(j->call);
+    job_free(j);
+}
+
+static const struct runner_job_ops gen_job_ops = {
+    .token = job_token, .cancelled = job_cancelled, .done = job_done,
+};
+
+/* The request's sampling (or the documented defaults) as engine parameters. */
+static uint64_t sampling_params(const Warm__V1__Sampling *s, uint32_t n_ctx,
+                                struct engine_sampler_params *p) {
+    engine_sampler_params_default(p);
+    if (!s) {
+        p->temperature = 0.8f;
+        p->top_k = 40;
+        p->top_p = 0.95f;
+        p->min_p = 0.05f;
+    } else {
+        p->temperature = s->temperature;
+        p->top_k = s->top_k;
+        p->top_p = s->top_p == 0 ? 1.0f : s->top_p;
+        p->min_p = s->min_p;
+        p->repeat_penalty = s->repeat_penalty == 0 ? 1.0f : s->repeat_penalty;
+        p->frequency_penalty = s->frequency_penalty;
+        p->presence_penalty = s->presence_penalty;
+        p->penalty_last_n = s->repeat_last_n == 0    ? 64
+                            : s->repeat_last_n == -1 ? (int32_t)n_ctx
+                                                     : s->repeat_last_n;
+        p->seed = s->seed;
+    }
+    while (p->seed == 0 && getrandom(&p->seed, sizeof p->seed, 0) != sizeof p->seed) {
+    }
+    return p->seed;
+}
+
+/* Tokenizes or copies the prompt; answers the call and returns < 0 on failure. */
+static int prompt_tokens(struct rpc_call *c, const Warm__V1__GenerateRequest *q,
+                         const struct engine_vocab *v, uint32_t cap, int32_t **ret,
+                         size_t *ret_n) {
+    int32_t n_vocab = engine_vocab_n_tokens(v);
+    size_t n = 0;
+    int32_t *ids = NULL;
+    if (q->n_tokens) {
+        for (size_t i = 0; i < q->n_tokens; i++) {
+            if (q->tokens[i] >= n_vocab) {
+                rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT,
+                              "tokens[%zu]: id %d is out of range [0, %d)", i,
+                              (int)q->tokens[i], (int)n_vocab);
+                return -EINVAL;
+            }
+        }
+        n = q->n_tokens;
+        ids = malloc_array(n, sizeof *ids);
+        if (ids) memcpy(ids, q->tokens, n * sizeof *ids);
+    } else {
+        size_t len = strlen(q->prompt);
+        int e = engine_vocab_tokenize(v, q->prompt, len, ENGINE_TOKENIZE_ADD_SPECIAL, NULL, 0, &n);
+        if (e == -ENOSPC || (e == 0 && n == 0)) {
+            ids = malloc_array(n + 1, sizeof *ids);
+            e = !ids ? -ENOMEM
+                : n  ? engine_vocab_tokenize(v, q->prompt, len, ENGINE_TOKENIZE_ADD_SPECIAL, ids,
+                                             n, &n)
+                     : 0;
+        }
+        if (e < 0) {
+            free(ids);
+            rpc_call_fail(c, rpc_status_from_err(e), "prompt: %s", err_str(e));
+            return e;
+        }
+        if (n == 0 && engine_vocab_bos(v) >= 0) ids[n++] = engine_vocab_bos(v);
+    }
+    if (!ids) {
+        rpc_call_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory for the prompt");
+        return -ENOMEM;
+    }
+    if (n == 0 || n > cap) {
+        free(ids);
+        rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT,
+                      "prompt: %zu tokens; it must have 1..%u", n, cap);
+        return -EINVAL;
+    }
+    *ret = ids;
+    *ret_n = n;
+    return 0;
+}
+
+static void generate_start(struct rpc_call *c, const Warm__V1__GenerateRequest *q) {
+    struct daemon *d = rpc_call_daemon(c);
+    uint64_t start = time_now_usec(), load_usec = 0;
+    struct resident *res;
+    if (rpc_model_acquire(c, q->model, q->keep_alive_usec, &res, &load_usec) < 0) return;
+    struct gen_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        rpc_call_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        residency_release(d, res);
+        return;
+    }
+    j->d = d;
+    j->call = c;
+    j->stop_hit = -1;
+    j->start_usec = start;
+    j->load_usec = load_usec;
+    uint32_t n_ctx = runner_n_ctx(res->runner);
+    uint32_t cap = MIN(prompt_token_cap(&d->config), n_ctx);
+    size_t n_prompt = 0;
+    if (prompt_tokens(c, q, runner_vocab(res->runner), cap, &j->prompt, &n_prompt) < 0) {
+        job_free(j);
+        residency_release(d, res);
+        return;
+    }
+    j->stop = q->n_stop ? calloc_array(q->n_stop, sizeof *j->stop) : NULL;
+    for (size_t i = 0; j->stop && i < q->n_stop; i++, j->n_stop++)
+        if (!(j->stop[i] = strdup(q->stop[i]))) break;
+    if (q->n_stop && j->n_stop != q->n_stop) {
+        rpc_call_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        job_free(j);
+        residency_release(d, res);
+        return;
+    }
+    j->base.ops = &gen_job_ops;
+    j->base.prompt = j->prompt;
+    j->base.n_prompt = n_prompt;
+    j->base.max_tokens = q->max_tokens;
+    j->seed = sampling_params(q->sampling, n_ctx, &j->base.sampling);
+    rpc_call_ref(c);
+    int e = runner_submit(res->runner, &j->base);
+    if (e < 0) {
+        rpc_call_unref(c);
+        rpc_call_fail(c, GRPC_STATUS_UNAVAILABLE, "model '%s' is being unloaded", res->name);
+        job_free(j);
+    }
+    residency_release(d, res);
+}
+
 void rpc_generate_generate(struct rpc_call *c, const ProtobufCMessage *req) {
     const Warm__V1__GenerateRequest *q = (const Warm__V1__GenerateRequest *)req;
     const struct config *cfg = &rpc_call_daemon(c)->config;
@@ -106,9 +370,7 @@ void rpc_generate_generate(struct rpc_call *c, const ProtobufCMessage *req) {
     if (sampling_check(c, q->sampling) < 0 || stop_check(c, q->stop, q->n_stop) < 0 ||
         cache_check(c, q->cache) < 0)
         return;
-    struct registry_model m;
-    if (rpc_model_resolve(c, q->model, &m) < 0) return;
-    rpc_not_wired(c);
+    generate_start(c, q);
 }
 
 void rpc_generate_chat(struct rpc_call *c, const ProtobufCMessage *req) {

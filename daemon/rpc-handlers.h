@@ -23,6 +23,11 @@ void rpc_cache_purge(struct rpc_call *c, const ProtobufCMessage *req);
  * failure the call is answered (INVALID_ARGUMENT for a bad name, NOT_FOUND otherwise)
  * and a negative code is returned. */
 int rpc_model_resolve(struct rpc_call *c, const char *name, struct registry_model *ret);
+/* Resolves the model like rpc_model_resolve and acquires it (loading it if needed; see
+ * resident.h). On failure the call is answered and a negative code returned; on success
+ * the caller releases *ret with residency_release. */
+int rpc_model_acquire(struct rpc_call *c, const char *name, uint64_t keep_alive_usec,
+                      struct resident **ret, uint64_t *ret_load_usec);
 /* Answers a method whose engine side is not linked into this build (UNIMPLEMENTED). */
 void rpc_not_wired(struct rpc_call *c);
 /* True when s[0..n) is valid UTF-8 (no overlongs, surrogates or values past U+10FFFF). */

@@ -5,6 +5,27 @@
 
 #include <stdio.h>
 
+/* Fills info from the registry entry and the residency; fp and arch are its buffers. */
+static void model_info_fill(struct daemon *d, const struct registry_model *m,
+                            Warm__V1__ModelInfo *info, char fp[33], char arch[32]) {
+    struct residency_info ri;
+    residency_info(d, m->name, &ri);
+    warm__v1__model_info__init(info);
+    info->name = (char *)m->name;
+    info->size_bytes = m->size_bytes;
+    info->modified_usec = m->modified_usec;
+    info->loaded = ri.loaded;
+    fp[0] = arch[0] = 0;
+    if (ri.loaded) {
+        hash128_to_hex(ri.fingerprint, fp);
+        snprintf(arch, 32, "%s", ri.architecture);
+    }
+    info->fingerprint = fp;
+    info->architecture = arch;
+    info->memory_bytes = ri.memory_bytes;
+    info->keep_alive_left_usec = ri.keep_alive_left_usec;
+}
+
 void rpc_models_list(struct rpc_call *c, const ProtobufCMessage *req) {
     struct daemon *d = rpc_call_daemon(c);
     /* A rescan per call: a file dropped into the directory shows up at once. */
@@ -18,15 +39,13 @@ void rpc_models_list(struct rpc_call *c, const ProtobufCMessage *req) {
     }
     Warm__V1__ModelInfo *infos = n ? calloc_array(n, sizeof *infos) : NULL;
     Warm__V1__ModelInfo **ptrs = n ? calloc_array(n, sizeof *ptrs) : NULL;
-    if (n && (!infos || !ptrs)) {
+    char (*fps)[33] = n ? calloc_array(n, sizeof *fps) : NULL;
+    char (*archs)[32] = n ? calloc_array(n, sizeof *archs) : NULL;
+    if (n && (!infos || !ptrs || !fps || !archs)) {
         rpc_call_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory listing models");
     } else {
         for (size_t i = 0; i < n; i++) {
-            warm__v1__model_info__init(&infos[i]);
-            infos[i].name = list[i].name;
-            infos[i].size_bytes = list[i].size_bytes;
-            infos[i].modified_usec = list[i].modified_usec;
-            infos[i].loaded = list[i].loaded;
+            model_info_fill(d, &list[i], &infos[i], fps[i], archs[i]);
             ptrs[i] = &infos[i];
         }
         Warm__V1__ListModelsResponse r = WARM__V1__LIST_MODELS_RESPONSE__INIT;
@@ -34,6 +53,8 @@ void rpc_models_list(struct rpc_call *c, const ProtobufCMessage *req) {
         r.models = ptrs;
         rpc_call_reply(c, &r.base);
     }
+    free(fps);
+    free(archs);
     free(ptrs);
     free(infos);
     free(list);
@@ -41,17 +62,34 @@ void rpc_models_list(struct rpc_call *c, const ProtobufCMessage *req) {
 
 void rpc_models_load(struct rpc_call *c, const ProtobufCMessage *req) {
     const Warm__V1__LoadModelRequest *q = (const Warm__V1__LoadModelRequest *)req;
+    struct daemon *d = rpc_call_daemon(c);
+    struct resident *res;
+    uint64_t load_usec;
+    if (rpc_model_acquire(c, q->model, q->keep_alive_usec, &res, &load_usec) < 0) return;
     struct registry_model m;
-    if (rpc_model_resolve(c, q->model, &m) < 0) return;
-    rpc_not_wired(c);
+    struct err_detail e = {0};
+    Warm__V1__ModelInfo info;
+    char fp[33], arch[32];
+    int r = registry_find(&d->registry, res->name, &m, &e);
+    if (r < 0) {
+        rpc_call_fail(c, rpc_status_from_err(r), "%s", err_msg(&e, r));
+    } else {
+        model_info_fill(d, &m, &info, fp, arch);
+        Warm__V1__LoadModelResponse resp = WARM__V1__LOAD_MODEL_RESPONSE__INIT;
+        resp.model = &info;
+        resp.load_usec = load_usec;
+        rpc_call_reply(c, &resp.base);
+    }
+    residency_release(d, res);
 }
 
 void rpc_models_unload(struct rpc_call *c, const ProtobufCMessage *req) {
     const Warm__V1__UnloadModelRequest *q = (const Warm__V1__UnloadModelRequest *)req;
     struct registry_model m;
     if (rpc_model_resolve(c, q->model, &m) < 0) return;
-    /* Nothing is ever resident in this build: unloading is a successful no-op. */
+    bool was = false;
+    residency_unload(rpc_call_daemon(c), m.name, &was);
     Warm__V1__UnloadModelResponse r = WARM__V1__UNLOAD_MODEL_RESPONSE__INIT;
-    r.was_loaded = false;
+    r.was_loaded = was;
     rpc_call_reply(c, &r.base);
 }

@@ -44,6 +44,7 @@ static const struct {
     {ERR_UNSUPPORTED, GRPC_STATUS_FAILED_PRECONDITION},
     {ERR_MODEL_ARCH, GRPC_STATUS_FAILED_PRECONDITION},
     {-ECANCELED, GRPC_STATUS_CANCELLED},
+    {-EBUSY, GRPC_STATUS_RESOURCE_EXHAUSTED},
     {-ESHUTDOWN, GRPC_STATUS_UNAVAILABLE},
 };
 
@@ -70,6 +71,23 @@ int rpc_model_resolve(struct rpc_call *c, const char *name, struct registry_mode
         return r;
     }
     return 0;
+}
+
+int rpc_model_acquire(struct rpc_call *c, const char *name, uint64_t keep_alive_usec,
+                      struct resident **ret, uint64_t *ret_load_usec) {
+    struct daemon *d = rpc_call_daemon(c);
+    struct registry_model m;
+    int r = rpc_model_resolve(c, name, &m);
+    if (r < 0) return r;
+    struct err_detail e = {0};
+    r = residency_acquire(d, m.name, keep_alive_usec, ret, ret_load_usec, &e);
+    if (r < 0) {
+        grpc_status_code code = rpc_status_from_err(r);
+        /* A file that does not load is the model's problem, not the server's. */
+        if (code == GRPC_STATUS_INTERNAL) code = GRPC_STATUS_FAILED_PRECONDITION;
+        rpc_call_fail(c, code, "%s", err_msg(&e, r));
+    }
+    return r;
 }
 
 void rpc_not_wired(struct rpc_call *c) {

@@ -1,8 +1,9 @@
-/* rpc-tokens — Tokenize and Detokenize. */
+/* rpc-tokens — Tokenize and Detokenize with the model's vocabulary. */
 #include "daemon/rpc-handlers.h"
 
 #include "warm/v1/warm.pb-c.h"
 
+#include <errno.h>
 #include <string.h>
 
 void rpc_tokens_tokenize(struct rpc_call *c, const ProtobufCMessage *req) {
@@ -12,9 +13,30 @@ void rpc_tokens_tokenize(struct rpc_call *c, const ProtobufCMessage *req) {
         rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "text: not valid UTF-8");
         return;
     }
-    struct registry_model m;
-    if (rpc_model_resolve(c, q->model, &m) < 0) return;
-    rpc_not_wired(c);
+    struct resident *res;
+    uint64_t load_usec;
+    if (rpc_model_acquire(c, q->model, 0, &res, &load_usec) < 0) return;
+    const struct engine_vocab *v = runner_vocab(res->runner);
+    unsigned flags = (q->add_special ? ENGINE_TOKENIZE_ADD_SPECIAL : 0) |
+                     (q->parse_special ? ENGINE_TOKENIZE_PARSE_SPECIAL : 0);
+    size_t count = 0;
+    int32_t *ids = NULL;
+    int e = engine_vocab_tokenize(v, q->text, n, flags, NULL, 0, &count);
+    if (e == -ENOSPC || (e == 0 && count == 0)) {
+        ids = count ? malloc_array(count, sizeof *ids) : NULL;
+        e = count && !ids ? -ENOMEM
+            : count ? engine_vocab_tokenize(v, q->text, n, flags, ids, count, &count) : 0;
+    }
+    if (e < 0) {
+        rpc_call_fail(c, rpc_status_from_err(e), "tokenize: %s", err_str(e));
+    } else {
+        Warm__V1__TokenizeResponse r = WARM__V1__TOKENIZE_RESPONSE__INIT;
+        r.n_tokens = count;
+        r.tokens = ids;
+        rpc_call_reply(c, &r.base);
+    }
+    free(ids);
+    residency_release(rpc_call_daemon(c), res);
 }
 
 void rpc_tokens_detokenize(struct rpc_call *c, const ProtobufCMessage *req) {
@@ -26,7 +48,37 @@ void rpc_tokens_detokenize(struct rpc_call *c, const ProtobufCMessage *req) {
             return;
         }
     }
-    struct registry_model m;
-    if (rpc_model_resolve(c, q->model, &m) < 0) return;
-    rpc_not_wired(c);
+    struct resident *res;
+    uint64_t load_usec;
+    if (rpc_model_acquire(c, q->model, 0, &res, &load_usec) < 0) return;
+    const struct engine_vocab *v = runner_vocab(res->runner);
+    int32_t n_vocab = engine_vocab_n_tokens(v);
+    for (size_t i = 0; i < q->n_tokens; i++) {
+        if (q->tokens[i] >= n_vocab) {
+            rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT,
+                          "tokens[%zu]: id %d is out of range [0, %d)", i, (int)q->tokens[i],
+                          (int)n_vocab);
+            residency_release(rpc_call_daemon(c), res);
+            return;
+        }
+    }
+    unsigned flags = ENGINE_DETOK_TEXT_START | (q->skip_special ? 0 : ENGINE_DETOK_SPECIAL);
+    size_t len = 0;
+    char *text = NULL;
+    int e = engine_vocab_detokenize(v, q->tokens, q->n_tokens, flags, NULL, 0, &len);
+    if (e == -ENOSPC) {
+        text = malloc(len ? len : 1);
+        e = text ? engine_vocab_detokenize(v, q->tokens, q->n_tokens, flags, text, len, &len)
+                 : -ENOMEM;
+    }
+    if (e < 0) {
+        rpc_call_fail(c, rpc_status_from_err(e), "detokenize: %s", err_str(e));
+    } else {
+        Warm__V1__DetokenizeResponse r = WARM__V1__DETOKENIZE_RESPONSE__INIT;
+        r.text.data = (uint8_t *)text;
+        r.text.len = text ? len : 0;
+        rpc_call_reply(c, &r.base);
+    }
+    free(text);
+    residency_release(rpc_call_daemon(c), res);
 }

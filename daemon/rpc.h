@@ -43,9 +43,9 @@ extern const size_t rpc_n_methods;
 struct daemon *rpc_call_daemon(const struct rpc_call *c);
 const struct peer *rpc_call_peer(const struct rpc_call *c);
 const struct rpc_method *rpc_call_method(const struct rpc_call *c);
-/* True once the client cancelled, the deadline passed, the connection died or the server
- * is shutting down: stop producing. */
-bool rpc_call_is_cancelled(const struct rpc_call *c);
+/* True once the client cancelled, the deadline passed, the connection died, the server
+ * is shutting down or the call's status is already queued: stop producing. */
+bool rpc_call_is_cancelled(struct rpc_call *c);
 
 /* Unary success: sends msg and status OK. */
 void rpc_call_reply(struct rpc_call *c, const ProtobufCMessage *msg);

@@ -317,7 +317,13 @@ const struct peer *rpc_call_peer(const struct rpc_call *c) { return &c->peer; }
 const struct rpc_method *rpc_call_method(const struct rpc_call *c) {
     return c->method_index >= 0 ? &rpc_methods[c->method_index] : NULL;
 }
-bool rpc_call_is_cancelled(const struct rpc_call *c) { return atomic_load(&c->cancelled); }
+bool rpc_call_is_cancelled(struct rpc_call *c) {
+    if (atomic_load(&c->cancelled)) return true;
+    pthread_mutex_lock(&c->lock);
+    bool done = c->status_queued;
+    pthread_mutex_unlock(&c->lock);
+    return done;
+}
 
 /* ---- decoding ------------------------------------------------------------------------ */
 

@@ -1,0 +1,221 @@
+/* resident — loaded models, keep-alive and the memory budget (see resident.h). */
+#include "daemon/resident.h"
+
+#include "daemon/daemon.h"
+#include "daemon/log.h"
+
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+void residency_init(struct residency *rs) {
+    memset(rs, 0, sizeof *rs);
+    pthread_mutex_init(&rs->lock, NULL);
+}
+
+static bool idle(struct resident *r) { return r->refs == 0 && runner_n_jobs(r->runner) == 0; }
+
+static void resident_free(struct daemon *d, struct resident *r) {
+    log_info("unloading model '%s'", r->name);
+    runner_free(r->runner);
+    free(r);
+    metrics_add(&d->metrics, METRIC_MODEL_UNLOADS, 1);
+}
+
+/* Removes slot i from the table (lock held); returns the resident. */
+static struct resident *take_locked(struct daemon *d, size_t i) {
+    struct residency *rs = &d->residency;
+    struct resident *r = rs->loaded[i];
+    rs->loaded[i] = rs->loaded[--rs->n_loaded];
+    r->unloaded = true;
+    metrics_set(&d->metrics, METRIC_MODELS_LOADED, rs->n_loaded);
+    metrics_sub(&d->metrics, METRIC_MEMORY_BYTES, runner_memory_bytes(r->runner));
+    return r;
+}
+
+static uint64_t memory_locked(struct residency *rs) {
+    uint64_t sum = 0;
+    for (size_t i = 0; i < rs->n_loaded; i++) sum += runner_memory_bytes(rs->loaded[i]->runner);
+    return sum;
+}
+
+/* The least recently used idle model, or -1. */
+static ssize_t lru_idle_locked(struct residency *rs) {
+    ssize_t best = -1;
+    for (size_t i = 0; i < rs->n_loaded; i++)
+        if (idle(rs->loaded[i]) &&
+            (best < 0 || rs->loaded[i]->last_used_usec < rs->loaded[best]->last_used_usec))
+            best = (ssize_t)i;
+    return best;
+}
+
+static uint64_t keep_alive(const struct config *c, uint64_t want) {
+    return MIN(want ? want : c->keep_alive_usec, c->max_keep_alive_usec);
+}
+
+int residency_acquire(struct daemon *d, const char *name, uint64_t keep_alive_usec,
+                      struct resident **ret, uint64_t *ret_load_usec, struct err_detail *err) {
+    struct residency *rs = &d->residency;
+    const struct config *c = &d->config;
+    struct registry_model m;
+    int e = registry_find(&d->registry, name, &m, err);
+    if (e < 0) return e;
+    pthread_mutex_lock(&rs->lock);
+    for (size_t i = 0; i < rs->n_loaded; i++) {
+        struct resident *r = rs->loaded[i];
+        if (strcmp(r->name, name) == 0) {
+            r->refs++;
+            r->last_used_usec = time_now_usec();
+            if (keep_alive_usec) r->keep_alive_usec = keep_alive(c, keep_alive_usec);
+            pthread_mutex_unlock(&rs->lock);
+            *ret = r;
+            *ret_load_usec = 0;
+            return 0;
+        }
+    }
+    /* Make room: a free slot and the file's size (the weights) within the budget. */
+    struct resident *evict[RESIDENT_MAX];
+    size_t n_evict = 0;
+    while (rs->n_loaded >= c->max_loaded_models ||
+           (rs->n_loaded && memory_locked(rs) + m.size_bytes > d->memory_budget_bytes)) {
+        ssize_t i = lru_idle_locked(rs);
+        if (i < 0) break;
+        evict[n_evict++] = take_locked(d, (size_t)i);
+    }
+    if (rs->n_loaded >= c->max_loaded_models || rs->n_loaded >= RESIDENT_MAX) {
+        e = err_set(err, -EBUSY, "model '%s' cannot be loaded: all %zu loaded models are busy "
+                    "(max_loaded_models = %u)", name, rs->n_loaded, c->max_loaded_models);
+        goto out;
+    }
+    if (memory_locked(rs) + m.size_bytes > d->memory_budget_bytes) {
+        e = err_set(err, ERR_TOO_LARGE, "model '%s' (%llu bytes) does not fit the memory "
+                    "budget of %llu bytes", name, (unsigned long long)m.size_bytes,
+                    (unsigned long long)d->memory_budget_bytes);
+        goto out;
+    }
+    int fd = -1;
+    e = registry_open(&d->registry, name, &fd, err);
+    if (e < 0) goto out;
+    uint64_t t0 = time_now_usec();
+    struct runner_params p = {
+        .n_ctx = c->ctx_size,
+        .n_threads = (int)d->threads,
+        .type_k = (enum kern_type)kern_type_from_name(config_cache_type_names[c->cache_type_k]),
+        .type_v = (enum kern_type)kern_type_from_name(config_cache_type_names[c->cache_type_v]),
+        .notify = &d->notify,
+    };
+    struct resident *r = calloc(1, sizeof *r);
+    if (!r) {
+        close(fd);
+        e = -ENOMEM;
+        goto out;
+    }
+    struct err_detail le = {0};
+    e = runner_new(name, fd, &p, &r->runner, &le);
+    if (e < 0) {
+        free(r);
+        e = err_set(err, e, "model '%s' cannot be loaded: %s", name, err_msg(&le, e));
+        log_warn("%s", err->msg);
+        goto out;
+    }
+    snprintf(r->name, sizeof r->name, "%s", name);
+    r->refs = 1;
+    r->last_used_usec = time_now_usec();
+    r->keep_alive_usec = keep_alive(c, keep_alive_usec);
+    rs->loaded[rs->n_loaded++] = r;
+    metrics_set(&d->metrics, METRIC_MODELS_LOADED, rs->n_loaded);
+    metrics_add(&d->metrics, METRIC_MODEL_LOADS, 1);
+    metrics_add(&d->metrics, METRIC_MEMORY_BYTES, runner_memory_bytes(r->runner));
+    *ret = r;
+    *ret_load_usec = r->last_used_usec - t0;
+    log_info("loaded model '%s' (%s, %llu bytes with its KV cache) in %.1f ms", name,
+             runner_model(r->runner)->arch_name,
+             (unsigned long long)runner_memory_bytes(r->runner), (double)*ret_load_usec / 1e3);
+out:
+    pthread_mutex_unlock(&rs->lock);
+    for (size_t i = 0; i < n_evict; i++) resident_free(d, evict[i]);
+    return e;
+}
+
+void residency_release(struct daemon *d, struct resident *r) {
+    struct residency *rs = &d->residency;
+    pthread_mutex_lock(&rs->lock);
+    r->last_used_usec = time_now_usec();
+    bool gone = --r->refs == 0 && r->unloaded;
+    pthread_mutex_unlock(&rs->lock);
+    if (gone) resident_free(d, r);
+}
+
+int residency_unload(struct daemon *d, const char *name, bool *ret_was_loaded) {
+    struct residency *rs = &d->residency;
+    struct resident *r = NULL;
+    pthread_mutex_lock(&rs->lock);
+    for (size_t i = 0; i < rs->n_loaded; i++) {
+        if (strcmp(rs->loaded[i]->name, name) == 0) {
+            r = take_locked(d, i);
+            break;
+        }
+    }
+    bool free_now = r && r->refs == 0;
+    pthread_mutex_unlock(&rs->lock);
+    *ret_was_loaded = r != NULL;
+    if (free_now) resident_free(d, r);
+    return 0;
+}
+
+void residency_expire(struct daemon *d, uint64_t now) {
+    struct residency *rs = &d->residency;
+    struct resident *expired[RESIDENT_MAX];
+    size_t n = 0;
+    pthread_mutex_lock(&rs->lock);
+    for (size_t i = 0; i < rs->n_loaded;) {
+        struct resident *r = rs->loaded[i];
+        if (!idle(r)) r->last_used_usec = now;  /* busy counts as use */
+        else if (now - r->last_used_usec >= r->keep_alive_usec) {
+            expired[n++] = take_locked(d, i);
+            continue;
+        }
+        i++;
+    }
+    pthread_mutex_unlock(&rs->lock);
+    for (size_t i = 0; i < n; i++) resident_free(d, expired[i]);
+}
+
+void residency_info(struct daemon *d, const char *name, struct residency_info *ret) {
+    struct residency *rs = &d->residency;
+    memset(ret, 0, sizeof *ret);
+    uint64_t now = time_now_usec();
+    pthread_mutex_lock(&rs->lock);
+    for (size_t i = 0; i < rs->n_loaded; i++) {
+        struct resident *r = rs->loaded[i];
+        if (strcmp(r->name, name) != 0) continue;
+        const struct engine_model *m = runner_model(r->runner);
+        ret->loaded = true;
+        ret->memory_bytes = runner_memory_bytes(r->runner);
+        uint64_t idle_for = now > r->last_used_usec ? now - r->last_used_usec : 0;
+        ret->keep_alive_left_usec = idle_for < r->keep_alive_usec ? r->keep_alive_usec - idle_for : 0;
+        ret->fingerprint = m->fingerprint;
+        snprintf(ret->architecture, sizeof ret->architecture, "%s", m->arch_name);
+    }
+    pthread_mutex_unlock(&rs->lock);
+}
+
+size_t residency_count(struct daemon *d) {
+    pthread_mutex_lock(&d->residency.lock);
+    size_t n = d->residency.n_loaded;
+    pthread_mutex_unlock(&d->residency.lock);
+    return n;
+}
+
+void residency_done(struct daemon *d) {
+    struct residency *rs = &d->residency;
+    pthread_mutex_lock(&rs->lock);
+    while (rs->n_loaded) {
+        struct resident *r = take_locked(d, rs->n_loaded - 1);
+        pthread_mutex_unlock(&rs->lock);
+        resident_free(d, r);
+        pthread_mutex_lock(&rs->lock);
+    }
+    pthread_mutex_unlock(&rs->lock);
+    pthread_mutex_destroy(&rs->lock);
+}

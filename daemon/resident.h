@@ -1,0 +1,60 @@
+/* resident — which models are loaded: load on first use (or LoadModel), keep-alive per
+ * model capped by max_keep_alive, at most max_loaded_models and memory_budget bytes
+ * (idle models, least recently used first, are unloaded to make room), explicit unload.
+ *
+ * A handler acquires a resident model, uses its runner, and releases it. A model is idle
+ * when nobody holds it and its runner has no job. Unloading a busy model ends its streams
+ * (UNAVAILABLE "model unloaded"); a model a handler still holds is freed by the last
+ * release. Thread-safe (one mutex; loads are serialized under it). */
+#pragma once
+
+#include "base/base.h"
+#include "daemon/config.h"
+#include "daemon/runner.h"
+
+#include <pthread.h>
+
+#define RESIDENT_MAX 64
+
+struct daemon;
+
+struct resident {
+    char name[CONFIG_NAME_MAX];
+    struct runner *runner;
+    unsigned refs;               /* handlers holding it */
+    bool unloaded;               /* out of the table; freed by the last release */
+    uint64_t last_used_usec;
+    uint64_t keep_alive_usec;
+};
+
+struct residency {
+    pthread_mutex_t lock;
+    struct resident *loaded[RESIDENT_MAX];
+    size_t n_loaded;
+};
+
+void residency_init(struct residency *rs);
+/* Unloads everything (after the server stopped). */
+void residency_done(struct daemon *d);
+
+/* The loaded model `name` (loading it if needed). keep_alive_usec: 0 = the config's,
+ * capped at max_keep_alive. *ret_load_usec: time spent loading (0 if resident). Errors:
+ * ERR_INVALID / ERR_NOT_FOUND (name), -EBUSY (every slot busy), ERR_TOO_LARGE (over the
+ * memory budget), model load errors with their detail. */
+int residency_acquire(struct daemon *d, const char *name, uint64_t keep_alive_usec,
+                      struct resident **ret, uint64_t *ret_load_usec, struct err_detail *err);
+void residency_release(struct daemon *d, struct resident *res);
+/* Unloads a model; *ret_was_loaded says whether it was resident. */
+int residency_unload(struct daemon *d, const char *name, bool *ret_was_loaded);
+/* Unloads idle models whose keep-alive ran out (the main loop's tick). */
+void residency_expire(struct daemon *d, uint64_t now_usec);
+
+struct residency_info {
+    bool loaded;
+    uint64_t memory_bytes, keep_alive_left_usec;
+    struct hash128 fingerprint;
+    char architecture[32];
+};
+/* What ListModels reports for name. */
+void residency_info(struct daemon *d, const char *name, struct residency_info *ret);
+size_t residency_count(struct daemon *d);

@@ -1,0 +1,83 @@
+/* runner — one loaded model: its weights, vocabulary and a context, and the loop thread
+ * that runs generation jobs on it, one at a time, on sequence 0. The prefix shared with
+ * the previous job stays in the cache (ram_tokens) and only the rest is prefilled.
+ * (Continuous batching over several sequences replaces the loop body later; the job
+ * interface stays.)
+ *
+ * The loop marks its watchdog beat busy while it has a job and stamps progress after
+ * every decode step, so a wedged forward pass stops the WATCHDOG=1 pings.
+ *
+ * Threads: runner_submit from any thread; the callbacks of a job run on the loop thread.
+ * runner_free stops the loop after the current decode step: the current and queued jobs
+ * end with err = -ESHUTDOWN ("model unloaded"). */
+#pragma once
+
+#include "base/base.h"
+#include "daemon/notify.h"
+#include "engine/engine.h"
+
+struct runner;
+struct runner_job;
+
+enum runner_stop {
+    RUNNER_STOP_NONE,
+    RUNNER_STOP_MAX_TOKENS,
+    RUNNER_STOP_EOS,
+    RUNNER_STOP_CALLER,        /* the token callback asked to stop (stop string) */
+    RUNNER_STOP_CONTEXT_FULL,
+    RUNNER_STOP_COUNT
+};
+
+struct runner_result {
+    uint32_t prompt_tokens, ram_tokens, evaluated_tokens, generated_tokens;
+    enum runner_stop stop;
+    uint64_t queue_usec, prefill_usec, decode_usec;
+};
+
+struct runner_job_ops {
+    /* A sampled token and the new complete UTF-8 text it brings (maybe empty). Return
+     * false to stop generating (RUNNER_STOP_CALLER). */
+    bool (*token)(struct runner_job *j, int32_t id, const char *text, size_t len);
+    /* True when the client is gone: the job ends at once with -ECANCELED. */
+    bool (*cancelled)(struct runner_job *j);
+    /* Called exactly once, last; the job then belongs to the callee again. err < 0 with
+     * msg on failure (res is still filled as far as it got). */
+    void (*done)(struct runner_job *j, const struct runner_result *res, int err,
+                 const char *msg);
+};
+
+/* Embedded in the caller's job struct. */
+struct runner_job {
+    const struct runner_job_ops *ops;
+    const int32_t *prompt;     /* borrowed until done(); n_prompt >= 1 */
+    size_t n_prompt;
+    uint32_t max_tokens;       /* 0 = until EOS or the context is full */
+    struct engine_sampler_params sampling;
+    uint64_t submit_usec;      /* set by runner_submit */
+    struct runner_job *next;   /* queue link, the runner's */
+};
+
+struct runner_params {
+    uint32_t n_ctx;
+    int n_threads;
+    enum kern_type type_k, type_v;
+    struct notify *notify;     /* the loop's watchdog beat is registered here */
+};
+
+/* Loads the model file open at fd (taken over: closed in all cases) and starts its loop.
+ * name is for logs. *ret on success only. */
+int runner_new(const char *name, int fd, const struct runner_params *p, struct runner **ret,
+               struct err_detail *d);
+/* Stops the loop (jobs end with -ESHUTDOWN) and frees everything. NULL-safe. */
+void runner_free(struct runner *r);
+
+const struct engine_vocab *runner_vocab(const struct runner *r);
+const struct engine_model *runner_model(const struct runner *r);
+uint32_t runner_n_ctx(const struct runner *r);
+/* Weights plus KV cache, bytes. */
+uint64_t runner_memory_bytes(const struct runner *r);
+/* Jobs queued or running. */
+unsigned runner_n_jobs(struct runner *r);
+
+/* Queues a job. -ESHUTDOWN when the runner is stopping (done() is not called then). */
+int runner_submit(struct runner *r, struct runner_job *j);
