@@ -780,8 +780,67 @@ TEST(bpe_merge_order) {
     expect_ids(&sp, "a!c", (int32_t[]){0, 2}, 2);
 }
 
+/* The pre-tokenizers the vector files do not cover (llama3, qwen2), piece by piece. */
+static void expect_pieces(const char *pre, const char *text, const char *const *want,
+                          size_t n_want) {
+    static const char *const t[] = {"a", "b"};
+    static const char *const m[] = {"a b"};
+    struct spec sp = {.model = "gpt2", .extra = t, .n_extra = 2, .no_base = true,
+                      .no_scores = true, .merges = m, .n_merges = 1, .pre = pre};
+    struct engine_vocab *v = NULL;
+    struct err_detail d = {0};
+    ASSERT_OK_D(spec_load(&sp, &v, &d), &d);
+    struct vocab_scratch s = {0};
+    struct vocab_span *spans = NULL;
+    size_t n = 0;
+    int r = vocab_pre_split(v, text, strlen(text), &s, &spans, &n);
+    bool same = r == 0 && n == n_want;
+    for (size_t i = 0; same && i < n; i++)
+        same = spans[i].len == strlen(want[i]) && memcmp(text + spans[i].off, want[i], spans[i].len) == 0;
+    if (!same) {
+        fprintf(stderr, "%s: '%s' split as", pre, text);
+        for (size_t i = 0; r == 0 && i < n; i++)
+            fprintf(stderr, " [%.*s]", (int)spans[i].len, text + spans[i].off);
+        fprintf(stderr, "\n");
+    }
+    vocab_scratch_done(&s);
+    engine_vocab_free(v);
+    ASSERT_TRUE(same);
+}
+
+TEST(pre_split) {
+    const char *text = "Hello world's 12345 test\n\n  x";
+    static const char *const llama3[] = {"Hello", " world", "'s", " ", "123", "45", " test",
+                                         "\n\n", " ", " x"};
+    static const char *const qwen2[] = {"Hello", " world", "'s", " ", "1", "2", "3", "4", "5",
+                                        " test", "\n\n", " ", " x"};
+    static const char *const gpt2[] = {"Hello", " world", "'s", " 12345", " test", "\n\n ", " x"};
+    expect_pieces("llama-bpe", text, llama3, ARRAY_SIZE(llama3));
+    expect_pieces("qwen2", text, qwen2, ARRAY_SIZE(qwen2));
+    expect_pieces("gpt-2", text, gpt2, ARRAY_SIZE(gpt2));
+    /* llama3 contractions ignore case; gpt-2's do not */
+    static const char *const l3_case[] = {"I", "'LL", " go"}, *const g2_case[] = {"I", "'", "LL", " go"};
+    expect_pieces("llama3", "I'LL go", l3_case, 3);
+    expect_pieces("gpt-2", "I'LL go", g2_case, 4);
+    /* U+0085 and U+00A0 are whitespace (folded to U+000B as llama.cpp does) */
+    static const char *const nel[] = {"a", "\xc2\x85", "!"}, *const nbsp[] = {"a", "\xc2\xa0", "!"};
+    expect_pieces("gpt-2", "a\xc2\x85!", nel, 3);
+    expect_pieces("gpt-2", "a\xc2\xa0!", nbsp, 3);
+    /* invalid UTF-8 never matches: it stays a piece of its own */
+    static const char *const bad[] = {"ab", "\xff\xfe", " cd"};
+    expect_pieces("gpt-2", "ab\xff\xfe cd", bad, 3);
+    /* deepseek-llm's punctuation and CJK classes name U+3000, but folded it is whitespace:
+     * "。" | "\v。" by punctuation, then the CJK range splits "\v" from "。" (unfolded it
+     * would stay one piece) */
+    static const char *const ideo[] = {"\xe3\x80\x82", "\xe3\x80\x80", "\xe3\x80\x82"};
+    expect_pieces("deepseek-llm", "\xe3\x80\x82\xe3\x80\x80\xe3\x80\x82", ideo, 3);
+    /* deepseek-llm: "\s+$" only at the very end of a piece */
+    static const char *const dsl[] = {"a", "   "};
+    expect_pieces("deepseek-llm", "a   ", dsl, 2);
+}
+
 TEST_MAIN(T(vectors_llama_spm), T(vectors_gpt_2), T(vectors_deepseek_llm),
           T(vectors_deepseek_coder), T(stories_prompt_once), T(stories_prompt_empty),
           T(stories_vocab), T(stream_utf8_split), T(stream_byte_level), T(special_tokens),
           T(limits), T(round_trip_random), T(speed_100k), T(pre_table_compiles),
-          T(hostile_metadata), T(spm_merge_order), T(bpe_merge_order))
+          T(hostile_metadata), T(spm_merge_order), T(bpe_merge_order), T(pre_split))
