@@ -70,8 +70,8 @@ static int pair_try(struct bpe_work *w, int32_t left, int32_t right) {
     int e = vocab_grow(&w->s->heap, &w->s->heap_cap, w->n_heap + 1, sizeof(struct bpe_pair));
     if (e < 0) return e;
     struct bpe_pair *h = w->s->heap;
-    h[w->n_heap] = (struct bpe_pair){(uint32_t)rank, (uint32_t)left, (uint32_t)right,
-                                     l->len + r->len};
+    h[w->n_heap] =
+        (struct bpe_pair){(uint32_t)rank, (uint32_t)left, (uint32_t)right, l->len + r->len};
     heap_up(h, w->n_heap++);
     return 0;
 }
@@ -114,8 +114,8 @@ static int bpe_word(const struct engine_vocab *v, const char *piece, size_t len,
     size_t off = 0;
     for (size_t i = 0; i < len; i++) {
         uint32_t cl = v->byte_utf8_len[(uint8_t)piece[i]];
-        sym[i] = (struct bpe_sym){(int32_t)i - 1, i + 1 < len ? (int32_t)i + 1 : -1,
-                                  (uint32_t)off, cl};
+        sym[i] =
+            (struct bpe_sym){(int32_t)i - 1, i + 1 < len ? (int32_t)i + 1 : -1, (uint32_t)off, cl};
         off += cl;
     }
     struct bpe_work w = {.v = v, .buf = s->buf, .sym = sym, .s = s};
@@ -128,8 +128,7 @@ static int bpe_word(const struct engine_vocab *v, const char *piece, size_t len,
         heap_down(h, w.n_heap, 0);
         struct bpe_sym *l = &sym[p.left], *rt = &sym[p.right];
         /* stale: one side was merged away or grew since the pair was queued */
-        if (l->len == 0 || rt->len == 0 || l->next != (int32_t)p.right ||
-            l->len + rt->len != p.len)
+        if (l->len == 0 || rt->len == 0 || l->next != (int32_t)p.right || l->len + rt->len != p.len)
             continue;
         l->len += rt->len;
         rt->len = 0;

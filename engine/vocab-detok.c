@@ -108,8 +108,8 @@ static size_t detok_bytes(struct engine_detok *dt, const uint8_t *p, size_t n, c
 
 void engine_detok_init(struct engine_detok *dt, const struct engine_vocab *v, unsigned flags) {
     *dt = (struct engine_detok){.vocab = v, .flags = flags};
-    dt->strip_space = (flags & ENGINE_DETOK_TEXT_START) && v->kind == ENGINE_VOCAB_SPM &&
-                      v->add_space_prefix;
+    dt->strip_space =
+        (flags & ENGINE_DETOK_TEXT_START) && v->kind == ENGINE_VOCAB_SPM && v->add_space_prefix;
 }
 
 int engine_detok_feed(struct engine_detok *dt, int32_t id, char *out, size_t cap) {
@@ -127,8 +127,7 @@ int engine_detok_feed(struct engine_detok *dt, int32_t id, char *out, size_t cap
         dt->strip_space = false;
     }
     /* SentencePiece drops the space that follows BOS (the dummy prefix of the text) */
-    if (id == v->bos && v->kind == ENGINE_VOCAB_SPM && v->add_space_prefix)
-        dt->strip_space = true;
+    if (id == v->bos && v->kind == ENGINE_VOCAB_SPM && v->add_space_prefix) dt->strip_space = true;
     return (int)detok_bytes(dt, (const uint8_t *)p, n, out);
 }
 

@@ -71,7 +71,7 @@ struct engine_vocab {
     bool add_bos, add_eos, add_space_prefix;
     uint32_t max_piece_len;
 
-    const struct vocab_pre *pre; /* NULL for SPM */
+    const struct vocab_pre *pre;    /* NULL for SPM */
     void *regex[VOCAB_MAX_REGEXES]; /* compiled pcre2_code_8 *, pre->n_regex of them */
 };
 
@@ -84,17 +84,17 @@ int vocab_out_push(struct vocab_out *o, int32_t id);
 
 /* Scratch one tokenize call reuses across fragments and words. */
 struct vocab_scratch {
-    void *sym;   /* symbols (vocab-spm.c / vocab-bpe.c layout) */
+    void *sym; /* symbols (vocab-spm.c / vocab-bpe.c layout) */
     size_t sym_cap;
-    void *heap;  /* bigram heap */
+    void *heap; /* bigram heap */
     size_t heap_cap;
-    char *buf;   /* escaped or byte-mapped text */
+    char *buf; /* escaped or byte-mapped text */
     size_t buf_cap;
     void *spans; /* pre-tokenizer pieces */
     size_t spans_cap;
     void *spans2;
     size_t spans2_cap;
-    char *sub;   /* pre-tokenizer subject with whitespace folded */
+    char *sub; /* pre-tokenizer subject with whitespace folded */
     size_t sub_cap;
     uint32_t *sub_map;
     size_t sub_map_cap;
@@ -123,8 +123,8 @@ uint32_t vocab_utf8_cpt(const uint8_t *s, size_t len);
 size_t vocab_utf8_put(uint32_t cpt, char out[4]);
 
 /* SPM: encodes one raw-text fragment (no special tokens in it). */
-int vocab_spm_encode(const struct engine_vocab *v, const char *text, size_t len,
-                     bool space_prefix, struct vocab_out *out, struct vocab_scratch *s);
+int vocab_spm_encode(const struct engine_vocab *v, const char *text, size_t len, bool space_prefix,
+                     struct vocab_out *out, struct vocab_scratch *s);
 /* BPE: builds the byte alphabet into v (at load). */
 void vocab_bpe_init_bytes(struct engine_vocab *v);
 /* BPE: pre-splits and encodes one raw-text fragment. */
@@ -134,8 +134,7 @@ int vocab_bpe_encode(const struct engine_vocab *v, const char *text, size_t len,
 size_t vocab_bpe_decode(const struct engine_vocab *v, const char *text, size_t len, char *out);
 
 /* Pre-tokenizer: looks name up and compiles its regexes into v. */
-int vocab_pre_load(struct engine_vocab *v, const char *name, size_t name_len,
-                   struct err_detail *d);
+int vocab_pre_load(struct engine_vocab *v, const char *name, size_t name_len, struct err_detail *d);
 void vocab_pre_free(struct engine_vocab *v);
 const char *vocab_pre_name(const struct vocab_pre *p);
 bool vocab_pre_ignore_merges(const struct vocab_pre *p);

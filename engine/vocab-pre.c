@@ -23,7 +23,7 @@
 /* ---- the table ---------------------------------------------------------------------- */
 
 #define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
-#define RE_LLAMA3_HEAD                                                                    \
+#define RE_LLAMA3_HEAD                                                                             \
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
 #define RE_LLAMA3_TAIL "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define RE_LLAMA3 RE_LLAMA3_HEAD "\\p{N}{1,3}" RE_LLAMA3_TAIL
@@ -31,30 +31,29 @@
 /* CJK ideographs (U+4E00..U+9FA5), U+0800..U+4E00 and Hangul (U+AC00..U+D7FF). */
 #define RE_DEEPSEEK_CJK "[\\x{4E00}-\\x{9FA5}\\x{0800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+"
 /* deepseek-llm's letters: the cased letters (Lu, Ll, Lt) of Unicode as ranges. */
-#define RE_DEEPSEEK_LLM_LETTERS                                                           \
-    "\\s?[A-Za-z\\x{B5}\\x{C0}-\\x{D6}\\x{D8}-\\x{F6}\\x{F8}-\\x{1BA}\\x{1BC}-\\x{1BF}"     \
-    "\\x{1C4}-\\x{293}\\x{295}-\\x{2AF}\\x{370}-\\x{373}\\x{376}\\x{377}\\x{37B}-\\x{37D}"  \
-    "\\x{37F}\\x{386}\\x{388}-\\x{38A}\\x{38C}\\x{38E}-\\x{3A1}\\x{3A3}-\\x{3F5}"           \
-    "\\x{3F7}-\\x{481}\\x{48A}-\\x{52F}\\x{531}-\\x{556}\\x{10A0}-\\x{10C5}"               \
-    "\\x{13A0}-\\x{13F5}\\x{13F8}-\\x{13FD}\\x{1C90}-\\x{1CBA}\\x{1CBD}-\\x{1CBF}"         \
-    "\\x{1D00}-\\x{1D2B}\\x{1D6B}-\\x{1D77}\\x{1D79}-\\x{1D9A}\\x{1E00}-\\x{1F15}"         \
-    "\\x{1F18}-\\x{1F1D}\\x{1F20}-\\x{1F45}\\x{1F48}-\\x{1F4D}\\x{1F50}-\\x{1F57}"         \
-    "\\x{1F59}\\x{1F5B}\\x{1F5D}\\x{1F5F}-\\x{1F7D}\\x{1F80}-\\x{1FB4}\\x{1FB6}-\\x{1FBC}" \
-    "\\x{1FBE}\\x{1FC2}-\\x{1FC4}\\x{1FC6}-\\x{1FCC}\\x{1FD0}-\\x{1FD3}\\x{1FD6}-\\x{1FDB}" \
-    "\\x{1FE0}-\\x{1FEC}\\x{1FF2}-\\x{1FF4}\\x{1FF6}-\\x{1FFC}\\x{2102}\\x{2107}"          \
-    "\\x{210A}-\\x{2113}\\x{2115}\\x{2119}-\\x{211D}\\x{2124}\\x{2126}\\x{2128}"           \
-    "\\x{212A}-\\x{212D}\\x{212F}-\\x{2134}\\x{2139}\\x{213C}-\\x{213F}\\x{2145}-\\x{2149}" \
-    "\\x{214E}\\x{2183}\\x{2184}\\x{2C00}-\\x{2C7B}\\x{2C7E}-\\x{2CE4}\\x{2CEB}-\\x{2CEE}" \
-    "\\x{2CF2}\\x{2CF3}\\x{A640}-\\x{A66D}\\x{A680}-\\x{A69B}\\x{A722}-\\x{A76F}"         \
-    "\\x{A771}-\\x{A787}\\x{A78B}-\\x{A78E}\\x{AB70}-\\x{ABBF}\\x{FB00}-\\x{FB06}"         \
-    "\\x{FB13}-\\x{FB17}\\x{FF21}-\\x{FF3A}\\x{FF41}-\\x{FF5A}\\x{10400}-\\x{1044F}"       \
-    "\\x{104B0}-\\x{104D3}\\x{104D8}-\\x{104FB}\\x{10C80}-\\x{10CB2}\\x{10CC0}-\\x{10CF2}" \
+#define RE_DEEPSEEK_LLM_LETTERS                                                                    \
+    "\\s?[A-Za-z\\x{B5}\\x{C0}-\\x{D6}\\x{D8}-\\x{F6}\\x{F8}-\\x{1BA}\\x{1BC}-\\x{1BF}"            \
+    "\\x{1C4}-\\x{293}\\x{295}-\\x{2AF}\\x{370}-\\x{373}\\x{376}\\x{377}\\x{37B}-\\x{37D}"         \
+    "\\x{37F}\\x{386}\\x{388}-\\x{38A}\\x{38C}\\x{38E}-\\x{3A1}\\x{3A3}-\\x{3F5}"                  \
+    "\\x{3F7}-\\x{481}\\x{48A}-\\x{52F}\\x{531}-\\x{556}\\x{10A0}-\\x{10C5}"                       \
+    "\\x{13A0}-\\x{13F5}\\x{13F8}-\\x{13FD}\\x{1C90}-\\x{1CBA}\\x{1CBD}-\\x{1CBF}"                 \
+    "\\x{1D00}-\\x{1D2B}\\x{1D6B}-\\x{1D77}\\x{1D79}-\\x{1D9A}\\x{1E00}-\\x{1F15}"                 \
+    "\\x{1F18}-\\x{1F1D}\\x{1F20}-\\x{1F45}\\x{1F48}-\\x{1F4D}\\x{1F50}-\\x{1F57}"                 \
+    "\\x{1F59}\\x{1F5B}\\x{1F5D}\\x{1F5F}-\\x{1F7D}\\x{1F80}-\\x{1FB4}\\x{1FB6}-\\x{1FBC}"         \
+    "\\x{1FBE}\\x{1FC2}-\\x{1FC4}\\x{1FC6}-\\x{1FCC}\\x{1FD0}-\\x{1FD3}\\x{1FD6}-\\x{1FDB}"        \
+    "\\x{1FE0}-\\x{1FEC}\\x{1FF2}-\\x{1FF4}\\x{1FF6}-\\x{1FFC}\\x{2102}\\x{2107}"                  \
+    "\\x{210A}-\\x{2113}\\x{2115}\\x{2119}-\\x{211D}\\x{2124}\\x{2126}\\x{2128}"                   \
+    "\\x{212A}-\\x{212D}\\x{212F}-\\x{2134}\\x{2139}\\x{213C}-\\x{213F}\\x{2145}-\\x{2149}"        \
+    "\\x{214E}\\x{2183}\\x{2184}\\x{2C00}-\\x{2C7B}\\x{2C7E}-\\x{2CE4}\\x{2CEB}-\\x{2CEE}"         \
+    "\\x{2CF2}\\x{2CF3}\\x{A640}-\\x{A66D}\\x{A680}-\\x{A69B}\\x{A722}-\\x{A76F}"                  \
+    "\\x{A771}-\\x{A787}\\x{A78B}-\\x{A78E}\\x{AB70}-\\x{ABBF}\\x{FB00}-\\x{FB06}"                 \
+    "\\x{FB13}-\\x{FB17}\\x{FF21}-\\x{FF3A}\\x{FF41}-\\x{FF5A}\\x{10400}-\\x{1044F}"               \
+    "\\x{104B0}-\\x{104D3}\\x{104D8}-\\x{104FB}\\x{10C80}-\\x{10CB2}\\x{10CC0}-\\x{10CF2}"         \
     "\\x{118A0}-\\x{118DF}\\x{1E900}-\\x{1E943}]+"
 /* ASCII and full-width punctuation, curly quotes, U+3000..U+3002. */
-#define RE_DEEPSEEK_LLM_PUNCT                                                             \
+#define RE_DEEPSEEK_LLM_PUNCT                                                                      \
     "\\s?[!-/:-~\\x{FF01}-\\x{FF0F}\\x{FF1A}-\\x{FF5E}\\x{2018}-\\x{201F}\\x{3000}-\\x{3002}]+"
-#define RE_BLOOM                                                                          \
-    " ?[^(\\s|.,!?\\x{2026}\\x{3002}\\x{FF0C}\\x{3001}\\x{0964}\\x{06D4}\\x{060C})]+"
+#define RE_BLOOM " ?[^(\\s|.,!?\\x{2026}\\x{3002}\\x{FF0C}\\x{3001}\\x{0964}\\x{06D4}\\x{060C})]+"
 
 struct vocab_pre {
     const char *name;
@@ -71,8 +70,8 @@ static const struct vocab_pre pre_table[] = {
      .regex = {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"},
      .n_regex = 4},
     {.name = "llama3",
-     .aliases = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral",
-                 "midm-2.0", "lfm2"},
+     .aliases = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0",
+                 "lfm2"},
      .regex = {RE_LLAMA3},
      .n_regex = 1,
      .ignore_merges = true},
@@ -85,15 +84,14 @@ static const struct vocab_pre pre_table[] = {
      .regex = {RE_QWEN2},
      .n_regex = 1},
     {.name = "gpt-2",
-     .aliases = {"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v1-en",
-                 "jina-v2-es", "jina-v2-de", "jina-v2-code", "roberta-bpe", "mpt", "olmo",
-                 "jais", "trillion"},
+     .aliases = {"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v1-en", "jina-v2-es",
+                 "jina-v2-de", "jina-v2-code", "roberta-bpe", "mpt", "olmo", "jais", "trillion"},
      .regex = {RE_GPT2},
      .n_regex = 1},
     {.name = "deepseek-llm",
      .aliases = {"deepseek-llm"},
-     .regex = {"[\\r\\n]", RE_DEEPSEEK_LLM_LETTERS, RE_DEEPSEEK_LLM_PUNCT, "\\s+$",
-               RE_DEEPSEEK_CJK, "\\p{N}+"},
+     .regex = {"[\\r\\n]", RE_DEEPSEEK_LLM_LETTERS, RE_DEEPSEEK_LLM_PUNCT, "\\s+$", RE_DEEPSEEK_CJK,
+               "\\p{N}+"},
      .n_regex = 6},
     {.name = "deepseek-coder",
      .aliases = {"deepseek-coder"},
@@ -111,8 +109,7 @@ static const struct vocab_pre pre_table[] = {
      .regex = {"[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2, "[0-9][0-9][0-9]"},
      .n_regex = 3},
     {.name = "starcoder",
-     .aliases = {"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone",
-                 "minerva-7b"},
+     .aliases = {"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"},
      .regex = {"\\p{N}", RE_GPT2},
      .n_regex = 2},
     {.name = "tekken",
@@ -125,10 +122,7 @@ static const struct vocab_pre pre_table[] = {
      .aliases = {"bloom", "poro-chat", "gpt3-finnish"},
      .regex = {RE_BLOOM},
      .n_regex = 1},
-    {.name = "viking",
-     .aliases = {"viking"},
-     .regex = {RE_BLOOM, "\\p{N}"},
-     .n_regex = 2},
+    {.name = "viking", .aliases = {"viking"}, .regex = {RE_BLOOM, "\\p{N}"}, .n_regex = 2},
 };
 
 const char *vocab_pre_name(const struct vocab_pre *p) { return p ? p->name : "default"; }
@@ -144,10 +138,10 @@ static const struct vocab_pre *pre_lookup(const char *name, size_t len) {
 static int pre_compile(const char *pattern, pcre2_code **ret) {
     int errcode;
     PCRE2_SIZE erroff;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
-                                   PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY |
-                                       PCRE2_MATCH_INVALID_UTF,
-                                   &errcode, &erroff, NULL);
+    pcre2_code *re =
+        pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
+                      PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY | PCRE2_MATCH_INVALID_UTF,
+                      &errcode, &erroff, NULL);
     if (!re) return errcode == PCRE2_ERROR_HEAPLIMIT ? -ENOMEM : ERR_INVALID;
     /* JIT is an optimization: without it (no JIT on this CPU) the interpreter runs. */
     (void)pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
@@ -171,8 +165,7 @@ int vocab_pre_load(struct engine_vocab *v, const char *name, size_t name_len,
         int r = pre_compile(p->regex[i], &re);
         if (r < 0) {
             vocab_pre_free(v);
-            return err_set(d, r, "tokenizer.ggml.pre '%s': regex %u does not compile",
-                           p->name, i);
+            return err_set(d, r, "tokenizer.ggml.pre '%s': regex %u does not compile", p->name, i);
         }
         v->regex[i] = re;
     }
@@ -192,8 +185,8 @@ void vocab_pre_free(struct engine_vocab *v) {
 
 /* Code points llama.cpp folds to U+000B (White_Space minus ASCII). */
 static bool cpt_is_wide_space(uint32_t c) {
-    return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
-           c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+    return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
+           c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 /* Builds s->sub (the folded subject) and s->sub_map (folded offset -> original offset,

@@ -73,8 +73,8 @@ static int pair_try(struct spm_work *w, int32_t left, int32_t right) {
     int e = vocab_grow(&w->s->heap, &w->s->heap_cap, w->n_heap + 1, sizeof(struct spm_pair));
     if (e < 0) return e;
     struct spm_pair *h = w->s->heap;
-    h[w->n_heap] = (struct spm_pair){w->v->tokens[id].score, (uint32_t)left, (uint32_t)right,
-                                     l->len + r->len};
+    h[w->n_heap] =
+        (struct spm_pair){w->v->tokens[id].score, (uint32_t)left, (uint32_t)right, l->len + r->len};
     heap_up(h, w->n_heap++);
     return 0;
 }
@@ -91,8 +91,8 @@ static int emit_bytes(const struct engine_vocab *v, const char *p, size_t n,
     return 0;
 }
 
-int vocab_spm_encode(const struct engine_vocab *v, const char *text, size_t len,
-                     bool space_prefix, struct vocab_out *out, struct vocab_scratch *s) {
+int vocab_spm_encode(const struct engine_vocab *v, const char *text, size_t len, bool space_prefix,
+                     struct vocab_out *out, struct vocab_scratch *s) {
     /* escape: every byte becomes at most 3, plus the prefix; len <= 2^28 so no overflow */
     size_t cap = 3 * len + 3;
     int r = vocab_grow((void **)&s->buf, &s->buf_cap, cap, 1);
@@ -133,8 +133,7 @@ int vocab_spm_encode(const struct engine_vocab *v, const char *text, size_t len,
         h[0] = h[--w.n_heap];
         heap_down(h, w.n_heap, 0);
         struct spm_sym *l = &sym[p.left], *rt = &sym[p.right];
-        if (l->len == 0 || rt->len == 0 || l->next != (int32_t)p.right ||
-            l->len + rt->len != p.len)
+        if (l->len == 0 || rt->len == 0 || l->next != (int32_t)p.right || l->len + rt->len != p.len)
             continue;
         l->len += rt->len;
         rt->len = 0;

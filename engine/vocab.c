@@ -35,9 +35,20 @@ static const struct {
 /* Texts that end a turn in the chat formats we know; the first present one is EOT when the
  * file names none. */
 static const char *const eog_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
-    "_<EOT>", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
-    "<|eom_id|>", "<|end_of_text|>", "<|return|>", "<|call|>", "<end_of_utterance>",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<EOT>",
+    "_<EOT>",
+    "<\xef\xbd\x9c"
+    "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+    "<|eom_id|>",
+    "<|end_of_text|>",
+    "<|return|>",
+    "<|call|>",
+    "<end_of_utterance>",
 };
 #define N_EOT_TEXTS 8 /* the first 8 of eog_texts may serve as EOT */
 
@@ -169,8 +180,7 @@ int32_t vocab_token_find(const struct engine_vocab *v, const char *s, size_t n) 
         if (!slot) return ENGINE_TOKEN_NONE;
         if ((slot >> 32) != (hash >> 32)) continue;
         uint32_t id = (uint32_t)slot - 1;
-        if (v->tokens[id].text_len == n && memcmp(vocab_text(v, id), s, n) == 0)
-            return (int32_t)id;
+        if (v->tokens[id].text_len == n && memcmp(vocab_text(v, id), s, n) == 0) return (int32_t)id;
     }
 }
 
@@ -210,8 +220,7 @@ static int arena_put(struct engine_vocab *v, const void *p, size_t n, uint32_t *
 
 /* The array under key with elements of one of the types allowed, n of them (0 = any). */
 static int get_array(const struct gguf_file *f, const char *key, const enum gguf_type *types,
-                     size_t n_types, uint64_t n, const struct gguf_kv **ret,
-                     struct err_detail *d) {
+                     size_t n_types, uint64_t n, const struct gguf_kv **ret, struct err_detail *d) {
     const struct gguf_kv *kv = gguf_find_kv(f, key);
     *ret = NULL;
     if (!kv) return 0;
@@ -230,8 +239,7 @@ static int get_array(const struct gguf_file *f, const char *key, const enum gguf
     return 0;
 }
 
-static int read_bool(const struct gguf_file *f, const char *key, bool *val,
-                     struct err_detail *d) {
+static int read_bool(const struct gguf_file *f, const char *key, bool *val, struct err_detail *d) {
     bool b;
     int r = gguf_get_bool(f, key, &b, NULL);
     if (r == ERR_GGUF_MISSING) return 0;
@@ -261,8 +269,7 @@ static int read_id(const struct gguf_file *f, const char *key, uint32_t n_tokens
         *id = ENGINE_TOKEN_NONE;
         return 0;
     }
-    return err_set(d, ERR_VOCAB, "%s: not a token id (an integer below n_vocab %u)", key,
-                   n_tokens);
+    return err_set(d, ERR_VOCAB, "%s: not a token id (an integer below n_vocab %u)", key, n_tokens);
 }
 
 static int hexval(char c) {
@@ -316,8 +323,8 @@ static int load_tokens(struct engine_vocab *v, const struct gguf_file *f, struct
             int32_t ty;
             memcpy(&ty, (const char *)ky->data + (size_t)i * 4, 4);
             /* unknown types are UNDEFINED, as in llama.cpp: encoded and decoded as text */
-            t->type = ty >= 0 && ty < ENGINE_TOKEN_TYPE_COUNT ? (uint8_t)ty
-                                                              : ENGINE_TOKEN_TYPE_UNDEFINED;
+            t->type =
+                ty >= 0 && ty < ENGINE_TOKEN_TYPE_COUNT ? (uint8_t)ty : ENGINE_TOKEN_TYPE_UNDEFINED;
         }
     }
 
@@ -385,8 +392,7 @@ static int load_merges(struct engine_vocab *v, const struct gguf_file *f, struct
     return 0;
 }
 
-static int load_specials(struct engine_vocab *v, const struct gguf_file *f,
-                         struct err_detail *d) {
+static int load_specials(struct engine_vocab *v, const struct gguf_file *f, struct err_detail *d) {
     int r;
     bool spm = v->kind == ENGINE_VOCAB_SPM;
     v->bos = v->eos = v->eot = v->eom = v->unk = ENGINE_TOKEN_NONE;
@@ -500,9 +506,9 @@ static int build_specials(struct engine_vocab *v) {
     uint32_t n = 0;
     for (uint32_t i = 0; i < v->n_tokens; i++) {
         uint8_t ty = v->tokens[i].type;
-        if (v->tokens[i].text_len && (ty == ENGINE_TOKEN_TYPE_CONTROL ||
-                                      ty == ENGINE_TOKEN_TYPE_UNKNOWN ||
-                                      ty == ENGINE_TOKEN_TYPE_USER_DEFINED))
+        if (v->tokens[i].text_len &&
+            (ty == ENGINE_TOKEN_TYPE_CONTROL || ty == ENGINE_TOKEN_TYPE_UNKNOWN ||
+             ty == ENGINE_TOKEN_TYPE_USER_DEFINED))
             n++;
     }
     memset(v->special_start, 0, sizeof v->special_start);
@@ -516,11 +522,10 @@ static int build_specials(struct engine_vocab *v) {
     uint32_t k = 0;
     for (uint32_t i = 0; i < v->n_tokens; i++) {
         const struct vocab_token *t = &v->tokens[i];
-        if (t->text_len && (t->type == ENGINE_TOKEN_TYPE_CONTROL ||
-                            t->type == ENGINE_TOKEN_TYPE_UNKNOWN ||
-                            t->type == ENGINE_TOKEN_TYPE_USER_DEFINED))
-            keys[k++] = (struct special_key){(uint8_t)vocab_text(v, i)[0], t->text_len,
-                                             (int32_t)i};
+        if (t->text_len &&
+            (t->type == ENGINE_TOKEN_TYPE_CONTROL || t->type == ENGINE_TOKEN_TYPE_UNKNOWN ||
+             t->type == ENGINE_TOKEN_TYPE_USER_DEFINED))
+            keys[k++] = (struct special_key){(uint8_t)vocab_text(v, i)[0], t->text_len, (int32_t)i};
     }
     qsort(keys, n, sizeof *keys, special_cmp);
     v->special_lens = malloc_array(n, sizeof *v->special_lens);
@@ -547,8 +552,7 @@ static int build_specials(struct engine_vocab *v) {
     return 0;
 }
 
-static int vocab_load_all(struct engine_vocab *v, const struct gguf_file *f,
-                          struct err_detail *d) {
+static int vocab_load_all(struct engine_vocab *v, const struct gguf_file *f, struct err_detail *d) {
     struct gguf_str model;
     int r = gguf_get_str(f, KEY_MODEL, &model, NULL);
     if (r == ERR_GGUF_MISSING) return err_set(d, ERR_VOCAB, "%s: missing", KEY_MODEL);
@@ -577,8 +581,7 @@ static int vocab_load_all(struct engine_vocab *v, const struct gguf_file *f,
     return build_specials(v);
 }
 
-int engine_vocab_load(const struct gguf_file *f, struct engine_vocab **ret,
-                      struct err_detail *d) {
+int engine_vocab_load(const struct gguf_file *f, struct engine_vocab **ret, struct err_detail *d) {
     if (!f || !ret) return err_set(d, ERR_INVALID, "engine_vocab_load: NULL argument");
     struct engine_vocab *v = calloc(1, sizeof *v);
     if (!v) return -ENOMEM;
@@ -643,14 +646,13 @@ int32_t engine_vocab_find(const struct engine_vocab *v, const char *text, size_t
 
 static bool special_allowed(const struct vocab_token *t, unsigned flags) {
     if (t->type == ENGINE_TOKEN_TYPE_USER_DEFINED) return true;
-    return (flags & ENGINE_TOKENIZE_PARSE_SPECIAL) && (t->type == ENGINE_TOKEN_TYPE_CONTROL ||
-                                                       t->type == ENGINE_TOKEN_TYPE_UNKNOWN);
+    return (flags & ENGINE_TOKENIZE_PARSE_SPECIAL) &&
+           (t->type == ENGINE_TOKEN_TYPE_CONTROL || t->type == ENGINE_TOKEN_TYPE_UNKNOWN);
 }
 
 /* The special token starting at p (longest first), if any may match under flags. Compares
  * each candidate, or hashes p at each candidate length when that is fewer steps. */
-static int32_t special_at(const struct engine_vocab *v, const char *p, size_t n,
-                          unsigned flags) {
+static int32_t special_at(const struct engine_vocab *v, const char *p, size_t n, unsigned flags) {
     uint8_t c = (uint8_t)p[0];
     uint32_t k0 = v->special_start[c], k1 = v->special_start[c + 1];
     uint32_t l0 = v->special_len_start[c], l1 = v->special_len_start[c + 1];
@@ -675,8 +677,7 @@ static int32_t special_at(const struct engine_vocab *v, const char *p, size_t n,
  * applies to every fragment (llama.cpp: "prefix with space if previous is special"). */
 static int encode_fragment(const struct engine_vocab *v, const char *p, size_t n,
                            struct vocab_out *out, struct vocab_scratch *s) {
-    if (v->kind == ENGINE_VOCAB_SPM)
-        return vocab_spm_encode(v, p, n, v->add_space_prefix, out, s);
+    if (v->kind == ENGINE_VOCAB_SPM) return vocab_spm_encode(v, p, n, v->add_space_prefix, out, s);
     return vocab_bpe_encode(v, p, n, out, s);
 }
 

@@ -16,9 +16,14 @@
  * Compatibility: for the vocabularies tested (llama SPM, GPT-2, deepseek-llm,
  * deepseek-coder) token ids equal llama.cpp's. Deliberate differences, all for input that
  * is not valid UTF-8 or that llama.cpp handles lossily: invalid bytes stay bytes (llama.cpp
- * turns them into U+FFFD), so detokenize(tokenize(s)) == s for any byte string a
- * byte-level vocabulary can represent; overlapping special tokens are matched leftmost
- * first, longest at a position (llama.cpp: longest token first over the whole text). */
+ * turns them into U+FFFD), so detokenize(tokenize(s)) == s for any byte string the
+ * vocabulary can represent; overlapping special tokens are matched leftmost first, longest
+ * at a position (llama.cpp: longest token first over the whole text).
+ *
+ * Not representable, so not round-tripped: U+2581 in text for SPM (it is the escaped
+ * space), and in deepseek's vocabularies the raw bytes C0, C1, F5..FF, whose byte-alphabet
+ * characters ("À", "ÿ", ...) are user-defined tokens that decode as text (as in llama.cpp;
+ * this keeps "ü" in text round-tripping). */
 #pragma once
 
 #include "base/base.h"
@@ -116,7 +121,7 @@ size_t engine_vocab_max_piece(const struct engine_vocab *v);
 /* ---- streaming detokenizer ----------------------------------------------------------- */
 
 enum engine_detok_flags {
-    ENGINE_DETOK_SPECIAL = 1u << 0,    /* render control tokens (as ENGINE_PIECE_SPECIAL) */
+    ENGINE_DETOK_SPECIAL = 1u << 0, /* render control tokens (as ENGINE_PIECE_SPECIAL) */
     /* The stream starts a text (as engine_vocab_tokenize() output does): an SPM vocabulary's
      * dummy-prefix space is dropped from the first piece. After BOS it is dropped anyway. */
     ENGINE_DETOK_TEXT_START = 1u << 1,

@@ -411,7 +411,8 @@ TEST(special_tokens) {
     ASSERT_EQ(len, 13);
 
     /* deepseek: user-defined tokens match even without PARSE_SPECIAL; BOS is added */
-    s = "x<\xef\xbd\x9c" "fim\xe2\x96\x81hole\xef\xbd\x9c>y";
+    s = "x<\xef\xbd\x9c"
+        "fim\xe2\x96\x81hole\xef\xbd\x9c>y";
     ASSERT_OK(engine_vocab_tokenize(dsc, s, strlen(s), ENGINE_TOKENIZE_ADD_SPECIAL, ids, 64, &n));
     ASSERT_EQ(n, 4);
     ASSERT_EQ(ids[0], 32013);
@@ -474,8 +475,9 @@ static uint64_t rng_next(uint64_t *s) {
 TEST(round_trip_random) {
     static const char *const names[] = {"llama-spm", "gpt-2", "deepseek-llm", "deepseek-coder"};
     /* pieces of text mixed with raw random bytes */
-    static const char *const words[] = {" ", "  ", "\n", "\t", "Hello", "'s", "123", "日本",
-                                        "é", "🦙", "\xc2\xa0", "\xe3\x80\x80", "!!", "\r\n"};
+    static const char *const words[] = {" ",        "  ",           "\n",   "\t",  "Hello",
+                                        "'s",       "123",          "日本", "é",   "🦙",
+                                        "\xc2\xa0", "\xe3\x80\x80", "!!",   "\r\n"};
     for (size_t k = 0; k < ARRAY_SIZE(names); k++) {
         char rel[128];
         snprintf(rel, sizeof rel, "vocab/ggml-vocab-%s.gguf", names[k]);
@@ -522,8 +524,8 @@ TEST(round_trip_random) {
             free(ids);
             free(back);
         }
-        printf("round trip %s: %d/%d random byte strings (%d not representable)\n", names[k],
-               n_ok, n_run, n_skip);
+        printf("round trip %s: %d/%d random byte strings (%d not representable)\n", names[k], n_ok,
+               n_run, n_skip);
         engine_vocab_free(v);
         ASSERT_EQ(n_ok, n_run);
     }
@@ -576,24 +578,24 @@ TEST(pre_table_compiles) {
 #define N_BASE 259 /* <unk> <s> </s> <0x00>..<0xFF> */
 
 struct spec {
-    const char *model;               /* NULL: "llama" */
-    bool no_model;                   /* no tokenizer.ggml.model */
-    const char *const *extra;        /* tokens after the base ones */
+    const char *model;        /* NULL: "llama" */
+    bool no_model;            /* no tokenizer.ggml.model */
+    const char *const *extra; /* tokens after the base ones */
     size_t n_extra;
     const float *extra_scores;
-    bool no_base;                    /* tokens = extra only */
+    bool no_base; /* tokens = extra only */
     bool no_scores, no_types;
-    bool scores_u8;                  /* scores typed uint8 instead of float32 */
-    bool types_i8;                   /* token_type typed int8 instead of int32 */
-    int scores_delta, types_delta;   /* lengths off by this many */
-    const char *byte0;               /* replaces "<0x00>" */
+    bool scores_u8;                /* scores typed uint8 instead of float32 */
+    bool types_i8;                 /* token_type typed int8 instead of int32 */
+    int scores_delta, types_delta; /* lengths off by this many */
+    const char *byte0;             /* replaces "<0x00>" */
     const char *const *merges;
     size_t n_merges;
     const char *pre;
-    const char *id_key;              /* one special id set to id_val */
+    const char *id_key; /* one special id set to id_val */
     uint32_t id_val;
-    bool id_i32;                     /* ... typed int32 */
-    int add_bos;                     /* 0 absent, 1 false, 2 true */
+    bool id_i32; /* ... typed int32 */
+    int add_bos; /* 0 absent, 1 false, 2 true */
 };
 
 static int spec_load(const struct spec *sp, struct engine_vocab **ret, struct err_detail *d) {
@@ -602,7 +604,7 @@ static int spec_load(const struct spec *sp, struct engine_vocab **ret, struct er
     if (r < 0) return r;
     size_t n_base = sp->no_base ? 0 : N_BASE, n = n_base + sp->n_extra;
     struct gguf_str *tok = calloc(n + 1, sizeof *tok);
-    char (*bytes)[8] = calloc(256, 8);
+    char(*bytes)[8] = calloc(256, 8);
     float *scores = calloc(n + 8, sizeof(float));
     int32_t *types = calloc(n + 8, sizeof(int32_t));
     uint8_t *small = calloc(n + 8, 1);
@@ -671,14 +673,14 @@ static int spec_load(const struct spec *sp, struct engine_vocab **ret, struct er
 #define SPEC_SPM(...) ((struct spec){__VA_ARGS__})
 
 /* Expects ERR_VOCAB (or code) with the detail naming `key`. */
-#define ASSERT_BAD(sp, code, key)                                                      \
-    do {                                                                               \
-        struct engine_vocab *v_ = NULL;                                                \
-        struct err_detail d_ = {0};                                                    \
-        struct spec s_ = sp;                                                           \
-        ASSERT_ERR(spec_load(&s_, &v_, &d_), code);                                    \
-        ASSERT_TRUE(v_ == NULL);                                                       \
-        if (!strstr(d_.msg, key)) TEST_FAIL_("detail '%s' does not name %s", d_.msg, key); \
+#define ASSERT_BAD(sp, code, key)                                                                  \
+    do {                                                                                           \
+        struct engine_vocab *v_ = NULL;                                                            \
+        struct err_detail d_ = {0};                                                                \
+        struct spec s_ = sp;                                                                       \
+        ASSERT_ERR(spec_load(&s_, &v_, &d_), code);                                                \
+        ASSERT_TRUE(v_ == NULL);                                                                   \
+        if (!strstr(d_.msg, key)) TEST_FAIL_("detail '%s' does not name %s", d_.msg, key);         \
     } while (0)
 
 TEST(hostile_metadata) {
@@ -692,8 +694,8 @@ TEST(hostile_metadata) {
                "tokenizer.ggml.bos_token_id");
     ASSERT_BAD(SPEC_SPM(.id_key = "tokenizer.ggml.eos_token_id", .id_val = 1u << 31), ERR_VOCAB,
                "tokenizer.ggml.eos_token_id");
-    ASSERT_BAD(SPEC_SPM(.id_key = "tokenizer.ggml.padding_token_id", .id_val = 100000),
-               ERR_VOCAB, "tokenizer.ggml.padding_token_id");
+    ASSERT_BAD(SPEC_SPM(.id_key = "tokenizer.ggml.padding_token_id", .id_val = 100000), ERR_VOCAB,
+               "tokenizer.ggml.padding_token_id");
     ASSERT_BAD(SPEC_SPM(.id_key = "tokenizer.ggml.unknown_token_id", .id_val = (uint32_t)-5,
                         .id_i32 = true),
                ERR_VOCAB, "tokenizer.ggml.unknown_token_id");
@@ -707,18 +709,17 @@ TEST(hostile_metadata) {
     ASSERT_BAD(SPEC_SPM(.model = "bert"), ERR_UNSUPPORTED, "tokenizer.ggml.model");
     static const char *const dup[] = {"ab", "cd", "ab"};
     ASSERT_BAD(SPEC_SPM(.extra = dup, .n_extra = 3), ERR_VOCAB, "duplicates");
-    ASSERT_BAD(SPEC_SPM(.id_key = "tokenizer.ggml.bos_token_id", .id_val = UINT32_MAX,
-                        .add_bos = 2),
-               ERR_VOCAB, "tokenizer.ggml.add_bos_token");
+    ASSERT_BAD(
+        SPEC_SPM(.id_key = "tokenizer.ggml.bos_token_id", .id_val = UINT32_MAX, .add_bos = 2),
+        ERR_VOCAB, "tokenizer.ggml.add_bos_token");
     static const char *const ab[] = {"a", "b", "ab"};
     static const char *const m_ok[] = {"a b"}, *const m_bad[] = {"ab"};
     ASSERT_BAD(SPEC_SPM(.model = "gpt2", .extra = ab, .n_extra = 3, .pre = "gpt-2"), ERR_VOCAB,
                "tokenizer.ggml.merges");
-    ASSERT_BAD(SPEC_SPM(.model = "gpt2", .extra = ab, .n_extra = 3, .merges = m_bad,
-                        .n_merges = 1),
+    ASSERT_BAD(SPEC_SPM(.model = "gpt2", .extra = ab, .n_extra = 3, .merges = m_bad, .n_merges = 1),
                ERR_VOCAB, "tokenizer.ggml.merges");
-    ASSERT_BAD(SPEC_SPM(.model = "gpt2", .extra = ab, .n_extra = 3, .merges = m_ok,
-                        .n_merges = 1, .pre = "no-such-pre"),
+    ASSERT_BAD(SPEC_SPM(.model = "gpt2", .extra = ab, .n_extra = 3, .merges = m_ok, .n_merges = 1,
+                        .pre = "no-such-pre"),
                ERR_VOCAB, "tokenizer.ggml.pre");
 
     /* none: 0xFFFFFFFF and int32 -1 are accepted as "no such token" */
@@ -742,7 +743,8 @@ TEST(hostile_metadata) {
     engine_vocab_free(v);
 }
 
-static void expect_ids(const struct spec *sp, const char *text, const int32_t *want, size_t n_want) {
+static void expect_ids(const struct spec *sp, const char *text, const int32_t *want,
+                       size_t n_want) {
     struct engine_vocab *v = NULL;
     struct err_detail d = {0};
     ASSERT_OK_D(spec_load(sp, &v, &d), &d);
@@ -756,7 +758,10 @@ static void expect_ids(const struct spec *sp, const char *text, const int32_t *w
 
 TEST(spm_merge_order) {
     /* "ab" -> "▁ab": pairs (▁,a) -> "▁a" and (a,b) -> "ab"; the higher score merges first */
-    static const char *const t[] = {"\xe2\x96\x81", "a", "b", "\xe2\x96\x81" "a", "ab"};
+    static const char *const t[] = {"\xe2\x96\x81", "a", "b",
+                                    "\xe2\x96\x81"
+                                    "a",
+                                    "ab"};
     const float hi_ab[] = {0, 0, 0, -2, -1}, hi_sa[] = {0, 0, 0, -1, -2}, tie[] = {0, 0, 0, -1, -1};
     struct spec sp = SPEC_SPM(.extra = t, .n_extra = 5, .extra_scores = hi_ab);
     expect_ids(&sp, "ab", (int32_t[]){N_BASE + 0, N_BASE + 4}, 2);
@@ -771,8 +776,14 @@ TEST(spm_merge_order) {
 TEST(bpe_merge_order) {
     static const char *const t[] = {"a", "b", "c", "ab", "bc"};
     static const char *const m1[] = {"a b", "b c"}, *const m2[] = {"b c", "a b"};
-    struct spec sp = {.model = "gpt2", .extra = t, .n_extra = 5, .no_base = true,
-                      .no_scores = true, .merges = m1, .n_merges = 2, .pre = "gpt-2"};
+    struct spec sp = {.model = "gpt2",
+                      .extra = t,
+                      .n_extra = 5,
+                      .no_base = true,
+                      .no_scores = true,
+                      .merges = m1,
+                      .n_merges = 2,
+                      .pre = "gpt-2"};
     expect_ids(&sp, "abc", (int32_t[]){3, 2}, 2);
     sp.merges = m2;
     expect_ids(&sp, "abc", (int32_t[]){0, 4}, 2);
@@ -785,8 +796,14 @@ static void expect_pieces(const char *pre, const char *text, const char *const *
                           size_t n_want) {
     static const char *const t[] = {"a", "b"};
     static const char *const m[] = {"a b"};
-    struct spec sp = {.model = "gpt2", .extra = t, .n_extra = 2, .no_base = true,
-                      .no_scores = true, .merges = m, .n_merges = 1, .pre = pre};
+    struct spec sp = {.model = "gpt2",
+                      .extra = t,
+                      .n_extra = 2,
+                      .no_base = true,
+                      .no_scores = true,
+                      .merges = m,
+                      .n_merges = 1,
+                      .pre = pre};
     struct engine_vocab *v = NULL;
     struct err_detail d = {0};
     ASSERT_OK_D(spec_load(&sp, &v, &d), &d);
@@ -796,7 +813,8 @@ static void expect_pieces(const char *pre, const char *text, const char *const *
     int r = vocab_pre_split(v, text, strlen(text), &s, &spans, &n);
     bool same = r == 0 && n == n_want;
     for (size_t i = 0; same && i < n; i++)
-        same = spans[i].len == strlen(want[i]) && memcmp(text + spans[i].off, want[i], spans[i].len) == 0;
+        same = spans[i].len == strlen(want[i]) &&
+               memcmp(text + spans[i].off, want[i], spans[i].len) == 0;
     if (!same) {
         fprintf(stderr, "%s: '%s' split as", pre, text);
         for (size_t i = 0; r == 0 && i < n; i++)
@@ -810,16 +828,17 @@ static void expect_pieces(const char *pre, const char *text, const char *const *
 
 TEST(pre_split) {
     const char *text = "Hello world's 12345 test\n\n  x";
-    static const char *const llama3[] = {"Hello", " world", "'s", " ", "123", "45", " test",
-                                         "\n\n", " ", " x"};
-    static const char *const qwen2[] = {"Hello", " world", "'s", " ", "1", "2", "3", "4", "5",
-                                        " test", "\n\n", " ", " x"};
+    static const char *const llama3[] = {"Hello", " world", "'s",   " ", "123",
+                                         "45",    " test",  "\n\n", " ", " x"};
+    static const char *const qwen2[] = {"Hello", " world", "'s",    " ",    "1", "2", "3",
+                                        "4",     "5",      " test", "\n\n", " ", " x"};
     static const char *const gpt2[] = {"Hello", " world", "'s", " 12345", " test", "\n\n ", " x"};
     expect_pieces("llama-bpe", text, llama3, ARRAY_SIZE(llama3));
     expect_pieces("qwen2", text, qwen2, ARRAY_SIZE(qwen2));
     expect_pieces("gpt-2", text, gpt2, ARRAY_SIZE(gpt2));
     /* llama3 contractions ignore case; gpt-2's do not */
-    static const char *const l3_case[] = {"I", "'LL", " go"}, *const g2_case[] = {"I", "'", "LL", " go"};
+    static const char *const l3_case[] = {"I", "'LL", " go"}, *const g2_case[] = {"I", "'", "LL",
+                                                                                  " go"};
     expect_pieces("llama3", "I'LL go", l3_case, 3);
     expect_pieces("gpt-2", "I'LL go", g2_case, 4);
     /* U+0085 and U+00A0 are whitespace (folded to U+000B as llama.cpp does) */

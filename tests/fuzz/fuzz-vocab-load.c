@@ -14,8 +14,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int fuzz_seeds(void (*add)(const uint8_t *data, size_t size));
 
 static void exercise(const struct engine_vocab *v) {
-    static const char *const texts[] = {"", "ab ab", "a<s>b</s>", "\xff\xc3", "<0x41> \xe2\x96\x81",
-                                        "aaaa bbbb abab  \n\t!"};
+    static const char *const texts[] = {
+        "", "ab ab", "a<s>b</s>", "\xff\xc3", "<0x41> \xe2\x96\x81", "aaaa bbbb abab  \n\t!"};
     int32_t ids[256];
     for (size_t i = 0; i < ARRAY_SIZE(texts); i++)
         for (unsigned flags = 0; flags < 4; flags++) {
@@ -58,8 +58,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 static void seed_vocab(void (*add)(const uint8_t *, size_t), bool bpe) {
     struct gguf_writer *w = NULL;
     if (gguf_writer_new(&w) < 0) return;
-    static const char *const extra[] = {"\xe2\x96\x81", "a", "b", "ab", "\xe2\x96\x81" "a",
-                                        "\xc4\xa0", "<user>"};
+    static const char *const extra[] = {"\xe2\x96\x81",
+                                        "a",
+                                        "b",
+                                        "ab",
+                                        "\xe2\x96\x81"
+                                        "a",
+                                        "\xc4\xa0",
+                                        "<user>"};
     struct gguf_str tok[3 + 256 + ARRAY_SIZE(extra)];
     float scores[ARRAY_SIZE(tok)];
     int32_t types[ARRAY_SIZE(tok)];
@@ -79,16 +85,15 @@ static void seed_vocab(void (*add)(const uint8_t *, size_t), bool bpe) {
     }
     for (size_t i = 0; i < ARRAY_SIZE(extra); i++, n++) {
         tok[n] = (struct gguf_str){strlen(extra[i]), extra[i]};
-        types[n] = i + 1 == ARRAY_SIZE(extra) ? ENGINE_TOKEN_TYPE_USER_DEFINED
-                                              : ENGINE_TOKEN_TYPE_NORMAL;
+        types[n] =
+            i + 1 == ARRAY_SIZE(extra) ? ENGINE_TOKEN_TYPE_USER_DEFINED : ENGINE_TOKEN_TYPE_NORMAL;
         scores[n] = -(float)i;
     }
     static const struct gguf_str merges[] = {{3, "a b"}, {5, "\xc4\xa0 a"}};
     int r = gguf_writer_add_str(w, "tokenizer.ggml.model", bpe ? "gpt2" : "llama");
     if (r >= 0) r = gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tok, n);
     if (r >= 0) r = gguf_writer_add_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, n);
-    if (r >= 0)
-        r = gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, n);
+    if (r >= 0) r = gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, n);
     if (r >= 0 && bpe) r = gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", merges, 2);
     if (r >= 0 && bpe) r = gguf_writer_add_str(w, "tokenizer.ggml.pre", "llama-bpe");
     if (r >= 0) r = gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1);

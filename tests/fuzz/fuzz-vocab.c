@@ -111,7 +111,8 @@ static void check_ids(const struct engine_vocab *v, const uint8_t *data, size_t 
         int32_t id = (int32_t)(data[i] | data[i + 1] << 8) * ((data[i] & 0x80) ? 2 : 1);
         if (data[i + 1] == 0xFF) id = -id - 1;
         int r = engine_detok_feed(&dt, id, chunk, cap);
-        if (r < 0 && (r != ERR_TOKEN || (id >= 0 && id < engine_vocab_n_tokens(v)))) __builtin_trap();
+        if (r < 0 && (r != ERR_TOKEN || (id >= 0 && id < engine_vocab_n_tokens(v))))
+            __builtin_trap();
     }
     if (engine_detok_flush(&dt, chunk, cap) < 0) __builtin_trap();
     free(chunk);
@@ -132,8 +133,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
 int fuzz_seeds(void (*add)(const uint8_t *data, size_t size)) {
     static const char *const extra[] = {
-        "<s>Hello</s> world", "a<|endoftext|>b<|endoftext|", "<\xef\xbd\x9c" "fim\xe2\x96\x81hole\xef\xbd\x9c>",
-        "M\xc3\xbcller \xc3\xbf \xff\xfe\xc0 \xed\xa0\x80", "\xc2\xa0\xe3\x80\x80  \n\n\t x",
+        "<s>Hello</s> world",
+        "a<|endoftext|>b<|endoftext|",
+        "<\xef\xbd\x9c"
+        "fim\xe2\x96\x81hole\xef\xbd\x9c>",
+        "M\xc3\xbcller \xc3\xbf \xff\xfe\xc0 \xed\xa0\x80",
+        "\xc2\xa0\xe3\x80\x80  \n\n\t x",
         "\xe2\x96\x81\xe2\x96\x81 <0x41>",
     };
     for (size_t i = 0; i < ARRAY_SIZE(extra); i++) add((const uint8_t *)extra[i], strlen(extra[i]));
