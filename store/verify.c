@@ -77,13 +77,23 @@ static int bad(struct walk *w, const char *fmt, ...) {
 static bool bit_get(const uint8_t *b, uint64_t i) { return b[i >> 3] >> (i & 7) & 1; }
 static void bit_set(uint8_t *b, uint64_t i) { b[i >> 3] |= (uint8_t)(1u << (i & 7)); }
 
+/* An I/O error is an error (-errno), not a verdict on the file; a short read is. */
+static int read_at(struct walk *w, void *buf, size_t n, uint64_t off) {
+    ssize_t got = pread(w->fd, buf, n, (off_t)off);
+    if (got < 0) return -errno;
+    if ((size_t)got != n)
+        return bad(w, "short read: %zd of %zu bytes at offset %llu", got, n,
+                   (unsigned long long)off);
+    return 0;
+}
+
 static int read_page(struct walk *w, uint64_t pgno, uint8_t *buf) {
     if (pgno < 2 || pgno > w->last_pg || pgno >= w->file_pages)
         return bad(w, "page %llu is outside the file (last page %llu, %llu pages on disk)",
                    (unsigned long long)pgno, (unsigned long long)w->last_pg,
                    (unsigned long long)w->file_pages);
-    ssize_t n = pread(w->fd, buf, w->psize, (off_t)(pgno * w->psize));
-    if (n != (ssize_t)w->psize) return bad(w, "page %llu: short read", (unsigned long long)pgno);
+    int r = read_at(w, buf, w->psize, pgno * w->psize);
+    if (r < 0) return r;
     if (rd64(buf) != pgno)
         return bad(w, "page %llu (offset %llu) carries page number %llu: overwritten",
                    (unsigned long long)pgno, (unsigned long long)(pgno * w->psize),
@@ -144,8 +154,9 @@ static int walk_leaf_node(struct walk *w, const uint8_t *page, uint64_t pgno, co
         if (op < 2 || op > w->last_pg || pages > w->last_pg - op + 1)
             return bad(w, "leaf page %llu: overflow run %llu+%llu outside the file",
                        (unsigned long long)pgno, (unsigned long long)op, (unsigned long long)pages);
-        if (pread(w->fd, hdr, PAGEHDR, (off_t)(op * w->psize)) != PAGEHDR || rd64(hdr) != op ||
-            !(rd16(hdr + 10) & P_OVERFLOW))
+        int r = read_at(w, hdr, PAGEHDR, op * w->psize);
+        if (r < 0) return r;
+        if (rd64(hdr) != op || !(rd16(hdr + 10) & P_OVERFLOW))
             return bad(w, "overflow page %llu (from leaf page %llu) is overwritten",
                        (unsigned long long)op, (unsigned long long)pgno);
         uint32_t n_ov;
@@ -156,16 +167,14 @@ static int walk_leaf_node(struct walk *w, const uint8_t *page, uint64_t pgno, co
         if (op + pages > w->file_pages)
             return bad(w, "overflow run at page %llu ends past the end of the file",
                        (unsigned long long)op);
-        int r = mark(w, op, pages);
+        r = mark(w, op, pages);
         if (r < 0) return r;
         cnt->overflow += pages;
         if (kind == TREE_FREE) {
             uint8_t *buf = malloc(dsize);
             if (!buf) return -ENOMEM;
-            ssize_t got = pread(w->fd, buf, dsize, (off_t)(op * w->psize + PAGEHDR));
-            r = got == (ssize_t)dsize ? free_list(w, buf, dsize)
-                                      : bad(w, "short read of overflow page %llu",
-                                            (unsigned long long)op);
+            r = read_at(w, buf, dsize, op * w->psize + PAGEHDR);
+            if (r >= 0) r = free_list(w, buf, dsize);
             free(buf);
             if (r < 0) return r;
         }
@@ -295,14 +304,13 @@ int store_walk_file(struct store_env *env, MDB_txn *txn, uint64_t *ret_pages, ch
     if (fstat(fd, &sb) < 0) return 1;
     /* the page size is the free DB's pad in meta page 0; LMDB checked both metas */
     uint8_t meta[2][PAGEHDR + 152];
-    if (pread(fd, meta[0], sizeof meta[0], 0) != (ssize_t)sizeof meta[0])
-        return bad(&w, "meta page 0: short read");
+    int r = read_at(&w, meta[0], sizeof meta[0], 0);
+    if (r < 0) return r;
     uint32_t psize;
     memcpy(&psize, meta[0] + PAGEHDR + 24, 4);
     if (psize < 512 || psize > 65536 || (psize & (psize - 1)))
         return bad(&w, "meta page 0: page size %u", psize);
-    if (pread(fd, meta[1], sizeof meta[1], psize) != (ssize_t)sizeof meta[1])
-        return bad(&w, "meta page 1: short read");
+    if ((r = read_at(&w, meta[1], sizeof meta[1], psize)) < 0) return r;
     const uint8_t *m = NULL;
     for (int i = 0; i < 2; i++) {
         uint32_t magic, version;
@@ -324,7 +332,7 @@ int store_walk_file(struct store_env *env, MDB_txn *txn, uint64_t *ret_pages, ch
     size_t bits = (size_t)(w.last_pg / 8 + 1);
     w.seen = calloc(1, bits);
     w.freed = calloc(1, bits);
-    int r = -ENOMEM;
+    r = -ENOMEM;
     if (w.seen && w.freed) {
         struct db_disk fdb, mdb;
         memcpy(&fdb, m + PAGEHDR + 24, sizeof fdb);
