@@ -26,22 +26,29 @@
 
 #define X86_INLINE static inline __attribute__((always_inline))
 
-enum wkind { WK_Q8_0, WK_Q4_0, WK_Q4_1, WK_Q5_0, WK_Q5_1, WK_IQ4_NL };
+/* k-quants (q4_K, q5_K, q6_K) are handled as their 32-value sub-blocks: q4_K/q5_K like
+ * q4_1 (scale d·sc_j, offset -dmin·m_j, q8_1 activations), q6_K like q5_0 with 6-bit
+ * codes (OFF 32) and one scale per 16 values, hence two scales (da, db) per block. */
+enum wkind { WK_Q8_0, WK_Q4_0, WK_Q4_1, WK_Q5_0, WK_Q5_1, WK_IQ4_NL, WK_Q4_K, WK_Q5_K, WK_Q6_K };
 
 enum {
     PACK_BLOCKS = 64, /* blocks of 4 rows unpacked at a time: 8 KiB of codes */
 };
 
-/* bytes per weight block, offset of the codes' zero, whether it carries m */
+/* bytes per weight block (per super-block of 8 blocks for k-quants), offset of the codes'
+ * zero, whether it carries m */
 X86_INLINE size_t wk_bytes(int k) {
-    static const size_t b[] = {34, 18, 20, 22, 24, 18};
+    static const size_t b[] = {34, 18, 20, 22, 24, 18, 144, 176, 210};
     return b[k];
 }
 X86_INLINE int wk_off(int k) {
-    static const int o[] = {128, 8, 0, 16, 0, 128};
+    static const int o[] = {128, 8, 0, 16, 0, 128, 0, 0, 32};
     return o[k];
 }
-X86_INLINE bool wk_has_m(int k) { return k == WK_Q4_1 || k == WK_Q5_1; }
+X86_INLINE bool wk_is_k(int k) { return k >= WK_Q4_K; }
+X86_INLINE bool wk_has_m(int k) {
+    return k == WK_Q4_1 || k == WK_Q5_1 || k == WK_Q4_K || k == WK_Q5_K;
+}
 X86_INLINE bool wk_signed(int k) { return !X86_VNNI && (k == WK_Q8_0 || k == WK_IQ4_NL); }
 
 X86_INLINE float f16_load(const uint8_t *p) {
@@ -109,6 +116,60 @@ X86_INLINE __m256i wblock_unpack(const uint8_t *wb, const int K, float *ret_d, f
     }
 }
 
+/* 6-bit scale and min of sub-block j of q4_K / q5_K (12 packed bytes, see ref/quant.c). */
+X86_INLINE void k4_scale_min(int j, const uint8_t *s, int *ret_sc, int *ret_m) {
+    if (j < 4) {
+        *ret_sc = s[j] & 63;
+        *ret_m = s[j + 4] & 63;
+    } else {
+        *ret_sc = (s[j + 4] & 0x0f) | (s[j - 4] >> 6) << 4;
+        *ret_m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+    }
+}
+
+/* Sub-block j (0..7) of k-quant super-block sb: codes in value order, the scales of its
+ * two halves and its offset m (x = da|db · q + m). */
+X86_INLINE __m256i kblock_unpack(const uint8_t *sb, int j, const int K, float *ret_da, float *ret_db,
+                                 float *ret_m) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    if (K == WK_Q6_K) { /* ql[128] | qh[64] | scales[16] | d */
+        float d = f16_load(sb + 208);
+        int h = j / 4, k = j % 4;
+        __m256i q = _mm256_loadu_si256((const __m256i *)(sb + 64 * h + 32 * (k % 2)));
+        q = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(4 * (k / 2))), low4);
+        __m256i hb = _mm256_loadu_si256((const __m256i *)(sb + 128 + 32 * h));
+        hb = _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * k)), _mm256_set1_epi8(3));
+        const int8_t *sc = (const int8_t *)(sb + 192) + 8 * h + 2 * k;
+        *ret_da = d * (float)sc[0];
+        *ret_db = d * (float)sc[1];
+        *ret_m = 0.0f;
+        return _mm256_or_si256(q, _mm256_slli_epi16(hb, 4));
+    }
+    /* q4_K: d | dmin | scales[12] | qs[128];  q5_K: ... | qh[32] | qs[128] */
+    int sc, mn;
+    k4_scale_min(j, sb + 4, &sc, &mn);
+    *ret_da = *ret_db = f16_load(sb) * (float)sc;
+    *ret_m = -f16_load(sb + 2) * (float)mn;
+    const uint8_t *qs = sb + (K == WK_Q4_K ? 16 : 48) + 32 * (j / 2);
+    __m256i q = _mm256_loadu_si256((const __m256i *)qs);
+    q = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(4 * (j % 2))), low4);
+    if (K == WK_Q5_K) {
+        __m256i hb = _mm256_loadu_si256((const __m256i *)(sb + 16));
+        hb = _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(j)), _mm256_set1_epi8(1));
+        q = _mm256_or_si256(q, _mm256_slli_epi16(hb, 4));
+    }
+    return q;
+}
+
+/* Block j of a weight row, any kind. */
+X86_INLINE __m256i block_unpack(const uint8_t *row, int64_t j, const int K, float *ret_da,
+                                float *ret_db, float *ret_m) {
+    if (wk_is_k(K)) return kblock_unpack(row + (j / 8) * wk_bytes(K), (int)(j % 8), K, ret_da, ret_db, ret_m);
+    __m256i u = wblock_unpack(row + j * wk_bytes(K), K, ret_da, ret_m);
+    *ret_db = *ret_da;
+    return u;
+}
+
 /* ---- vector primitives of a step (STEP blocks) ----------------------------------------- */
 
 #if X86_W512
@@ -139,6 +200,13 @@ X86_INLINE vq vq_pair(float a, float b) {
 X86_INLINE vq vq_load(const float *p, int s) { /* p unaligned-safe via f32_load */
     return s == 2 ? vq_pair(f32_load(p), f32_load(p + 1))
                   : _mm512_zextps256_ps512(_mm256_set1_ps(f32_load(p)));
+}
+/* 2·s floats (da, db per block) spread over the lanes: 4 lanes each */
+X86_INLINE vq vq_halves(const float *p, int s) {
+    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    if (s == 2) return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_loadu_ps(p)));
+    __m128 v = _mm_castpd_ps(_mm_load_sd((const double *)p));
+    return _mm512_maskz_permutexvar_ps(0x00ff, idx, _mm512_castps128_ps512(v));
 }
 X86_INLINE vq vq_zero(void) { return _mm512_setzero_ps(); }
 X86_INLINE vq vq_cvt(vi a) { return _mm512_cvtepi32_ps(a); }
@@ -218,6 +286,9 @@ X86_INLINE vi vi_dot(vi acc, vi u, vi s) {
 X86_INLINE vi vi_abs8(vi a) { return _mm256_abs_epi8(a); }
 X86_INLINE vi vi_sign8(vi x, vi q) { return _mm256_sign_epi8(x, q); }
 X86_INLINE vq vq_load(const float *p, int s) { return _mm256_set1_ps(f32_load(p)); }
+X86_INLINE vq vq_halves(const float *p, int s) {
+    return _mm256_set_m128(_mm_set1_ps(p[1]), _mm_set1_ps(p[0]));
+}
 X86_INLINE vq vq_zero(void) { return _mm256_setzero_ps(); }
 X86_INLINE vq vq_cvt(vi a) { return _mm256_cvtepi32_ps(a); }
 X86_INLINE vq vq_mul(vq a, vq b) { return _mm256_mul_ps(a, b); }
@@ -255,19 +326,17 @@ X86_INLINE vq step_acc(vq acc, vi u, vq dw, vq mw, const struct xstep *xs, const
 
 struct wpack {
     _Alignas(64) uint8_t codes[4][PACK_BLOCKS][32];
-    float d[4][PACK_BLOCKS];
-    float m[4][PACK_BLOCKS]; /* m / 8, see struct xstep */
+    _Alignas(16) float d[4][PACK_BLOCKS][2]; /* scales of the two halves of each block */
+    float m[4][PACK_BLOCKS];                  /* m / 8, see struct xstep */
 };
 
 X86_INLINE void wpack_fill(struct wpack *p, const uint8_t *w, size_t wst, int64_t j0, int64_t nbk,
                            const int K) {
-    const size_t wbs = wk_bytes(K);
     for (int r = 0; r < 4; r++)
         for (int64_t j = 0; j < nbk; j++) {
-            float d, m;
-            __m256i u = wblock_unpack(w + r * wst + (j0 + j) * wbs, K, &d, &m);
+            float m;
+            __m256i u = block_unpack(w + r * wst, j0 + j, K, &p->d[r][j][0], &p->d[r][j][1], &m);
             _mm256_store_si256((__m256i *)p->codes[r][j], u);
-            p->d[r][j] = d;
             p->m[r][j] = m * 0.125f;
         }
 }
@@ -289,7 +358,7 @@ X86_INLINE void packed_body(float *y, int64_t ys, const struct wpack *p, int64_t
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             vi u = vi_load(p->codes[r][j], s);
-            vq dw = vq_load(&p->d[r][j], s);
+            vq dw = vq_halves(p->d[r][j], s);
             vq mw = wk_has_m(K) ? vq_load(&p->m[r][j], s) : vq_zero();
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) acc[r][t] = step_acc(acc[r][t], u, dw, mw, &xs[t], K);
@@ -317,25 +386,33 @@ X86_INLINE void direct_body(float *y, const uint8_t *w, size_t wst, const uint8_
         xstep_load(&xs, xrow, nb, j, s, K);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
-            const uint8_t *wb = w + r * wst + j * wbs;
+            const uint8_t *wb = w + r * wst + (wk_is_k(K) ? j / 8 : j) * wbs;
             /* one tile ahead: the same place in the next 4 rows, which the hardware
              * prefetcher (following each row's own stream) would fetch too late */
             _mm_prefetch((const char *)wb + 4 * wst, _MM_HINT_T0);
             vi u;
             vq dw, mw = vq_zero();
 #if X86_W512
-            if (s == 2) {
+            if (s == 2 && !wk_is_k(K)) {
                 u = wblock2_unpack(wb, wbs, K, &dw, &mw);
             } else {
-                float d0, m0;
-                u = _mm512_zextsi256_si512(wblock_unpack(wb, K, &d0, &m0));
-                dw = _mm512_zextps256_ps512(_mm256_set1_ps(d0));
-                mw = _mm512_zextps256_ps512(_mm256_set1_ps(m0 * 0.125f));
+                /* scales stay in registers: a vector load of scalars just stored would
+                 * stall on store forwarding */
+                float da0, db0, m0, da1 = 0.0f, db1 = 0.0f, m1 = 0.0f;
+                __m256i u0 = block_unpack(w + r * wst, j, K, &da0, &db0, &m0);
+                if (s == 2) {
+                    u = vi_from2(u0, block_unpack(w + r * wst, j + 1, K, &da1, &db1, &m1));
+                } else {
+                    u = _mm512_zextsi256_si512(u0);
+                }
+                const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+                dw = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_setr_ps(da0, db0, da1, db1)));
+                mw = vq_pair(m0 * 0.125f, m1 * 0.125f);
             }
 #else
-            float d0, m0;
-            u = wblock_unpack(wb, K, &d0, &m0);
-            dw = _mm256_set1_ps(d0);
+            float da, db, m0;
+            u = block_unpack(w + r * wst, j, K, &da, &db, &m0);
+            dw = _mm256_set_m128(_mm_set1_ps(db), _mm_set1_ps(da));
             mw = _mm256_set1_ps(m0 * 0.125f);
 #endif
             acc[r] = step_acc(acc[r], u, dw, mw, &xs, K);
@@ -380,6 +457,9 @@ X86_QTILE(q4_1, WK_Q4_1)
 X86_QTILE(q5_0, WK_Q5_0)
 X86_QTILE(q5_1, WK_Q5_1)
 X86_QTILE(iq4_nl, WK_IQ4_NL)
+X86_QTILE(q4_K, WK_Q4_K)
+X86_QTILE(q5_K, WK_Q5_K)
+X86_QTILE(q6_K, WK_Q6_K)
 #undef X86_QTILE
 
 /* ---- float weights × f32 activations ------------------------------------------------- */
@@ -592,6 +672,9 @@ void X86_SFX(kern_impl_fill)(struct kern_impl *impl) {
     impl->tile[KERN_TYPE_Q5_0] = X86_SFX(tile_q5_0);
     impl->tile[KERN_TYPE_Q5_1] = X86_SFX(tile_q5_1);
     impl->tile[KERN_TYPE_IQ4_NL] = X86_SFX(tile_iq4_nl);
+    impl->tile[KERN_TYPE_Q4_K] = X86_SFX(tile_q4_K);
+    impl->tile[KERN_TYPE_Q5_K] = X86_SFX(tile_q5_K);
+    impl->tile[KERN_TYPE_Q6_K] = X86_SFX(tile_q6_K);
     impl->from_f32[KERN_TYPE_Q8_0] = X86_SFX(quant_q8_0);
     impl->from_f32[KERN_TYPE_Q8_1] = X86_SFX(quant_q8_1);
     impl->from_f32[KERN_TYPE_F16] = X86_SFX(quant_f16);

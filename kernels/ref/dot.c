@@ -118,3 +118,81 @@ float kern_ref_dot_iq4_nl_q8_0(const void *w, const void *x, int64_t n) {
     }
     return s;
 }
+
+/* ---- k-quants: super-blocks of 256 as 8 sub-blocks of 32 ---------------------------- */
+
+/* Dots with q8_1 / q8_0 activations (one activation block per 32 values), so that the
+ * SIMD tiles treat each sub-block like a q4_1 / q5_0 block: q4_K/q5_K sub-block j has
+ * x = d·sc_j·q - dmin·m_j, so Σ x·a = d·sc_j·d_a·Σ q·q_a - dmin·m_j·s_a; q6_K sub-block j
+ * has two scales, one per 16 values: x = d·sc·(q - 32). */
+
+/* 6-bit scale and min of sub-block j (see kern_ref_q4_K_to_f32). */
+static void k4_scale_min(int j, const uint8_t *s, int *ret_sc, int *ret_m) {
+    if (j < 4) {
+        *ret_sc = s[j] & 63;
+        *ret_m = s[j + 4] & 63;
+    } else {
+        *ret_sc = (s[j + 4] & 0x0f) | (s[j - 4] >> 6) << 4;
+        *ret_m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+    }
+}
+
+float kern_ref_dot_q4_K_q8_1(const void *w, const void *x, int64_t n) {
+    const struct block_q4_K *a = w;
+    const struct block_q8_1 *b = x;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        float d = kern_fp16_to_fp32(a[i].d), dmin = kern_fp16_to_fp32(a[i].dmin);
+        for (int j = 0; j < 8; j++, b++) {
+            int sc, m, sum = 0;
+            k4_scale_min(j, a[i].scales, &sc, &m);
+            const uint8_t *q = a[i].qs + 32 * (j / 2);
+            for (int l = 0; l < 32; l++) sum += ((q[l] >> (4 * (j % 2))) & 0x0f) * b->qs[l];
+            s += d * (float)sc * kern_fp16_to_fp32(b->d) * (float)sum -
+                 dmin * (float)m * kern_fp16_to_fp32(b->s);
+        }
+    }
+    return s;
+}
+
+float kern_ref_dot_q5_K_q8_1(const void *w, const void *x, int64_t n) {
+    const struct block_q5_K *a = w;
+    const struct block_q8_1 *b = x;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        float d = kern_fp16_to_fp32(a[i].d), dmin = kern_fp16_to_fp32(a[i].dmin);
+        for (int j = 0; j < 8; j++, b++) {
+            int sc, m, sum = 0;
+            k4_scale_min(j, a[i].scales, &sc, &m);
+            const uint8_t *q = a[i].qs + 32 * (j / 2);
+            for (int l = 0; l < 32; l++) {
+                int v = ((q[l] >> (4 * (j % 2))) & 0x0f) | ((a[i].qh[l] >> j) & 1) << 4;
+                sum += v * b->qs[l];
+            }
+            s += d * (float)sc * kern_fp16_to_fp32(b->d) * (float)sum -
+                 dmin * (float)m * kern_fp16_to_fp32(b->s);
+        }
+    }
+    return s;
+}
+
+float kern_ref_dot_q6_K_q8_0(const void *w, const void *x, int64_t n) {
+    const struct block_q6_K *a = w;
+    const struct block_q8_0 *b = x;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        float d = kern_fp16_to_fp32(a[i].d);
+        for (int j = 0; j < 8; j++, b++) {
+            int h = j / 4, k = j % 4; /* half of the super-block, group inside the half */
+            const uint8_t *ql = a[i].ql + 64 * h + 32 * (k % 2), *qh = a[i].qh + 32 * h;
+            int sum[2] = {0, 0};
+            for (int l = 0; l < 32; l++) {
+                int v = ((ql[l] >> (4 * (k / 2))) & 0x0f) | ((qh[l] >> (2 * k)) & 3) << 4;
+                sum[l / 16] += (v - 32) * b->qs[l];
+            }
+            const int8_t *sc = a[i].scales + 8 * h + 2 * k;
+            s += d * kern_fp16_to_fp32(b->d) * ((float)sc[0] * (float)sum[0] + (float)sc[1] * (float)sum[1]);
+        }
+    }
+    return s;
+}

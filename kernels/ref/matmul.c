@@ -32,6 +32,9 @@ REF_TILE(q4_1, kern_ref_dot_q4_1_q8_1)
 REF_TILE(q5_0, kern_ref_dot_q5_0_q8_0)
 REF_TILE(q5_1, kern_ref_dot_q5_1_q8_1)
 REF_TILE(iq4_nl, kern_ref_dot_iq4_nl_q8_0)
+REF_TILE(q4_K, kern_ref_dot_q4_K_q8_1)
+REF_TILE(q5_K, kern_ref_dot_q5_K_q8_1)
+REF_TILE(q6_K, kern_ref_dot_q6_K_q8_0)
 #undef REF_TILE
 
 void kern_impl_fill_ref(struct kern_impl *impl) {
@@ -48,6 +51,9 @@ void kern_impl_fill_ref(struct kern_impl *impl) {
                 [KERN_TYPE_Q5_0] = tile_ref_q5_0,
                 [KERN_TYPE_Q5_1] = tile_ref_q5_1,
                 [KERN_TYPE_IQ4_NL] = tile_ref_iq4_nl,
+                [KERN_TYPE_Q4_K] = tile_ref_q4_K,
+                [KERN_TYPE_Q5_K] = tile_ref_q5_K,
+                [KERN_TYPE_Q6_K] = tile_ref_q6_K,
             },
     };
     for (int t = 0; t < KERN_TYPE_COUNT; t++) {
@@ -67,7 +73,7 @@ float kern_ref_dot_f32(const void *w, enum kern_type wt, const float *x, int64_t
     if (!tr || !tr->vec_dot || n <= 0 || n % tr->blck_size != 0) return NAN;
     if (tr->vec_dot_type == KERN_TYPE_F32) return tr->vec_dot(w, x, n);
     const struct kern_type_traits *xt = kern_type_traits(tr->vec_dot_type);
-    uint8_t xq[64]; /* one block of q8_0 / q8_1 */
+    uint8_t xq[QK_K / QK8_1 * sizeof(struct block_q8_1)]; /* activations for one block */
     float s = 0.0f;
     for (int64_t i = 0; i < n; i += tr->blck_size) {
         xt->from_f32(xq, x + i, tr->blck_size);

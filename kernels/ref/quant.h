@@ -37,3 +37,6 @@ float kern_ref_dot_q4_1_q8_1(const void *w, const void *x, int64_t n);
 float kern_ref_dot_q5_0_q8_0(const void *w, const void *x, int64_t n);
 float kern_ref_dot_q5_1_q8_1(const void *w, const void *x, int64_t n);
 float kern_ref_dot_iq4_nl_q8_0(const void *w, const void *x, int64_t n);
+float kern_ref_dot_q4_K_q8_1(const void *w, const void *x, int64_t n);
+float kern_ref_dot_q5_K_q8_1(const void *w, const void *x, int64_t n);
+float kern_ref_dot_q6_K_q8_0(const void *w, const void *x, int64_t n);

@@ -32,8 +32,27 @@ static int rng_int(int lo, int hi) { return lo + (int)(rng_u32() % (uint32_t)(hi
 
 static const int mm_types[] = {
     KERN_TYPE_F32,  KERN_TYPE_F16,  KERN_TYPE_BF16, KERN_TYPE_Q8_0,   KERN_TYPE_Q4_0,
-    KERN_TYPE_Q4_1, KERN_TYPE_Q5_0, KERN_TYPE_Q5_1, KERN_TYPE_IQ4_NL,
+    KERN_TYPE_Q4_1, KERN_TYPE_Q5_0, KERN_TYPE_Q5_1, KERN_TYPE_IQ4_NL, KERN_TYPE_Q4_K,
+    KERN_TYPE_Q5_K, KERN_TYPE_Q6_K,
 };
+
+/* k-quants have no quantizer here: random bytes are valid blocks once the fp16 super-
+ * block scales are set to sane values (byte offsets of d / dmin in each layout). */
+static void kquant_random_row(uint8_t *row, int wt, int64_t n_in) {
+    const struct kern_type_traits *tr = kern_type_traits(wt);
+    for (size_t i = 0; i < kern_row_size(wt, n_in); i++) row[i] = (uint8_t)rng_u32();
+    for (int64_t b = 0; b < n_in / QK_K; b++) {
+        uint8_t *blk = row + (size_t)b * tr->type_size;
+        kern_f16 d = kern_fp32_to_fp16(0.001f + 0.01f * (float)(rng_u32() % 100) / 100.0f);
+        kern_f16 dmin = kern_fp32_to_fp16(0.002f * (float)(rng_u32() % 100) / 100.0f);
+        if (wt == KERN_TYPE_Q6_K) {
+            memcpy(blk + 208, &d, 2);
+        } else {
+            memcpy(blk, &d, 2);
+            memcpy(blk + 2, &dmin, 2);
+        }
+    }
+}
 
 struct mm_case {
     int wt;
@@ -70,7 +89,8 @@ static void mm_case_init(struct mm_case *c, int wt, int64_t n_in, int64_t n_out,
     for (int64_t i = 0; i < n_in * n_tok; i++)
         c->x[i] = rng_u32() % 97 == 0 ? rng_uniform() * 20.0f : rng_uniform();
     for (int64_t o = 0; o < n_out; o++) {
-        tr->from_f32(c->w + o * rs, wf + o * n_in, n_in);
+        if (tr->from_f32) tr->from_f32(c->w + o * rs, wf + o * n_in, n_in);
+        else kquant_random_row(c->w + o * rs, wt, n_in);
         tr->to_f32(c->wd + o * n_in, c->w + o * rs, n_in);
     }
     free(wf);
@@ -129,11 +149,12 @@ TEST(matmul_all_levels_vs_spec) {
         n_levels++;
         for (size_t ti = 0; ti < ARRAY_SIZE(mm_types); ti++) {
             int wt = mm_types[ti];
-            bool fl = !kern_type_traits(wt)->is_quantized;
+            int64_t blck = kern_type_traits(wt)->blck_size;
             static const int64_t q_in[] = {32, 64, 96, 160, 288, 544, 1056, 2080};
             static const int64_t f_in[] = {1, 7, 16, 64, 172, 300, 1033, 2048};
+            static const int64_t k_in[] = {256, 512, 768, 1024, 2304, 2560, 256, 512};
             for (int k = 0; k < 10; k++) {
-                int64_t n_in = fl ? f_in[k % 8] : q_in[k % 8];
+                int64_t n_in = blck == 1 ? f_in[k % 8] : blck == 32 ? q_in[k % 8] : k_in[k % 8];
                 int64_t n_out = k == 8 ? 100 : rng_int(1, 37);  /* 100: several row units */
                 int64_t n_tok = k == 9 ? 70 : rng_int(1, 17);   /* 70: two token units */
                 struct mm_case c;
@@ -246,8 +267,9 @@ TEST(matmul_edges) {
     ASSERT_EQ(kern_matmul_scratch_bytes(KERN_TYPE_F16, 64, 5), 0);
     ASSERT_TRUE(kern_matmul_scratch_bytes(KERN_TYPE_Q8_0, 64, 5) >= 5 * 68);
     ASSERT_TRUE(kern_matmul_scratch_bytes(KERN_TYPE_Q4_1, 64, 5) >= 5 * 72);
-    ASSERT_EQ(kern_matmul_scratch_bytes(KERN_TYPE_Q4_K, 256, 1), 0);
-    ASSERT_TRUE(isnan(kern_ref_dot_f32(w, KERN_TYPE_Q4_K, x, 256)));
+    ASSERT_EQ(kern_matmul_scratch_bytes(KERN_TYPE_Q8_K, 256, 1), 0); /* no dot product */
+    ASSERT_TRUE(isnan(kern_ref_dot_f32(w, KERN_TYPE_Q8_K, x, 256)));
+    ASSERT_TRUE(isnan(kern_ref_dot_f32(w, KERN_TYPE_Q4_K, x, 255)));
     ASSERT_TRUE(isnan(kern_ref_dot_f32(w, KERN_TYPE_I8, x, 4)));
     ASSERT_TRUE(isnan(kern_ref_dot_f32(w, KERN_TYPE_Q8_0, x, 33)));
     ASSERT_TRUE(isnan(kern_ref_dot_f32(w, (enum kern_type)77, x, 32)));
