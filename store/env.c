@@ -336,6 +336,10 @@ static int mdb_open_env(struct store_env *env, struct store_open_info *info,
     if (path_join(data, sizeof data, env->path, "data.mdb") < 0)
         return err_set(d, -ENAMETOOLONG, "store path too long");
     bool existed = access(data, F_OK) == 0;
+    /* until this succeeds there is no LMDB env: every call fails cleanly */
+    pthread_mutex_lock(&env->mu);
+    env->broken = true;
+    pthread_mutex_unlock(&env->mu);
     int r = mdb_open_once(env, why, sizeof why, d);
     if (r == 1) {
         if (env->opt.read_only)

@@ -404,6 +404,24 @@ TEST(quarantine_by_caller) {
     ASSERT_EQ(st.n_entries, 0);
     ASSERT_OK(store_env_reopen(env, &info, NULL));
     ASSERT_TRUE(!info.quarantined);
+
+    /* a reopen that fails leaves an env whose every call fails cleanly */
+    char data[600], aside[600];
+    snprintf(data, sizeof data, "%s/data.mdb", store_test_dir("q-caller"));
+    snprintf(aside, sizeof aside, "%s/data.mdb.aside", store_test_dir("q-caller"));
+    ASSERT_TRUE(rename(data, aside) == 0 && mkdir(data, 0700) == 0);
+    ASSERT_TRUE(store_env_reopen(env, &info, NULL) < 0);
+    ASSERT_TRUE(store_env_is_broken(env));
+    ASSERT_ERR(store_txn_begin(env, STORE_TXN_READ, &txn), ERR_STORE_CORRUPT);
+    struct store_chain ch;
+    ASSERT_OK(store_chain_init(&ch, "uid:1", FP, 1, 1, C));
+    int32_t t[C];
+    store_test_tokens(t, C, 3);
+    ASSERT_ERR(store_test_write_prompt(env, &ch, t, C, 100, 1), ERR_STORE_CORRUPT);
+    ASSERT_TRUE(store_env_stats(env, &st) < 0);
+    ASSERT_TRUE(rmdir(data) == 0 && rename(aside, data) == 0);
+    ASSERT_OK(store_env_reopen(env, &info, NULL));
+    ASSERT_OK(store_test_write_prompt(env, &ch, t, C, 100, 1));
     store_env_close(env);
 }
 
