@@ -71,16 +71,17 @@ void rpc_models_load(struct rpc_call *c, const ProtobufCMessage *req) {
     Warm__V1__ModelInfo info;
     char fp[33], arch[32];
     int r = registry_find(&d->registry, res->name, &m, &e);
+    if (r >= 0) model_info_fill(d, &m, &info, fp, arch);
+    /* Released before answering: a client's next call must find the model idle. */
+    residency_release(d, res);
     if (r < 0) {
         rpc_call_fail(c, rpc_status_from_err(r), "%s", err_msg(&e, r));
     } else {
-        model_info_fill(d, &m, &info, fp, arch);
         Warm__V1__LoadModelResponse resp = WARM__V1__LOAD_MODEL_RESPONSE__INIT;
         resp.model = &info;
         resp.load_usec = load_usec;
         rpc_call_reply(c, &resp.base);
     }
-    residency_release(d, res);
 }
 
 void rpc_models_unload(struct rpc_call *c, const ProtobufCMessage *req) {

@@ -27,6 +27,8 @@ void rpc_tokens_tokenize(struct rpc_call *c, const ProtobufCMessage *req) {
         e = count && !ids ? -ENOMEM
             : count ? engine_vocab_tokenize(v, q->text, n, flags, ids, count, &count) : 0;
     }
+    /* Released before answering: a client's next call must find the model idle. */
+    residency_release(rpc_call_daemon(c), res);
     if (e < 0) {
         rpc_call_fail(c, rpc_status_from_err(e), "tokenize: %s", err_str(e));
     } else {
@@ -36,7 +38,6 @@ void rpc_tokens_tokenize(struct rpc_call *c, const ProtobufCMessage *req) {
         rpc_call_reply(c, &r.base);
     }
     free(ids);
-    residency_release(rpc_call_daemon(c), res);
 }
 
 void rpc_tokens_detokenize(struct rpc_call *c, const ProtobufCMessage *req) {
@@ -71,6 +72,7 @@ void rpc_tokens_detokenize(struct rpc_call *c, const ProtobufCMessage *req) {
         e = text ? engine_vocab_detokenize(v, q->tokens, q->n_tokens, flags, text, len, &len)
                  : -ENOMEM;
     }
+    residency_release(rpc_call_daemon(c), res);
     if (e < 0) {
         rpc_call_fail(c, rpc_status_from_err(e), "detokenize: %s", err_str(e));
     } else {
@@ -80,5 +82,4 @@ void rpc_tokens_detokenize(struct rpc_call *c, const ProtobufCMessage *req) {
         rpc_call_reply(c, &r.base);
     }
     free(text);
-    residency_release(rpc_call_daemon(c), res);
 }
