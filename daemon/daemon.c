@@ -3,6 +3,7 @@
 
 #include "daemon/log.h"
 #include "daemon/server.h"
+#include "store/store.h"
 
 #include <errno.h>
 #include <grpc/grpc.h>
@@ -14,6 +15,39 @@
 
 /* gRPC worker threads: handlers are short (long work runs on scheduler threads). */
 #define RPC_WORKERS 4
+/* How often idle stale LMDB reader slots are looked for. */
+#define STORE_CHECK_USEC (60 * 1000000ull)
+
+/* Opens the prompt store in state_dir/cache. Failure is not fatal: the daemon serves
+ * without a persistent cache (degraded), and says so. */
+static void store_open(struct daemon *d) {
+    const struct config *c = &d->config;
+    if (!c->cache_max_bytes) {
+        log_info("prompt cache off (cache_max_bytes = 0)");
+        return;
+    }
+    char path[PATH_MAX + 8];
+    snprintf(path, sizeof path, "%s/cache", c->state_dir);
+    struct store_options opt = {
+        .path = path,
+        .budget_bytes = c->cache_max_bytes,
+        .n_threads = RPC_WORKERS + c->max_loaded_models + 2,
+    };
+    struct store_open_info info = {0};
+    struct err_detail e = {0};
+    int r = store_env_open(&opt, &d->store, &info, &e);
+    if (r < 0) {
+        d->store = NULL;
+        log_error("prompt cache %s unavailable, serving without it: %s", path, err_msg(&e, r));
+        return;
+    }
+    if (info.quarantined)
+        log_error("prompt cache %s was corrupt (%s); moved aside to %s and started empty", path,
+                  info.quarantine_reason, info.quarantine_path);
+    if (info.n_readers_cleared) log_info("prompt cache: cleared %d stale readers", info.n_readers_cleared);
+    log_info("prompt cache %s open (budget %llu bytes)", path, (unsigned long long)c->cache_max_bytes);
+    d->store_check_usec = time_now_usec();
+}
 
 static int accept_cb(void *userdata, int fd) { return server_add_fd(userdata, fd); }
 
@@ -43,6 +77,7 @@ int daemon_start(struct daemon *d, struct err_detail *err) {
     if (r < 0) log_warn("%s; serving no models until it exists (SIGHUP rescans)", err_msg(&e, r));
     metrics_set(&d->metrics, METRIC_MODELS_AVAILABLE, registry_count(&d->registry));
 
+    store_open(d);
     r = listener_open(&d->listener, c, err);
     d->listener_open = true;
     if (r < 0) return r;
@@ -76,7 +111,14 @@ void daemon_reload(struct daemon *d) {
 }
 
 void daemon_tick(struct daemon *d) {
-    residency_expire(d, time_now_usec());
+    uint64_t now = time_now_usec();
+    residency_expire(d, now);
+    if (d->store && now - d->store_check_usec >= STORE_CHECK_USEC) {
+        int cleared = 0;
+        if (store_env_check_readers(d->store, &cleared) >= 0 && cleared)
+            log_info("prompt cache: cleared %d stale readers", cleared);
+        d->store_check_usec = now;
+    }
     notify_tick(&d->notify, time_now_usec());
     char status[256];
     status_line(d, status, sizeof status);
@@ -114,6 +156,8 @@ void daemon_stop(struct daemon *d) {
     if (d->listener_open) listener_close(&d->listener);
     d->listener_open = false;
     residency_done(d);
+    store_env_close(d->store);
+    d->store = NULL;
     if (d->grpc_up) grpc_shutdown();
     d->grpc_up = false;
     registry_done(&d->registry);

@@ -5,9 +5,10 @@
  * it passed down (handlers through rpc_call_daemon). Threads: main (signals, watchdog,
  * STATUS=), the accept loop, gRPC workers, gRPC's own threads.
  *
- * Startup order: config → log → block signals → grpc_init → registry scan → listener
+ * Startup order: config → log → block signals → prompt store (state_dir/cache; without
+ * it the daemon serves uncached) → grpc_init → registry scan → listener
  * (activated fd or bound socket) → server → accept loop → READY=1. Shutdown: STOPPING=1
- * → stop accepting → drain the server (streams end UNAVAILABLE) → close → grpc_shutdown. */
+ * → stop accepting → drain the server (streams end UNAVAILABLE) → close → unload models → close the store → grpc_shutdown. */
 #pragma once
 
 #include "base/base.h"
@@ -21,6 +22,7 @@
 #define DAEMON_VERSION "0.1.0"
 
 struct server;
+struct store_env;
 
 struct daemon {
     struct config config;
@@ -30,6 +32,8 @@ struct daemon {
     struct residency residency;
     struct listener listener;
     struct server *server;
+    struct store_env *store;    /* the prompt cache; NULL when off or unavailable */
+    uint64_t store_check_usec;  /* last periodic reader check */
     uint64_t start_usec;        /* time_now_usec() at startup */
     uint32_t threads;           /* effective: config threads, or the online CPUs */
     uint64_t memory_budget_bytes;   /* effective: config, or 3/4 of physical memory */

@@ -2,6 +2,7 @@
 #include "daemon/rpc-handlers.h"
 
 #include "daemon/server.h"
+#include "store/store.h"
 #include "warm/v1/warm.pb-c.h"
 
 #include <stdio.h>
@@ -19,7 +20,7 @@ void rpc_info_get_info(struct rpc_call *c, const ProtobufCMessage *req) {
     peer.pid = p->pid;
     peer.admin = p->admin;
     peer.namespace_ = ns;
-    static char *features[] = {"cpu"};
+    static char *features[] = {"cpu", "store"};
     Warm__V1__GetInfoResponse r = WARM__V1__GET_INFO_RESPONSE__INIT;
     r.version = DAEMON_VERSION;
     r.api_version = "warm.v1";
@@ -36,9 +37,9 @@ void rpc_info_get_info(struct rpc_call *c, const ProtobufCMessage *req) {
     r.memory_budget_bytes = d->memory_budget_bytes;
     r.cache_max_bytes = cfg->cache_max_bytes;
     r.models_available = (uint32_t)registry_count(&d->registry);
-    r.models_loaded = (uint32_t)metrics_get(&d->metrics, METRIC_MODELS_LOADED);
+    r.models_loaded = (uint32_t)residency_count(d);
     r.active_streams = server_active_calls(d->server);
-    r.n_features = ARRAY_SIZE(features);
+    r.n_features = d->store ? 2 : 1;
     r.features = features;
     rpc_call_reply(c, &r.base);
 }
@@ -48,6 +49,15 @@ void rpc_info_metrics(struct rpc_call *c, const ProtobufCMessage *req) {
     const char *names[64];
     for (size_t i = 0; i < rpc_n_methods && i < ARRAY_SIZE(names); i++) names[i] = rpc_methods[i].name;
     metrics_set(&d->metrics, METRIC_MODELS_AVAILABLE, registry_count(&d->registry));
+    struct store_stats st;
+    if (d->store && store_env_stats(d->store, &st) >= 0) {
+        /* The store keeps these; mirror them at each scrape. */
+        metrics_set(&d->metrics, METRIC_CACHE_BYTES, st.bytes);
+        metrics_set(&d->metrics, METRIC_CACHE_HITS, st.n_hits);
+        metrics_set(&d->metrics, METRIC_CACHE_MISSES, st.n_misses);
+        metrics_set(&d->metrics, METRIC_CACHE_REJECTED, st.n_rejections);
+        metrics_set(&d->metrics, METRIC_CACHE_EVICTIONS, st.n_evictions);
+    }
     char *text = NULL;
     int e = metrics_render(&d->metrics, names, MIN(rpc_n_methods, ARRAY_SIZE(names)),
                            time_now_usec() - d->start_usec, &text);

@@ -125,6 +125,23 @@ class ConfigTest(DaemonTest):
         self.assertEqual(r.returncode, 1)
         self.assertIn("live socket of another process", r.stderr)
 
+    def test_cache_off_and_unavailable(self):
+        d = self.daemon(config="cache_max_bytes = 0\n").start()
+        st = d.stub()
+        self.assertCode(lambda: st.CacheStats(pb.CacheStatsRequest()),
+                        __import__("grpc").StatusCode.FAILED_PRECONDITION, "prompt cache is off")
+        self.assertNotIn("store", st.GetInfo(pb.GetInfoRequest()).features)
+        self.assertEqual(d.stop(), 0)
+        # A state directory the store cannot use: degraded, not dead (P1-6).
+        blocked = os.path.join(self.tmp, "blocked")
+        with open(blocked, "w") as f:
+            f.write("a file where a directory should be")
+        d = self.daemon(args=["--state-dir", blocked])
+        d.start()
+        self.assertIn("serving without it", d.text())
+        self.assertEqual(d.stub().GetInfo(pb.GetInfoRequest()).api_version, "warm.v1")
+        self.assertEqual(d.stop(), 0)
+
     def test_missing_models_dir_still_serves(self):
         d = self.daemon()
         os.rmdir(d.models)

@@ -165,6 +165,25 @@ class RpcTest(DaemonTest):
         text = self.st.Metrics(pb.MetricsRequest()).text
         self.assertGreater(metric(text, 'warmd_rpc_responses_total{code="INVALID_ARGUMENT"}'), 30)
 
+    def test_cache_rpcs(self):
+        st = self.st
+        cache_dir = os.path.join(self.tmp, "cache")
+        self.assertEqual(os.stat(cache_dir).st_mode & 0o777, 0o700)
+        r = st.CacheStats(pb.CacheStatsRequest())
+        self.assertEqual((r.entries, r.bytes, r.budget_bytes), (0, 0, 8 << 30))
+        self.assertEqual(st.CacheStats(pb.CacheStatsRequest(namespace="*")).entries, 0)
+        self.assertEqual(len(st.CacheList(pb.CacheListRequest(limit=5)).entries), 0)
+        self.assertEqual(st.CachePurge(pb.CachePurgeRequest()).entries, 0)
+        self.assertEqual(st.CachePurge(pb.CachePurgeRequest(namespace="*")).entries, 0)
+        self.assertCode(lambda: st.CacheList(pb.CacheListRequest(namespace="*")),
+                        C.INVALID_ARGUMENT, "'*'")
+        self.assertCode(lambda: st.CacheList(pb.CacheListRequest(model="nope")), C.NOT_FOUND)
+        self.assertCode(lambda: st.CacheList(pb.CacheListRequest(model="../x")),
+                        C.INVALID_ARGUMENT)
+        self.assertCode(lambda: st.CacheStats(pb.CacheStatsRequest(namespace="x" * 200)),
+                        C.INVALID_ARGUMENT, "namespace")
+        self.assertIn("store", st.GetInfo(pb.GetInfoRequest()).features)
+
     def test_amplification_budget(self):
         # 1 MiB of empty ChatMessages: ~500k sub-messages would allocate ~40 MiB in
         # protobuf-c; the budget allocator turns it into INVALID_ARGUMENT.

@@ -99,6 +99,7 @@ class Daemon:
 
     def start(self, wait=True):
         self.log = open(self.log_path, "ab")
+        self.log_start = self.log.tell()  # a second run appends to the same log
         self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT,
                                      env=self.env)
         if wait:
@@ -110,7 +111,7 @@ class Daemon:
         while time.monotonic() < end:
             if self.proc.poll() is not None:
                 raise AssertionError(f"warmd exited with {self.proc.returncode}:\n{self.text()}")
-            if "listening on" in self.text():
+            if "listening on" in self.text()[self.log_start:]:
                 return
             time.sleep(0.02)
         raise AssertionError("warmd did not start:\n" + self.text())
@@ -120,7 +121,10 @@ class Daemon:
             return f.read().decode("utf-8", "replace")
 
     def channel(self, **opts):
-        options = [("grpc.max_receive_message_length", 64 << 20)] + list(opts.items())
+        # A local subchannel pool: a new channel never reuses a connection to an earlier
+        # daemon on the same path.
+        options = [("grpc.max_receive_message_length", 64 << 20),
+                   ("grpc.use_local_subchannel_pool", 1)] + list(opts.items())
         return grpc.insecure_channel("unix:" + self.socket, options=options)
 
     def stub(self):
