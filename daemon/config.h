@@ -50,6 +50,7 @@ struct config {
     char models_dir[PATH_MAX];
     char state_dir[PATH_MAX];
     char default_model[CONFIG_NAME_MAX];   /* "" = none */
+    char preload[1024];                    /* models loaded before READY=1, comma-separated */
     uint32_t threads;                      /* 0 = number of online CPUs */
     uint32_t ctx_size;                     /* tokens per sequence */
     uint32_t parallel;                     /* sequences per loaded model */
@@ -115,7 +116,7 @@ void config_apply_env(struct config *c);
 
 /* What the command line asked for besides settings. */
 struct config_cmdline {
-    bool help, version, print_config;
+    bool help, version, print_config, print_default_config;
 };
 /* The whole startup sequence: defaults, then the config file (--config FILE, else
  * CONFIG_DEFAULT_PATH if it exists), then every --key=value / --key value, then the
@@ -127,3 +128,6 @@ int config_parse_args(struct config *c, int argc, char **argv, struct config_cmd
 void config_print(const struct config *c, FILE *f);
 /* Usage text listing every key with its default and help. */
 void config_print_help(FILE *f);
+/* The default config file (packaging/ ships it as /etc/warmd/warmd.conf): every key's help
+ * and default as comments, the key commented out, so the file sets nothing. */
+void config_print_default(FILE *f);

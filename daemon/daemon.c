@@ -58,6 +58,28 @@ static void status_line(struct daemon *d, char *buf, size_t n) {
              d->server ? server_active_calls(d->server) : 0);
 }
 
+/* Loads the models named by `preload` before READY=1. A model that fails is logged and
+ * skipped: the service is still useful without it. */
+static void preload(struct daemon *d) {
+    char list[sizeof d->config.preload];
+    snprintf(list, sizeof list, "%s", d->config.preload);
+    for (char *save = NULL, *name = strtok_r(list, ", \t", &save); name;
+         name = strtok_r(NULL, ", \t", &save)) {
+        char status[256];
+        snprintf(status, sizeof status, "loading model %s", name);
+        notify_status(&d->notify, status);
+        struct resident *res;
+        uint64_t usec;
+        struct err_detail e = {0};
+        int r = residency_acquire(d, name, d->config.max_keep_alive_usec, &res, &usec, &e);
+        if (r < 0) {
+            log_error("preload: %s", err_msg(&e, r));
+            continue;
+        }
+        residency_release(d, res);
+    }
+}
+
 int daemon_start(struct daemon *d, struct err_detail *err) {
     const struct config *c = &d->config;
     d->start_usec = time_now_usec();
@@ -68,6 +90,8 @@ int daemon_start(struct daemon *d, struct err_detail *err) {
         long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
         if (pages > 0 && psize > 0) d->memory_budget_bytes = (uint64_t)pages * (uint64_t)psize / 4 * 3;
     }
+    const char *stall = getenv("WARM_TEST_STALL_USEC");
+    if (stall) d->test_stall_usec = strtoull(stall, NULL, 10);
     notify_init(&d->notify);
     registry_init(&d->registry, c->models_dir);
     residency_init(&d->residency);
@@ -89,6 +113,7 @@ int daemon_start(struct daemon *d, struct err_detail *err) {
     if (r < 0) return err_set(err, r, "starting the gRPC server: %s", err_str(r));
     r = listener_start(&d->listener, accept_cb, d->server, &d->metrics, &d->notify);
     if (r < 0) return err_set(err, r, "starting the accept thread: %s", err_str(r));
+    preload(d);
     log_info("warmd %s listening on %s (%s); %zu models in %s", DAEMON_VERSION,
              d->listener.path, d->listener.activated ? "socket-activated" : "bound",
              registry_count(&d->registry), c->models_dir);

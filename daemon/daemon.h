@@ -37,6 +37,7 @@ struct daemon {
     uint64_t start_usec;        /* time_now_usec() at startup */
     uint32_t threads;           /* effective: config threads, or the online CPUs */
     uint64_t memory_budget_bytes;   /* effective: config, or 3/4 of physical memory */
+    uint64_t test_stall_usec;   /* WARM_TEST_STALL_USEC (tests only, see runner.h) */
     bool parts_up, listener_open, grpc_up;  /* what daemon_stop must undo */
 };
 

@@ -25,6 +25,10 @@ int main(int argc, char **argv) {
         printf("warmd %s (API warm.v1)\n", DAEMON_VERSION);
         return 0;
     }
+    if (cl.print_default_config) {
+        config_print_default(stdout);
+        return 0;
+    }
     if (cl.print_config) {
         config_print(&warmd.config, stdout);
         return 0;

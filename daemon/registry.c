@@ -134,12 +134,6 @@ int registry_scan(struct registry *r, struct err_detail *d) {
     }
     if (n) qsort(list, n, sizeof *list, cmp_model);
     pthread_mutex_lock(&r->lock);
-    /* Keep residency flags of models that are still there. */
-    for (size_t i = 0; i < n; i++) {
-        struct registry_model *old =
-            r->n_models ? bsearch(&list[i], r->models, r->n_models, sizeof *old, cmp_model) : NULL;
-        if (old) list[i].loaded = old->loaded;
-    }
     free(r->models);
     r->models = list;
     r->n_models = n;

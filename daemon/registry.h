@@ -7,8 +7,8 @@
  * A name that is absent or rejected gets the same answer, so the API is no file-existence
  * oracle (P1-8).
  *
- * Residency (load on first use, keep-alive, memory budget) joins this object when the
- * engine lands. Thread-safe: one mutex; lookups return copies. */
+ * Which models are loaded is resident.h's business; this object only knows the files.
+ * Thread-safe: one mutex; lookups return copies. */
 #pragma once
 
 #include "base/base.h"
@@ -20,7 +20,6 @@ struct registry_model {
     char name[CONFIG_NAME_MAX];
     uint64_t size_bytes;
     uint64_t modified_usec;     /* mtime, microseconds since the epoch */
-    bool loaded;
 };
 
 struct registry {

@@ -63,5 +63,19 @@ void rpc_call_finish(struct rpc_call *c, const ProtobufCMessage *last, grpc_stat
 void rpc_call_ref(struct rpc_call *c);
 void rpc_call_unref(struct rpc_call *c);
 
+/* Decoding a request with a bounded allocator (protobuf-c itself has no limit): at most
+ * 16 bytes per input byte plus 1 MiB. */
+struct rpc_budget {
+    ProtobufCAllocator a;
+    size_t used, limit;
+    bool exceeded;
+};
+/* Unpacks data[0..len) as desc. -EINVAL with a message in err when it is malformed,
+ * longer than max_bytes or over the budget. Free *ret with rpc_request_free(*ret, b). */
+int rpc_request_decode(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len,
+                       size_t max_bytes, struct rpc_budget *b, ProtobufCMessage **ret,
+                       char *err, size_t n_err);
+void rpc_request_free(ProtobufCMessage *msg, struct rpc_budget *b);
+
 /* Maps a project error code to the closest gRPC status. */
 grpc_status_code rpc_status_from_err(int err);

@@ -17,6 +17,7 @@ struct runner {
     uint32_t n_ctx;
     uint64_t memory_bytes;
     struct notify *notify;
+    uint64_t test_stall_usec;
     struct notify_beat beat;
     char beat_name[192];
 
@@ -69,6 +70,12 @@ static bool stopping(struct runner *r) {
     bool s = r->stopping;
     pthread_mutex_unlock(&r->lock);
     return s;
+}
+
+/* The test hook: waits test_stall_usec without stamping progress (a stop ends it). */
+static void stall(struct runner *r) {
+    uint64_t until = time_now_usec() + r->test_stall_usec;
+    while (time_now_usec() < until && !stopping(r)) usleep(10000);
 }
 
 /* Runs one job to its end; returns 0 or an error (with msg). */
@@ -154,6 +161,7 @@ static int run_job(struct runner *r, struct runner_job *j, struct runner_result 
             res->stop = RUNNER_STOP_CONTEXT_FULL;
             break;
         }
+        if (r->test_stall_usec) stall(r);
         struct engine_batch one = {.n_tok = 1, .token = &tok, .pos = r->pos + pos};
         e = engine_context_decode(r->ctx, &one, &d);
         if (e < 0) {
@@ -243,6 +251,7 @@ int runner_new(const char *name, int fd, const struct runner_params *p, struct r
     }
     for (uint32_t i = 0; i < r->n_ctx; i++) r->pos[i] = (int32_t)i;
     r->notify = p->notify;
+    r->test_stall_usec = p->test_stall_usec;
     snprintf(r->beat_name, sizeof r->beat_name, "model loop '%s'", name);
     r->beat.name = r->beat_name;
     notify_beat_step(&r->beat, time_now_usec());

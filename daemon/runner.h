@@ -62,6 +62,8 @@ struct runner_params {
     int n_threads;
     enum kern_type type_k, type_v;
     struct notify *notify;     /* the loop's watchdog beat is registered here */
+    uint64_t test_stall_usec;  /* tests (WARM_TEST_STALL_USEC): sleep before each decode
+                                  step, like a wedged forward pass; 0 in production */
 };
 
 /* Loads the model file open at fd (taken over: closed in all cases) and starts its loop.

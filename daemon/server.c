@@ -329,14 +329,8 @@ bool rpc_call_is_cancelled(struct rpc_call *c) {
 
 /* protobuf-c has no size limit: a budget allocator bounds what one request may allocate
  * (empty repeated sub-messages amplify input ~80x). */
-struct budget {
-    ProtobufCAllocator a;
-    size_t used, limit;
-    bool exceeded;
-};
-
 static void *budget_alloc(void *data, size_t size) {
-    struct budget *b = data;
+    struct rpc_budget *b = data;
     size_t used;
     if (!size_add(b->used, size, &used) || used > b->limit) {
         b->exceeded = true;
@@ -348,7 +342,31 @@ static void *budget_alloc(void *data, size_t size) {
 
 static void budget_free(void *data, void *p) { free(p); }
 
-static int decode(struct rpc_call *c, const struct rpc_method *m, struct budget *b,
+int rpc_request_decode(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len,
+                       size_t max_bytes, struct rpc_budget *b, ProtobufCMessage **ret,
+                       char *err, size_t n_err) {
+    *b = (struct rpc_budget){
+        .a = {.alloc = budget_alloc, .free = budget_free, .allocator_data = b},
+        .limit = len * 16 + (1 << 20),
+    };
+    ProtobufCMessage *msg = NULL;
+    if (len <= max_bytes) msg = protobuf_c_message_unpack(desc, &b->a, len, data);
+    if (!msg) {
+        snprintf(err, n_err, "cannot decode %s from %zu bytes: %s", desc->name, len,
+                 len > max_bytes ? "larger than max_request_bytes"
+                 : b->exceeded   ? "malformed protobuf (too many fields for its size)"
+                                 : "malformed protobuf");
+        return -EINVAL;
+    }
+    *ret = msg;
+    return 0;
+}
+
+void rpc_request_free(ProtobufCMessage *msg, struct rpc_budget *b) {
+    if (msg) protobuf_c_message_free_unpacked(msg, &b->a);
+}
+
+static int decode(struct rpc_call *c, const struct rpc_method *m, struct rpc_budget *b,
                   ProtobufCMessage **ret, char *err, size_t n_err) {
     if (!c->payload) {
         snprintf(err, n_err, "%s: the request message is missing", m->request->name);
@@ -361,23 +379,10 @@ static int decode(struct rpc_call *c, const struct rpc_method *m, struct budget 
     }
     grpc_slice s = grpc_byte_buffer_reader_readall(&r);
     grpc_byte_buffer_reader_destroy(&r);
-    size_t len = GRPC_SLICE_LENGTH(s);
-    *b = (struct budget){
-        .a = {.alloc = budget_alloc, .free = budget_free, .allocator_data = b},
-        .limit = len * 16 + (1 << 20),
-    };
-    ProtobufCMessage *msg = NULL;
-    if (len <= c->server->max_request_bytes)
-        msg = protobuf_c_message_unpack(m->request, &b->a, len, GRPC_SLICE_START_PTR(s));
+    int e = rpc_request_decode(m->request, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s),
+                               c->server->max_request_bytes, b, ret, err, n_err);
     grpc_slice_unref(s);
-    if (!msg) {
-        snprintf(err, n_err, "cannot decode %s from %zu bytes: malformed protobuf%s",
-                 m->request->name, len,
-                 b->exceeded ? " (too many fields for its size)" : "");
-        return -EINVAL;
-    }
-    *ret = msg;
-    return 0;
+    return e;
 }
 
 /* ---- dispatch ------------------------------------------------------------------------ */
@@ -417,7 +422,7 @@ static void dispatch(struct rpc_call *c) {
                       "%s is for the admin group; uid %u is not a member", m->name, c->peer.uid);
         return;
     }
-    struct budget b;
+    struct rpc_budget b;
     ProtobufCMessage *req = NULL;
     char err[512];
     if (decode(c, m, &b, &req, err, sizeof err) < 0) {
@@ -425,7 +430,7 @@ static void dispatch(struct rpc_call *c) {
         return;
     }
     m->handler(c, req);
-    protobuf_c_message_free_unpacked(req, &b.a);
+    rpc_request_free(req, &b);
     pthread_mutex_lock(&c->lock);
     bool answered = c->status_queued;
     pthread_mutex_unlock(&c->lock);

@@ -10,8 +10,10 @@ import stat
 import subprocess
 import time
 
-from warmd_harness import (START_TIMEOUT, WARMD, DaemonTest, NotifyListener, main, pb, pbg,
-                           grpc, write_model)
+from warmd_harness import (SHARED, START_TIMEOUT, WARMD, DaemonTest, NotifyListener, main, pb,
+                           pbg, grpc, write_model)
+
+MODEL = os.path.join(SHARED, "stories260K.gguf") if SHARED else ""
 
 ACTIVATE = shutil.which("systemd-socket-activate")
 
@@ -49,6 +51,52 @@ class SystemdTest(DaemonTest):
         lines = self.notify.lines()
         self.assertLess(lines.index("READY=1"), lines.index("STOPPING=1"))
         self.assertNotIn("READY=1", lines[lines.index("STOPPING=1"):])
+
+    def test_preload_before_ready(self):
+        if not os.path.exists(MODEL):
+            self.skipTest("stories260K.gguf not found under WARM_SHARED_MODELS")
+        d = self.daemon(config="preload = stories, nope\n",
+                        env={"NOTIFY_SOCKET": self.notify.path})
+        shutil.copy(MODEL, os.path.join(d.models, "stories.gguf"))
+        d.start()
+        self.assertTrue(self.notify.wait_for("READY=1"))
+        self.assertIn("STATUS=loading model stories", self.notify.lines())
+        text = d.text()
+        self.assertLess(text.index("loaded model 'stories'"), text.index("listening on"))
+        self.assertIn("preload: model 'nope' not found", text)
+        models = d.stub().ListModels(pb.ListModelsRequest()).models
+        self.assertTrue(models[0].loaded)
+        self.assertIn("1 loaded", [l for l in self.notify.lines() if l.startswith("STATUS=")][-1])
+        self.assertEqual(d.stop(), 0)
+
+    def test_watchdog_stops_while_a_loop_is_wedged(self):
+        """P1-5: a model loop that makes no progress stops the WATCHDOG=1 pings; they
+        resume once it moves again."""
+        if not os.path.exists(MODEL):
+            self.skipTest("stories260K.gguf not found under WARM_SHARED_MODELS")
+        d = self.daemon(env={"NOTIFY_SOCKET": self.notify.path, "WATCHDOG_USEC": "400000",
+                             "WARM_TEST_STALL_USEC": "2500000"})
+        shutil.copy(MODEL, os.path.join(d.models, "stories.gguf"))
+        d.start()
+        st = d.stub()
+        st.LoadModel(pb.LoadModelRequest(model="stories"))
+        self.assertTrue(self.notify.wait_for("WATCHDOG=1"))
+        it = st.Generate(pb.GenerateRequest(model="stories", tokens=[1], max_tokens=2,
+                                            sampling=pb.Sampling(temperature=0)))
+        next(it)  # the first token; the loop now stalls before its next decode step
+        end = time.monotonic() + START_TIMEOUT
+        while "made no progress" not in d.text() and time.monotonic() < end:
+            time.sleep(0.05)
+        self.assertIn("watchdog: 'model loop 'stories'' made no progress", d.text())
+        n = sum(l == "WATCHDOG=1" for l in self.notify.lines())
+        time.sleep(0.8)  # two watchdog periods without a ping
+        self.assertEqual(sum(l == "WATCHDOG=1" for l in self.notify.lines()), n)
+        list(it)  # the stall ends, the job finishes
+        end = time.monotonic() + START_TIMEOUT
+        while sum(l == "WATCHDOG=1" for l in self.notify.lines()) == n and time.monotonic() < end:
+            time.sleep(0.05)
+        self.assertGreater(sum(l == "WATCHDOG=1" for l in self.notify.lines()), n)
+        self.assertEqual(d.stop(), 0)
 
     def test_no_watchdog_without_request(self):
         d = self.daemon(env={"NOTIFY_SOCKET": self.notify.path})
