@@ -1,0 +1,299 @@
+/* warm.h — libwarm, the C client of warmd, the local model service (DESIGN.md §6).
+ *
+ * A struct warm_client is one connection (a gRPC channel over the daemon's Unix socket,
+ * default /run/warmd.sock, or $WARM_SOCKET). Every call is synchronous: it returns when
+ * the daemon has answered, and the streaming calls (warm_generate, warm_chat) call the
+ * token callback on the calling thread as tokens arrive. A client may be shared by
+ * several threads making calls at the same time; warm_disconnect must not race any call.
+ *
+ * Errors: calls return >= 0 on success and a negative enum warm_code otherwise; the
+ * optional struct warm_error gets the code and a message a person can act on ("warmd is
+ * not running: no socket at /run/warmd.sock; start it with ..."). The codes 1 … 16 are
+ * the gRPC status codes the daemon answers with; the codes from 100 on come from this
+ * side of the socket.
+ *
+ * Ownership: strings and structs passed in are borrowed for the duration of the call.
+ * What a call returns through a ret_ pointer belongs to the caller: heap arrays and
+ * strings are freed with warm_free, summaries with warm_summary_done; ret_ values are
+ * written on success only. Fixed-size char arrays in result structs are NUL-terminated
+ * (longer values are cut). No gRPC or protobuf type appears in this API; the library
+ * exports only warm_* symbols. */
+#pragma once
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) && defined(WARM_BUILDING_LIBRARY)
+#define WARM_API __attribute__((visibility("default")))
+#else
+#define WARM_API
+#endif
+
+#define WARM_DEFAULT_SOCKET "/run/warmd.sock"
+
+/* ---- errors -------------------------------------------------------------------------- */
+
+enum warm_code {
+    WARM_OK = 0,
+    /* gRPC status codes, as the daemon sends them. */
+    WARM_CANCELLED = 1,
+    WARM_UNKNOWN = 2,
+    WARM_INVALID_ARGUMENT = 3,
+    WARM_DEADLINE_EXCEEDED = 4,
+    WARM_NOT_FOUND = 5,
+    WARM_ALREADY_EXISTS = 6,
+    WARM_PERMISSION_DENIED = 7,
+    WARM_RESOURCE_EXHAUSTED = 8,
+    WARM_FAILED_PRECONDITION = 9,
+    WARM_ABORTED = 10,
+    WARM_OUT_OF_RANGE = 11,
+    WARM_UNIMPLEMENTED = 12,
+    WARM_INTERNAL = 13,
+    WARM_UNAVAILABLE = 14,
+    WARM_DATA_LOSS = 15,
+    WARM_UNAUTHENTICATED = 16,
+    /* Client side. */
+    WARM_NOT_RUNNING = 100,     /* no socket, or nobody listening on it */
+    WARM_SOCKET_ACCESS = 101,   /* the socket exists but this user may not open it */
+    WARM_NO_MEMORY = 102,
+    WARM_PROTOCOL = 103,        /* the daemon's answer could not be decoded */
+    WARM_BAD_REQUEST = 104,     /* the caller's arguments are wrong (caught before sending) */
+    WARM_CODE_COUNT
+};
+
+struct warm_error {
+    int code;                   /* enum warm_code, positive */
+    char message[1024];
+};
+
+/* Name of a code ("NOT_FOUND", "NOT_RUNNING"); "?" for an unknown one. Accepts the code
+ * or its negation. Static storage. */
+WARM_API const char *warm_code_name(int code);
+
+/* The library version, "0.1.0". Static storage. */
+WARM_API const char *warm_version(void);
+
+/* Frees what a call returned through a ret_ pointer (arrays, strings). NULL-safe. */
+WARM_API void warm_free(void *p);
+
+/* ---- connection ---------------------------------------------------------------------- */
+
+struct warm_client;
+
+/* Connects to the daemon at socket_path; NULL or "" = $WARM_SOCKET, else
+ * WARM_DEFAULT_SOCKET. Checks that something listens there (WARM_NOT_RUNNING,
+ * WARM_SOCKET_ACCESS naming the group to join) but sends no RPC. */
+WARM_API int warm_connect(const char *socket_path, struct warm_client **ret, struct warm_error *err);
+/* Closes the connection and frees the client. NULL-safe. */
+WARM_API void warm_disconnect(struct warm_client *c);
+/* The socket path this client uses. Valid until warm_disconnect. */
+WARM_API const char *warm_client_socket(const struct warm_client *c);
+/* Deadline of unary calls (everything but generate and chat), microseconds; 0 = none.
+ * The default is 10 minutes (loading a big model takes a while). */
+WARM_API void warm_client_set_timeout(struct warm_client *c, uint64_t usec);
+
+/* ---- info ---------------------------------------------------------------------------- */
+
+struct warm_info {
+    char version[32];
+    char api_version[32];
+    uint64_t uptime_usec;
+    /* The caller as the daemon sees it. */
+    uint32_t uid, gid, pid;
+    bool admin;
+    char namespace_[160];
+    /* Effective configuration. */
+    uint32_t threads, ctx_size, parallel;
+    char cache_type_k[16], cache_type_v[16];
+    bool kv_rotation;
+    uint64_t max_keep_alive_usec;
+    uint32_t max_loaded_models;
+    uint64_t memory_budget_bytes, cache_max_bytes;
+    uint32_t models_available, models_loaded, active_streams;
+    char features[256];         /* space-separated, e.g. "cpu store" */
+};
+WARM_API int warm_info_get(struct warm_client *c, struct warm_info *ret, struct warm_error *err);
+
+/* Prometheus text exposition of the daemon's counters; *ret_text is NUL-terminated and
+ * freed with warm_free. */
+WARM_API int warm_metrics_get(struct warm_client *c, char **ret_text, struct warm_error *err);
+
+/* ---- models -------------------------------------------------------------------------- */
+
+struct warm_model_info {
+    char name[136];
+    uint64_t size_bytes;
+    uint64_t modified_usec;     /* µs since the epoch */
+    bool loaded;
+    char fingerprint[40];       /* 32 hex digits; empty until loaded once */
+    char architecture[64];      /* empty until loaded */
+    uint64_t memory_bytes;      /* 0 when not loaded */
+    uint64_t keep_alive_left_usec;
+};
+
+/* Every model of the daemon's models directory, sorted by name. *ret is an array of
+ * *ret_n entries freed with warm_free (NULL when there are none). */
+WARM_API int warm_models_list(struct warm_client *c, struct warm_model_info **ret, size_t *ret_n,
+                              struct warm_error *err);
+/* Loads a model and pins it for keep_alive_usec (0 = the daemon's default; capped by the
+ * daemon). Admin only. ret_info and ret_load_usec may be NULL. */
+WARM_API int warm_model_load(struct warm_client *c, const char *model, uint64_t keep_alive_usec,
+                             struct warm_model_info *ret_info, uint64_t *ret_load_usec,
+                             struct warm_error *err);
+/* Unloads a model. Admin only. Returns 1 when it was resident, 0 when it was not. */
+WARM_API int warm_model_unload(struct warm_client *c, const char *model, struct warm_error *err);
+
+/* ---- tokens -------------------------------------------------------------------------- */
+
+enum warm_tokenize_flags {
+    WARM_TOKENIZE_ADD_SPECIAL = 1 << 0,   /* BOS/EOS as the model's tokenizer says */
+    WARM_TOKENIZE_PARSE_SPECIAL = 1 << 1, /* "<|im_start|>" is the special token */
+};
+/* Text (UTF-8) to token ids; *ret_tokens (freed with warm_free) has *ret_n ids. */
+WARM_API int warm_tokenize(struct warm_client *c, const char *model, const char *text,
+                           unsigned flags, int32_t **ret_tokens, size_t *ret_n,
+                           struct warm_error *err);
+
+enum warm_detokenize_flags {
+    WARM_DETOKENIZE_SKIP_SPECIAL = 1 << 0, /* leave out BOS, EOS and other control tokens */
+};
+/* Token ids to text: *ret_text (freed with warm_free) holds *ret_len bytes plus a NUL; the
+ * bytes may end inside a UTF-8 character. */
+WARM_API int warm_detokenize(struct warm_client *c, const char *model, const int32_t *tokens,
+                             size_t n_tokens, unsigned flags, char **ret_text, size_t *ret_len,
+                             struct warm_error *err);
+
+/* ---- generation ---------------------------------------------------------------------- */
+
+/* Sampling parameters, taken as written (see warm.proto for ranges and "off" values).
+ * warm_sampling_default() gives the daemon's defaults; temperature 0 is greedy. */
+struct warm_sampling {
+    float temperature;
+    int32_t top_k;
+    float top_p;
+    float min_p;
+    uint64_t seed;              /* 0 = random, reported in the summary */
+    float repeat_penalty;
+    int32_t repeat_last_n;
+    float frequency_penalty;
+    float presence_penalty;
+};
+WARM_API struct warm_sampling warm_sampling_default(void);
+
+enum warm_cache_mode {
+    WARM_CACHE_USE = 0,         /* restore the longest cached prefix, save new chunks */
+    WARM_CACHE_SKIP = 1,        /* neither read nor write the prompt cache */
+    WARM_CACHE_REFRESH = 2,     /* recompute and overwrite */
+    WARM_CACHE_MODE_COUNT
+};
+
+/* What generate and chat have in common. Zero-initialize, then set what you need. */
+struct warm_gen_params {
+    const char *model;          /* NULL or "" = the daemon's default model */
+    uint32_t max_tokens;        /* 0 = until a stop condition or the context is full */
+    const struct warm_sampling *sampling;   /* NULL = the daemon's defaults */
+    const char *const *stop;    /* stop strings (at most 16); the match is not sent */
+    size_t n_stop;
+    enum warm_cache_mode cache_mode;
+    const char *cache_namespace; /* NULL or "" = the caller's own */
+    uint64_t keep_alive_usec;   /* 0 = the daemon's default */
+    /* Cancellation from another thread or a signal handler: when *cancel becomes
+     * non-zero the call is cancelled within about 50 ms and returns -WARM_CANCELLED. */
+    const volatile sig_atomic_t *cancel;
+};
+
+enum warm_stop_reason {
+    WARM_STOP_UNSPECIFIED = 0,
+    WARM_STOP_MAX_TOKENS = 1,
+    WARM_STOP_EOS = 2,
+    WARM_STOP_STOP_STRING = 3,
+    WARM_STOP_CONTEXT_FULL = 4,
+    WARM_STOP_REASON_COUNT
+};
+/* "max_tokens", "eos", "stop_string", "context_full", "unspecified". */
+WARM_API const char *warm_stop_reason_name(int reason);
+
+/* A cache entry the daemon found for the prompt but refused. */
+struct warm_rejected {
+    uint32_t position;
+    char reason[64];
+    char message[256];
+};
+
+/* The last event of a stream. prompt_tokens = ram_tokens + store_tokens +
+ * evaluated_tokens. Release with warm_summary_done. */
+struct warm_summary {
+    uint32_t prompt_tokens, ram_tokens, store_tokens, evaluated_tokens, generated_tokens;
+    enum warm_stop_reason stop_reason;
+    char stop_string[260];
+    uint64_t queue_usec, load_usec, restore_usec, prefill_usec, decode_usec, total_usec;
+    uint64_t seed;
+    struct warm_rejected *rejected;  /* owned */
+    size_t n_rejected;
+};
+WARM_API void warm_summary_done(struct warm_summary *s);
+
+/* Called for every token as it arrives. id is -1 for an event that only releases held-back
+ * text at the end; text (len bytes, NUL-terminated) holds complete UTF-8 characters only
+ * and may be empty. Return 0 to go on, non-zero to cancel the stream (the call then
+ * returns -WARM_CANCELLED). */
+typedef int (*warm_token_fn)(int32_t id, const char *text, size_t len, void *userdata);
+
+/* Completes a prompt: exactly one of prompt (UTF-8 text) and tokens (used as given) is
+ * set. on_token may be NULL. ret_summary may be NULL. */
+WARM_API int warm_generate(struct warm_client *c, const struct warm_gen_params *params,
+                           const char *prompt, const int32_t *tokens, size_t n_tokens,
+                           warm_token_fn on_token, void *userdata,
+                           struct warm_summary *ret_summary, struct warm_error *err);
+
+struct warm_chat_message {
+    const char *role;           /* "system", "user" or "assistant" */
+    const char *content;
+};
+enum warm_chat_flags {
+    WARM_CHAT_CONTINUE_LAST = 1 << 0, /* continue the last assistant message */
+};
+/* Renders the conversation (oldest first) with the model's chat template on the daemon,
+ * then streams like warm_generate. */
+WARM_API int warm_chat(struct warm_client *c, const struct warm_gen_params *params,
+                       const struct warm_chat_message *messages, size_t n_messages,
+                       unsigned flags, warm_token_fn on_token, void *userdata,
+                       struct warm_summary *ret_summary, struct warm_error *err);
+
+/* ---- prompt cache -------------------------------------------------------------------- */
+
+/* namespace_: NULL or "" = the caller's own; "*" = all (admin only). */
+struct warm_cache_stats {
+    uint64_t entries, bytes, budget_bytes, hits, misses, rejections, evictions;
+};
+WARM_API int warm_cache_stats(struct warm_client *c, const char *namespace_,
+                              struct warm_cache_stats *ret, struct warm_error *err);
+
+struct warm_cache_entry {
+    char namespace_[160];
+    char fingerprint[40];
+    char key[72];
+    uint32_t n_tokens, position;
+    uint64_t bytes;
+    uint64_t last_used_usec;
+    char kind[8];               /* "chunk" or "tail" */
+};
+/* Entries of a namespace, of one model (NULL = all), at most limit (0 = 100). *ret
+ * (freed with warm_free) has *ret_n entries. */
+WARM_API int warm_cache_list(struct warm_client *c, const char *namespace_, const char *model,
+                             uint32_t limit, struct warm_cache_entry **ret, size_t *ret_n,
+                             struct warm_error *err);
+/* Removes entries of a namespace ("*" = all, admin only), of one model (NULL = all).
+ * ret_entries and ret_bytes may be NULL. */
+WARM_API int warm_cache_purge(struct warm_client *c, const char *namespace_, const char *model,
+                              uint64_t *ret_entries, uint64_t *ret_bytes, struct warm_error *err);
+
+#ifdef __cplusplus
+}
+#endif

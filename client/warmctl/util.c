@@ -1,0 +1,257 @@
+/* util — what every warmctl command uses: common options, the lazy connection, errors,
+ * value parsers and human formatting. */
+#include "warmctl.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int ctl_common_option(struct ctl *ctl, int opt, const char *usage) {
+    switch (opt) {
+    case CTL_OPT_SOCKET:
+        ctl->socket = optarg;
+        return -1;
+    case CTL_OPT_JSON:
+        ctl->json = true;
+        return -1;
+    case CTL_OPT_HELP:
+        fputs(usage, stdout);
+        return CTL_EXIT_OK;
+    default:
+        /* getopt_long already named the bad option. */
+        fputs(usage, stderr);
+        return CTL_EXIT_USAGE;
+    }
+}
+
+int ctl_usage_error(struct ctl *ctl, const char *usage, const char *fmt, ...) {
+    fprintf(stderr, "%s %s: ", ctl->prog, ctl->command);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\n\n", stderr);
+    fputs(usage, stderr);
+    return CTL_EXIT_USAGE;
+}
+
+static int exit_for(int code) {
+    switch (code) {
+    case WARM_NOT_RUNNING:
+    case WARM_SOCKET_ACCESS:
+        return CTL_EXIT_UNREACHABLE;
+    case WARM_UNIMPLEMENTED:
+        return CTL_EXIT_UNIMPLEMENTED;
+    default:
+        return CTL_EXIT_FAILED;
+    }
+}
+
+int ctl_fail(struct ctl *ctl, const struct warm_error *err) {
+    if (ctl->json) {
+        struct json j;
+        json_begin(&j, stdout);
+        json_object_begin(&j, "error");
+        json_str(&j, "code", warm_code_name(err->code));
+        json_str(&j, "message", err->message);
+        json_object_end(&j);
+        json_end(&j);
+    }
+    if (err->code == WARM_UNIMPLEMENTED)
+        fprintf(stderr, "%s %s: this warmd does not support it yet (%s)\n", ctl->prog,
+                ctl->command, err->message);
+    else fprintf(stderr, "%s %s: %s\n", ctl->prog, ctl->command, err->message);
+    return exit_for(err->code);
+}
+
+int ctl_fail_msg(struct ctl *ctl, const char *fmt, ...) {
+    struct warm_error err = {.code = WARM_BAD_REQUEST};
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err.message, sizeof err.message, fmt, ap);
+    va_end(ap);
+    ctl_fail(ctl, &err);
+    return CTL_EXIT_FAILED;
+}
+
+struct warm_client *ctl_client(struct ctl *ctl, int *ret_exit) {
+    if (ctl->client) return ctl->client;
+    struct warm_error err = {0};
+    if (warm_connect(ctl->socket, &ctl->client, &err) < 0) {
+        *ret_exit = ctl_fail(ctl, &err);
+        return NULL;
+    }
+    return ctl->client;
+}
+
+/* ---- parsers ------------------------------------------------------------------------- */
+
+int ctl_parse_u64(const char *s, uint64_t *ret) {
+    if (!s || *s < '0' || *s > '9') return -EINVAL;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end) return -EINVAL;
+    *ret = v;
+    return 0;
+}
+
+int ctl_parse_u32(const char *s, uint32_t *ret) {
+    uint64_t v;
+    if (ctl_parse_u64(s, &v) < 0 || v > UINT32_MAX) return -EINVAL;
+    *ret = (uint32_t)v;
+    return 0;
+}
+
+int ctl_parse_i32(const char *s, int32_t *ret) {
+    if (!s || !*s) return -EINVAL;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < INT32_MIN || v > INT32_MAX) return -EINVAL;
+    *ret = (int32_t)v;
+    return 0;
+}
+
+int ctl_parse_float(const char *s, float *ret) {
+    if (!s || !*s) return -EINVAL;
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || *end || !isfinite(v)) return -EINVAL;
+    *ret = v;
+    return 0;
+}
+
+static const struct {
+    const char *suffix;
+    uint64_t usec;
+} duration_units[] = {
+    {"us", 1}, {"ms", 1000}, {"s", 1000000}, {"", 1000000},
+    {"m", 60000000}, {"h", 3600000000ULL}, {"d", 86400000000ULL},
+};
+
+int ctl_parse_duration(const char *s, uint64_t *ret_usec) {
+    if (!s || *s < '0' || *s > '9') return -EINVAL;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno) return -EINVAL;
+    for (size_t i = 0; i < sizeof duration_units / sizeof duration_units[0]; i++) {
+        if (strcmp(end, duration_units[i].suffix) != 0) continue;
+        uint64_t r;
+        if (__builtin_mul_overflow((uint64_t)v, duration_units[i].usec, &r)) return -EINVAL;
+        *ret_usec = r;
+        return 0;
+    }
+    return -EINVAL;
+}
+
+/* ---- formatting ---------------------------------------------------------------------- */
+
+const char *ctl_fmt_bytes(char buf[32], uint64_t bytes) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)bytes;
+    size_t u = 0;
+    while (v >= 1024 && u + 1 < sizeof units / sizeof units[0]) v /= 1024, u++;
+    if (u == 0) snprintf(buf, 32, "%" PRIu64 " B", bytes);
+    else snprintf(buf, 32, "%.1f %s", v, units[u]);
+    return buf;
+}
+
+const char *ctl_fmt_usec(char buf[32], uint64_t usec) {
+    if (usec < 1000) snprintf(buf, 32, "%" PRIu64 " µs", usec);
+    else if (usec < 1000000) snprintf(buf, 32, "%.1f ms", usec / 1e3);
+    else if (usec < 120000000) snprintf(buf, 32, "%.2f s", usec / 1e6);
+    else if (usec < 7200000000ULL) snprintf(buf, 32, "%" PRIu64 "m%02" PRIu64 "s", usec / 60000000,
+                                            usec / 1000000 % 60);
+    else snprintf(buf, 32, "%" PRIu64 "h%02" PRIu64 "m", (uint64_t)(usec / 3600000000ULL),
+                  usec / 60000000 % 60);
+    return buf;
+}
+
+int ctl_read_all(const char *path, char **ret, size_t *ret_len) {
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    if (!f) return -errno;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    int r = 0;
+    while (buf) {
+        if (n + 1 >= cap) {
+            char *nb = cap < SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
+            if (!nb) break;
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) {
+            if (ferror(f)) r = -EIO;
+            break;
+        }
+    }
+    if (f != stdin) fclose(f);
+    if (!buf || n + 1 > cap) {
+        free(buf);
+        return -ENOMEM;
+    }
+    if (r < 0) {
+        free(buf);
+        return r;
+    }
+    buf[n] = '\0';
+    *ret = buf;
+    if (ret_len) *ret_len = n;
+    return 0;
+}
+
+/* ---- generation summaries ------------------------------------------------------------ */
+
+void ctl_json_summary(struct json *j, const char *key, const struct warm_summary *s) {
+    json_object_begin(j, key);
+    json_u64(j, "prompt_tokens", s->prompt_tokens);
+    json_u64(j, "ram_tokens", s->ram_tokens);
+    json_u64(j, "store_tokens", s->store_tokens);
+    json_u64(j, "evaluated_tokens", s->evaluated_tokens);
+    json_u64(j, "generated_tokens", s->generated_tokens);
+    json_str(j, "stop_reason", warm_stop_reason_name(s->stop_reason));
+    json_str(j, "stop_string", s->stop_string);
+    json_u64(j, "queue_usec", s->queue_usec);
+    json_u64(j, "load_usec", s->load_usec);
+    json_u64(j, "restore_usec", s->restore_usec);
+    json_u64(j, "prefill_usec", s->prefill_usec);
+    json_u64(j, "decode_usec", s->decode_usec);
+    json_u64(j, "total_usec", s->total_usec);
+    json_u64(j, "seed", s->seed);
+    json_array_begin(j, "rejected");
+    for (size_t i = 0; i < s->n_rejected; i++) {
+        json_object_begin(j, NULL);
+        json_u64(j, "position", s->rejected[i].position);
+        json_str(j, "reason", s->rejected[i].reason);
+        json_str(j, "message", s->rejected[i].message);
+        json_object_end(j);
+    }
+    json_array_end(j);
+    json_object_end(j);
+}
+
+void ctl_print_summary(const struct warm_summary *s) {
+    char a[32], b[32], c[32];
+    fprintf(stderr,
+            "[prompt %u tokens: %u from RAM, %u from the cache, %u computed in %s; "
+            "%u generated in %s",
+            s->prompt_tokens, s->ram_tokens, s->store_tokens, s->evaluated_tokens,
+            ctl_fmt_usec(a, s->prefill_usec), s->generated_tokens, ctl_fmt_usec(b, s->decode_usec));
+    if (s->decode_usec && s->generated_tokens > 1)
+        fprintf(stderr, " (%.1f tokens/s)", (s->generated_tokens - 1) * 1e6 / s->decode_usec);
+    fprintf(stderr, "; stop: %s", warm_stop_reason_name(s->stop_reason));
+    if (s->stop_reason == WARM_STOP_STOP_STRING) fprintf(stderr, " '%s'", s->stop_string);
+    fprintf(stderr, "; total %s; seed %" PRIu64 "]\n", ctl_fmt_usec(c, s->total_usec), s->seed);
+    for (size_t i = 0; i < s->n_rejected; i++)
+        fprintf(stderr, "[cache entry at token %u not used: %s]\n", s->rejected[i].position,
+                s->rejected[i].message);
+}

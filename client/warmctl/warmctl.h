@@ -1,0 +1,86 @@
+/* warmctl — the command-line client of warmd on libwarm. This header is what the command
+ * files share: the invocation context, option parsing helpers, exit codes, formatting.
+ *
+ * Exit codes: 0 success, 1 the daemon refused or failed the request, 2 usage error,
+ * 3 warmd is not reachable (not running, or permission denied on its socket), 4 the
+ * daemon does not implement the call, 5 the offline store check found problems. */
+#pragma once
+
+#include "json.h"
+#include "warm.h"
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+enum ctl_exit {
+    CTL_EXIT_OK = 0,
+    CTL_EXIT_FAILED = 1,
+    CTL_EXIT_USAGE = 2,
+    CTL_EXIT_UNREACHABLE = 3,
+    CTL_EXIT_UNIMPLEMENTED = 4,
+    CTL_EXIT_CHECK = 5,
+};
+
+struct ctl {
+    const char *socket;         /* --socket; NULL = $WARM_SOCKET or the default */
+    bool json;                  /* --json */
+    const char *prog;           /* "warmctl" */
+    const char *command;        /* "run", "cache ls", ... for messages */
+    struct warm_client *client; /* connected lazily by ctl_client */
+};
+
+/* Options every command takes (--socket, --json, --help); append to a command's table
+ * with CTL_COMMON_OPTIONS and hand unknown option values to ctl_common_option. */
+enum { CTL_OPT_SOCKET = 0x1000, CTL_OPT_JSON, CTL_OPT_HELP };
+#define CTL_COMMON_OPTIONS                                                                   \
+    {"socket", required_argument, NULL, CTL_OPT_SOCKET},                                    \
+        {"json", no_argument, NULL, CTL_OPT_JSON}, { "help", no_argument, NULL, CTL_OPT_HELP }
+
+/* Handles a common option or an error from getopt_long. Returns -1 to go on, otherwise
+ * the exit code (usage printed for --help: 0, for a bad option: 2). */
+int ctl_common_option(struct ctl *ctl, int opt, const char *usage);
+/* Prints usage (a command's help text) and returns CTL_EXIT_USAGE with a message. */
+int ctl_usage_error(struct ctl *ctl, const char *usage, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The connection, made on first use. On failure prints the error and returns NULL with
+ * *ret_exit set. */
+struct warm_client *ctl_client(struct ctl *ctl, int *ret_exit);
+/* Prints a libwarm error (to stderr, or as {"error":{...}} on stdout with --json) and
+ * returns the exit code that matches it. */
+int ctl_fail(struct ctl *ctl, const struct warm_error *err);
+/* Prints a local error (bad file, bad value) the same way; returns CTL_EXIT_FAILED. */
+int ctl_fail_msg(struct ctl *ctl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Value parsers; each returns 0 or -EINVAL and writes *ret on success only. */
+int ctl_parse_u32(const char *s, uint32_t *ret);
+int ctl_parse_u64(const char *s, uint64_t *ret);
+int ctl_parse_i32(const char *s, int32_t *ret);
+int ctl_parse_float(const char *s, float *ret);
+/* "30s", "5m", "1h", "250ms", "2d", a bare number = seconds. */
+int ctl_parse_duration(const char *s, uint64_t *ret_usec);
+
+/* Human formatting into buf (returned). */
+const char *ctl_fmt_bytes(char buf[32], uint64_t bytes);
+const char *ctl_fmt_usec(char buf[32], uint64_t usec);
+
+/* Reads all of a stream ("-" = stdin, else a file) into a NUL-terminated heap string. */
+int ctl_read_all(const char *path, char **ret, size_t *ret_len);
+
+/* Summary of a generation, shared by run, chat and bench. */
+void ctl_json_summary(struct json *j, const char *key, const struct warm_summary *s);
+void ctl_print_summary(const struct warm_summary *s);
+
+/* The commands: argc/argv start at the command's name. */
+int ctl_cmd_status(struct ctl *ctl, int argc, char **argv);
+int ctl_cmd_metrics(struct ctl *ctl, int argc, char **argv);
+int ctl_cmd_models(struct ctl *ctl, int argc, char **argv);
+int ctl_cmd_load(struct ctl *ctl, int argc, char **argv);
+int ctl_cmd_unload(struct ctl *ctl, int argc, char **argv);
+int ctl_cmd_tokenize(struct ctl *ctl, int argc, char **argv);
+int ctl_cmd_detokenize(struct ctl *ctl, int argc, char **argv);
+int ctl_cmd_run(struct ctl *ctl, int argc, char **argv);
+int ctl_cmd_chat(struct ctl *ctl, int argc, char **argv);
+int ctl_cmd_bench(struct ctl *ctl, int argc, char **argv);
+int ctl_cmd_cache(struct ctl *ctl, int argc, char **argv);
