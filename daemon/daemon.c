@@ -52,10 +52,19 @@ static void store_open(struct daemon *d) {
 static int accept_cb(void *userdata, int fd) { return server_add_fd(userdata, fd); }
 
 static void status_line(struct daemon *d, char *buf, size_t n) {
-    snprintf(buf, n, "serving on %s: %zu models available, %zu loaded, %u calls active",
-             d->listener.path, registry_count(&d->registry),
-             residency_count(d),
-             d->server ? server_active_calls(d->server) : 0);
+    char cache[64] = "prompt cache off";
+    struct store_stats st;
+    if (d->store && store_env_stats(d->store, &st) >= 0) {
+        uint64_t lookups = st.n_hits + st.n_misses;
+        if (lookups)
+            snprintf(cache, sizeof cache, "cache hit rate %.0f%%",
+                     100.0 * (double)st.n_hits / (double)lookups);
+        else
+            snprintf(cache, sizeof cache, "cache hit rate -");
+    }
+    snprintf(buf, n, "serving on %s: %zu models available, %zu loaded, %u calls active, %s",
+             d->listener.path, registry_count(&d->registry), residency_count(d),
+             d->server ? server_active_calls(d->server) : 0, cache);
 }
 
 /* Loads the models named by `preload` before READY=1. A model that fails is logged and

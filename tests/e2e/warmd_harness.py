@@ -93,7 +93,10 @@ class Daemon:
             f.write(f"socket = {self.socket}\nmodels_dir = {self.models}\n"
                     f"state_dir = {tmp}\nlog_level = debug\n" + config)
         self.log_path = os.path.join(tmp, "warmd.log")
-        self.args = [WARMD, "--config", self.config, *args]
+        # WARMD_WRAPPER, e.g. "valgrind --error-exitcode=99 --leak-check=full", runs the
+        # daemon under a tool (P0-10's valgrind run).
+        wrapper = os.environ.get("WARMD_WRAPPER", "").split()
+        self.args = [*wrapper, WARMD, "--config", self.config, *args]
         self.env = dict(os.environ, **(env or {}))
         self.proc = None
 
