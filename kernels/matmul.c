@@ -118,7 +118,9 @@ void kern_quantize_row(enum kern_type t, void *dst, const float *src, int64_t n)
 /* ---- matmul ------------------------------------------------------------------------ */
 
 enum {
-    MM_UNIT_ROWS = 16, /* rows per work unit: a multiple of KERN_TILE_ROWS */
+    MM_UNIT_ROWS = 16,      /* rows per prefill work unit: a multiple of KERN_TILE_ROWS */
+    MM_DECODE_UNITS = 4,    /* decode work units per thread */
+    MM_DECODE_MAX_ROWS = 512,
     MM_UNIT_TOKS = KERN_TILE_TOKS, /* tokens per work unit: their activations stay in L2 */
 };
 
@@ -152,7 +154,7 @@ struct mm_task {
     const uint8_t *w, *x;
     size_t w_stride, x_stride;
     int64_t n_in, n_out, n_tok;
-    int64_t n_row_units, n_units;
+    int64_t unit_rows, n_row_units, n_units;
     _Atomic int64_t next; /* next work unit to take */
 };
 
@@ -165,8 +167,8 @@ static void mm_task_run(void *arg, int ith, int nth) {
     for (;;) {
         int64_t u = atomic_fetch_add_explicit(&m->next, 1, memory_order_relaxed);
         if (u >= m->n_units) break;
-        int64_t r0 = u % m->n_row_units * MM_UNIT_ROWS, t0 = u / m->n_row_units * MM_UNIT_TOKS;
-        int64_t r1 = MIN(r0 + MM_UNIT_ROWS, m->n_out), t1 = MIN(t0 + MM_UNIT_TOKS, m->n_tok);
+        int64_t r0 = u % m->n_row_units * m->unit_rows, t0 = u / m->n_row_units * MM_UNIT_TOKS;
+        int64_t r1 = MIN(r0 + m->unit_rows, m->n_out), t1 = MIN(t0 + MM_UNIT_TOKS, m->n_tok);
         for (int64_t r = r0; r < r1; r += KERN_TILE_ROWS)
             m->tile(m->y + t0 * m->n_out + r, m->n_out, m->w + r * m->w_stride, m->w_stride,
                     m->x + t0 * m->x_stride, m->x_stride, m->n_in,
@@ -209,7 +211,17 @@ void kern_matmul(struct kern_pool *pool, float *y, const void *w, enum kern_type
         m.x = scratch;
         m.x_stride = q.dst_stride;
     }
-    m.n_row_units = (n_out + MM_UNIT_ROWS - 1) / MM_UNIT_ROWS;
+    /* Decode streams the weights once: a few big units per thread keep the shared unit
+     * counter (a cache line both threads write) off the critical path and each thread's
+     * rows contiguous for the prefetchers; prefill units are small (compute per unit is
+     * large) so that threads slowed by other work are balanced. */
+    m.unit_rows = MM_UNIT_ROWS;
+    if (n_tok <= KERN_TILE_ROWS) {
+        int64_t want = n_out / ((int64_t)kern_pool_n_threads(pool) * MM_DECODE_UNITS);
+        want = (want + MM_UNIT_ROWS - 1) / MM_UNIT_ROWS * MM_UNIT_ROWS;
+        m.unit_rows = MAX((int64_t)MM_UNIT_ROWS, MIN(want, (int64_t)MM_DECODE_MAX_ROWS));
+    }
+    m.n_row_units = (n_out + m.unit_rows - 1) / m.unit_rows;
     m.n_units = m.n_row_units * ((n_tok + MM_UNIT_TOKS - 1) / MM_UNIT_TOKS);
     atomic_init(&m.next, 0);
     kern_pool_run(pool, mm_task_run, &m);
