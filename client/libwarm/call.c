@@ -238,6 +238,10 @@ static ProtobufCMessage *unpack(const ProtobufCMessageDescriptor *desc, grpc_byt
 static bool wait_tag(grpc_completion_queue *cq, grpc_call *call, void *tag,
                      const volatile sig_atomic_t *cancel, bool *cancelled) {
     for (;;) {
+        if (cancel && *cancel && !*cancelled) {
+            *cancelled = true;
+            grpc_call_cancel(call, NULL);
+        }
         gpr_timespec until = cancel && !*cancelled
                                  ? gpr_time_add(gpr_now(GPR_CLOCK_REALTIME),
                                                 gpr_time_from_millis(CANCEL_POLL_MSEC, GPR_TIMESPAN))
@@ -245,10 +249,6 @@ static bool wait_tag(grpc_completion_queue *cq, grpc_call *call, void *tag,
         grpc_event ev = grpc_completion_queue_pluck(cq, tag, until, NULL);
         if (ev.type == GRPC_OP_COMPLETE) return ev.success;
         if (ev.type == GRPC_QUEUE_SHUTDOWN) return false;
-        if (cancel && *cancel && !*cancelled) {
-            *cancelled = true;
-            grpc_call_cancel(call, NULL);
-        }
     }
 }
 

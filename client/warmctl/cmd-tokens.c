@@ -60,8 +60,37 @@ int ctl_cmd_tokenize(struct ctl *ctl, int argc, char **argv) {
             warm_free(ids);
             return ctl_fail_msg(ctl, "out of memory");
         }
-        for (size_t i = 0; i < n && r >= 0; i++)
-            r = warm_detokenize(c, model, &ids[i], 1, 0, &piece[i], &piece_len[i], &err);
+        /* Alone, a token loses what the tokenizer drops at the start of a text (the
+         * SentencePiece space); a token's piece is therefore what it adds after the token
+         * before it: detok(prev, id) minus detok(prev). */
+        char *single = NULL;
+        size_t single_len = 0;
+        for (size_t i = 0; i < n && r >= 0; i++) {
+            char *pair = NULL, *prev = single;
+            size_t pair_len = 0, prev_len = single_len;
+            single = NULL;
+            r = warm_detokenize(c, model, &ids[i], 1, 0, &single, &single_len, &err);
+            if (r >= 0 && i > 0)
+                r = warm_detokenize(c, model, &ids[i - 1], 2, 0, &pair, &pair_len, &err);
+            if (r >= 0 && pair && pair_len >= prev_len && memcmp(pair, prev, prev_len) == 0) {
+                memmove(pair, pair + prev_len, pair_len - prev_len + 1);
+                piece[i] = pair;
+                piece_len[i] = pair_len - prev_len;
+                pair = NULL;
+            } else if (r >= 0) {
+                piece[i] = malloc(single_len + 1);
+                if (!piece[i]) {
+                    r = -WARM_NO_MEMORY;
+                    err = (struct warm_error){.code = WARM_NO_MEMORY, .message = "out of memory"};
+                } else {
+                    memcpy(piece[i], single, single_len + 1);
+                    piece_len[i] = single_len;
+                }
+            }
+            warm_free(pair);
+            warm_free(prev);
+        }
+        warm_free(single);
     }
     int ret = CTL_EXIT_OK;
     if (r < 0) {

@@ -1,0 +1,200 @@
+"""The client: one gRPC channel over the daemon's Unix socket, methods named after the
+warm.v1.Warm RPCs, errors as WarmError with a message a person can act on."""
+
+import grp
+import os
+import socket as _socket
+import sys
+
+import grpc
+
+try:
+    from warm.v1 import warm_pb2 as pb
+    from warm.v1 import warm_pb2_grpc as pbg
+except ImportError:  # the stubs live in the build tree: $WARM_PYTHON names it
+    _stubs = os.environ.get("WARM_PYTHON")
+    if not _stubs:
+        raise ImportError("warm_client needs the generated stubs warm/v1/warm_pb2.py: build "
+                          "warmd (proto/ generates build/python) and set WARM_PYTHON to that "
+                          "directory") from None
+    sys.path.insert(0, _stubs)
+    from warm.v1 import warm_pb2 as pb  # noqa: E402
+    from warm.v1 import warm_pb2_grpc as pbg  # noqa: E402
+
+DEFAULT_SOCKET = "/run/warmd.sock"
+MAX_MESSAGE_BYTES = 64 << 20
+_CACHE_MODES = {"use": pb.CACHE_MODE_USE, "skip": pb.CACHE_MODE_SKIP,
+                "refresh": pb.CACHE_MODE_REFRESH}
+
+
+class WarmError(Exception):
+    """A failed call: code is a grpc.StatusCode, or the string "NOT_RUNNING" /
+    "SOCKET_ACCESS" when the socket cannot be reached."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _probe(path):
+    """None when something listens on path, else a WarmError saying what to do."""
+    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        return None
+    except (FileNotFoundError, NotADirectoryError):
+        return WarmError("NOT_RUNNING", f"warmd is not running: no socket at {path}; start it "
+                         "with 'sudo systemctl start warmd.socket' (or run 'warmd')")
+    except ConnectionRefusedError:
+        return WarmError("NOT_RUNNING", f"warmd is not running: nothing listens on {path}")
+    except PermissionError:
+        try:
+            group = grp.getgrgid(os.stat(path).st_gid).gr_name
+        except (OSError, KeyError):
+            group = "warm"
+        return WarmError("SOCKET_ACCESS", f"permission denied on {path}: join the group "
+                         f"'{group}' ('sudo usermod -aG {group} $USER', then log in again)")
+    except OSError as e:
+        return WarmError("NOT_RUNNING", f"cannot connect to {path}: {e}")
+    finally:
+        s.close()
+
+
+class Stream:
+    """The events of a Generate or Chat call. Iterating yields the text pieces as they
+    arrive; `tokens` collects (id, text) pairs, `summary` is set at the end (a
+    warm.v1.Summary message). cancel() stops the stream."""
+
+    def __init__(self, client, call):
+        self._client = client
+        self._call = call
+        self.tokens = []
+        self.summary = None
+
+    def __iter__(self):
+        try:
+            for ev in self._call:
+                if ev.HasField("token"):
+                    self.tokens.append((ev.token.id, ev.token.text))
+                    yield ev.token.text
+                elif ev.HasField("summary"):
+                    self.summary = ev.summary
+        except grpc.RpcError as e:
+            raise self._client._error(e) from None
+
+    def text(self):
+        """Runs the stream to its end; returns the whole text."""
+        return "".join(self)
+
+    def cancel(self):
+        self._call.cancel()
+
+
+class Client:
+    def __init__(self, socket=None, timeout=600.0):
+        self.socket = socket or os.environ.get("WARM_SOCKET") or DEFAULT_SOCKET
+        err = _probe(self.socket)
+        if err:
+            raise err
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(
+            "unix:" + self.socket,
+            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
+        self._stub = pbg.WarmStub(self._channel)
+
+    def close(self):
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _error(self, e):
+        if e.code() == grpc.StatusCode.UNAVAILABLE:
+            probe = _probe(self.socket)
+            if probe:
+                return probe
+        return WarmError(e.code(), e.details() or e.code().name)
+
+    def _unary(self, method, request):
+        try:
+            return getattr(self._stub, method)(request, timeout=self.timeout)
+        except grpc.RpcError as e:
+            raise self._error(e) from None
+
+    # ---- info, models, tokens -----------------------------------------------------------
+
+    def info(self):
+        return self._unary("GetInfo", pb.GetInfoRequest())
+
+    def metrics(self):
+        return self._unary("Metrics", pb.MetricsRequest()).text
+
+    def models(self):
+        return list(self._unary("ListModels", pb.ListModelsRequest()).models)
+
+    def load(self, model, keep_alive_s=0):
+        return self._unary("LoadModel", pb.LoadModelRequest(
+            model=model, keep_alive_usec=int(keep_alive_s * 1e6)))
+
+    def unload(self, model):
+        return self._unary("UnloadModel", pb.UnloadModelRequest(model=model)).was_loaded
+
+    def tokenize(self, model, text, add_special=False, parse_special=False):
+        return list(self._unary("Tokenize", pb.TokenizeRequest(
+            model=model, text=text, add_special=add_special, parse_special=parse_special)).tokens)
+
+    def detokenize(self, model, tokens, skip_special=False):
+        return self._unary("Detokenize", pb.DetokenizeRequest(
+            model=model, tokens=tokens, skip_special=skip_special)).text
+
+    # ---- generation ---------------------------------------------------------------------
+
+    @staticmethod
+    def _common(max_tokens, temperature, seed, top_k, top_p, stop, cache, namespace,
+                keep_alive_s):
+        kw = dict(max_tokens=max_tokens, stop=list(stop),
+                  cache=pb.CacheOptions(mode=_CACHE_MODES[cache], namespace=namespace),
+                  keep_alive_usec=int(keep_alive_s * 1e6))
+        if temperature is not None or seed or top_k is not None or top_p is not None:
+            kw["sampling"] = pb.Sampling(
+                temperature=0.8 if temperature is None else temperature,
+                top_k=40 if top_k is None else top_k, top_p=0.95 if top_p is None else top_p,
+                min_p=0.05, repeat_penalty=1.0, seed=seed)
+        return kw
+
+    def generate(self, model, prompt=None, tokens=None, max_tokens=0, temperature=None,
+                 seed=0, top_k=None, top_p=None, stop=(), cache="use", namespace="",
+                 keep_alive_s=0):
+        """Streams a completion of prompt (text) or tokens (ids). Any sampling argument
+        sends sampling parameters (the daemon's defaults for the others)."""
+        req = pb.GenerateRequest(model=model, prompt=prompt or "", tokens=tokens or [],
+                                 **self._common(max_tokens, temperature, seed, top_k, top_p,
+                                                stop, cache, namespace, keep_alive_s))
+        return Stream(self, self._stub.Generate(req))
+
+    def chat(self, model, messages, max_tokens=0, temperature=None, seed=0, top_k=None,
+             top_p=None, stop=(), cache="use", namespace="", keep_alive_s=0,
+             continue_last=False):
+        """messages: [(role, content), ...] or [{"role":..., "content":...}, ...]."""
+        msgs = [pb.ChatMessage(role=m["role"], content=m["content"]) if isinstance(m, dict)
+                else pb.ChatMessage(role=m[0], content=m[1]) for m in messages]
+        req = pb.ChatRequest(model=model, messages=msgs, continue_last=continue_last,
+                             **self._common(max_tokens, temperature, seed, top_k, top_p,
+                                            stop, cache, namespace, keep_alive_s))
+        return Stream(self, self._stub.Chat(req))
+
+    # ---- prompt cache -------------------------------------------------------------------
+
+    def cache_stats(self, namespace=""):
+        return self._unary("CacheStats", pb.CacheStatsRequest(namespace=namespace))
+
+    def cache_list(self, namespace="", model="", limit=0):
+        return list(self._unary("CacheList", pb.CacheListRequest(
+            namespace=namespace, model=model, limit=limit)).entries)
+
+    def cache_purge(self, namespace="", model=""):
+        return self._unary("CachePurge", pb.CachePurgeRequest(namespace=namespace, model=model))

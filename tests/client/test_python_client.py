@@ -1,0 +1,73 @@
+"""client/python: the warm_client package and its streaming example against a real
+warmd; the example's text equals warmctl's for the same greedy request."""
+
+import os
+import subprocess
+import sys
+
+from client_harness import MODEL, ClientTest, main
+
+CLIENT_PY = os.environ.get("WARM_CLIENT_PYTHON", os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "client", "python"))
+sys.path.insert(0, CLIENT_PY)
+import warm_client  # noqa: E402
+from warm_client import Client, WarmError  # noqa: E402
+
+EXAMPLE = os.path.join(CLIENT_PY, "examples", "stream.py")
+
+
+class PythonClient(ClientTest):
+    def test_example_streams(self):
+        d = self.start()
+        env = dict(os.environ, PYTHONPATH=CLIENT_PY)
+        p = subprocess.run([sys.executable, EXAMPLE, "--socket", d.socket, MODEL,
+                            "Once upon a time", "-n", "16", "-t", "0"], capture_output=True,
+                           text=True, env=env, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("16 generated", p.stderr)
+        want = self.ctl("run", MODEL, "Once upon a time", "-n", "16", "--greedy").out
+        self.assertEqual(p.stdout, want)
+        # Through WARM_SOCKET, and the error of a daemon that is not there.
+        env["WARM_SOCKET"] = os.path.join(self.tmp, "absent.sock")
+        p = subprocess.run([sys.executable, EXAMPLE, MODEL, "x"], capture_output=True,
+                           text=True, env=env, timeout=120)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("warmd is not running", p.stderr)
+
+    def test_package(self):
+        d = self.start()
+        with Client(d.socket) as c:
+            self.assertEqual(c.info().api_version, "warm.v1")
+            self.assertEqual([m.name for m in c.models()], [MODEL])
+            ids = c.tokenize(MODEL, "Once upon a time", add_special=True)
+            self.assertEqual(c.detokenize(MODEL, ids, skip_special=True).decode().strip(),
+                             "Once upon a time")
+            s = c.generate(MODEL, "Once upon a time", max_tokens=8, temperature=0)
+            text = s.text()
+            self.assertEqual(s.summary.generated_tokens, 8)
+            self.assertEqual("".join(t for _, t in s.tokens), text)
+            # Cancel mid-stream.
+            s = c.generate(MODEL, "Once", max_tokens=2000, temperature=0)
+            n = 0
+            with self.assertRaises(WarmError) as cm:
+                for _ in s:
+                    n += 1
+                    if n == 3:
+                        s.cancel()
+            self.assertEqual(cm.exception.code.name, "CANCELLED")
+            with self.assertRaises(WarmError) as cm:
+                c.generate("nope", "x").text()
+            self.assertEqual(cm.exception.code.name, "NOT_FOUND")
+            self.assertIn("warmd_", c.metrics())
+            try:
+                c.cache_stats()
+            except WarmError as e:
+                self.assertEqual(e.code.name, "UNIMPLEMENTED")
+        with self.assertRaises(WarmError) as cm:
+            Client(os.path.join(self.tmp, "absent.sock"))
+        self.assertEqual(cm.exception.code, "NOT_RUNNING")
+        self.assertTrue(warm_client.DEFAULT_SOCKET.startswith("/run/"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,423 @@
+"""warmctl against a real warmd: every command, human output and --json parsed back,
+errors with their exit codes and messages (daemon not running, permission denied, unknown
+model, bad options), chat across a daemon restart, and the offline `cache check` on a
+store made by warm-client-mkstore (clean, then with a damaged blob)."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+import unittest
+
+from client_harness import BIN, MODEL, WARMCTL, ClientTest, main, pb
+
+TEST_BIN = os.environ.get("WARM_TEST_BIN", os.path.join(BIN, "..", "tests"))
+MKSTORE = os.path.join(TEST_BIN, "warm-client-mkstore")
+COMMANDS = ["status", "models", "load", "unload", "run", "chat", "tokenize", "detokenize",
+            "cache", "metrics", "bench"]
+EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_UNIMPLEMENTED, EXIT_CHECK = 1, 2, 3, 4, 5
+
+
+def tokens_of(events):
+    return [e["token"] for e in events if "token" in e]
+
+
+def summaries_of(events):
+    return [e["summary"] for e in events if "summary" in e]
+
+
+class WarmctlOffline(ClientTest):
+    """What needs no daemon."""
+
+    def setUp(self):
+        super().setUp()
+        self.d = None
+
+    def run_ctl(self, *args, **kw):
+        return self.ctl(*args, socket=False, **kw)
+
+    def test_help_everywhere(self):
+        r = self.run_ctl("--help")
+        for c in COMMANDS:
+            self.assertIn(c, r.out)
+        for c in COMMANDS:
+            r = self.run_ctl(c, "--help")
+            self.assertIn(f"Usage: warmctl {c}", r.out, c)
+        for sub in ["stats", "ls", "purge", "check"]:
+            self.assertIn("Usage: warmctl cache", self.run_ctl("cache", sub, "--help").out)
+        self.assertIn("warmctl", self.run_ctl("--version").out)
+        r = self.run_ctl("frobnicate", rc=EXIT_USAGE)
+        self.assertIn("unknown command 'frobnicate'", r.err)
+        r = self.run_ctl("run", "m", "p", "--temperature", "hot", rc=EXIT_USAGE)
+        self.assertIn("bad value 'hot'", r.err)
+        r = self.run_ctl("run", "m", rc=EXIT_USAGE)
+        self.assertIn("give MODEL and PROMPT", r.err)
+        r = self.run_ctl("load", "m", "--keep-alive", "soon", rc=EXIT_USAGE)
+        self.assertIn("not a duration", r.err)
+        self.run_ctl("cache", rc=EXIT_USAGE)
+        self.run_ctl("cache", "shred", rc=EXIT_USAGE)
+        self.run_ctl("models", "--bogus", rc=EXIT_USAGE)
+
+    def test_not_running(self):
+        sock = os.path.join(self.tmp, "absent.sock")
+        for args in (["status"], ["models"], ["run", MODEL, "hi"], ["cache", "stats"]):
+            r = self.run_ctl("--socket", sock, *args, rc=EXIT_UNREACHABLE)
+            self.assertIn("warmd is not running", r.err)
+            self.assertIn("systemctl start warmd.socket", r.err)
+        # WARM_SOCKET is honoured, and --json puts the error on stdout.
+        r = self.run_ctl("--json", "status", rc=EXIT_UNREACHABLE, env={"WARM_SOCKET": sock})
+        err = r.json()["error"]
+        self.assertEqual(err["code"], "NOT_RUNNING")
+        self.assertIn(sock, err["message"])
+
+    def test_cache_check_offline(self):
+        if not os.path.exists(MKSTORE):
+            self.skipTest("warm-client-mkstore not built")
+        state = os.path.join(self.tmp, "state")
+        store = os.path.join(state, "cache")
+        os.makedirs(state)
+        subprocess.run([MKSTORE, store, "3"], check=True, timeout=120)
+        r = self.run_ctl("cache", "check", "--state-dir", state, "--json")
+        doc = r.json()
+        self.assertTrue(doc["ok"], doc)
+        self.assertEqual(doc["entries"], 8)  # 2 namespaces x (3 chunks + 1 tail)
+        self.assertEqual(doc["chunks"], 6)
+        self.assertEqual(doc["tails"], 2)
+        self.assertEqual(doc["records_checked"], 8)
+        self.assertEqual(doc["checksum_failures"], 0)
+        self.assertTrue(doc["structure_ok"] and doc["bytes_ok"])
+        self.assertEqual(sorted(n["namespace"] for n in doc["namespaces"]),
+                         ["shared:docs", "uid:1000"])
+        self.assertEqual(sum(n["entries"] for n in doc["namespaces"]), 8)
+        # Human output, the store found through a config file's state_dir.
+        conf = os.path.join(self.tmp, "warmd.conf")
+        with open(conf, "w") as f:
+            f.write(f"# test\nsocket = /nowhere\nstate_dir = {state}  # comment\n")
+        r = self.run_ctl("cache", "check", "--config", conf)
+        self.assertIn("ok", r.out.splitlines()[-1])
+        self.assertIn("8 records", r.out)
+        # Read-only: the files are unchanged by a check.
+        before = os.stat(os.path.join(store, "data.mdb")).st_mtime_ns
+        self.run_ctl("cache", "check", "--path", store)
+        self.assertEqual(os.stat(os.path.join(store, "data.mdb")).st_mtime_ns, before)
+        # Damage one blob byte in place: the check finds it and exits 5.
+        path = os.path.join(store, "data.mdb")
+        with open(path, "r+b") as f:
+            data = f.read()
+            at = data.find(b"WARMCTL-BLOB-2-1-")
+            self.assertGreater(at, 0)
+            f.seek(at + 4000)
+            f.write(b"#")
+        r = self.run_ctl("cache", "check", "--path", store, "--json", rc=EXIT_CHECK)
+        doc = r.json()
+        self.assertFalse(doc["ok"])
+        self.assertGreaterEqual(doc["checksum_failures"], 1)
+        self.assertTrue(doc["first_problem"])
+        r = self.run_ctl("cache", "check", "--path", store, rc=EXIT_CHECK)
+        self.assertIn("PROBLEM", r.out)
+        # No store there: a message that says what to give.
+        r = self.run_ctl("cache", "check", "--state-dir", os.path.join(self.tmp, "none"),
+                         rc=EXIT_FAILED)
+        self.assertIn("--state-dir", r.err)
+
+
+class Warmctl(ClientTest):
+    def test_status_models_load_unload(self):
+        self.start()
+        r = self.ctl("status")
+        self.assertIn("is running on " + self.d.socket, r.out)
+        doc = self.ctl("status", "--json").json()
+        self.assertEqual(doc["api_version"], "warm.v1")
+        self.assertEqual(doc["socket"], self.d.socket)
+        self.assertEqual(doc["peer"]["uid"], os.getuid())
+        self.assertEqual(doc["peer"]["namespace"], f"uid:{os.getuid()}")
+        self.assertEqual(doc["models_available"], 1)
+        self.assertEqual(doc["threads"], 1)
+        self.assertIn("cpu", doc["features"])
+        # The same document with the option before the command.
+        self.assertEqual(self.ctl("--json", "status").json()["version"], doc["version"])
+
+        models = self.ctl("models", "--json").json()["models"]
+        self.assertEqual([m["name"] for m in models], [MODEL])
+        self.assertFalse(models[0]["loaded"])
+        self.assertGreater(models[0]["size_bytes"], 0)
+        self.assertIn(MODEL, self.ctl("models").out)
+
+        if not doc["peer"]["admin"]:
+            self.skipTest("load/unload need an admin caller")
+        doc = self.ctl("load", MODEL, "--keep-alive", "10m", "--json").json()
+        self.assertTrue(doc["model"]["loaded"])
+        self.assertEqual(doc["model"]["architecture"], "llama")
+        self.assertEqual(len(doc["model"]["fingerprint"]), 32)
+        self.assertGreater(doc["load_usec"], 0)
+        self.assertGreater(doc["model"]["keep_alive_left_usec"], 9 * 60 * 10**6)
+        self.assertIn("already loaded", self.ctl("load", MODEL).out)
+        models = self.ctl("models", "--json").json()["models"]
+        self.assertTrue(models[0]["loaded"])
+        self.assertEqual(self.ctl("status", "--json").json()["models_loaded"], 1)
+        self.assertEqual(self.ctl("unload", MODEL, "--json").json(),
+                         {"model": MODEL, "was_loaded": True})
+        self.assertIn("was not loaded", self.ctl("unload", MODEL).out)
+        self.ctl("load", MODEL)
+        self.assertEqual(self.ctl("unload", MODEL).out, f"unloaded {MODEL}\n")
+        r = self.ctl("load", "no-such", rc=EXIT_FAILED)
+        self.assertIn("no-such", r.err)
+        err = self.ctl("load", "no-such", "--json", rc=EXIT_FAILED).json()["error"]
+        self.assertEqual(err["code"], "NOT_FOUND")
+
+    def test_run(self):
+        self.start()
+        r = self.ctl("run", MODEL, "Once upon a time", "-n", "12", "--greedy", "--json")
+        ev = r.events()
+        toks, sums = tokens_of(ev), summaries_of(ev)
+        self.assertEqual(len(sums), 1)
+        self.assertIn("summary", ev[-1])
+        s = sums[0]
+        self.assertEqual(s["generated_tokens"], 12)
+        self.assertEqual(len([t for t in toks if t["id"] >= 0]), 12)
+        self.assertEqual(s["stop_reason"], "max_tokens")
+        self.assertEqual(s["prompt_tokens"], s["ram_tokens"] + s["store_tokens"] +
+                         s["evaluated_tokens"])
+        text = "".join(t["text"] for t in toks)
+        # Human output: the same text, streamed, ending with a newline; the summary with -v.
+        r = self.ctl("run", MODEL, "Once upon a time", "-n", "12", "--greedy", "-v")
+        self.assertEqual(r.out, text + "\n")
+        self.assertIn("12 generated", r.err)
+        self.assertIn("stop: max_tokens", r.err)
+        # The prompt from standard input.
+        r = self.ctl("run", MODEL, "-", "-n", "12", "--temperature", "0",
+                     stdin="Once upon a time\n")
+        self.assertEqual(r.out, text + "\n")
+        # The daemon's answer to the same request, through grpcio, is the same.
+        ids, want = [], ""
+        for e in self.d.stub().Generate(pb.GenerateRequest(
+                model=MODEL, prompt="Once upon a time", max_tokens=12,
+                sampling=pb.Sampling(temperature=0))):
+            if e.HasField("token"):
+                want += e.token.text
+                ids.append(e.token.id)
+        self.assertEqual(text, want)
+        self.assertEqual([t["id"] for t in toks if t["id"] >= 0], [i for i in ids if i >= 0])
+        # A stop string, seeded sampling, cache modes.
+        stop = text.split()[2]
+        s = summaries_of(self.ctl("run", MODEL, "Once upon a time", "-n", "12", "--greedy",
+                                  "--stop", stop, "--json").events())[0]
+        self.assertEqual(s["stop_reason"], "stop_string")
+        self.assertEqual(s["stop_string"], stop)
+        a = self.ctl("run", MODEL, "Tom", "-n", "10", "--seed", "42", "--temperature", "1",
+                     "--top-k", "20", "--top-p", "0.9", "--min-p", "0.01", "--repeat-penalty",
+                     "1.1", "--no-cache", "--json").events()
+        b = self.ctl("run", MODEL, "Tom", "-n", "10", "--seed", "42", "--temperature", "1",
+                     "--top-k", "20", "--top-p", "0.9", "--min-p", "0.01", "--repeat-penalty",
+                     "1.1", "--cache", "refresh", "--json").events()
+        self.assertEqual(tokens_of(a), tokens_of(b))
+        self.assertEqual(summaries_of(a)[0]["seed"], 42)
+        # Errors: unknown model, a bad sampling value, an empty prompt.
+        r = self.ctl("run", "nope", "hi", rc=EXIT_FAILED)
+        self.assertIn("nope", r.err)
+        r = self.ctl("run", MODEL, "hi", "--temperature", "50", rc=EXIT_FAILED)
+        self.assertIn("temperature", r.err)
+        self.assertEqual(self.ctl("run", MODEL, "hi", "--temperature", "50", "--json",
+                                  rc=EXIT_FAILED).json()["error"]["code"], "INVALID_ARGUMENT")
+        self.ctl("run", MODEL, "", rc=EXIT_FAILED)
+        r = self.ctl("run", MODEL, "hi", "--cache", "sometimes", rc=EXIT_USAGE)
+
+    def test_run_interrupted(self):
+        self.start()
+        p = subprocess.Popen([WARMCTL, "--socket", self.d.socket, "run", MODEL, "Once", "-n",
+                              "3000", "--greedy"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        # Wait for the first bytes of the reply, then Ctrl-C.
+        first = p.stdout.read(1)
+        self.assertTrue(first)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 130, err)
+        self.assertIn("[cancelled]", err)
+        # The daemon is fine and the stream is gone.
+        self.assertEqual(self.ctl("status", "--json").json()["api_version"], "warm.v1")
+
+    def test_tokenize_detokenize(self):
+        self.start()
+        doc = self.ctl("tokenize", MODEL, "Once upon a time", "--add-special", "--json").json()
+        want = list(self.d.stub().Tokenize(pb.TokenizeRequest(
+            model=MODEL, text="Once upon a time", add_special=True)).tokens)
+        self.assertEqual(doc["tokens"], want)
+        self.assertEqual(doc["model"], MODEL)
+        r = self.ctl("tokenize", MODEL, "Once upon a time", "--add-special")
+        self.assertEqual(r.out.split(), [str(t) for t in want])
+        doc = self.ctl("tokenize", MODEL, "-", "--pieces", "--json", stdin="Once upon").json()
+        self.assertEqual(len(doc["pieces"]), len(doc["tokens"]))
+        self.assertEqual("".join(doc["pieces"]).strip(), "Once upon")
+        r = self.ctl("tokenize", MODEL, "Once", "--pieces")
+        self.assertIn("'", r.out)
+        doc = self.ctl("detokenize", MODEL, *want, "--skip-special", "--json").json()
+        self.assertEqual(doc["text"].strip(), "Once upon a time")
+        self.assertEqual(self.ctl("detokenize", MODEL, *want[1:]).out.strip(), "Once upon a time")
+        r = self.ctl("detokenize", MODEL, "1", "-7", rc=EXIT_FAILED)
+        self.assertIn("tokens[1]", r.err)
+        self.ctl("detokenize", MODEL, "x", rc=EXIT_USAGE)
+        self.ctl("tokenize", "nope", "x", rc=EXIT_FAILED)
+
+    def test_metrics(self):
+        self.start()
+        self.ctl("run", MODEL, "Once", "-n", "4")
+        text = self.ctl("metrics").out
+        self.assertIn("# TYPE warmd_uptime_seconds gauge", text)
+        m = self.ctl("metrics", "--json").json()["metrics"]
+        self.assertGreater(m["warmd_uptime_seconds"], 0)
+        self.assertGreaterEqual(m["warmd_generated_tokens_total"], 4)
+        self.assertEqual(m["warmd_models_loaded"], 1)
+        # Every sample line of the text is in the JSON.
+        samples = [l for l in text.splitlines() if l and not l.startswith("#")]
+        self.assertGreaterEqual(len(m), len(samples) - 2)  # uptime etc. may appear between
+
+    def test_bench(self):
+        self.start()
+        doc = self.ctl("bench", MODEL, "--prompt-tokens", "48", "-n", "6", "--reps", "2",
+                       "--json").json()
+        self.assertEqual(doc["prompt_tokens"], 48)
+        self.assertEqual(len(doc["runs"]), 2)
+        for run in doc["runs"]:
+            s = run["summary"]
+            self.assertEqual(s["prompt_tokens"], 48)
+            self.assertEqual(s["generated_tokens"], 6)
+            # Every run is a full prefill (at most BOS shared with an earlier run).
+            self.assertGreaterEqual(s["evaluated_tokens"], 47)
+            self.assertGreater(run["prefill_tokens_per_s"], 0)
+            self.assertGreater(run["decode_tokens_per_s"], 0)
+            self.assertGreater(run["first_token_usec"], 0)
+        self.assertGreater(doc["mean"]["decode_tokens_per_s"], 0)
+        r = self.ctl("bench", MODEL, "--prompt-tokens", "16", "-n", "4", "--reps", "1")
+        self.assertIn("prefill t/s", r.out)
+        self.assertIn("mean", r.out)
+        self.ctl("bench", MODEL, "--reps", "0", rc=EXIT_USAGE)
+
+    def test_cache_through_daemon(self):
+        self.start()
+        self.ctl("run", MODEL, "Once upon a time there was a dog", "-n", "4")
+        r = self.ctl("cache", "stats", "--json", rc=None)
+        if r.rc == EXIT_UNIMPLEMENTED:
+            self.assertIn("does not support it yet", r.err)
+            self.assertEqual(r.json()["error"]["code"], "UNIMPLEMENTED")
+            for sub in ("ls", "purge"):
+                r = self.ctl("cache", sub, rc=EXIT_UNIMPLEMENTED)
+                self.assertIn("does not support it yet", r.err)
+            return
+        self.assertEqual(r.rc, 0, r)
+        st = r.json()
+        for k in ("entries", "bytes", "budget_bytes", "hits", "misses", "rejections", "evictions"):
+            self.assertIn(k, st)
+        self.assertIn("entries:", self.ctl("cache", "stats").out)
+        entries = self.ctl("cache", "ls", "--limit", "5", "--json").json()["entries"]
+        self.assertLessEqual(len(entries), 5)
+        self.assertEqual(len(entries), min(5, st["entries"]))
+        for e in entries:
+            self.assertEqual(e["namespace"], f"uid:{os.getuid()}")
+            self.assertIn(e["kind"], ("chunk", "tail"))
+        self.ctl("cache", "ls")
+        purged = self.ctl("cache", "purge", "--json").json()
+        self.assertEqual(purged["entries"], st["entries"])
+        self.assertEqual(self.ctl("cache", "stats", "--json").json()["entries"], 0)
+        self.assertIn("removed 0 entries", self.ctl("cache", "purge").out)
+        r = self.ctl("cache", "ls", "--model", "nope", rc=EXIT_FAILED)
+        self.assertIn("nope", r.err)
+        # The live store is also readable offline, read-only, while the daemon runs.
+        doc = self.ctl("cache", "check", "--state-dir", self.tmp, "--json").json()
+        self.assertTrue(doc["ok"], doc)
+
+    def test_chat(self):
+        self.start()
+        r = self.ctl("chat", MODEL, "--greedy", "-n", "8", "--system", "You tell stories.",
+                     "--json", stdin="Hello\nTell me more\n/exit\nnot sent\n", rc=None)
+        if r.rc == EXIT_UNIMPLEMENTED:
+            self.assertIn("does not support it yet", r.err)
+            self.assertEqual(r.events()[-1]["error"]["code"], "UNIMPLEMENTED")
+            return
+        self.assertEqual(r.rc, 0, r)
+        sums = summaries_of(r.events())
+        self.assertEqual(len(sums), 2)
+        # The second turn resends the conversation: its prompt is longer and its prefix
+        # comes back from RAM (or the store) instead of being recomputed.
+        self.assertGreater(sums[1]["prompt_tokens"], sums[0]["prompt_tokens"])
+        self.assertGreater(sums[1]["ram_tokens"] + sums[1]["store_tokens"], 0)
+        r = self.ctl("chat", MODEL, "--greedy", "-n", "4", stdin="Hi\n/reset\nHi\n")
+        lines = [l for l in r.out.splitlines() if l]
+        self.assertEqual(len(lines), 2)
+        self.assertEqual(lines[0], lines[1])  # after /reset the same first turn again
+
+    def test_chat_resumes_after_restart(self):
+        d = self.start()
+        p = subprocess.Popen([WARMCTL, "--socket", d.socket, "chat", MODEL, "--greedy", "-n",
+                              "6", "--json", "--wait", "60s"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            p.stdin.write("Hello there\n")
+            p.stdin.flush()
+            first = self.read_turn(p)
+            if first is None:
+                _, err = p.communicate(timeout=60)
+                self.assertEqual(p.returncode, EXIT_UNIMPLEMENTED, err)
+                self.skipTest("Chat is UNIMPLEMENTED by this daemon: " + err.strip())
+            # Restart the daemon on the same socket and state directory.
+            self.assertEqual(d.stop(), 0)
+            d.start()
+            p.stdin.write("And then?\n")
+            p.stdin.flush()
+            second = self.read_turn(p)
+            self.assertIsNotNone(second)
+            p.stdin.close()
+            out, err = p.communicate(timeout=60)
+            self.assertEqual(p.returncode, 0, err)
+            self.assertIn("reconnected", err)
+            # The whole conversation was sent again after the restart.
+            self.assertGreater(second["prompt_tokens"], first["prompt_tokens"])
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+    @staticmethod
+    def read_turn(p):
+        """Reads event lines until a summary (returned) or an error (None)."""
+        for line in p.stdout:
+            ev = json.loads(line)
+            if "summary" in ev:
+                return ev["summary"]
+            if "error" in ev:
+                return None
+        return None
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to run warmctl as another user")
+    def test_permission_denied_names_the_group(self):
+        d = self.start()
+        nobody = 65534
+        r = self.ctl("status", user=nobody, rc=None)
+        if r.rc == 126 or "Permission denied" in r.err and "warmctl" not in r.err:
+            self.skipTest("nobody cannot run the build's warmctl here")
+        self.assertEqual(r.rc, EXIT_UNREACHABLE, r)
+        self.assertIn("permission denied on " + d.socket, r.err)
+        self.assertIn("join the group 'root'", r.err)
+        self.assertIn("usermod -aG root", r.err)
+        self.assertEqual(self.ctl("status", "--json", user=nobody, rc=EXIT_UNREACHABLE)
+                         .json()["error"]["code"], "SOCKET_ACCESS")
+
+
+class WarmctlPolicy(ClientTest):
+    config = "threads = 1\nallowed_uids = root\n"
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to run warmctl as another user")
+    def test_refused_by_policy(self):
+        d = self.start()
+        os.chmod(d.socket, 0o666)
+        r = self.ctl("status", user=65534, rc=None)
+        if r.rc == 126:
+            self.skipTest("nobody cannot run the build's warmctl here")
+        self.assertEqual(r.rc, EXIT_FAILED, r)
+        self.assertIn("closed the connection", r.err)
+        self.assertIn("allowed_uids", r.err)
+
+
+if __name__ == "__main__":
+    main()
