@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -98,6 +99,12 @@ int daemon_start(struct daemon *d, struct err_detail *err) {
     if (!d->memory_budget_bytes) {
         long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
         if (pages > 0 && psize > 0) d->memory_budget_bytes = (uint64_t)pages * (uint64_t)psize / 4 * 3;
+    }
+    /* Every connection is an fd: take the hard limit, as servers under systemd do. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
     }
     const char *stall = getenv("WARM_TEST_STALL_USEC");
     if (stall) d->test_stall_usec = strtoull(stall, NULL, 10);

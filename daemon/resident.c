@@ -103,6 +103,7 @@ int residency_acquire(struct daemon *d, const char *name, uint64_t keep_alive_us
         .type_k = (enum kern_type)kern_type_from_name(config_cache_type_names[c->cache_type_k]),
         .type_v = (enum kern_type)kern_type_from_name(config_cache_type_names[c->cache_type_v]),
         .notify = &d->notify,
+        .max_jobs = 16 * c->parallel,
         .test_stall_usec = d->test_stall_usec,
     };
     struct resident *r = calloc(1, sizeof *r);

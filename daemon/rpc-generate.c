@@ -324,7 +324,12 @@ static void generate_start(struct rpc_call *c, const Warm__V1__GenerateRequest *
     int e = runner_submit(res->runner, &j->base);
     if (e < 0) {
         rpc_call_unref(c);
-        rpc_call_fail(c, GRPC_STATUS_UNAVAILABLE, "model '%s' is being unloaded", res->name);
+        if (e == -EAGAIN)
+            rpc_call_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                          "model '%s' has %u requests waiting; try again later", res->name,
+                          16 * d->config.parallel);
+        else
+            rpc_call_fail(c, GRPC_STATUS_UNAVAILABLE, "model '%s' is being unloaded", res->name);
         job_free(j);
     }
     residency_release(d, res);

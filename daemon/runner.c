@@ -33,6 +33,7 @@ struct runner {
     pthread_cond_t cond;
     struct runner_job *head, *tail;
     unsigned n_jobs;            /* queued + running */
+    unsigned max_jobs;
     bool stopping;
 };
 
@@ -52,9 +53,10 @@ int runner_submit(struct runner *r, struct runner_job *j) {
     j->submit_usec = time_now_usec();
     j->next = NULL;
     pthread_mutex_lock(&r->lock);
-    if (r->stopping) {
+    if (r->stopping || r->n_jobs >= r->max_jobs) {
+        int e = r->stopping ? -ESHUTDOWN : -EAGAIN;
         pthread_mutex_unlock(&r->lock);
-        return -ESHUTDOWN;
+        return e;
     }
     if (r->tail) r->tail->next = j;
     else r->head = j;
@@ -252,6 +254,7 @@ int runner_new(const char *name, int fd, const struct runner_params *p, struct r
     for (uint32_t i = 0; i < r->n_ctx; i++) r->pos[i] = (int32_t)i;
     r->notify = p->notify;
     r->test_stall_usec = p->test_stall_usec;
+    r->max_jobs = p->max_jobs ? p->max_jobs : 64;
     snprintf(r->beat_name, sizeof r->beat_name, "model loop '%s'", name);
     r->beat.name = r->beat_name;
     notify_beat_step(&r->beat, time_now_usec());

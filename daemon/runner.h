@@ -62,6 +62,7 @@ struct runner_params {
     int n_threads;
     enum kern_type type_k, type_v;
     struct notify *notify;     /* the loop's watchdog beat is registered here */
+    unsigned max_jobs;         /* queued + running; more is -EAGAIN (0 = 64) */
     uint64_t test_stall_usec;  /* tests (WARM_TEST_STALL_USEC): sleep before each decode
                                   step, like a wedged forward pass; 0 in production */
 };
@@ -81,5 +82,6 @@ uint64_t runner_memory_bytes(const struct runner *r);
 /* Jobs queued or running. */
 unsigned runner_n_jobs(struct runner *r);
 
-/* Queues a job. -ESHUTDOWN when the runner is stopping (done() is not called then). */
+/* Queues a job. -ESHUTDOWN when the runner is stopping, -EAGAIN when the queue is full
+ * (done() is not called then). */
 int runner_submit(struct runner *r, struct runner_job *j);

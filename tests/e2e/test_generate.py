@@ -151,6 +151,44 @@ class GenerateTest(DaemonTest):
         t.join()
         self.assertEqual(result["code"], C.UNAVAILABLE)
 
+    def test_unload_with_many_streams_and_a_full_queue(self):
+        """P1-7: 20 long streams on one model (parallel = 1: 16 may wait, the rest are
+        refused), then UnloadModel: every stream ends cleanly, the daemon serves on."""
+        d = self.start(config="ctx_size = 4096\nparallel = 1\n")
+        st = d.stub()
+        st.LoadModel(pb.LoadModelRequest(model="stories"))
+        codes = []
+        lock = threading.Lock()
+
+        def stream():
+            try:
+                list(self.long_stream(st))
+                code = C.OK
+            except grpc.RpcError as e:
+                code = e.code()
+            with lock:
+                codes.append(code)
+        threads = [threading.Thread(target=stream) for _ in range(20)]
+        for t in threads:
+            t.start()
+        end = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < end:
+            text = st.Metrics(pb.MetricsRequest()).text
+            if metric(text, 'warmd_rpc_requests_total{method="Generate"}') == 20:
+                break
+            time.sleep(0.05)
+        while time.monotonic() < end and codes.count(C.RESOURCE_EXHAUSTED) < 4:
+            time.sleep(0.05)
+        self.assertTrue(st.UnloadModel(pb.UnloadModelRequest(model="stories")).was_loaded)
+        for t in threads:
+            t.join()
+        self.assertEqual(codes.count(C.RESOURCE_EXHAUSTED), 4, codes)
+        self.assertEqual(codes.count(C.UNAVAILABLE), 16, codes)
+        ids = collect(st.Generate(pb.GenerateRequest(model="stories", tokens=[1], max_tokens=3,
+                                                     sampling=GREEDY)))[0]
+        self.assertEqual(len(ids), 3)
+        self.assertEqual(d.stop(), 0)
+
     def test_keep_alive_and_eviction(self):
         d = self.start(config="keep_alive = 300ms\nmax_loaded_models = 1\n", names=("a", "b"))
         st = d.stub()
