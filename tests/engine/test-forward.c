@@ -464,6 +464,38 @@ TEST(batch_errors) {
     engine_model_free(m);
 }
 
+/* Context creation: defaults resolved, the cache sized as documented, bad types refused. */
+TEST(context_params) {
+    const char *gguf = test_shared_path("stories260K.gguf");
+    if (!gguf) SKIP("stories260K.gguf is absent");
+    struct engine_model *m = model_open(gguf);
+    ASSERT_TRUE(m);
+    struct engine_context *ctx = NULL;
+    struct err_detail d = {0};
+    ASSERT_OK(engine_context_new(m, NULL, &ctx, &d));
+    const struct engine_context_params *p = engine_context_params(ctx);
+    ASSERT_EQ(p->n_ctx, 2048); /* min(n_ctx_train, 4096) */
+    ASSERT_EQ(p->n_seq, 1);
+    ASSERT_EQ(p->n_outputs, 1);
+    ASSERT_EQ(p->type_k, KERN_TYPE_F16);
+    /* 5 layers × 2048 cells × (K + V rows of 4 heads × 8 values, f16) */
+    ASSERT_EQ(engine_context_kv_bytes(ctx), 5 * 2048 * 2 * 32 * 2);
+    ASSERT_TRUE(engine_context_model(ctx) == m);
+    ASSERT_TRUE(engine_context_logits(ctx, 0) == NULL); /* nothing decoded yet */
+    engine_context_free(ctx);
+    struct engine_context_params bad;
+    engine_context_params_default(&bad);
+    bad.type_k = KERN_TYPE_Q8_0;
+    ctx = NULL;
+    ASSERT_ERR(engine_context_new(m, &bad, &ctx, &d), ERR_UNSUPPORTED);
+    ASSERT_TRUE(strstr(d.msg, "q8_0") != NULL);
+    ASSERT_TRUE(ctx == NULL);
+    engine_context_params_default(&bad);
+    bad.n_seq = 1u << 20;
+    ASSERT_ERR(engine_context_new(m, &bad, &ctx, &d), ERR_INVALID);
+    engine_model_free(m);
+}
+
 /* 1, 2 and 3 threads give the same logits (the work split does not change the sums). */
 TEST(threads_agree) {
     const char *gguf = test_shared_path("stories260K.gguf");
@@ -834,6 +866,6 @@ TEST(dummy_models) {
 }
 
 TEST_MAIN(T(stories_s0_f32), T(stories_s1_f32), T(stories_s0_f16_cache), T(stories_s1_f16_cache),
-          T(oracle_logits), T(batch_equals_solo), T(sequence_ops), T(batch_errors),
+          T(oracle_logits), T(batch_equals_solo), T(sequence_ops), T(batch_errors), T(context_params),
           T(threads_agree), T(rope_variants), T(attention_head), T(library_text_s1), T(warm_run_s0), T(warm_run_s1),
           T(dummy_models))
