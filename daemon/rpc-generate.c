@@ -420,5 +420,6 @@ void rpc_generate_chat(struct rpc_call *c, const ProtobufCMessage *req) {
         return;
     struct registry_model m;
     if (rpc_model_resolve(c, q->model, &m) < 0) return;
-    rpc_not_wired(c);
+    /* Validated and resolved; rendering needs the engine's chat templates. */
+    rpc_not_wired(c, "chat templates (render the conversation and use Generate)");
 }

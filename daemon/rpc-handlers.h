@@ -28,8 +28,9 @@ int rpc_model_resolve(struct rpc_call *c, const char *name, struct registry_mode
  * the caller releases *ret with residency_release. */
 int rpc_model_acquire(struct rpc_call *c, const char *name, uint64_t keep_alive_usec,
                       struct resident **ret, uint64_t *ret_load_usec);
-/* Answers a method whose engine side is not linked into this build (UNIMPLEMENTED). */
-void rpc_not_wired(struct rpc_call *c);
+/* Answers a request that needs a part of the engine this build lacks (UNIMPLEMENTED,
+ * "<Method>: <what> are not available in this build of warmd yet"). */
+void rpc_not_wired(struct rpc_call *c, const char *what);
 /* True when s[0..n) is valid UTF-8 (no overlongs, surrogates or values past U+10FFFF). */
 bool rpc_utf8_valid(const char *s, size_t n);
 /* Checks a cache namespace against the caller: "" and "uid:<own uid>" are always

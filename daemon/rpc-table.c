@@ -90,10 +90,9 @@ int rpc_model_acquire(struct rpc_call *c, const char *name, uint64_t keep_alive_
     return r;
 }
 
-void rpc_not_wired(struct rpc_call *c) {
-    rpc_call_fail(c, GRPC_STATUS_UNIMPLEMENTED,
-                  "%s: not available in this build of warmd (the inference engine is not "
-                  "linked in yet)", rpc_call_method(c)->name);
+void rpc_not_wired(struct rpc_call *c, const char *what) {
+    rpc_call_fail(c, GRPC_STATUS_UNIMPLEMENTED, "%s: %s are not available in this build of warmd yet",
+                  rpc_call_method(c)->name, what);
 }
 
 bool rpc_utf8_valid(const char *str, size_t n) {
