@@ -10,6 +10,8 @@ import tempfile
 import unittest
 
 BUILD = os.environ.get("WARM_BUILD_DIR", "")
+# A sanitizer build's libraries need the sanitizer runtime in the program too.
+SANITIZE = ["-fsanitize=address,undefined"] if os.environ.get("WARM_SANITIZE") == "1" else []
 
 PROGRAM = r"""
 #include <stdio.h>
@@ -63,7 +65,7 @@ class Install(unittest.TestCase):
         exe = os.path.join(self.tmp, "use")
         with open(src, "w") as f:
             f.write(PROGRAM)
-        subprocess.run(["cc", "-std=c11", "-Wall", "-Werror", src, "-o", exe,
+        subprocess.run(["cc", "-std=c11", "-Wall", "-Werror", *SANITIZE, src, "-o", exe,
                         *self.pkg("--cflags"), *link_args], check=True)
         libdir = os.path.dirname(self.find("libwarm.so")[0])
         r = subprocess.run([exe, os.path.join(self.tmp, "absent.sock")], capture_output=True,

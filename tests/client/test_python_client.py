@@ -60,6 +60,15 @@ class PythonClient(ClientTest):
             self.assertEqual(cm.exception.code.name, "NOT_FOUND")
             self.assertIn("warmd_", c.metrics())
             try:
+                s = c.chat(MODEL, [("system", "Stories."), {"role": "user", "content": "Hi"}],
+                           max_tokens=4, temperature=0)
+                s.text()
+                self.assertLessEqual(s.summary.generated_tokens, 4)
+            except WarmError as e:
+                self.assertEqual(e.code.name, "UNIMPLEMENTED")
+            self.assertTrue(c.load(MODEL, keep_alive_s=30).model.loaded)
+            self.assertTrue(c.unload(MODEL))
+            try:
                 c.cache_stats()
             except WarmError as e:
                 self.assertEqual(e.code.name, "UNIMPLEMENTED")
