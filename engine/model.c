@@ -211,7 +211,9 @@ static int hp_rope_scaling(const struct gguf_file *f, const char *arch, struct e
     bool yarn = type == ENGINE_ROPE_SCALING_YARN;
     if ((r = hp_f32(f, arch, "rope.scaling.yarn_ext_factor", false, yarn ? 1.0f : 0.0f, 0, 100,
                     &hp->yarn_ext_factor, d)) < 0 ||
-        (r = hp_f32(f, arch, "rope.scaling.attn_factor", false, 1.0f, 0, 100,
+        (r = hp_f32(f, arch, "rope.scaling.yarn_attn_factor", false, 1.0f, 0, 100,
+                    &hp->yarn_attn_factor, d)) < 0 ||
+        (r = hp_f32(f, arch, "rope.scaling.attn_factor", false, hp->yarn_attn_factor, 0, 100,
                     &hp->yarn_attn_factor, d)) < 0 ||
         (r = hp_f32(f, arch, "rope.scaling.yarn_beta_fast", false, 32.0f, 0, 1e4f,
                     &hp->yarn_beta_fast, d)) < 0 ||
