@@ -197,9 +197,12 @@ X86_INLINE vq vq_pair(float a, float b) {
     return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(a)),
                                                _mm256_castps_pd(_mm256_set1_ps(b)), 1));
 }
-X86_INLINE vq vq_load(const float *p, int s) { /* p unaligned-safe via f32_load */
-    return s == 2 ? vq_pair(f32_load(p), f32_load(p + 1))
-                  : _mm512_zextps256_ps512(_mm256_set1_ps(f32_load(p)));
+X86_INLINE vq vq_load(const float *p, int s) { /* p unaligned-safe via memcpy */
+    if (s == 1) return _mm512_zextps256_ps512(_mm256_set1_ps(f32_load(p)));
+    double two;
+    memcpy(&two, p, sizeof(two));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                 _mm512_castps128_ps512(_mm_castpd_ps(_mm_set_sd(two))));
 }
 /* 2·s floats (da, db per block) spread over the lanes: 4 lanes each */
 X86_INLINE vq vq_halves(const float *p, int s) {
@@ -209,6 +212,8 @@ X86_INLINE vq vq_halves(const float *p, int s) {
     return _mm512_maskz_permutexvar_ps(0x00ff, idx, _mm512_castps128_ps512(v));
 }
 X86_INLINE vq vq_zero(void) { return _mm512_setzero_ps(); }
+#define VQ_N 16
+X86_INLINE vq vq_loadu(const float *p) { return _mm512_loadu_ps(p); }
 X86_INLINE vq vq_cvt(vi a) { return _mm512_cvtepi32_ps(a); }
 X86_INLINE vq vq_mul(vq a, vq b) { return _mm512_mul_ps(a, b); }
 X86_INLINE vq vq_fma(vq a, vq b, vq c) { return _mm512_fmadd_ps(a, b, c); }
@@ -290,6 +295,8 @@ X86_INLINE vq vq_halves(const float *p, int s) {
     return _mm256_set_m128(_mm_set1_ps(p[1]), _mm_set1_ps(p[0]));
 }
 X86_INLINE vq vq_zero(void) { return _mm256_setzero_ps(); }
+#define VQ_N 8
+X86_INLINE vq vq_loadu(const float *p) { return _mm256_loadu_ps(p); }
 X86_INLINE vq vq_cvt(vi a) { return _mm256_cvtepi32_ps(a); }
 X86_INLINE vq vq_mul(vq a, vq b) { return _mm256_mul_ps(a, b); }
 X86_INLINE vq vq_fma(vq a, vq b, vq c) { return _mm256_fmadd_ps(a, b, c); }
@@ -304,21 +311,22 @@ struct xstep {
 };
 
 X86_INLINE void xstep_load(struct xstep *xs, const uint8_t *xrow, int64_t nb, int64_t j, int s,
-                           const int K) {
+                           const int K, const bool need_s) {
     const float *d = (const float *)(xrow + 32 * nb) + j;
     xs->q = vi_load(xrow + 32 * j, s);
     xs->d = vq_load(d, s);
     xs->corr = vi_zero();
-    if (wk_has_m(K)) xs->s = vq_load(d + nb, s);
+    if (wk_has_m(K) && need_s) xs->s = vq_load(d + nb, s);
     if (!wk_signed(K) && wk_off(K))
         xs->corr = vi_sub32(vi_zero(), vi_dot(vi_zero(), vi_set1_8(wk_off(K)), xs->q));
 }
 
-/* acc += Σ over the step's blocks of d_w·d_x·(u·x) (+ m·s) */
-X86_INLINE vq step_acc(vq acc, vi u, vq dw, vq mw, const struct xstep *xs, const int K) {
+/* acc += Σ over the step's blocks of d_w·d_x·(u·x) (+ m·s when with_m) */
+X86_INLINE vq step_acc(vq acc, vi u, vq dw, vq mw, const struct xstep *xs, const int K,
+                       const bool with_m) {
     vi p = wk_signed(K) ? vi_dot(vi_zero(), vi_abs8(u), vi_sign8(xs->q, u)) : vi_dot(xs->corr, u, xs->q);
     acc = vq_fma(vq_cvt(p), vq_mul(dw, xs->d), acc);
-    if (wk_has_m(K)) acc = vq_fma(mw, xs->s, acc);
+    if (wk_has_m(K) && with_m) acc = vq_fma(mw, xs->s, acc);
     return acc;
 }
 
@@ -327,7 +335,7 @@ X86_INLINE vq step_acc(vq acc, vi u, vq dw, vq mw, const struct xstep *xs, const
 struct wpack {
     _Alignas(64) uint8_t codes[4][PACK_BLOCKS][32];
     _Alignas(16) float d[4][PACK_BLOCKS][2]; /* scales of the two halves of each block */
-    float m[4][PACK_BLOCKS];                  /* m / 8, see struct xstep */
+    _Alignas(64) float m[4][PACK_BLOCKS];     /* offsets m of the blocks */
 };
 
 X86_INLINE void wpack_fill(struct wpack *p, const uint8_t *w, size_t wst, int64_t j0, int64_t nbk,
@@ -337,7 +345,7 @@ X86_INLINE void wpack_fill(struct wpack *p, const uint8_t *w, size_t wst, int64_
             float m;
             __m256i u = block_unpack(w + r * wst, j0 + j, K, &p->d[r][j][0], &p->d[r][j][1], &m);
             _mm256_store_si256((__m256i *)p->codes[r][j], u);
-            p->m[r][j] = m * 0.125f;
+            p->m[r][j] = m;
         }
 }
 
@@ -354,14 +362,13 @@ X86_INLINE void packed_body(float *y, int64_t ys, const struct wpack *p, int64_t
         int s = nbk - j >= STEP ? STEP : 1;
         struct xstep xs[4];
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) xstep_load(&xs[t], x + t * xst, nb, j0 + j, s, K);
+        for (int t = 0; t < NT; t++) xstep_load(&xs[t], x + t * xst, nb, j0 + j, s, K, false);
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             vi u = vi_load(p->codes[r][j], s);
             vq dw = vq_halves(p->d[r][j], s);
-            vq mw = wk_has_m(K) ? vq_load(&p->m[r][j], s) : vq_zero();
 #pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) acc[r][t] = step_acc(acc[r][t], u, dw, mw, &xs[t], K);
+            for (int t = 0; t < NT; t++) acc[r][t] = step_acc(acc[r][t], u, dw, vq_zero(), &xs[t], K, false);
         }
     }
 #pragma GCC unroll 4
@@ -369,6 +376,14 @@ X86_INLINE void packed_body(float *y, int64_t ys, const struct wpack *p, int64_t
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             float v = vq_hsum(acc[r][t]);
+            if (wk_has_m(K)) { /* Σ_b m_b·s_b: its own short dot, out of the hot loop */
+                const float *sx = (const float *)(x + t * xst + 32 * nb) + nb + j0;
+                vq a = vq_zero();
+                int64_t j = 0;
+                for (; j + VQ_N <= nbk; j += VQ_N) a = vq_fma(vq_loadu(&p->m[r][j]), vq_loadu(sx + j), a);
+                v += vq_hsum(a);
+                for (; j < nbk; j++) v += p->m[r][j] * f32_load(sx + j);
+            }
             y[t * ys + r] = add ? y[t * ys + r] + v : v;
         }
 }
@@ -383,7 +398,7 @@ X86_INLINE void direct_body(float *y, const uint8_t *w, size_t wst, const uint8_
     for (int64_t j = 0; j < nb; j += STEP) {
         int s = nb - j >= STEP ? STEP : 1;
         struct xstep xs;
-        xstep_load(&xs, xrow, nb, j, s, K);
+        xstep_load(&xs, xrow, nb, j, s, K, true);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             const uint8_t *wb = w + r * wst + (wk_is_k(K) ? j / 8 : j) * wbs;
@@ -415,11 +430,119 @@ X86_INLINE void direct_body(float *y, const uint8_t *w, size_t wst, const uint8_
             dw = _mm256_set_m128(_mm_set1_ps(db), _mm_set1_ps(da));
             mw = _mm256_set1_ps(m0 * 0.125f);
 #endif
-            acc[r] = step_acc(acc[r], u, dw, mw, &xs, K);
+            acc[r] = step_acc(acc[r], u, dw, mw, &xs, K, true);
         }
     }
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++) y[r] = vq_hsum(acc[r]);
+}
+
+#if X86_W512
+/* k-quant decode: a super-block of each row at a time. Its scales are decoded once, as
+ * vectors (ggml's 12-byte packing unpacked with 32-bit masks), and each 512-bit step
+ * covers two sub-blocks that share their bytes: q4_K/q5_K sub-blocks 2q and 2q+1 are
+ * the low and high nibbles of the same 32 bytes. */
+X86_INLINE void kdirect_body(float *y, const uint8_t *w, size_t wst, const uint8_t *xrow,
+                             int64_t nb, const int NR, const int K) {
+    const size_t sbs = wk_bytes(K);
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    vq acc[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) acc[r] = vq_zero();
+    for (int64_t sbi = 0; sbi < nb / 8; sbi++) {
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *sb = w + r * wst + sbi * sbs;
+            _mm_prefetch((const char *)sb + 4 * wst, _MM_HINT_T0);
+            _mm_prefetch((const char *)sb + 4 * wst + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)sb + 4 * wst + 128, _MM_HINT_T0);
+            __m512 scale; /* K6: 16 half-block scales; K4/K5: 8 block scales */
+            __m256 mins = _mm256_setzero_ps();
+            __m256i qh = _mm256_setzero_si256();
+            if (K == WK_Q6_K) {
+                __m128i sc = _mm_loadu_si128((const __m128i *)(sb + 192));
+                scale = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)),
+                                      _mm512_set1_ps(f16_load(sb + 208)));
+                qh = _mm256_loadu_si256((const __m256i *)(sb + 128));
+            } else {
+                uint32_t a, b, c;
+                memcpy(&a, sb + 4, 4);
+                memcpy(&b, sb + 8, 4);
+                memcpy(&c, sb + 12, 4);
+                uint64_t sc = (uint64_t)(a & 0x3f3f3f3fu) |
+                              (uint64_t)((c & 0x0f0f0f0fu) | ((a >> 6) & 0x03030303u) << 4) << 32;
+                uint64_t mn = (uint64_t)(b & 0x3f3f3f3fu) |
+                              (uint64_t)(((c >> 4) & 0x0f0f0f0fu) | ((b >> 6) & 0x03030303u) << 4) << 32;
+                __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
+                __m256 mnf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn)));
+                scale = _mm512_castps256_ps512(_mm256_mul_ps(scf, _mm256_set1_ps(f16_load(sb))));
+                mins = _mm256_mul_ps(mnf, _mm256_set1_ps(-0.125f * f16_load(sb + 2)));
+                if (K == WK_Q5_K) qh = _mm256_loadu_si256((const __m256i *)(sb + 16));
+            }
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++) {
+                struct xstep xs;
+                xstep_load(&xs, xrow, nb, sbi * 8 + 2 * q, 2, K, true);
+                vi u;
+                vq dw, mw = vq_zero();
+                if (K == WK_Q6_K) {
+                    /* sub-blocks 2q, 2q+1: half h = q/2, groups k = 2(q%2), 2(q%2)+1 */
+                    vi l = _mm512_loadu_si512(sb + 64 * (q / 2));
+                    if (q % 2) l = _mm512_srli_epi16(l, 4);
+                    l = _mm512_and_si512(l, low4);
+                    vi hb = _mm512_broadcast_i64x4(qh);
+                    const __m512i cnt = _mm512_set_epi64(
+                        0x0001000100010001ll * (4 * (q % 2) + 2), 0x0001000100010001ll * (4 * (q % 2) + 2),
+                        0x0001000100010001ll * (4 * (q % 2) + 2), 0x0001000100010001ll * (4 * (q % 2) + 2),
+                        0x0001000100010001ll * (4 * (q % 2)), 0x0001000100010001ll * (4 * (q % 2)),
+                        0x0001000100010001ll * (4 * (q % 2)), 0x0001000100010001ll * (4 * (q % 2)));
+                    if (q / 2) hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(sb + 160)));
+                    hb = _mm512_and_si512(_mm512_srlv_epi16(hb, cnt), _mm512_set1_epi8(3));
+                    u = _mm512_or_si512(l, _mm512_slli_epi16(hb, 4));
+                    const __m512i idx = _mm512_setr_epi32(4 * q, 4 * q, 4 * q, 4 * q, 4 * q + 1, 4 * q + 1,
+                                                          4 * q + 1, 4 * q + 1, 4 * q + 2, 4 * q + 2, 4 * q + 2,
+                                                          4 * q + 2, 4 * q + 3, 4 * q + 3, 4 * q + 3, 4 * q + 3);
+                    dw = _mm512_permutexvar_ps(idx, scale);
+                } else {
+                    const uint8_t *qs = sb + (K == WK_Q4_K ? 16 : 48) + 32 * q;
+                    vi z = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)qs));
+                    z = _mm512_mask_srli_epi16(z, 0xffff0000u, z, 4);
+                    u = _mm512_and_si512(z, low4);
+                    if (K == WK_Q5_K) {
+                        const __m512i cnt = _mm512_set_epi64(
+                            0x0001000100010001ll * (2 * q + 1), 0x0001000100010001ll * (2 * q + 1),
+                            0x0001000100010001ll * (2 * q + 1), 0x0001000100010001ll * (2 * q + 1),
+                            0x0001000100010001ll * (2 * q), 0x0001000100010001ll * (2 * q),
+                            0x0001000100010001ll * (2 * q), 0x0001000100010001ll * (2 * q));
+                        vi hb = _mm512_srlv_epi16(_mm512_broadcast_i64x4(qh), cnt);
+                        hb = _mm512_and_si512(hb, _mm512_set1_epi8(1));
+                        u = _mm512_or_si512(u, _mm512_slli_epi16(hb, 4));
+                    }
+                    const __m512i idx = _mm512_setr_epi32(2 * q, 2 * q, 2 * q, 2 * q, 2 * q, 2 * q, 2 * q,
+                                                          2 * q, 2 * q + 1, 2 * q + 1, 2 * q + 1, 2 * q + 1,
+                                                          2 * q + 1, 2 * q + 1, 2 * q + 1, 2 * q + 1);
+                    dw = _mm512_permutexvar_ps(idx, scale);
+                    mw = _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(mins));
+                }
+                acc[r] = step_acc(acc[r], u, dw, mw, &xs, K, true);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) y[r] = vq_hsum(acc[r]);
+}
+#endif
+
+/* Decode and edges: k-quants by super-block where the level has it. */
+X86_INLINE void any_direct_body(float *y, const uint8_t *w, size_t wst, const uint8_t *xrow,
+                                int64_t nb, const int NR, const int K) {
+#if X86_W512
+    if (wk_is_k(K)) {
+        kdirect_body(y, w, wst, xrow, nb, NR, K);
+        return;
+    }
+#endif
+    direct_body(y, w, wst, xrow, nb, NR, K);
 }
 
 X86_INLINE void qtile(float *y, int64_t ys, const void *w, size_t wst, const void *x, size_t xst,
@@ -438,11 +561,11 @@ X86_INLINE void qtile(float *y, int64_t ys, const void *w, size_t wst, const voi
                 packed_body(y + t * ys, ys, &pack, nbk, xb + t * xst, xst, nb, j0, j0 > 0, 1, K);
         }
     } else if (nr == 4) {
-        for (int t = 0; t < nt; t++) direct_body(y + t * ys, wb, wst, xb + t * xst, nb, 4, K);
+        for (int t = 0; t < nt; t++) any_direct_body(y + t * ys, wb, wst, xb + t * xst, nb, 4, K);
     } else {
         for (int t = 0; t < nt; t++)
             for (int r = 0; r < nr; r++)
-                direct_body(y + t * ys + r, wb + r * wst, wst, xb + t * xst, nb, 1, K);
+                any_direct_body(y + t * ys + r, wb + r * wst, wst, xb + t * xst, nb, 1, K);
     }
 }
 
