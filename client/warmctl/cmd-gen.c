@@ -57,6 +57,7 @@ enum {
     OPT_WAIT,
     OPT_PROMPT_TOKENS,
     OPT_REPS,
+    OPT_PLAIN,
 };
 
 #define GEN_OPTIONS                                                                          \
@@ -167,7 +168,7 @@ static int gen_parse(struct ctl *ctl, struct gen_opts *g, int argc, char **argv,
         int r = gen_option(ctl, g, opt, usage);
         if (r == 0) continue;
         if (r > 0) return r;
-        if (extra_fn && opt >= OPT_SYSTEM && opt <= OPT_REPS) {
+        if (extra_fn && opt >= OPT_SYSTEM && opt <= OPT_PLAIN) {
             r = extra_fn(ctl, opt, extra_data);
             if (r > 0) return r;
             continue;
@@ -314,16 +315,21 @@ static const char chat_usage[] =
     "Ctrl-C stops the current reply. With --json: each turn's token and summary lines.\n"
     "\n"
     "      --system TEXT        a system message at the start of the conversation\n"
-    "      --wait DURATION      how long to wait for a restarted daemon (default 30s)\n" GEN_OPTIONS_HELP;
+    "      --wait DURATION      how long to wait for a restarted daemon (default 30s)\n"
+    "      --plain              for models without a chat template (base models): send the\n"
+    "                           conversation as a plain 'User:' / 'Assistant:' transcript\n"
+    "                           with Generate instead of Chat\n" GEN_OPTIONS_HELP;
 
 struct chat_extra {
     const char *system;
     uint64_t wait_usec;
+    bool plain;
 };
 
 static int chat_option(struct ctl *ctl, int opt, void *data) {
     struct chat_extra *x = data;
     if (opt == OPT_SYSTEM) x->system = optarg;
+    else if (opt == OPT_PLAIN) x->plain = true;
     else if (opt == OPT_WAIT && ctl_parse_duration(optarg, &x->wait_usec) < 0)
         return ctl_usage_error(ctl, chat_usage, "--wait: '%s' is not a duration", optarg);
     return 0;
@@ -381,12 +387,49 @@ static bool reconnect(struct ctl *ctl, uint64_t wait_usec) {
     return false;
 }
 
+/* The plain transcript of --plain: the system message, then "User: ..." and
+ * "Assistant: ..." lines, ending with "Assistant:" for the model to continue. */
+static char *plain_transcript(const struct history *h) {
+    size_t n = 16;
+    for (size_t i = 0; i < h->n; i++) n += strlen(h->v[i].content) + 16;
+    char *t = malloc(n), *p = t;
+    if (!t) return NULL;
+    for (size_t i = 0; i < h->n; i++) {
+        const char *role = h->v[i].role, *content = h->v[i].content;
+        if (strcmp(role, "system") == 0) p += sprintf(p, "%s\n\n", content);
+        else p += sprintf(p, "%s: %s\n", strcmp(role, "user") == 0 ? "User" : "Assistant", content);
+    }
+    strcpy(p, "Assistant:");
+    return t;
+}
+
+/* One turn: Chat with the daemon's template, or Generate on the plain transcript (which
+ * also stops where the model starts the user's next line). */
+static int chat_turn(struct ctl *ctl, const struct gen_opts *g, const struct history *h, bool plain,
+                     struct sink *k, struct warm_summary *s, struct warm_error *err) {
+    if (!plain) return warm_chat(ctl->client, &g->params, h->v, h->n, 0, sink_token, k, s, err);
+    const char *stop[MAX_STOP + 1];
+    struct warm_gen_params p = g->params;
+    for (size_t i = 0; i < p.n_stop; i++) stop[i] = p.stop[i];
+    stop[p.n_stop++] = "\nUser:";
+    p.stop = stop;
+    char *prompt = plain_transcript(h);
+    if (!prompt) {
+        *err = (struct warm_error){.code = WARM_NO_MEMORY, .message = "out of memory"};
+        return -WARM_NO_MEMORY;
+    }
+    int r = warm_generate(ctl->client, &p, prompt, NULL, 0, sink_token, k, s, err);
+    free(prompt);
+    return r;
+}
+
 int ctl_cmd_chat(struct ctl *ctl, int argc, char **argv) {
     static const struct option extra[] = {{"system", required_argument, NULL, OPT_SYSTEM},
-                                          {"wait", required_argument, NULL, OPT_WAIT}};
+                                          {"wait", required_argument, NULL, OPT_WAIT},
+                                          {"plain", no_argument, NULL, OPT_PLAIN}};
     struct chat_extra x = {.wait_usec = 30 * 1000000ULL};
     struct gen_opts g = {0};
-    int r = gen_parse(ctl, &g, argc, argv, extra, 2, chat_usage, chat_option, &x);
+    int r = gen_parse(ctl, &g, argc, argv, extra, 3, chat_usage, chat_option, &x);
     if (r >= 0) return r;
     if (argc - optind != 1) return ctl_usage_error(ctl, chat_usage, "name one model");
     g.params.model = argv[optind];
@@ -432,7 +475,7 @@ int ctl_cmd_chat(struct ctl *ctl, int argc, char **argv) {
         struct warm_error err;
         for (;;) {
             sink_reset(&k);
-            r = warm_chat(ctl->client, &g.params, h.v, h.n, 0, sink_token, &k, &s, &err);
+            r = chat_turn(ctl, &g, &h, x.plain, &k, &s, &err);
             if (r >= 0 || (err.code != WARM_UNAVAILABLE && err.code != WARM_NOT_RUNNING)) break;
             if (!ctl->json && !k.at_line_start) fputc('\n', stdout);
             if (!reconnect(ctl, x.wait_usec)) break;
@@ -447,14 +490,23 @@ int ctl_cmd_chat(struct ctl *ctl, int argc, char **argv) {
                 continue;
             }
             ret = ctl_fail(ctl, &err);
+            if (err.code == WARM_UNIMPLEMENTED && !x.plain)
+                fprintf(stderr, "%s chat: --plain talks to base models through Generate\n",
+                        ctl->prog);
             break;
         }
         sink_finish(&k, &s, g.verbose);
         warm_summary_done(&s);
-        if (k.out_of_memory || history_add(&h, "assistant", k.text ? k.text : "") < 0) {
+        const char *reply = k.text ? k.text : "";
+        while (x.plain && (*reply == ' ' || *reply == '\n')) reply++;
+        if (k.out_of_memory || history_add(&h, "assistant", reply) < 0) {
             ret = ctl_fail_msg(ctl, "out of memory");
             break;
         }
+        /* A plain transcript puts the next "User:" on its own line. */
+        char *last = h.owned[h.n - 1];
+        for (size_t n = strlen(last); x.plain && n && (last[n - 1] == ' ' || last[n - 1] == '\n');)
+            last[--n] = '\0';
     }
     free(line);
     free(k.text);
