@@ -76,7 +76,15 @@ if(TARGET warmd)
     DEPENDS warmd
     COMMENT "warmd --print-default-config > packaging/warmd.conf"
     VERBATIM)
-  add_custom_target(warm_packaging ALL DEPENDS ${_pkg}/warmd.conf)
+  # warmd(8): the SETTINGS section is the same schema output.
+  configure_file(${_src}/warmd.8.in ${_pkg}/warmd.8.in @ONLY)
+  add_custom_command(
+    OUTPUT ${_pkg}/warmd.8
+    COMMAND sh ${_src}/gen-man.sh $<TARGET_FILE:warmd> ${_pkg}/warmd.8.in ${_pkg}/warmd.8
+    DEPENDS warmd ${_src}/gen-man.sh ${_pkg}/warmd.8.in
+    COMMENT "warmd(8) with the settings of warmd --print-default-config"
+    VERBATIM)
+  add_custom_target(warm_packaging ALL DEPENDS ${_pkg}/warmd.conf ${_pkg}/warmd.8)
 endif()
 
 # ---- install ----------------------------------------------------------------------------
@@ -84,6 +92,10 @@ endif()
 if(TARGET warmd)
   install(TARGETS warmd RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
   install(FILES ${_pkg}/warmd.conf DESTINATION ${CMAKE_INSTALL_FULL_SYSCONFDIR}/warmd)
+  install(FILES ${_pkg}/warmd.8 DESTINATION ${CMAKE_INSTALL_MANDIR}/man8)
+endif()
+if(TARGET warmctl)
+  install(FILES ${_src}/warmctl.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
 endif()
 install(FILES ${_pkg}/warmd.service ${_pkg}/warmd.socket DESTINATION ${WARM_SYSTEMD_UNITDIR})
 install(FILES ${_src}/sysusers.conf DESTINATION ${WARM_SYSUSERSDIR} RENAME warmd.conf)

@@ -2,7 +2,8 @@
 # packaging-units (CTest): checks the packaging files of a build tree without installing
 # anything (tests/packaging/check-package.sh checks the installed Debian package).
 #   1. packaging/warmd.conf is `warmd --print-default-config`: every schema key once, each
-#      commented out, and uncommented it reads back as exactly the defaults.
+#      commented out, and uncommented it reads back as exactly the defaults; warmd.8
+#      documents the same keys.
 #   2. systemd-analyze verify is clean (no output, exit 0) for warmd.service,
 #      warmd-gpu.service and warmd.socket.
 #   3. systemd-analyze security --offline=yes --threshold=10 passes for the CPU unit, the
@@ -35,6 +36,11 @@ sed 's/^#\([a-z_0-9]* =\)/\1/' "$P/warmd.conf" >"$T/uncommented.conf"
 cmp -s "$T/defaults" "$T/uncommented" ||
     { diff "$T/defaults" "$T/uncommented"; fail "uncommented warmd.conf is not the defaults"; }
 echo "ok: warmd.conf lists $(wc -l <"$T/keys") keys, all commented out, defaults round-trip"
+# warmd(8) documents the same keys, in the same order.
+awk '/^\.SH/ { in_settings = ($2 == "SETTINGS") }
+     in_settings && prev == ".TP" && /^\.B / { print $2 } { prev = $0 }' "$P/warmd.8" >"$T/man-keys"
+cmp -s "$T/keys" "$T/man-keys" || { diff "$T/keys" "$T/man-keys"; fail "warmd.8 keys differ from the schema"; }
+echo "ok: warmd.8 documents the same $(wc -l <"$T/keys") keys"
 
 # ---- 2. verify --------------------------------------------------------------------------
 # The one change: ExecStart= points at the build tree's warmd (verify checks it exists).
