@@ -1,4 +1,11 @@
-/* Thread pool and matrix multiplication. */
+/* Thread pool and matrix multiplication.
+ *
+ * kern_matmul() supports every type whose traits row has a vec_dot (f32, f16, bf16,
+ * q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_K, q5_K, q6_K). It picks the kernels of the
+ * best SIMD level once (kern_init()); results do not depend on the thread count (each
+ * output is computed by one tile, whatever the split), so runs are reproducible.
+ * A pool runs one task at a time: kern_pool_run() must not be called concurrently on the
+ * same pool nor from inside one of its tasks. Nothing here allocates per call. */
 #pragma once
 
 #include "kernels/types.h"
@@ -34,8 +41,9 @@ void kern_pool_run(struct kern_pool *pool, kern_task_fn fn, void *arg);
  *   W: n_out rows of n_in values of type wt, row stride kern_row_size(wt, n_in) bytes
  *   x: (n_tok, n_in) f32, row stride n_in;  y: (n_tok, n_out) f32, row stride n_out
  * Quantized weights use activations quantized to q8 (q8_0 or q8_1 as the type needs)
- * into scratch, which must hold kern_matmul_scratch_bytes(wt, n_in, n_tok) bytes.
- * pool may be NULL (single-threaded). */
+ * into scratch, which must hold kern_matmul_scratch_bytes(wt, n_in, n_tok) bytes (0 for
+ * float weights: scratch may then be NULL; no alignment needed; contents are not kept).
+ * n_in must be a multiple of wt's block size. pool may be NULL (single-threaded). */
 size_t kern_matmul_scratch_bytes(enum kern_type wt, int64_t n_in, int64_t n_tok);
 void kern_matmul(struct kern_pool *pool, float *y, const void *w, enum kern_type wt,
                  const float *x, int64_t n_in, int64_t n_out, int64_t n_tok, void *scratch);
