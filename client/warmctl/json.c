@@ -8,7 +8,7 @@
 static void write_string(struct json *j, const char *str, size_t n);
 
 static void sep(struct json *j, const char *key) {
-    if (j->depth > 0) {
+    if (j->depth > 0 && j->depth <= JSON_MAX_DEPTH) {
         if (!j->first[j->depth - 1]) fputc(',', j->f);
         j->first[j->depth - 1] = false;
     }
