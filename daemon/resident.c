@@ -11,15 +11,24 @@
 void residency_init(struct residency *rs) {
     memset(rs, 0, sizeof *rs);
     pthread_mutex_init(&rs->lock, NULL);
+    pthread_cond_init(&rs->load_done, NULL);
 }
 
-static bool idle(struct resident *r) { return r->refs == 0 && runner_n_jobs(r->runner) == 0; }
+static bool idle(struct resident *r) {
+    return !r->loading && r->refs == 0 && runner_n_jobs(r->runner) == 0;
+}
+
+static uint64_t memory_of(const struct resident *r) {
+    return r->runner ? runner_memory_bytes(r->runner) : r->estimate_bytes;
+}
 
 static void resident_free(struct daemon *d, struct resident *r) {
-    log_info("unloading model '%s'", r->name);
-    runner_free(r->runner);
+    if (r->runner) {
+        log_info("unloading model '%s'", r->name);
+        runner_free(r->runner);
+        metrics_add(&d->metrics, METRIC_MODEL_UNLOADS, 1);
+    }
     free(r);
-    metrics_add(&d->metrics, METRIC_MODEL_UNLOADS, 1);
 }
 
 /* Removes slot i from the table (lock held); returns the resident. */
@@ -29,13 +38,13 @@ static struct resident *take_locked(struct daemon *d, size_t i) {
     rs->loaded[i] = rs->loaded[--rs->n_loaded];
     r->unloaded = true;
     metrics_set(&d->metrics, METRIC_MODELS_LOADED, rs->n_loaded);
-    metrics_sub(&d->metrics, METRIC_MEMORY_BYTES, runner_memory_bytes(r->runner));
+    if (r->runner) metrics_sub(&d->metrics, METRIC_MEMORY_BYTES, runner_memory_bytes(r->runner));
     return r;
 }
 
 static uint64_t memory_locked(struct residency *rs) {
     uint64_t sum = 0;
-    for (size_t i = 0; i < rs->n_loaded; i++) sum += runner_memory_bytes(rs->loaded[i]->runner);
+    for (size_t i = 0; i < rs->n_loaded; i++) sum += memory_of(rs->loaded[i]);
     return sum;
 }
 
@@ -53,6 +62,16 @@ static uint64_t keep_alive(const struct config *c, uint64_t want) {
     return MIN(want ? want : c->keep_alive_usec, c->max_keep_alive_usec);
 }
 
+/* Waits for a model another thread is loading (lock held, a reference taken). */
+static int wait_loading(struct daemon *d, struct resident *r, struct err_detail *err) {
+    struct residency *rs = &d->residency;
+    while (r->loading) pthread_cond_wait(&rs->load_done, &rs->lock);
+    if (r->load_err >= 0) return 0;
+    int e = err_set(err, r->load_err, "%s", r->load_msg);
+    if (--r->refs == 0) free(r); /* the failed placeholder; out of the table already */
+    return e;
+}
+
 int residency_acquire(struct daemon *d, const char *name, uint64_t keep_alive_usec,
                       struct resident **ret, uint64_t *ret_load_usec, struct err_detail *err) {
     struct residency *rs = &d->residency;
@@ -65,12 +84,15 @@ int residency_acquire(struct daemon *d, const char *name, uint64_t keep_alive_us
         struct resident *r = rs->loaded[i];
         if (strcmp(r->name, name) == 0) {
             r->refs++;
-            r->last_used_usec = time_now_usec();
-            if (keep_alive_usec) r->keep_alive_usec = keep_alive(c, keep_alive_usec);
+            e = wait_loading(d, r, err);
+            if (e >= 0) {
+                r->last_used_usec = time_now_usec();
+                if (keep_alive_usec) r->keep_alive_usec = keep_alive(c, keep_alive_usec);
+                *ret = r;
+                *ret_load_usec = 0;
+            }
             pthread_mutex_unlock(&rs->lock);
-            *ret = r;
-            *ret_load_usec = 0;
-            return 0;
+            return e;
         }
     }
     /* Make room: a free slot and the file's size (the weights) within the budget. */
@@ -82,61 +104,78 @@ int residency_acquire(struct daemon *d, const char *name, uint64_t keep_alive_us
         if (i < 0) break;
         evict[n_evict++] = take_locked(d, (size_t)i);
     }
+    struct resident *r = NULL;
     if (rs->n_loaded >= c->max_loaded_models || rs->n_loaded >= RESIDENT_MAX) {
         e = err_set(err, -EBUSY, "model '%s' cannot be loaded: all %zu loaded models are busy "
                     "(max_loaded_models = %u)", name, rs->n_loaded, c->max_loaded_models);
-        goto out;
-    }
-    if (memory_locked(rs) + m.size_bytes > d->memory_budget_bytes) {
+    } else if (memory_locked(rs) + m.size_bytes > d->memory_budget_bytes) {
         e = err_set(err, ERR_TOO_LARGE, "model '%s' (%llu bytes) does not fit the memory "
                     "budget of %llu bytes", name, (unsigned long long)m.size_bytes,
                     (unsigned long long)d->memory_budget_bytes);
-        goto out;
-    }
-    int fd = -1;
-    e = registry_open(&d->registry, name, &fd, err);
-    if (e < 0) goto out;
-    uint64_t t0 = time_now_usec();
-    struct runner_params p = {
-        .n_ctx = c->ctx_size,
-        .n_threads = (int)d->threads,
-        .type_k = (enum kern_type)kern_type_from_name(config_cache_type_names[c->cache_type_k]),
-        .type_v = (enum kern_type)kern_type_from_name(config_cache_type_names[c->cache_type_v]),
-        .notify = &d->notify,
-        .max_jobs = 16 * c->parallel,
-        .test_stall_usec = d->test_stall_usec,
-    };
-    struct resident *r = calloc(1, sizeof *r);
-    if (!r) {
-        close(fd);
+    } else if (!(r = calloc(1, sizeof *r))) {
         e = -ENOMEM;
-        goto out;
+    } else {
+        /* A placeholder: the slot and the memory are taken while the model loads. */
+        snprintf(r->name, sizeof r->name, "%s", name);
+        r->loading = true;
+        r->refs = 1;
+        r->estimate_bytes = m.size_bytes;
+        r->keep_alive_usec = keep_alive(c, keep_alive_usec);
+        rs->loaded[rs->n_loaded++] = r;
+        metrics_set(&d->metrics, METRIC_MODELS_LOADED, rs->n_loaded);
     }
-    struct err_detail le = {0};
-    e = runner_new(name, fd, &p, &r->runner, &le);
-    if (e < 0) {
-        free(r);
-        e = err_set(err, e, "model '%s' cannot be loaded: %s", name, err_msg(&le, e));
-        log_warn("%s", err->msg);
-        goto out;
-    }
-    snprintf(r->name, sizeof r->name, "%s", name);
-    r->refs = 1;
-    r->last_used_usec = time_now_usec();
-    r->keep_alive_usec = keep_alive(c, keep_alive_usec);
-    rs->loaded[rs->n_loaded++] = r;
-    metrics_set(&d->metrics, METRIC_MODELS_LOADED, rs->n_loaded);
-    metrics_add(&d->metrics, METRIC_MODEL_LOADS, 1);
-    metrics_add(&d->metrics, METRIC_MEMORY_BYTES, runner_memory_bytes(r->runner));
-    *ret = r;
-    *ret_load_usec = r->last_used_usec - t0;
-    log_info("loaded model '%s' (%s, %llu bytes with its KV cache) in %.1f ms", name,
-             runner_model(r->runner)->arch_name,
-             (unsigned long long)runner_memory_bytes(r->runner), (double)*ret_load_usec / 1e3);
-out:
     pthread_mutex_unlock(&rs->lock);
     for (size_t i = 0; i < n_evict; i++) resident_free(d, evict[i]);
-    return e;
+    if (!r) return e;
+
+    /* The load itself runs without the lock. */
+    uint64_t t0 = time_now_usec();
+    struct runner *runner = NULL;
+    struct err_detail le = {0};
+    int fd = -1;
+    e = registry_open(&d->registry, name, &fd, &le);
+    if (e >= 0) {
+        struct runner_params p = {
+            .n_ctx = c->ctx_size,
+            .n_threads = (int)d->threads,
+            .type_k = (enum kern_type)kern_type_from_name(config_cache_type_names[c->cache_type_k]),
+            .type_v = (enum kern_type)kern_type_from_name(config_cache_type_names[c->cache_type_v]),
+            .notify = &d->notify,
+            .max_jobs = 16 * c->parallel,
+            .test_stall_usec = d->test_stall_usec,
+        };
+        e = runner_new(name, fd, &p, &runner, &le);
+    }
+    uint64_t usec = time_now_usec() - t0;
+
+    pthread_mutex_lock(&rs->lock);
+    r->loading = false;
+    if (e < 0) {
+        r->load_err = e;
+        snprintf(r->load_msg, sizeof r->load_msg, "model '%s' cannot be loaded: %s", name,
+                 err_msg(&le, e));
+        for (size_t i = 0; i < rs->n_loaded; i++)
+            if (rs->loaded[i] == r) take_locked(d, i);
+        pthread_cond_broadcast(&rs->load_done);
+        e = err_set(err, e, "%s", r->load_msg);
+        bool last = --r->refs == 0;
+        pthread_mutex_unlock(&rs->lock);
+        log_warn("%s", err->msg);
+        if (last) free(r);
+        return e;
+    }
+    r->runner = runner;
+    r->last_used_usec = time_now_usec();
+    if (!r->unloaded) metrics_add(&d->metrics, METRIC_MEMORY_BYTES, runner_memory_bytes(runner));
+    metrics_add(&d->metrics, METRIC_MODEL_LOADS, 1);
+    pthread_cond_broadcast(&rs->load_done);
+    pthread_mutex_unlock(&rs->lock);
+    log_info("loaded model '%s' (%s, %llu bytes with its KV cache) in %.1f ms", name,
+             runner_model(runner)->arch_name, (unsigned long long)runner_memory_bytes(runner),
+             (double)usec / 1e3);
+    *ret = r;
+    *ret_load_usec = usec;
+    return 0;
 }
 
 void residency_release(struct daemon *d, struct resident *r) {
@@ -190,7 +229,7 @@ void residency_info(struct daemon *d, const char *name, struct residency_info *r
     pthread_mutex_lock(&rs->lock);
     for (size_t i = 0; i < rs->n_loaded; i++) {
         struct resident *r = rs->loaded[i];
-        if (strcmp(r->name, name) != 0) continue;
+        if (strcmp(r->name, name) != 0 || r->loading) continue;
         const struct engine_model *m = runner_model(r->runner);
         ret->loaded = true;
         ret->memory_bytes = runner_memory_bytes(r->runner);
@@ -219,5 +258,6 @@ void residency_done(struct daemon *d) {
         pthread_mutex_lock(&rs->lock);
     }
     pthread_mutex_unlock(&rs->lock);
+    pthread_cond_destroy(&rs->load_done);
     pthread_mutex_destroy(&rs->lock);
 }

@@ -5,7 +5,8 @@
  * A handler acquires a resident model, uses its runner, and releases it. A model is idle
  * when nobody holds it and its runner has no job. Unloading a busy model ends its streams
  * (UNAVAILABLE "model unloaded"); a model a handler still holds is freed by the last
- * release. Thread-safe (one mutex; loads are serialized under it). */
+ * release. Thread-safe: one mutex, never held while a model loads (a loading model has a
+ * placeholder entry; other callers for it wait, everything else goes on). */
 #pragma once
 
 #include "base/base.h"
@@ -20,15 +21,20 @@ struct daemon;
 
 struct resident {
     char name[CONFIG_NAME_MAX];
-    struct runner *runner;
-    unsigned refs;               /* handlers holding it */
+    struct runner *runner;       /* NULL while loading */
+    unsigned refs;               /* handlers holding it (and the loader while loading) */
+    bool loading;
     bool unloaded;               /* out of the table; freed by the last release */
+    int load_err;                /* a failed load: its code and message, for waiters */
+    char load_msg[512];
+    uint64_t estimate_bytes;     /* the file size, counted while loading */
     uint64_t last_used_usec;
     uint64_t keep_alive_usec;
 };
 
 struct residency {
     pthread_mutex_t lock;
+    pthread_cond_t load_done;    /* a load finished (or failed) */
     struct resident *loaded[RESIDENT_MAX];
     size_t n_loaded;
 };

@@ -114,8 +114,10 @@ static int run_job(struct runner *r, struct runner_job *j, struct runner_result 
     }
     for (size_t i = 0; i < j->n_prompt; i++) engine_sampler_accept(s, j->prompt[i]);
 
-    /* Prefill in chunks so the watchdog and cancellation are checked between them. */
-    const uint32_t chunk = 256;
+    /* Prefill in chunks of 64 tokens (the widest matmul tile): cancellation is seen and
+     * the watchdog beat stamped between them, so even a big model on a CPU stays well
+     * inside WatchdogSec per step. */
+    const uint32_t chunk = 64;
     for (uint32_t p = keep; p < j->n_prompt; p += chunk) {
         if (stopping(r)) { e = -ESHUTDOWN; goto out; }
         if (j->ops->cancelled(j)) { e = -ECANCELED; goto out; }

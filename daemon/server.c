@@ -387,7 +387,9 @@ static int decode(struct rpc_call *c, const struct rpc_method *m, struct rpc_bud
 
 /* ---- dispatch ------------------------------------------------------------------------ */
 
-/* The connection's credentials, from the "fd:N" peer of channels added by fd. */
+/* The connection's credentials, from the "fd:N" peer of channels added by fd. The fd
+ * cannot have been reused by a newer connection: the call holds its transport, and gRPC
+ * closes the fd only when the transport is destroyed. */
 static int call_peer(struct rpc_call *c) {
     char *p = grpc_call_get_peer(c->call);
     int fd = -1;
