@@ -78,6 +78,11 @@ static void preload(struct daemon *d) {
         char status[256];
         snprintf(status, sizeof status, "loading model %s", name);
         notify_status(&d->notify, status);
+        /* Start-up may outlast TimeoutStartSec with a big model: ask for the time a
+         * slow disk needs (50 MiB/s) plus 30 s. */
+        struct registry_model m;
+        if (registry_find(&d->registry, name, &m, NULL) >= 0)
+            notify_extend_timeout(&d->notify, 30000000ull + m.size_bytes / 50 * 1000000ull / 1048576);
         struct resident *res;
         uint64_t usec;
         struct err_detail e = {0};

@@ -19,7 +19,7 @@
     X(MODEL_LOADS, counter, "warmd_model_loads_total", "Models loaded")                \
     X(MODEL_UNLOADS, counter, "warmd_model_unloads_total", "Models unloaded")          \
     X(MEMORY_BYTES, gauge, "warmd_memory_bytes", "Memory held by loaded models")       \
-    X(QUEUE_DEPTH, gauge, "warmd_queue_depth", "Requests waiting for a sequence")      \
+    X(QUEUE_DEPTH, gauge, "warmd_queue_depth", "Generation requests queued or running")  \
     X(TOKENS_IN, counter, "warmd_prompt_tokens_total", "Prompt tokens received")       \
     X(TOKENS_RAM, counter, "warmd_prompt_tokens_ram_total",                            \
       "Prompt tokens reused from sequences in RAM")                                     \

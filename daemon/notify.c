@@ -57,6 +57,10 @@ void notify_stopping(struct notify *n, const char *status) {
 
 void notify_reloading(struct notify *n) { sd_notify(0, "RELOADING=1"); }
 
+void notify_extend_timeout(struct notify *n, uint64_t usec) {
+    sd_notifyf(0, "EXTEND_TIMEOUT_USEC=%llu", (unsigned long long)usec);
+}
+
 uint64_t notify_interval_usec(const struct notify *n) {
     uint64_t i = n->watchdog_usec ? n->watchdog_usec / 2 : 1000000;
     return MIN(i, 1000000);

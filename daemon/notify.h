@@ -49,6 +49,8 @@ void notify_ready(struct notify *n, const char *status);
 void notify_status(struct notify *n, const char *status);
 void notify_stopping(struct notify *n, const char *status);
 void notify_reloading(struct notify *n);
+/* Asks systemd for usec more start-up time (a long model load before READY=1). */
+void notify_extend_timeout(struct notify *n, uint64_t usec);
 /* Called by the main loop at least every interval_usec(): pings the watchdog when every
  * busy loop progressed. */
 void notify_tick(struct notify *n, uint64_t now_usec);

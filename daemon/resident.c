@@ -248,6 +248,15 @@ size_t residency_count(struct daemon *d) {
     return n;
 }
 
+unsigned residency_queue_depth(struct daemon *d) {
+    unsigned n = 0;
+    pthread_mutex_lock(&d->residency.lock);
+    for (size_t i = 0; i < d->residency.n_loaded; i++)
+        if (d->residency.loaded[i]->runner) n += runner_n_jobs(d->residency.loaded[i]->runner);
+    pthread_mutex_unlock(&d->residency.lock);
+    return n;
+}
+
 void residency_done(struct daemon *d) {
     struct residency *rs = &d->residency;
     pthread_mutex_lock(&rs->lock);

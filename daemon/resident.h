@@ -64,3 +64,5 @@ struct residency_info {
 /* What ListModels reports for name. */
 void residency_info(struct daemon *d, const char *name, struct residency_info *ret);
 size_t residency_count(struct daemon *d);
+/* Generation requests queued or running on all loaded models. */
+unsigned residency_queue_depth(struct daemon *d);

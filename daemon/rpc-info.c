@@ -49,6 +49,7 @@ void rpc_info_metrics(struct rpc_call *c, const ProtobufCMessage *req) {
     const char *names[64];
     for (size_t i = 0; i < rpc_n_methods && i < ARRAY_SIZE(names); i++) names[i] = rpc_methods[i].name;
     metrics_set(&d->metrics, METRIC_MODELS_AVAILABLE, registry_count(&d->registry));
+    metrics_set(&d->metrics, METRIC_QUEUE_DEPTH, residency_queue_depth(d));
     struct store_stats st;
     if (d->store && store_env_stats(d->store, &st) >= 0) {
         /* The store keeps these; mirror them at each scrape. */

@@ -61,6 +61,7 @@ class SystemdTest(DaemonTest):
         d.start()
         self.assertTrue(self.notify.wait_for("READY=1"))
         self.assertIn("STATUS=loading model stories", self.notify.lines())
+        self.assertTrue(any(l.startswith("EXTEND_TIMEOUT_USEC=") for l in self.notify.lines()))
         text = d.text()
         self.assertLess(text.index("loaded model 'stories'"), text.index("listening on"))
         self.assertIn("preload: model 'nope' not found", text)
