@@ -13,6 +13,7 @@ void engine_context_params_default(struct engine_context_params *p) {
         .n_threads = 1,
         .type_k = KERN_TYPE_F16,
         .type_v = KERN_TYPE_F16,
+        .kv_rotation = true,
     };
 }
 
@@ -77,7 +78,7 @@ int engine_context_new(const struct engine_model *m, const struct engine_context
     if (!ctx) return -ENOMEM;
     ctx->model = m;
     ctx->params = p;
-    int r = kv_cache_init(&ctx->kv, m, p.type_k, p.type_v, p.n_seq, p.n_ctx, d);
+    int r = kv_cache_init(&ctx->kv, m, p.type_k, p.type_v, p.n_seq, p.n_ctx, p.kv_rotation, d);
     if (r < 0) goto fail;
     if ((r = kern_pool_new(p.n_threads, &ctx->pool)) < 0) {
         err_set(d, r, "cannot start %d threads", p.n_threads);
@@ -195,6 +196,8 @@ int engine_context_decode(struct engine_context *ctx, const struct engine_batch 
         forward_step(ctx, b, t0, n, &out_row);
     }
     ctx->n_outputs = out_row;
+    for (int32_t i = 0; i < b->n_tok; i++)
+        *kv_tok(&ctx->kv, b->seq ? b->seq[i] : 0, b->pos[i]) = b->token[i];
     for (uint32_t s = 0; s < ctx->kv.n_seq; s++)
         if (ctx->seq_next[s] >= 0) ctx->kv.seq_len[s] = (uint32_t)ctx->seq_next[s];
     return 0;

@@ -21,11 +21,20 @@ struct engine_context_params {
     uint32_t n_batch;   /* tokens per internal step (scratch rows); 0 = 512 */
     uint32_t n_outputs; /* rows of logits one decode may return; 0 = n_seq */
     int n_threads;      /* 0 = 1 */
-    enum kern_type type_k, type_v; /* cache types: f32, f16 or bf16 for now */
+    /* cache types, K and V independently: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1,
+     * iq4_nl (block types need head sizes that are multiples of 32) */
+    enum kern_type type_k, type_v;
+    /* Hadamard rotation of quantized K/V (DESIGN.md 3.4); the caller-facing layer sets it
+     * from its config and engine_kv_rotation_env_default(), once. Default true. */
+    bool kv_rotation;
 };
 
-/* The defaults above (f16 cache). */
+/* The defaults above (f16 cache, kv_rotation on). */
 void engine_context_params_default(struct engine_context_params *p);
+/* false when the environment says WARM_ATTN_ROT_DISABLE=<non-zero integer> (as llama.cpp's
+ * LLAMA_ATTN_ROT_DISABLE), else true. For warm-run and the daemon's config to read once at
+ * startup; the engine itself never reads the environment. */
+bool engine_kv_rotation_env_default(void);
 
 struct engine_context;
 
@@ -73,3 +82,50 @@ uint32_t engine_kv_seq_len(const struct engine_context *ctx, int32_t seq);
 int engine_kv_seq_rm(struct engine_context *ctx, int32_t seq, uint32_t p0);
 /* Makes dst a copy of positions [0, p1) of src (p1 is clamped to src's length). */
 int engine_kv_seq_cp(struct engine_context *ctx, int32_t src, int32_t dst, uint32_t p1);
+/* Context shift: drops positions [p0, p0 + n_discard) of seq and moves the later cells
+ * down by n_discard, re-applying RoPE to their cached K (for every K type: dequantize the
+ * whole row, un-rotate when the cache is rotated, RoPE by -n_discard, rotate, quantize).
+ * V rows and token ids move unchanged. The sequence's length drops by n_discard. */
+int engine_kv_seq_shift(struct engine_context *ctx, int32_t seq, uint32_t p0, uint32_t n_discard,
+                        struct err_detail *d);
+
+/* What the cache of a context is: its types, layers that own KV, and the Hadamard sizes
+ * it records (0 = not rotated). */
+struct engine_kv_info {
+    enum kern_type type_k, type_v;
+    uint32_t n_layer_kv;
+    int n_rot_k, n_rot_v;
+};
+void engine_context_kv_info(const struct engine_context *ctx, struct engine_kv_info *ret);
+
+/* ---- KV state blobs (DESIGN.md 3.5) -------------------------------------------------- */
+
+/* The blob format, field by field, and its version policy: engine/kv-state.c. */
+#define ENGINE_KV_STATE_VERSION 1
+
+/* Writes the KV state of positions [p0, p1) of seq (0 <= p0 < p1 <= its length) as a blob
+ * into buf. With buf == NULL only *ret_size is set (the bytes the blob needs: call this
+ * first); ERR_TOO_LARGE when cap is smaller than that. *ret_size on success only. The
+ * blob depends only on the cache's contents: exporting twice gives the same bytes. */
+int engine_kv_export(const struct engine_context *ctx, int32_t seq, uint32_t p0, uint32_t p1,
+                     void *buf, size_t cap, size_t *ret_size, struct err_detail *d);
+
+/* Restores a blob of positions [p0, p1) into seq. The sequence must hold at least p0
+ * positions; it is truncated to p0 and the blob's [p0, p1) written after it (so a chain
+ * of chunk blobs is imported in order, and a blob may overwrite a tail). tokens (NULL: no
+ * check) are the caller's token ids from position 0 on, n_tokens of them: every position of
+ * [p0, p1) must be among them and hold the blob's token.
+ * Everything is checked before the cache is touched, in this order, each with its own
+ * error and a message in d: not a blob / truncated / malformed (ERR_STATE_BAD), version
+ * (ERR_STATE_VERSION: "incompatible state version (blob N, runtime M)"), model
+ * (ERR_STATE_MODEL: "state belongs to another model"), layers, head sizes, RoPE
+ * (ERR_STATE_LAYOUT), types (ERR_STATE_KEY_TYPE / ERR_STATE_VALUE_TYPE: "incompatible key
+ * type (blob q8_0, runtime f16)"), rotation (ERR_STATE_KEY_ROT / ERR_STATE_VALUE_ROT:
+ * "incompatible key rotation (blob n_rot_k=128, runtime 0)"), where it goes (ERR_INVALID:
+ * sequence, p0 past its length; ERR_CTX_FULL: p1 past n_ctx), tokens (ERR_STATE_TOKENS:
+ * "token mismatch at position P (blob X, expected Y)"), checksums (ERR_STATE_CHECKSUM).
+ * A failed import leaves the sequence exactly as it was. *ret_p1 (may be NULL) = p1 on
+ * success. */
+int engine_kv_import(struct engine_context *ctx, int32_t seq, const void *blob, size_t n,
+                     const int32_t *tokens, size_t n_tokens, uint32_t *ret_p1,
+                     struct err_detail *d);

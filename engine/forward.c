@@ -127,38 +127,50 @@ void forward_step(struct engine_context *ctx, const struct engine_batch *b, int3
         /* attention RMSNorm: xb (n, dim) */
         for (int32_t t = 0; t < n; t++) kern_rmsnorm(xb + t * dim, x + t * dim, l->attn_norm.data, dim, eps);
 
-        /* q (n, n_head × hd_k), k (n, n_head_kv × hd_k), v (n, n_head_kv × hd_v) */
+        /* q (n, n_head × hd_k), k (n, n_head_kv × hd_k), v (n, n_head_kv × hd_v);
+         * a shared-KV layer computes only q and reads the KV of kv_source(il) */
+        const bool own = kv_owns(kv, il);
         matmul(ctx, q, &l->wq, xb, n);
-        matmul(ctx, k, &l->wk, xb, n);
-        matmul(ctx, v, &l->wv, xb, n);
         add_bias(q, &l->bq, n);
-        add_bias(k, &l->bk, n);
-        add_bias(v, &l->bv, n);
+        if (own) {
+            matmul(ctx, k, &l->wk, xb, n);
+            matmul(ctx, v, &l->wv, xb, n);
+            add_bias(k, &l->bk, n);
+            add_bias(v, &l->bv, n);
+        }
 
         /* qwen3: RMSNorm of every query and key head (hd_k values each) */
         if (l->q_norm.data)
             for (int64_t i = 0; i < n * hp->n_head; i++) kern_rmsnorm(q + i * hd_k, q + i * hd_k, l->q_norm.data, hd_k, eps);
-        if (l->k_norm.data)
+        if (own && l->k_norm.data)
             for (int64_t i = 0; i < n * hp->n_head_kv; i++) kern_rmsnorm(k + i * hd_k, k + i * hd_k, l->k_norm.data, hd_k, eps);
 
         /* RoPE on the first n_rot values of every query and key head */
         for (int32_t t = 0; t < n; t++) {
             const float *cs = ctx->rope_cs + t * n_rot;
             kern_rope_apply(q + t * q_dim, cs, hp->n_head, hd_k, &ctx->rope);
-            kern_rope_apply(k + t * k_dim, cs, hp->n_head_kv, hd_k, &ctx->rope);
+            if (own) kern_rope_apply(k + t * k_dim, cs, hp->n_head_kv, hd_k, &ctx->rope);
         }
 
+        /* Hadamard rotation (DESIGN.md 3.4), with the sizes of the KV this layer reads:
+         * q and k blockwise by the K rotation (q·k is unchanged), v by the V rotation */
+        const int rot_k = kv_rot_k(kv, il), rot_v = kv_rot_v(kv, il);
+        if (rot_k) kern_hadamard(q, n * q_dim, rot_k);
+        if (rot_k && own) kern_hadamard(k, n * k_dim, rot_k);
+        if (rot_v && own) kern_hadamard(v, n * v_dim, rot_v);
+
         /* store k and v at (sequence, position) in the cache's types */
-        if (kv_owns(kv, il))
+        if (own)
             for (int32_t t = 0; t < n; t++) {
                 int32_t seq = batch_seq(b, t0 + t), pos = b->pos[t0 + t];
                 kv_row_store(kv_k_row(kv, il, seq, pos), k + t * k_dim, kv->type_k, k_dim);
                 kv_row_store(kv_v_row(kv, il, seq, pos), v + t * v_dim, kv->type_v, v_dim);
             }
 
-        /* attention: att (n, n_head × hd_v) */
+        /* attention: att (n, n_head × hd_v), un-rotated by the V rotation (H·H = I) */
         struct attention_args aa = {.ctx = ctx, .b = b, .t0 = t0, .n = n, .il = il};
         pool_run(ctx->pool, attention_task, &aa, attn_work);
+        if (rot_v) kern_hadamard(ctx->att, n * hp->n_head * hp->head_dim_v, rot_v);
 
         /* output projection and residual: x += att · Woᵀ */
         matmul(ctx, xb, &l->wo, ctx->att, n);

@@ -263,6 +263,9 @@ static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct
         return r;
     if (hp->n_rot % 2 != 0)
         return err_set(d, ERR_MODEL_HPARAM, "%s.rope.dimension_count %u is odd", a, hp->n_rot);
+    if ((r = hp_u32(f, a, "attention.shared_kv_layers", false, 0, 0, hp->n_layer - 1,
+                    &hp->n_layer_kv_shared, d)) < 0)
+        return r;
     if ((r = hp_f32(f, a, "attention.layer_norm_rms_epsilon", true, 0, 1e-30f, 1.0f, &hp->rms_eps,
                     d)) < 0 ||
         (r = hp_f32(f, a, "rope.freq_base", false, 10000.0f, 1e-3f, 1e12f, &hp->rope_freq_base,

@@ -67,6 +67,9 @@ struct engine_hparams {
     float yarn_beta_slow;     /* default 1 */
 
     bool tied_embeddings; /* no output.weight: the classifier is token_embd.weight */
+    /* <arch>.attention.shared_kv_layers (default 0, < n_layer): the last this many layers
+     * own no KV and read the KV of the last layer that does (engine/kv-cache.h) */
+    uint32_t n_layer_kv_shared;
 };
 
 /* A weight: n_out rows of n_in values of `type` (kern_matmul's layout; GGUF ne[0] = n_in,

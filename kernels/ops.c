@@ -119,8 +119,29 @@ static inline float bf16_to_f32(uint16_t h) {
     return f;
 }
 
-/* dst = n rows of head_dim values of type t, rows src_stride bytes apart, as f32. */
-static void rows_to_f32(float *dst, const char *src, size_t src_stride, enum kern_type t,
+/* q8_0 and q4_0 blocks decoded inline (the traits' to_f32 is a call the vector clones
+ * cannot see into): x = d·q, and x = d·(nibble - 8) with the low nibbles of a block's 16
+ * bytes holding values 0..15 and the high nibbles values 16..31. */
+static inline void q8_0_to_f32(float *d, const struct block_q8_0 *b, int64_t n) {
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        float s = f16_to_f32(b[i].d);
+        for (int j = 0; j < QK8_0; j++) d[i * QK8_0 + j] = s * (float)b[i].qs[j];
+    }
+}
+
+static inline void q4_0_to_f32(float *d, const struct block_q4_0 *b, int64_t n) {
+    for (int64_t i = 0; i < n / QK4_0; i++) {
+        float s = f16_to_f32(b[i].d);
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            d[i * QK4_0 + j] = s * (float)((b[i].qs[j] & 0x0f) - 8);
+            d[i * QK4_0 + j + QK4_0 / 2] = s * (float)((b[i].qs[j] >> 4) - 8);
+        }
+    }
+}
+
+/* dst = n rows of head_dim values of type t, rows src_stride bytes apart, as f32.
+ * Inlined into each clone of kern_attn_head() so the loops get its vector width. */
+static inline __attribute__((always_inline)) void rows_to_f32(float *dst, const char *src, size_t src_stride, enum kern_type t,
                         int64_t n, int64_t head_dim) {
     for (int64_t j = 0; j < n; j++) {
         const void *row = src + (size_t)j * src_stride;
@@ -133,6 +154,10 @@ static void rows_to_f32(float *dst, const char *src, size_t src_stride, enum ker
         } else if (t == KERN_TYPE_BF16) {
             const uint16_t *h = row;
             for (int64_t i = 0; i < head_dim; i++) d[i] = bf16_to_f32(h[i]);
+        } else if (t == KERN_TYPE_Q8_0) {
+            q8_0_to_f32(d, row, head_dim);
+        } else if (t == KERN_TYPE_Q4_0) {
+            q4_0_to_f32(d, row, head_dim);
         } else {
             kern_type_traits(t)->to_f32(d, row, head_dim);
         }

@@ -48,6 +48,17 @@ void kern_rope_cache(float *cs, int32_t pos, const struct kern_rope_params *p);
 void kern_rope_apply(float *x, const float *cs, int64_t n_head, int64_t head_dim,
                      const struct kern_rope_params *p);
 
+/* ---- Hadamard rotation of KV vectors (DESIGN.md 3.4) ---------------------------------- */
+
+/* Replaces every contiguous block of n_rot values of x (n values, a multiple of n_rot;
+ * n_rot a power of two) by H·block, H the normalized Sylvester Hadamard matrix
+ * H[i][j] = (-1)^popcount(i & j) / sqrt(n_rot): symmetric and orthonormal, so a second
+ * call undoes the first (H·H = I). Computed as a fast Walsh–Hadamard transform
+ * (log2(n_rot) butterfly stages, then the 1/sqrt(n_rot) scale). kern_hadamard() is the
+ * SIMD clone of kern_ref_hadamard() and gives the same bits. */
+void kern_hadamard(float *x, int64_t n, int64_t n_rot);
+void kern_ref_hadamard(float *x, int64_t n, int64_t n_rot);
+
 /* ---- attention over a cache in its stored type --------------------------------------- */
 
 /* Keys (and values) per tile: kern_attn_head() converts a tile of cached rows to f32 once
@@ -64,7 +75,10 @@ int64_t kern_attn_scratch_floats(int64_t n_query, int64_t head_dim_k, int64_t he
  *     out = out + t·out_stride + g·head_dim_v       (f32)
  *     out = Σ_{j < n_kv[t]} softmax_j(scale · q·K_j) · V_j
  *   K_j = head_dim_k values of type kt at (const char *)k + j·k_stride; V_j likewise.
- * Head sizes must be multiples of the types' block sizes. scratch holds
+ * Cache types: f32, f16, bf16 and the 32-value block types q8_0, q4_0, q4_1, q5_0, q5_1,
+ * iq4_nl (any type with a to_f32); f16, bf16, q8_0 and q4_0 tiles are decoded inline, so
+ * each vector clone (AVX-512, AVX2) vectorizes them, the other block types through their
+ * reference to_f32. Head sizes must be multiples of the types' block sizes. scratch holds
  * kern_attn_scratch_floats(n_tok · n_group, head_dim_k, head_dim_v) floats. */
 void kern_attn_head(float *out, int64_t out_stride, const float *q, int64_t q_stride,
                     int64_t n_tok, int64_t n_group, const int32_t *n_kv, const void *k,

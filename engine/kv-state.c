@@ -1,0 +1,460 @@
+/* KV state blobs: engine_kv_export() / engine_kv_import() (DESIGN.md 3.5).
+ *
+ * ## Format, version 1 (ENGINE_KV_STATE_VERSION)
+ * Little-endian, no padding, every field 4 or 8 bytes wide; offsets in bytes.
+ *
+ * Fixed header (KVS_FIXED = 40 bytes):
+ *   0   magic          4 bytes "WKVS"
+ *   4   format_version u32, 1
+ *   8   header_bytes   u32, bytes from offset 0 to the range section
+ *                      (= 40 + the cache ABI records); lets a reader skip the ABI
+ *   12  flags          u32, 0 (no flag is defined in version 1; non-zero is rejected)
+ *   16  fingerprint    16 bytes: the model's XXH3-128, low u64 then high u64
+ *   32  arch           u32, enum engine_arch of the model
+ *   36  n_cache        u32, caches that follow (1: warmd has one cache per context; an SWA
+ *                      model would add its SWA cache as a second record)
+ * Cache ABI record, per cache (KVS_CACHE_FIXED = 88 bytes + 4 per model layer):
+ *   +0  n_layer        u32, layers of the model (entries of the source map)
+ *   +4  n_layer_kv     u32, layers that own KV (and have rows in the payload)
+ *   +8  type_k         u32, ggml type id of cached K (kern_type)
+ *   +12 type_v         u32, same for V
+ *   +16 head_dim_k     u32
+ *   +20 head_dim_v     u32
+ *   +24 n_head_kv      u32
+ *   +28 n_rot_k        u32, Hadamard block of K, 0 = not rotated (DESIGN.md 3.4)
+ *   +32 n_rot_v        u32, same for V
+ *   +36 rot_kind       u32, 0 = none (both sizes 0), 1 = normalized Sylvester Hadamard,
+ *                      blockwise, applied after RoPE
+ *   +40 v_layout       u32, 0 = V as rows of n_head_kv × head_dim_v per position
+ *   +44 swa_window     u32, 0 = full attention
+ *   +48 rope_dims      u32, rotated values per head
+ *   +52 rope_kind      u32, enum engine_rope_kind (0 adjacent pairs, 1 NeoX halves)
+ *   +56 rope_scaling   u32, enum engine_rope_scaling
+ *   +60 rope_base      f32
+ *   +64 rope_freq_scale f32
+ *   +68 yarn_ext_factor f32
+ *   +72 yarn_attn_factor f32
+ *   +76 yarn_beta_fast f32
+ *   +80 yarn_beta_slow f32
+ *   +84 rope_n_ctx_orig u32
+ *   +88 source         i32 × n_layer: the layer whose KV each layer reads (kv_source)
+ * Range section (at header_bytes):
+ *   +0  p0             u32, first position
+ *   +4  p1             u32, one past the last (p0 < p1)
+ *   +8  tokens         i32 × (p1 - p0), the token id of each position
+ *   then payload_bytes u64, payload_xxh3 u64 (XXH3-64 of the payload), header_xxh3 u64
+ *   (XXH3-64 of every byte before this field: header, ABI, range and the two fields
+ *   before it), then the payload.
+ * Payload: per cache, per owning layer in layer order, the K rows of positions [p0, p1)
+ * then their V rows, each row the cache's own bytes (n_head_kv × head_dim values of the
+ * cache type, rotated when n_rot is not 0): n_layer_kv × (p1 - p0) × (k_row + v_row) bytes.
+ * The blob ends with the payload; trailing bytes are an error.
+ *
+ * ## Version policy
+ * Bytes 0..11 (magic, format_version, header_bytes) keep their meaning forever. Any other
+ * change of layout or meaning — a field added, removed, widened or reinterpreted, a new
+ * payload encoding, a new rot_kind — bumps format_version by one. A reader accepts only
+ * its own version (exact equality, as llama.cpp's state files): a blob of another version
+ * is rejected as incompatible, never converted, and the daemon recomputes and overwrites
+ * it. New versions do not reuse the numbers of old ones.
+ *
+ * ## Checks on import, in order (nothing is written before all pass)
+ * magic and size (ERR_STATE_BAD), version, structure (lengths, counts, known types,
+ * payload size = the ABI's; ERR_STATE_BAD), model fingerprint and arch, layout (layers,
+ * source map, head sizes, RoPE), K type, V type, K rotation, V rotation, destination
+ * (sequence, positions), tokens, header checksum, payload checksum. */
+#include "engine/forward.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define KVS_MAGIC "WKVS"
+#define KVS_FIXED 40
+#define KVS_CACHE_FIXED 88
+#define KVS_ROT_NONE 0
+#define KVS_ROT_HADAMARD 1
+
+/* ---- little-endian writer and reader ------------------------------------------------ */
+
+static uint8_t *put_u32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+    return p + 4;
+}
+static uint8_t *put_u64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+    return p + 8;
+}
+static uint8_t *put_f32(uint8_t *p, float f) {
+    uint32_t v;
+    memcpy(&v, &f, 4);
+    return put_u32(p, v);
+}
+static uint32_t get_u32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t get_u64(const uint8_t *p) {
+    return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
+}
+static float get_f32(const uint8_t *p) {
+    uint32_t v = get_u32(p);
+    float f;
+    memcpy(&f, &v, 4);
+    return f;
+}
+
+/* ---- the cache ABI ----------------------------------------------------------------- */
+
+/* The fields of one cache ABI record, as numbers (the runtime's or a blob's). */
+struct kvs_abi {
+    uint32_t n_layer, n_layer_kv, type_k, type_v, head_dim_k, head_dim_v, n_head_kv;
+    uint32_t n_rot_k, n_rot_v, rot_kind, v_layout, swa_window;
+    uint32_t rope_dims, rope_kind, rope_scaling;
+    float rope_base, rope_freq_scale, yarn_ext, yarn_attn, yarn_beta_fast, yarn_beta_slow;
+    uint32_t rope_n_ctx_orig;
+    const uint8_t *source_le; /* blob: n_layer little-endian i32 */
+};
+
+static void abi_of(const struct engine_context *ctx, struct kvs_abi *a) {
+    const struct kv_cache *kv = &ctx->kv;
+    const struct engine_hparams *hp = &ctx->model->hp;
+    *a = (struct kvs_abi){
+        .n_layer = kv->n_layer,
+        .n_layer_kv = kv->n_layer_kv,
+        .type_k = (uint32_t)kv->type_k,
+        .type_v = (uint32_t)kv->type_v,
+        .head_dim_k = (uint32_t)kv->head_dim_k,
+        .head_dim_v = (uint32_t)kv->head_dim_v,
+        .n_head_kv = (uint32_t)kv->n_head_kv,
+        .n_rot_k = (uint32_t)kv->n_rot_k,
+        .n_rot_v = (uint32_t)kv->n_rot_v,
+        .rot_kind = kv->n_rot_k || kv->n_rot_v ? KVS_ROT_HADAMARD : KVS_ROT_NONE,
+        .v_layout = 0,
+        .swa_window = 0,
+        .rope_dims = hp->n_rot,
+        .rope_kind = (uint32_t)hp->rope_kind,
+        .rope_scaling = (uint32_t)hp->rope_scaling,
+        .rope_base = ctx->rope.freq_base,
+        .rope_freq_scale = ctx->rope.freq_scale,
+        .yarn_ext = ctx->rope.ext_factor,
+        .yarn_attn = ctx->rope.attn_factor,
+        .yarn_beta_fast = ctx->rope.beta_fast,
+        .yarn_beta_slow = ctx->rope.beta_slow,
+        .rope_n_ctx_orig = (uint32_t)ctx->rope.n_ctx_orig,
+    };
+}
+
+static uint8_t *abi_put(uint8_t *p, const struct kvs_abi *a, const struct kv_cache *kv) {
+    const uint32_t u[] = {a->n_layer,    a->n_layer_kv, a->type_k,    a->type_v,
+                          a->head_dim_k, a->head_dim_v, a->n_head_kv, a->n_rot_k,
+                          a->n_rot_v,    a->rot_kind,   a->v_layout,  a->swa_window,
+                          a->rope_dims,  a->rope_kind,  a->rope_scaling};
+    for (size_t i = 0; i < ARRAY_SIZE(u); i++) p = put_u32(p, u[i]);
+    const float f[] = {a->rope_base, a->rope_freq_scale, a->yarn_ext,
+                       a->yarn_attn, a->yarn_beta_fast,  a->yarn_beta_slow};
+    for (size_t i = 0; i < ARRAY_SIZE(f); i++) p = put_f32(p, f[i]);
+    p = put_u32(p, a->rope_n_ctx_orig);
+    for (uint32_t il = 0; il < kv->n_layer; il++) p = put_u32(p, (uint32_t)kv->source[il]);
+    return p;
+}
+
+static void abi_get(const uint8_t *p, struct kvs_abi *a) {
+    uint32_t *u[] = {&a->n_layer,    &a->n_layer_kv, &a->type_k,    &a->type_v,
+                     &a->head_dim_k, &a->head_dim_v, &a->n_head_kv, &a->n_rot_k,
+                     &a->n_rot_v,    &a->rot_kind,   &a->v_layout,  &a->swa_window,
+                     &a->rope_dims,  &a->rope_kind,  &a->rope_scaling};
+    for (size_t i = 0; i < ARRAY_SIZE(u); i++, p += 4) *u[i] = get_u32(p);
+    float *f[] = {&a->rope_base, &a->rope_freq_scale, &a->yarn_ext,
+                  &a->yarn_attn, &a->yarn_beta_fast,  &a->yarn_beta_slow};
+    for (size_t i = 0; i < ARRAY_SIZE(f); i++, p += 4) *f[i] = get_f32(p);
+    a->rope_n_ctx_orig = get_u32(p);
+    a->source_le = p + 4;
+}
+
+/* Bytes of the blob of n_pos positions of kv; false on overflow. */
+static bool blob_size(const struct kv_cache *kv, uint32_t n_pos, size_t *ret) {
+    size_t payload, rows, tok;
+    if (!size_mul((size_t)kv->n_layer_kv * n_pos, kv->k_row_bytes + kv->v_row_bytes, &payload))
+        return false;
+    rows = KVS_FIXED + KVS_CACHE_FIXED + 4 * (size_t)kv->n_layer;
+    if (!size_mul(n_pos, 4, &tok)) return false;
+    return size_add(rows + 8 + 24, tok, &rows) && size_add(rows, payload, ret);
+}
+
+/* ---- export -------------------------------------------------------------------------- */
+
+int engine_kv_export(const struct engine_context *ctx, int32_t seq, uint32_t p0, uint32_t p1,
+                     void *buf, size_t cap, size_t *ret_size, struct err_detail *d) {
+    const struct kv_cache *kv = &ctx->kv;
+    if (seq < 0 || (uint32_t)seq >= kv->n_seq)
+        return err_set(d, ERR_INVALID, "sequence %d is not in [0, %u)", seq, kv->n_seq);
+    if (p0 >= p1 || p1 > kv->seq_len[seq])
+        return err_set(d, ERR_INVALID, "range [%u, %u) is not a non-empty part of the %u "
+                       "positions of sequence %d", p0, p1, kv->seq_len[seq], seq);
+    size_t size;
+    if (!blob_size(kv, p1 - p0, &size))
+        return err_set(d, ERR_OVERFLOW, "a blob of %u positions overflows", p1 - p0);
+    if (!buf) {
+        *ret_size = size;
+        return 0;
+    }
+    if (cap < size)
+        return err_set(d, ERR_TOO_LARGE, "the blob needs %zu bytes, the buffer holds %zu", size,
+                       cap);
+
+    uint8_t *p = buf;
+    memcpy(p, KVS_MAGIC, 4);
+    p = put_u32(p + 4, ENGINE_KV_STATE_VERSION);
+    p = put_u32(p, (uint32_t)(KVS_FIXED + KVS_CACHE_FIXED + 4 * (size_t)kv->n_layer));
+    p = put_u32(p, 0);
+    p = put_u64(p, ctx->model->fingerprint.lo);
+    p = put_u64(p, ctx->model->fingerprint.hi);
+    p = put_u32(p, (uint32_t)ctx->model->arch);
+    p = put_u32(p, 1);
+    struct kvs_abi abi;
+    abi_of(ctx, &abi);
+    p = abi_put(p, &abi, kv);
+    p = put_u32(p, p0);
+    p = put_u32(p, p1);
+    for (uint32_t pos = p0; pos < p1; pos++) p = put_u32(p, (uint32_t)*kv_tok(kv, seq, (int32_t)pos));
+    uint8_t *sums = p;
+    uint8_t *payload = sums + 24, *q = payload;
+    size_t base = (size_t)seq * kv->n_ctx + p0, n_pos = p1 - p0;
+    for (uint32_t i = 0; i < kv->n_layer_kv; i++) {
+        memcpy(q, (const char *)kv->k[i] + base * kv->k_row_bytes, n_pos * kv->k_row_bytes);
+        q += n_pos * kv->k_row_bytes;
+        memcpy(q, (const char *)kv->v[i] + base * kv->v_row_bytes, n_pos * kv->v_row_bytes);
+        q += n_pos * kv->v_row_bytes;
+    }
+    size_t payload_bytes = (size_t)(q - payload);
+    p = put_u64(sums, payload_bytes);
+    p = put_u64(p, hash64(payload, payload_bytes));
+    put_u64(p, hash64(buf, (size_t)(p - (uint8_t *)buf)));
+    *ret_size = size;
+    return 0;
+}
+
+/* ---- import -------------------------------------------------------------------------- */
+
+/* A parsed blob: views into its bytes, valid while the blob is. */
+struct kvs_view {
+    struct kvs_abi abi;
+    const uint8_t *fingerprint;
+    uint32_t arch, p0, p1;
+    const uint8_t *tokens;   /* (p1 - p0) little-endian i32 */
+    const uint8_t *sums;     /* payload_bytes, payload_xxh3, header_xxh3 */
+    const uint8_t *payload;
+    size_t payload_bytes;
+    size_t k_row_bytes, v_row_bytes;
+};
+
+static bool kv_type_known(uint32_t t) {
+    const struct kern_type_traits *tt = kern_type_traits((int)t);
+    return tt && tt->to_f32 && tt->from_f32 && tt->blck_size <= 32;
+}
+
+/* Magic, size, version, then the blob's own consistency (no runtime comparison yet). */
+static int blob_parse(const uint8_t *b, size_t n, struct kvs_view *v, struct err_detail *d) {
+    if (n < 12 || memcmp(b, KVS_MAGIC, 4) != 0)
+        return err_set(d, ERR_STATE_BAD, n < 12 ? "not a state blob: %zu bytes" :
+                       "not a state blob (bad magic, %zu bytes)", n);
+    uint32_t version = get_u32(b + 4);
+    if (version != ENGINE_KV_STATE_VERSION)
+        return err_set(d, ERR_STATE_VERSION, "incompatible state version (blob %u, runtime %u)",
+                       version, ENGINE_KV_STATE_VERSION);
+    if (n < KVS_FIXED + KVS_CACHE_FIXED)
+        return err_set(d, ERR_STATE_BAD, "state blob truncated: %zu bytes, the header alone "
+                       "needs %d", n, KVS_FIXED + KVS_CACHE_FIXED);
+    uint32_t header_bytes = get_u32(b + 8), flags = get_u32(b + 12), n_cache = get_u32(b + 36);
+    if (flags != 0)
+        return err_set(d, ERR_STATE_BAD, "state blob: flags 0x%x at offset 12 (none defined)",
+                       flags);
+    if (n_cache != 1)
+        return err_set(d, ERR_STATE_BAD, "state blob: %u caches at offset 36, expected 1",
+                       n_cache);
+    v->fingerprint = b + 16;
+    v->arch = get_u32(b + 32);
+    abi_get(b + KVS_FIXED, &v->abi);
+    const struct kvs_abi *a = &v->abi;
+    if (a->n_layer < 1 || a->n_layer > ENGINE_MAX_LAYERS)
+        return err_set(d, ERR_STATE_BAD, "state blob: n_layer %u at offset %d is not in [1, %d]",
+                       a->n_layer, KVS_FIXED, ENGINE_MAX_LAYERS);
+    if (header_bytes != KVS_FIXED + KVS_CACHE_FIXED + 4 * a->n_layer)
+        return err_set(d, ERR_STATE_BAD, "state blob: header_bytes %u at offset 8, the ABI "
+                       "of %u layers makes %u", header_bytes, a->n_layer,
+                       KVS_FIXED + KVS_CACHE_FIXED + 4 * a->n_layer);
+    if (n < (size_t)header_bytes + 8)
+        return err_set(d, ERR_STATE_BAD, "state blob truncated at %zu bytes, inside the header "
+                       "(%u bytes)", n, header_bytes + 8);
+    /* source map: owners read themselves, shared layers read an owner; n_layer_kv owners */
+    uint32_t owners = 0;
+    for (uint32_t il = 0; il < a->n_layer; il++) {
+        uint32_t src = get_u32(a->source_le + 4 * il);
+        bool ok = src < a->n_layer && get_u32(a->source_le + 4 * src) == src;
+        if (!ok)
+            return err_set(d, ERR_STATE_BAD, "state blob: layer %u reads layer %u (offset %u), "
+                           "which owns no KV", il, src, KVS_FIXED + KVS_CACHE_FIXED + 4 * il);
+        owners += src == il;
+    }
+    if (owners != a->n_layer_kv)
+        return err_set(d, ERR_STATE_BAD, "state blob: n_layer_kv %u, the source map has %u "
+                       "owners", a->n_layer_kv, owners);
+    if (!kv_type_known(a->type_k) || !kv_type_known(a->type_v))
+        return err_set(d, ERR_STATE_BAD, "state blob: unknown cache type ids %u/%u at offset %d",
+                       a->type_k, a->type_v, KVS_FIXED + 8);
+    size_t n_embd_k, n_embd_v;
+    if (!size_mul(a->n_head_kv, a->head_dim_k, &n_embd_k) ||
+        !size_mul(a->n_head_kv, a->head_dim_v, &n_embd_v) || n_embd_k > (1u << 24) ||
+        n_embd_v > (1u << 24))
+        return err_set(d, ERR_STATE_BAD, "state blob: %u heads of %u/%u values", a->n_head_kv,
+                       a->head_dim_k, a->head_dim_v);
+    v->k_row_bytes = kern_row_size(a->type_k, (int64_t)n_embd_k);
+    v->v_row_bytes = kern_row_size(a->type_v, (int64_t)n_embd_v);
+    if (v->k_row_bytes == 0 || v->v_row_bytes == 0)
+        return err_set(d, ERR_STATE_BAD, "state blob: rows of %zu/%zu values do not fit the "
+                       "cache types' blocks", n_embd_k, n_embd_v);
+    bool rotated = a->n_rot_k || a->n_rot_v;
+    if (a->rot_kind != (rotated ? KVS_ROT_HADAMARD : KVS_ROT_NONE))
+        return err_set(d, ERR_STATE_BAD, "state blob: rotation kind %u with n_rot_k=%u, "
+                       "n_rot_v=%u", a->rot_kind, a->n_rot_k, a->n_rot_v);
+
+    const uint8_t *r = b + header_bytes;
+    v->p0 = get_u32(r);
+    v->p1 = get_u32(r + 4);
+    if (v->p0 >= v->p1)
+        return err_set(d, ERR_STATE_BAD, "state blob: empty range [%u, %u) at offset %u", v->p0,
+                       v->p1, header_bytes);
+    size_t n_pos = v->p1 - v->p0, at = (size_t)header_bytes + 8, tok_bytes, expect;
+    if (!size_mul(n_pos, 4, &tok_bytes) || tok_bytes > n - at || n - at - tok_bytes < 24)
+        return err_set(d, ERR_STATE_BAD, "state blob truncated: %zu positions of tokens at "
+                       "offset %zu do not fit in %zu bytes", n_pos, at, n);
+    v->tokens = b + at;
+    at += tok_bytes;
+    v->sums = b + at;
+    at += 24;
+    uint64_t payload_bytes = get_u64(v->sums);
+    if (payload_bytes != n - at)
+        return err_set(d, ERR_STATE_BAD, "state blob: payload of %llu bytes (offset %zu), but "
+                       "%zu bytes follow", (unsigned long long)payload_bytes, at - 24, n - at);
+    if (!size_mul((size_t)a->n_layer_kv * n_pos, v->k_row_bytes + v->v_row_bytes, &expect))
+        return err_set(d, ERR_STATE_BAD, "state blob: %zu positions of %u layers overflow",
+                       n_pos, a->n_layer_kv);
+    if (expect != payload_bytes)
+        return err_set(d, ERR_STATE_BAD, "state blob: payload of %llu bytes, its ABI makes "
+                       "%zu", (unsigned long long)payload_bytes, expect);
+    v->payload = b + at;
+    v->payload_bytes = (size_t)payload_bytes;
+    return 0;
+}
+
+/* One field of the layout that must equal the runtime's. */
+#define LAYOUT_U32(field, name)                                                        \
+    if (blob->field != run->field)                                                     \
+        return err_set(d, ERR_STATE_LAYOUT, "incompatible cache layout: " name         \
+                       " (blob %u, runtime %u)", blob->field, run->field);
+#define LAYOUT_F32(field, name)                                                        \
+    if (memcmp(&blob->field, &run->field, sizeof(float)) != 0)                         \
+        return err_set(d, ERR_STATE_LAYOUT, "incompatible cache layout: " name         \
+                       " (blob %g, runtime %g)", (double)blob->field, (double)run->field);
+
+static int abi_compare(const struct kvs_abi *blob, const struct kvs_abi *run,
+                       const struct kv_cache *kv, struct err_detail *d) {
+    LAYOUT_U32(n_layer, "n_layer")
+    LAYOUT_U32(n_layer_kv, "layers that own KV")
+    for (uint32_t il = 0; il < run->n_layer; il++) {
+        uint32_t src = get_u32(blob->source_le + 4 * il);
+        if (src != (uint32_t)kv->source[il])
+            return err_set(d, ERR_STATE_LAYOUT, "incompatible cache layout: layer %u reads the "
+                           "KV of layer %u (blob), %d (runtime)", il, src, kv->source[il]);
+    }
+    LAYOUT_U32(n_head_kv, "n_head_kv")
+    LAYOUT_U32(head_dim_k, "key head size")
+    LAYOUT_U32(head_dim_v, "value head size")
+    LAYOUT_U32(v_layout, "value layout")
+    LAYOUT_U32(swa_window, "SWA window")
+    LAYOUT_U32(rope_dims, "RoPE dims")
+    LAYOUT_U32(rope_kind, "RoPE kind")
+    LAYOUT_U32(rope_scaling, "RoPE scaling")
+    LAYOUT_U32(rope_n_ctx_orig, "RoPE original context")
+    LAYOUT_F32(rope_base, "RoPE base")
+    LAYOUT_F32(rope_freq_scale, "RoPE frequency scale")
+    LAYOUT_F32(yarn_ext, "YaRN extrapolation factor")
+    LAYOUT_F32(yarn_attn, "YaRN attention factor")
+    LAYOUT_F32(yarn_beta_fast, "YaRN beta_fast")
+    LAYOUT_F32(yarn_beta_slow, "YaRN beta_slow")
+    if (blob->type_k != run->type_k)
+        return err_set(d, ERR_STATE_KEY_TYPE, "incompatible key type (blob %s, runtime %s)",
+                       kern_type_name((int)blob->type_k), kern_type_name((int)run->type_k));
+    if (blob->type_v != run->type_v)
+        return err_set(d, ERR_STATE_VALUE_TYPE, "incompatible value type (blob %s, runtime %s)",
+                       kern_type_name((int)blob->type_v), kern_type_name((int)run->type_v));
+    if (blob->n_rot_k != run->n_rot_k)
+        return err_set(d, ERR_STATE_KEY_ROT, "incompatible key rotation (blob n_rot_k=%u, "
+                       "runtime %u)", blob->n_rot_k, run->n_rot_k);
+    if (blob->n_rot_v != run->n_rot_v)
+        return err_set(d, ERR_STATE_VALUE_ROT, "incompatible value rotation (blob n_rot_v=%u, "
+                       "runtime %u)", blob->n_rot_v, run->n_rot_v);
+    return 0;
+}
+
+#undef LAYOUT_U32
+#undef LAYOUT_F32
+
+int engine_kv_import(struct engine_context *ctx, int32_t seq, const void *blob, size_t n,
+                     const int32_t *tokens, size_t n_tokens, uint32_t *ret_p1,
+                     struct err_detail *d) {
+    struct kv_cache *kv = &ctx->kv;
+    const uint8_t *b = blob;
+    struct kvs_view v;
+    int r;
+    if (!blob) return err_set(d, ERR_STATE_BAD, "not a state blob: no bytes");
+    if ((r = blob_parse(b, n, &v, d)) < 0) return r;
+
+    const struct hash128 *fp = &ctx->model->fingerprint;
+    if (get_u64(v.fingerprint) != fp->lo || get_u64(v.fingerprint + 8) != fp->hi ||
+        v.arch != (uint32_t)ctx->model->arch)
+        return err_set(d, ERR_STATE_MODEL, "state belongs to another model");
+    struct kvs_abi run;
+    abi_of(ctx, &run);
+    if ((r = abi_compare(&v.abi, &run, kv, d)) < 0) return r;
+
+    if (seq < 0 || (uint32_t)seq >= kv->n_seq)
+        return err_set(d, ERR_INVALID, "sequence %d is not in [0, %u)", seq, kv->n_seq);
+    if (v.p0 > kv->seq_len[seq])
+        return err_set(d, ERR_INVALID, "the blob starts at position %u, sequence %d holds %u "
+                       "positions", v.p0, seq, kv->seq_len[seq]);
+    if (v.p1 > kv->n_ctx)
+        return err_set(d, ERR_CTX_FULL, "the blob ends at position %u, past the context size "
+                       "%u", v.p1, kv->n_ctx);
+    const uint32_t n_vocab = ctx->model->hp.n_vocab;
+    for (uint32_t p = v.p0; p < v.p1; p++) {
+        int32_t t = (int32_t)get_u32(v.tokens + 4 * (size_t)(p - v.p0));
+        if (t < 0 || (uint32_t)t >= n_vocab)
+            return err_set(d, ERR_STATE_TOKENS, "token id %d at position %u is not in [0, %u)",
+                           t, p, n_vocab);
+        if (tokens && p >= n_tokens)
+            return err_set(d, ERR_STATE_TOKENS, "token mismatch at position %u (blob %d, "
+                           "expected none: the caller's tokens end at %zu)", p, t, n_tokens);
+        if (tokens && tokens[p] != t)
+            return err_set(d, ERR_STATE_TOKENS, "token mismatch at position %u (blob %d, "
+                           "expected %d)", p, t, tokens[p]);
+    }
+    size_t header_len = (size_t)(v.sums + 16 - b);
+    if (get_u64(v.sums + 16) != hash64(b, header_len))
+        return err_set(d, ERR_STATE_CHECKSUM, "state blob: header checksum mismatch");
+    if (get_u64(v.sums + 8) != hash64(v.payload, v.payload_bytes))
+        return err_set(d, ERR_STATE_CHECKSUM, "state blob: payload checksum mismatch");
+
+    /* all checked: truncate to p0 and write [p0, p1) */
+    size_t base = (size_t)seq * kv->n_ctx + v.p0, n_pos = v.p1 - v.p0;
+    const uint8_t *q = v.payload;
+    for (uint32_t i = 0; i < kv->n_layer_kv; i++) {
+        memcpy((char *)kv->k[i] + base * kv->k_row_bytes, q, n_pos * kv->k_row_bytes);
+        q += n_pos * kv->k_row_bytes;
+        memcpy((char *)kv->v[i] + base * kv->v_row_bytes, q, n_pos * kv->v_row_bytes);
+        q += n_pos * kv->v_row_bytes;
+    }
+    for (size_t i = 0; i < n_pos; i++) kv->tok[base + i] = (int32_t)get_u32(v.tokens + 4 * i);
+    kv->seq_len[seq] = v.p1;
+    if (ret_p1) *ret_p1 = v.p1;
+    return 0;
+}
