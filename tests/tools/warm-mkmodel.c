@@ -428,7 +428,8 @@ static int parse_args(int argc, char **argv, struct opts *o) {
     else if (o->head_dim % 2) why = "--head-dim must be even (RoPE rotates pairs)";
     else if (!o->arch->free_head_dim && o->head_dim * o->n_head != o->n_embd)
         why = "this architecture needs head-dim * n-head == n-embd";
-    else if (o->shared_kv_layers > o->n_layer) why = "--shared-kv-layers exceeds --n-layer";
+    else if (o->shared_kv_layers >= o->n_layer)
+        why = "--shared-kv-layers must leave at least one layer that owns KV";
     if (why) {
         fprintf(stderr, "warm-mkmodel: %s\n", why);
         return ERR_INVALID;

@@ -4,7 +4,9 @@
  *   warm-run -m MODEL [-p PROMPT | --prompt-ids "1 403 407"] [-n STEPS] [--max-new N]
  *            [-t THREADS] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S]
  *            [--repeat-penalty R] [--freq-penalty F] [--presence-penalty P]
- *            [--penalty-last-n N] [--cache-type f32|f16|bf16] [--ids] [--stop-on-bos]
+ *            [--penalty-last-n N] [--cache-type TYPE] [--ctk TYPE] [--ctv TYPE]
+ *            [--kv-rotation on|off] [--save-state FILE --save-at N] [--load-state FILE]
+ *            [--ids] [--stop-on-bos]
  *
  * Steps (-n, as llama2.c's run.c and ../shared/models/README.md): forward passes at
  * positions 0..STEPS-1; every position from the last prompt token on samples one token,
@@ -12,7 +14,15 @@
  * Generation stops at an end-of-generation token, and at BOS with --stop-on-bos (models
  * like stories260K end a story with BOS). Neither stop token is printed or counted.
  * With --ids, two lines follow the text: "prompt_ids: ..." and "generated_ids: ...".
- * Timings go to stderr. Default sampling is greedy (--temp 0). */
+ * Timings go to stderr. Default sampling is greedy (--temp 0).
+ *
+ * KV cache: --cache-type sets the K and V types, --ctk / --ctv each one (f32, f16, bf16,
+ * q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl; default f16). Hadamard rotation of quantized K/V
+ * is on unless --kv-rotation off or WARM_ATTN_ROT_DISABLE=1 (read once here).
+ * --save-state FILE --save-at N processes prompt positions [0, N), writes their KV state
+ * blob to FILE and stops. --load-state FILE imports a blob (its tokens must be the
+ * prompt's), processes the rest of the prompt (at least its last token, for the logits)
+ * and generates; a rejected blob ends warm-run with exit status 1 and the reason. */
 #include "engine/engine.h"
 #include "engine/vocab.h"
 
@@ -28,7 +38,10 @@ struct options {
     long steps, max_new;
     int threads;
     bool ids, stop_on_bos;
-    const char *cache_type;
+    const char *cache_type, *ctk, *ctv;
+    const char *save_state, *load_state;
+    long save_at;
+    int kv_rotation; /* -1: from the environment */
     struct engine_sampler_params sp;
 };
 
@@ -38,8 +51,11 @@ static void usage(FILE *f) {
                "       [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] "
                "[--repeat-penalty R]\n"
                "       [--freq-penalty F] [--presence-penalty P] [--penalty-last-n N] "
-               "[--cache-type f32|f16|bf16]\n"
-               "       [--ids] [--stop-on-bos]\n");
+               "[--cache-type TYPE]\n"
+               "       [--ctk TYPE] [--ctv TYPE] [--kv-rotation on|off] "
+               "[--save-state FILE --save-at N] [--load-state FILE]\n"
+               "       [--ids] [--stop-on-bos]\n"
+               "TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl\n");
 }
 
 static int parse_long(const char *s, long lo, long hi, long *out) {
@@ -67,6 +83,7 @@ static int options_parse(int argc, char **argv, struct options *o) {
     o->max_new = -1;
     o->threads = (int)MAX(1, sysconf(_SC_NPROCESSORS_ONLN));
     o->cache_type = "f16";
+    o->kv_rotation = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long n;
@@ -82,6 +99,15 @@ static int options_parse(int argc, char **argv, struct options *o) {
         else if (!strcmp(a, "-p")) o->prompt = v;
         else if (!strcmp(a, "--prompt-ids")) o->prompt_ids = v;
         else if (!strcmp(a, "--cache-type")) o->cache_type = v;
+        else if (!strcmp(a, "--ctk")) o->ctk = v;
+        else if (!strcmp(a, "--ctv")) o->ctv = v;
+        else if (!strcmp(a, "--save-state")) o->save_state = v;
+        else if (!strcmp(a, "--load-state")) o->load_state = v;
+        else if (!strcmp(a, "--save-at")) r = parse_long(v, 1, INT32_MAX, &o->save_at);
+        else if (!strcmp(a, "--kv-rotation")) {
+            o->kv_rotation = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -2;
+            if (o->kv_rotation == -2) r = -EINVAL;
+        }
         else if (!strcmp(a, "-n")) r = parse_long(v, 1, INT32_MAX, &o->steps);
         else if (!strcmp(a, "--max-new")) r = parse_long(v, 0, INT32_MAX, &o->max_new);
         else if (!strcmp(a, "-t")) r = parse_long(v, 1, 1024, &n), o->threads = (int)n;
@@ -107,6 +133,14 @@ static int options_parse(int argc, char **argv, struct options *o) {
     }
     if (!o->model) {
         usage(stderr);
+        return -EINVAL;
+    }
+    if (!o->save_state != !o->save_at) {
+        fprintf(stderr, "warm-run: --save-state and --save-at go together\n");
+        return -EINVAL;
+    }
+    if (o->save_state && o->load_state) {
+        fprintf(stderr, "warm-run: --save-state and --load-state exclude each other\n");
         return -EINVAL;
     }
     return 0;
@@ -164,6 +198,69 @@ static int fail(const char *what, int r, const struct err_detail *d) {
     return 1;
 }
 
+/* Writes the state blob of positions [0, n) of sequence 0 to path; 0 or exit status 1. */
+static int state_save(struct engine_context *ctx, const char *path, uint32_t n) {
+    struct err_detail d = {0};
+    size_t size = 0;
+    int r = engine_kv_export(ctx, 0, 0, n, NULL, 0, &size, &d);
+    if (r < 0) return fail("save state", r, &d);
+    void *buf = malloc(size);
+    if (!buf) return fail("save state", -ENOMEM, NULL);
+    r = engine_kv_export(ctx, 0, 0, n, buf, size, &size, &d);
+    if (r < 0) {
+        free(buf);
+        return fail("save state", r, &d);
+    }
+    FILE *f = fopen(path, "wb");
+    bool ok = f && fwrite(buf, 1, size, f) == size;
+    if (f && fclose(f) != 0) ok = false;
+    free(buf);
+    if (!ok) {
+        fprintf(stderr, "warm-run: cannot write %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    fprintf(stderr, "warm-run: saved positions [0, %u) to %s (%zu bytes)\n", n, path, size);
+    return 0;
+}
+
+/* Imports the blob in path into sequence 0, checked against the prompt's tokens;
+ * 0 or exit status 1 with the reason printed. */
+static int state_load(struct engine_context *ctx, const char *path, const int32_t *prompt,
+                      size_t n_prompt, uint32_t *ret_p1) {
+    struct err_detail d = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "warm-run: cannot open %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n == cap) {
+            cap = cap ? 2 * cap : 1 << 16;
+            char *nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return fail("load state", -ENOMEM, NULL);
+            }
+            buf = nb;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    fclose(f);
+    int r = engine_kv_import(ctx, 0, buf, n, prompt, n_prompt, ret_p1, &d);
+    free(buf);
+    if (r < 0) {
+        fprintf(stderr, "warm-run: load state %s: %s (%s)\n", path, err_msg(&d, r), err_name(r));
+        return 1;
+    }
+    fprintf(stderr, "warm-run: loaded positions [0, %u) from %s\n", *ret_p1, path);
+    return 0;
+}
+
 /* Prints the piece of id through the streaming detokenizer. */
 static void emit(struct engine_detok *dt, int32_t id, char *buf, size_t cap) {
     int n = engine_detok_feed(dt, id, buf, cap);
@@ -179,9 +276,11 @@ int main(int argc, char **argv) {
     struct run run = {0};
     struct err_detail d = {0};
     int r, rc = 1;
-    int kt = kern_type_from_name(o.cache_type);
-    if (kt < 0) {
-        fprintf(stderr, "warm-run: unknown cache type '%s'\n", o.cache_type);
+    int kt = kern_type_from_name(o.ctk ? o.ctk : o.cache_type);
+    int vt = kern_type_from_name(o.ctv ? o.ctv : o.cache_type);
+    if (kt < 0 || vt < 0) {
+        fprintf(stderr, "warm-run: unknown cache type '%s'\n",
+                kt < 0 ? (o.ctk ? o.ctk : o.cache_type) : (o.ctv ? o.ctv : o.cache_type));
         return 2;
     }
 
@@ -224,7 +323,9 @@ int main(int argc, char **argv) {
     engine_context_params_default(&cp);
     cp.n_ctx = (uint32_t)o.steps;
     cp.n_threads = o.threads;
-    cp.type_k = cp.type_v = (enum kern_type)kt;
+    cp.type_k = (enum kern_type)kt;
+    cp.type_v = (enum kern_type)vt;
+    cp.kv_rotation = o.kv_rotation >= 0 ? o.kv_rotation == 1 : engine_kv_rotation_env_default();
     if ((r = engine_context_new(run.model, &cp, &run.ctx, &d)) < 0) {
         rc = fail("context", r, &d);
         goto out;
@@ -256,7 +357,38 @@ int main(int argc, char **argv) {
         emit(&dt, run.prompt[i], run.piece, piece_cap);
     }
     uint64_t t0 = time_now_usec();
-    struct engine_batch b = {.n_tok = (int32_t)n_prompt, .token = run.prompt, .pos = pos};
+    if (o.save_state) {
+        if ((size_t)o.save_at > n_prompt) {
+            fprintf(stderr, "warm-run: --save-at %ld is past the prompt's %zu tokens\n",
+                    o.save_at, n_prompt);
+            free(pos);
+            goto out;
+        }
+        struct engine_batch sb = {.n_tok = (int32_t)o.save_at, .token = run.prompt, .pos = pos};
+        r = engine_context_decode(run.ctx, &sb, &d);
+        free(pos);
+        if (r < 0) {
+            rc = fail("prompt", r, &d);
+            goto out;
+        }
+        rc = state_save(run.ctx, o.save_state, (uint32_t)o.save_at);
+        goto out;
+    }
+    /* with --load-state: the blob's positions, then the rest of the prompt (at least its
+     * last token, whose logits start the generation) */
+    size_t start = 0;
+    if (o.load_state) {
+        uint32_t p1 = 0;
+        if ((rc = state_load(run.ctx, o.load_state, run.prompt, n_prompt, &p1)) != 0) {
+            free(pos);
+            goto out;
+        }
+        rc = 1;
+        start = MIN((size_t)p1, n_prompt - 1);
+        engine_kv_seq_rm(run.ctx, 0, (uint32_t)start);
+    }
+    struct engine_batch b = {.n_tok = (int32_t)(n_prompt - start), .token = run.prompt + start,
+                             .pos = pos + start};
     r = engine_context_decode(run.ctx, &b, &d);
     free(pos);
     if (r < 0) {
