@@ -623,6 +623,10 @@ X86_INLINE vf vf_load_w(const uint8_t *row, int64_t i, const int F) {
 }
 #endif
 
+X86_INLINE const uint8_t *vf_w_addr(const uint8_t *row, int64_t i, const int F) {
+    return row + (F == FK_F32 ? 4 : 2) * i;
+}
+
 X86_INLINE float f_load_w1(const uint8_t *row, int64_t i, const int F) {
     switch (F) {
     case FK_F32: {
@@ -657,6 +661,8 @@ X86_INLINE void ftile_body(float *y, int64_t ys, const uint8_t *w, size_t wst, c
         for (int t = 0; t < NT; t++) xv[t] = vf_loadu((const float *)(x + t * xst) + i);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
+            /* decode streams w once: fetch the next tile's rows ahead (see direct_body) */
+            if (NT == 1) _mm_prefetch((const char *)vf_w_addr(w + r * wst, i, F) + 4 * wst, _MM_HINT_T0);
             vf wv = vf_load_w(w + r * wst, i, F);
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) acc[r][t] = vf_fma(wv, xv[t], acc[r][t]);

@@ -120,8 +120,24 @@ static int mm_setup_init(struct mm_setup *m, int wt, int64_t n_in, int64_t n_out
         return -ENOMEM;
     }
     for (int k = 0; k < 16; k++) {
+        uint8_t *dst = proto + rs * (size_t)k;
         for (int64_t i = 0; i < n_in; i++) row[i] = frand();
-        tr->from_f32(proto + rs * (size_t)k, row, n_in);
+        if (tr->from_f32) {
+            tr->from_f32(dst, row, n_in);
+            continue;
+        }
+        /* k-quants have no quantizer: random blocks with sane fp16 super-block scales
+         * (d, dmin at bytes 0 and 2; q6_K's d at byte 208) */
+        for (size_t i = 0; i < rs; i++) dst[i] = (uint8_t)(frand() * 127.0f);
+        kern_f16 d = kern_fp32_to_fp16(0.01f);
+        for (size_t b = 0; b < rs / tr->type_size; b++) {
+            uint8_t *blk = dst + b * tr->type_size;
+            if (wt == KERN_TYPE_Q6_K) memcpy(blk + 208, &d, 2);
+            else {
+                memcpy(blk, &d, 2);
+                memcpy(blk + 2, &d, 2);
+            }
+        }
     }
     for (size_t r = 0; r < (size_t)n_out * (size_t)m->n_copies; r++)
         memcpy(m->w + r * rs, proto + rs * (r % 16), rs);
