@@ -177,7 +177,7 @@ if [ -f "$models/stories260K.gguf" ]; then
 fi
 run=$(mktemp -d /tmp/warmd-run.XXXXXX)
 chown warm:warm "$run"
-runuser -u warm -- warmd --socket="$run/warmd.sock" >"$W/warmd.log" 2>&1 &
+setpriv --reuid=warm --regid=warm --init-groups warmd --socket="$run/warmd.sock" >"$W/warmd.log" 2>&1 &
 pid=$!
 i=0
 while [ ! -S "$run/warmd.sock" ] && [ $i -lt 100 ] && kill -0 $pid 2>/dev/null; do
@@ -204,7 +204,7 @@ echo "started, served, stopped with exit 0 on SIGTERM; /var/lib/warmd/cache owne
 step "lintian"
 lintian --version
 # Exit status is not used: the tags are judged below.
-lintian --no-tag-display-limit --display-info "$W"/warmd_"${version}"_*.changes \
+lintian --tag-display-limit 0 --display-info "$W"/warmd_"${version}"_*.changes \
     >"$W/lintian.log" 2>&1 || true
 cat "$W/lintian.log"
 errors=$(grep '^E: ' "$W/lintian.log" || true)
