@@ -137,6 +137,7 @@ int residency_acquire(struct daemon *d, const char *name, uint64_t keep_alive_us
     if (e >= 0) {
         struct runner_params p = {
             .n_ctx = c->ctx_size,
+            .n_seq = c->parallel,
             .n_threads = (int)d->threads,
             .type_k = (enum kern_type)kern_type_from_name(config_cache_type_names[c->cache_type_k]),
             .type_v = (enum kern_type)kern_type_from_name(config_cache_type_names[c->cache_type_v]),

@@ -1,4 +1,10 @@
-/* runner — a loaded model and its generation loop (see runner.h). */
+/* runner — a loaded model and its generation loop (see runner.h).
+ *
+ * Continuous batching: the loop owns n_slots sequences of the context. Each step it
+ * admits queued jobs into free slots (the slot whose cached tokens share the longest
+ * prefix with the prompt, so that prefix is not recomputed), then builds one batch of
+ * every decoding slot's next token plus up to PREFILL_STEP prompt tokens of prefilling
+ * slots, runs one forward pass, and samples for every slot that got logits. */
 #include "daemon/runner.h"
 
 #include "daemon/log.h"
@@ -8,6 +14,26 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+
+/* Prompt tokens per step over all prefilling slots (the widest matmul tile): decoding
+ * slots wait at most one such step, cancellation is seen and the watchdog beat stamped
+ * between steps, so even a big model on a CPU stays well inside WatchdogSec. */
+#define PREFILL_STEP 64
+
+enum slot_state { SLOT_FREE, SLOT_PREFILL, SLOT_DECODE };
+
+struct slot {
+    enum slot_state state;
+    struct runner_job *job;
+    int32_t *cached;            /* tokens whose KV is in this sequence */
+    uint32_t n_cached;
+    uint32_t n_prefilled;       /* prompt tokens in the cache (PREFILL) */
+    int32_t next;               /* sampled, to be decoded (DECODE) */
+    struct engine_sampler *sampler;
+    struct engine_detok dt;
+    struct runner_result res;
+    uint64_t start_usec, prefill_end_usec, last_used_usec;
+};
 
 struct runner {
     char name[160];
@@ -21,11 +47,12 @@ struct runner {
     struct notify_beat beat;
     char beat_name[192];
 
-    /* Tokens whose KV is in sequence 0 (the previous job's prompt and output). */
-    int32_t *cached;
-    uint32_t n_cached;
-    int32_t *pos;               /* scratch: positions 0..n_ctx-1 */
-    char *piece;                /* scratch for the detokenizer */
+    struct slot *slots;         /* n_slots; slot i is sequence i */
+    uint32_t n_slots;
+    /* Scratch of one batch: at most one token per decoding slot plus PREFILL_STEP. */
+    int32_t *b_token, *b_pos, *b_seq;
+    bool *b_want;
+    char *piece;
     size_t piece_cap;
 
     pthread_t thread;
@@ -80,139 +107,274 @@ static void stall(struct runner *r) {
     while (time_now_usec() < until && !stopping(r)) usleep(10000);
 }
 
-/* Runs one job to its end; returns 0 or an error (with msg). */
-static int run_job(struct runner *r, struct runner_job *j, struct runner_result *res,
-                   char *msg, size_t n_msg) {
-    struct err_detail d = {0};
-    uint64_t t0 = time_now_usec();
-    res->queue_usec = t0 - j->submit_usec;
-    res->prompt_tokens = (uint32_t)j->n_prompt;
+/* ---- slots --------------------------------------------------------------------------- */
+
+/* Ends the slot's job: done() with the outcome, the slot is free again. */
+static void slot_finish(struct runner *r, struct slot *s, int err, const char *msg) {
+    struct runner_job *j = s->job;
+    if (s->state == SLOT_DECODE || s->prefill_end_usec)
+        s->res.decode_usec = time_now_usec() - (s->prefill_end_usec ? s->prefill_end_usec : s->start_usec);
+    engine_sampler_free(s->sampler);
+    s->sampler = NULL;
+    s->job = NULL;
+    s->state = SLOT_FREE;
+    s->last_used_usec = time_now_usec();
+    char m[600];
+    if (err == -ESHUTDOWN) snprintf(m, sizeof m, "model '%s' was unloaded", r->name);
+    else if (err == -ECANCELED) snprintf(m, sizeof m, "cancelled by the client");
+    else snprintf(m, sizeof m, "%s", msg ? msg : "");
+    j->ops->done(j, &s->res, err, m);
+    pthread_mutex_lock(&r->lock);
+    r->n_jobs--;
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* Prompt tokens of j already in slot s (never the last: its logits are needed). */
+static uint32_t common_prefix(const struct slot *s, const struct runner_job *j) {
+    uint32_t keep = 0, lim = (uint32_t)MIN((size_t)s->n_cached, j->n_prompt - 1);
+    while (keep < lim && s->cached[keep] == j->prompt[keep]) keep++;
+    return keep;
+}
+
+/* The free slot for j: the longest shared prefix, then the least recently used. */
+static struct slot *slot_pick(struct runner *r, const struct runner_job *j) {
+    struct slot *best = NULL;
+    uint32_t best_keep = 0;
+    for (uint32_t i = 0; i < r->n_slots; i++) {
+        struct slot *s = &r->slots[i];
+        if (s->state != SLOT_FREE) continue;
+        uint32_t keep = j->n_prompt ? common_prefix(s, j) : 0;
+        if (!best || keep > best_keep ||
+            (keep == best_keep && s->last_used_usec < best->last_used_usec)) {
+            best = s;
+            best_keep = keep;
+        }
+    }
+    return best;
+}
+
+/* Starts j in slot s: keeps the shared prefix, sets up sampler and detokenizer. */
+static void slot_start(struct runner *r, struct slot *s, struct runner_job *j) {
+    int32_t seq = (int32_t)(s - r->slots);
+    memset(&s->res, 0, sizeof s->res);
+    s->job = j;
+    s->start_usec = time_now_usec();
+    s->prefill_end_usec = 0;
+    s->res.queue_usec = s->start_usec - j->submit_usec;
+    s->res.prompt_tokens = (uint32_t)j->n_prompt;
+    s->state = SLOT_PREFILL;
+    char msg[160];
     if (j->n_prompt == 0 || j->n_prompt > r->n_ctx) {
-        snprintf(msg, n_msg, "the prompt has %zu tokens; the context holds %u", j->n_prompt,
-                 r->n_ctx);
-        return ERR_CTX_FULL;
+        snprintf(msg, sizeof msg, "the prompt has %zu tokens; the context holds %u",
+                 j->n_prompt, r->n_ctx);
+        slot_finish(r, s, ERR_CTX_FULL, msg);
+        return;
     }
-    /* Reuse the cached prefix, but always recompute the last prompt token: its logits
-     * are what the first sample needs. */
-    uint32_t keep = 0, lim = (uint32_t)MIN((size_t)r->n_cached, j->n_prompt - 1);
-    while (keep < lim && r->cached[keep] == j->prompt[keep]) keep++;
-    int e = engine_kv_seq_rm(r->ctx, 0, keep);
+    uint32_t keep = common_prefix(s, j);
+    int e = engine_kv_seq_rm(r->ctx, seq, keep);
+    if (e < 0) keep = 0, e = engine_kv_seq_rm(r->ctx, seq, 0);
     if (e < 0) {
-        r->n_cached = 0;
-        snprintf(msg, n_msg, "cannot reset the sequence: %s", err_str(e));
-        return e;
+        s->n_cached = 0;
+        snprintf(msg, sizeof msg, "cannot reset sequence %d: %s", seq, err_str(e));
+        slot_finish(r, s, e, msg);
+        return;
     }
-    r->n_cached = keep;
-    res->ram_tokens = keep;
-    res->evaluated_tokens = (uint32_t)j->n_prompt - keep;
-
-    struct engine_sampler *s = NULL;
-    e = engine_sampler_new(&j->sampling, engine_vocab_n_tokens(r->vocab), &s);
+    s->n_cached = s->n_prefilled = keep;
+    s->res.ram_tokens = keep;
+    s->res.evaluated_tokens = (uint32_t)j->n_prompt - keep;
+    e = engine_sampler_new(&j->sampling, engine_vocab_n_tokens(r->vocab), &s->sampler);
     if (e < 0) {
-        snprintf(msg, n_msg, "sampler: %s", err_str(e));
-        return e;
+        snprintf(msg, sizeof msg, "sampler: %s", err_str(e));
+        slot_finish(r, s, e, msg);
+        return;
     }
-    for (size_t i = 0; i < j->n_prompt; i++) engine_sampler_accept(s, j->prompt[i]);
-
-    /* Prefill in chunks of 64 tokens (the widest matmul tile): cancellation is seen and
-     * the watchdog beat stamped between them, so even a big model on a CPU stays well
-     * inside WatchdogSec per step. */
-    const uint32_t chunk = 64;
-    for (uint32_t p = keep; p < j->n_prompt; p += chunk) {
-        if (stopping(r)) { e = -ESHUTDOWN; goto out; }
-        if (j->ops->cancelled(j)) { e = -ECANCELED; goto out; }
-        uint32_t n = (uint32_t)MIN((size_t)chunk, j->n_prompt - p);
-        struct engine_batch b = {.n_tok = (int32_t)n, .token = j->prompt + p, .pos = r->pos + p};
-        e = engine_context_decode(r->ctx, &b, &d);
-        if (e < 0) {
-            snprintf(msg, n_msg, "prefill: %s", err_msg(&d, e));
-            goto out;
-        }
-        memcpy(r->cached + p, j->prompt + p, n * sizeof(int32_t));
-        r->n_cached = p + n;
-        notify_beat_step(&r->beat, time_now_usec());
-    }
-    uint64_t t1 = time_now_usec();
-    res->prefill_usec = t1 - t0;
-
-    struct engine_detok dt;
-    engine_detok_init(&dt, r->vocab, ENGINE_DETOK_TEXT_START | ENGINE_DETOK_VALID_UTF8);
-    /* Feed the prompt so a leading-space rule sees where the text stands. */
+    for (size_t i = 0; i < j->n_prompt; i++) engine_sampler_accept(s->sampler, j->prompt[i]);
+    /* The detokenizer sees the prompt so a leading-space rule knows where text stands. */
+    engine_detok_init(&s->dt, r->vocab, ENGINE_DETOK_TEXT_START | ENGINE_DETOK_VALID_UTF8);
     for (size_t i = 0; i < j->n_prompt; i++)
-        if (engine_detok_feed(&dt, j->prompt[i], r->piece, r->piece_cap) < 0) break;
-    uint32_t pos = (uint32_t)j->n_prompt;  /* where the next sampled token goes */
-    for (;;) {
-        if (stopping(r)) { e = -ESHUTDOWN; break; }
-        if (j->ops->cancelled(j)) { e = -ECANCELED; break; }
-        int32_t tok = engine_sampler_sample(s, engine_context_logits(r->ctx, 0));
-        if (engine_vocab_is_eog(r->vocab, tok)) {
-            res->stop = RUNNER_STOP_EOS;
-            break;
-        }
-        engine_sampler_accept(s, tok);
-        res->generated_tokens++;
-        int n = engine_detok_feed(&dt, tok, r->piece, r->piece_cap);
-        if (n < 0) n = 0;
-        if (!j->ops->token(j, tok, r->piece, (size_t)n)) {
-            res->stop = RUNNER_STOP_CALLER;
-            break;
-        }
-        if (j->max_tokens && res->generated_tokens >= j->max_tokens) {
-            res->stop = RUNNER_STOP_MAX_TOKENS;
-            break;
-        }
-        if (pos >= r->n_ctx) {
-            res->stop = RUNNER_STOP_CONTEXT_FULL;
-            break;
-        }
-        if (r->test_stall_usec) stall(r);
-        struct engine_batch one = {.n_tok = 1, .token = &tok, .pos = r->pos + pos};
-        e = engine_context_decode(r->ctx, &one, &d);
-        if (e < 0) {
-            snprintf(msg, n_msg, "decode: %s", err_msg(&d, e));
-            break;
-        }
-        r->cached[pos] = tok;
-        r->n_cached = ++pos;
-        notify_beat_step(&r->beat, time_now_usec());
+        if (engine_detok_feed(&s->dt, j->prompt[i], r->piece, r->piece_cap) < 0) break;
+}
+
+/* Samples the slot's next token from logits and hands it to the job; the slot then
+ * decodes it next step or is finished. (An unfinished character at the very end of a
+ * stream is dropped, never sent half.) */
+static void slot_sample(struct runner *r, struct slot *s, const float *logits) {
+    struct runner_job *j = s->job;
+    int32_t tok = engine_sampler_sample(s->sampler, logits);
+    if (engine_vocab_is_eog(r->vocab, tok)) {
+        s->res.stop = RUNNER_STOP_EOS;
+        slot_finish(r, s, 0, NULL);
+        return;
     }
-    /* An unfinished character at the very end is dropped (never sent half). */
-    res->decode_usec = time_now_usec() - t1;
-out:
-    if (e == -ESHUTDOWN) snprintf(msg, n_msg, "model '%s' was unloaded", r->name);
-    else if (e == -ECANCELED) snprintf(msg, n_msg, "cancelled by the client");
-    engine_sampler_free(s);
-    return e;
+    engine_sampler_accept(s->sampler, tok);
+    s->res.generated_tokens++;
+    int n = engine_detok_feed(&s->dt, tok, r->piece, r->piece_cap);
+    if (!j->ops->token(j, tok, r->piece, (size_t)MAX(n, 0))) {
+        s->res.stop = RUNNER_STOP_CALLER;
+        slot_finish(r, s, 0, NULL);
+    } else if (j->max_tokens && s->res.generated_tokens >= j->max_tokens) {
+        s->res.stop = RUNNER_STOP_MAX_TOKENS;
+        slot_finish(r, s, 0, NULL);
+    } else if (s->n_cached >= r->n_ctx) {
+        s->res.stop = RUNNER_STOP_CONTEXT_FULL;
+        slot_finish(r, s, 0, NULL);
+    } else {
+        s->next = tok;
+        s->state = SLOT_DECODE;
+    }
+}
+
+/* ---- the loop ------------------------------------------------------------------------ */
+
+/* Builds and runs one batch over the active slots, then samples. */
+static void step(struct runner *r) {
+    int32_t n = 0;
+    struct slot *owner[PREFILL_STEP + 256]; /* the slot of each batch token */
+    uint32_t n_take[256] = {0};             /* prompt tokens added per slot */
+    for (uint32_t i = 0; i < r->n_slots; i++) {
+        struct slot *s = &r->slots[i];
+        if (s->state != SLOT_DECODE) continue;
+        r->b_token[n] = s->next;
+        r->b_pos[n] = (int32_t)s->n_cached;
+        r->b_seq[n] = (int32_t)i;
+        r->b_want[n] = true;
+        owner[n++] = s;
+    }
+    int32_t n_decode = n;
+    uint32_t budget = PREFILL_STEP;
+    for (uint32_t i = 0; i < r->n_slots && budget; i++) {
+        struct slot *s = &r->slots[i];
+        if (s->state != SLOT_PREFILL) continue;
+        uint32_t left = (uint32_t)s->job->n_prompt - s->n_prefilled;
+        uint32_t take = MIN(left, budget);
+        for (uint32_t k = 0; k < take; k++) {
+            uint32_t p = s->n_prefilled + k;
+            r->b_token[n] = s->job->prompt[p];
+            r->b_pos[n] = (int32_t)p;
+            r->b_seq[n] = (int32_t)i;
+            r->b_want[n] = p + 1 == s->job->n_prompt; /* the last prompt token's logits */
+            owner[n++] = s;
+        }
+        n_take[i] = take;
+        budget -= take;
+    }
+    if (n == 0) return;
+    if (r->test_stall_usec && n_decode) stall(r); /* a decode step wedges, like a hang */
+    struct engine_batch b = {.n_tok = n, .token = r->b_token, .pos = r->b_pos,
+                             .seq = r->b_seq, .want_logits = r->b_want};
+    struct err_detail d = {0};
+    int e = engine_context_decode(r->ctx, &b, &d);
+    if (e < 0) {
+        /* A rejected batch changes nothing; fail the jobs that were in it. */
+        char msg[600];
+        snprintf(msg, sizeof msg, "forward pass: %s", err_msg(&d, e));
+        for (uint32_t i = 0; i < r->n_slots; i++) {
+            struct slot *s = &r->slots[i];
+            if (s->state == SLOT_DECODE || (s->state == SLOT_PREFILL && n_take[i]))
+                slot_finish(r, s, e, msg);
+        }
+        return;
+    }
+    /* The cache now holds the batch: record it per slot. */
+    for (uint32_t i = 0; i < r->n_slots; i++) {
+        struct slot *s = &r->slots[i];
+        if (s->state == SLOT_DECODE) s->cached[s->n_cached++] = s->next;
+        else if (s->state == SLOT_PREFILL && n_take[i]) {
+            memcpy(s->cached + s->n_prefilled, s->job->prompt + s->n_prefilled,
+                   n_take[i] * sizeof(int32_t));
+            s->n_prefilled += n_take[i];
+            s->n_cached = s->n_prefilled;
+            if (s->n_prefilled == s->job->n_prompt) {
+                s->prefill_end_usec = time_now_usec();
+                s->res.prefill_usec = s->prefill_end_usec - s->start_usec;
+            }
+        }
+    }
+    /* Logits come in batch order of the tokens that wanted them. */
+    int32_t out = 0;
+    for (int32_t k = 0; k < n; k++) {
+        if (!r->b_want[k]) continue;
+        const float *logits = engine_context_logits(r->ctx, out++);
+        struct slot *s = owner[k];
+        if (s->state != SLOT_FREE && logits) slot_sample(r, s, logits);
+    }
 }
 
 static void *loop(void *arg) {
     struct runner *r = arg;
-    pthread_mutex_lock(&r->lock);
     for (;;) {
-        while (!r->head && !r->stopping) pthread_cond_wait(&r->cond, &r->lock);
-        struct runner_job *j = r->head;
-        if (!j) break; /* stopping with an empty queue */
-        r->head = j->next;
-        if (!r->head) r->tail = NULL;
-        bool stop = r->stopping;
-        pthread_mutex_unlock(&r->lock);
-
-        struct runner_result res = {0};
-        char msg[600] = "";
-        int e = -ESHUTDOWN;
-        if (stop) snprintf(msg, sizeof msg, "model '%s' was unloaded", r->name);
-        else {
-            notify_beat_busy(&r->beat, true, time_now_usec());
-            e = run_job(r, j, &res, msg, sizeof msg);
-            notify_beat_busy(&r->beat, false, time_now_usec());
-        }
-        j->ops->done(j, &res, e, msg);
-
+        /* Admit queued jobs into free slots. */
         pthread_mutex_lock(&r->lock);
-        r->n_jobs--;
+        bool stop = r->stopping;
+        struct runner_job *admit[256];
+        uint32_t n_admit = 0, n_busy = 0;
+        for (uint32_t i = 0; i < r->n_slots; i++) n_busy += r->slots[i].state != SLOT_FREE;
+        while (r->head && (stop || n_busy + n_admit < r->n_slots) && n_admit < 256) {
+            admit[n_admit++] = r->head;
+            r->head = r->head->next;
+            if (!r->head) r->tail = NULL;
+        }
+        if (!n_busy && !n_admit) {
+            if (stop) {
+                pthread_mutex_unlock(&r->lock);
+                break;
+            }
+            notify_beat_busy(&r->beat, false, time_now_usec());
+            pthread_cond_wait(&r->cond, &r->lock);
+            pthread_mutex_unlock(&r->lock);
+            continue;
+        }
+        pthread_mutex_unlock(&r->lock);
+        if (!atomic_load(&r->beat.busy)) notify_beat_busy(&r->beat, true, time_now_usec());
+
+        for (uint32_t i = 0; i < n_admit; i++) {
+            if (stop) {
+                /* Unloading: queued jobs end without a slot. */
+                struct runner_result res = {.prompt_tokens = (uint32_t)admit[i]->n_prompt};
+                char msg[200];
+                snprintf(msg, sizeof msg, "model '%s' was unloaded", r->name);
+                admit[i]->ops->done(admit[i], &res, -ESHUTDOWN, msg);
+                pthread_mutex_lock(&r->lock);
+                r->n_jobs--;
+                pthread_mutex_unlock(&r->lock);
+                continue;
+            }
+            struct slot *slot = slot_pick(r, admit[i]);
+            if (slot) slot_start(r, slot, admit[i]); /* admitted only when a slot is free */
+        }
+        /* Stops and cancellations, then one step for everyone left. */
+        for (uint32_t i = 0; i < r->n_slots; i++) {
+            struct slot *s = &r->slots[i];
+            if (s->state == SLOT_FREE) continue;
+            if (stop) slot_finish(r, s, -ESHUTDOWN, NULL);
+            else if (s->job->ops->cancelled(s->job)) slot_finish(r, s, -ECANCELED, NULL);
+        }
+        if (!stop) step(r);
+        notify_beat_step(&r->beat, time_now_usec());
     }
-    pthread_mutex_unlock(&r->lock);
     return NULL;
+}
+
+/* ---- lifecycle ----------------------------------------------------------------------- */
+
+static void runner_release(struct runner *r) {
+    if (r->notify) notify_beat_del(r->notify, &r->beat);
+    for (uint32_t i = 0; r->slots && i < r->n_slots; i++) {
+        engine_sampler_free(r->slots[i].sampler);
+        free(r->slots[i].cached);
+    }
+    free(r->slots);
+    engine_context_free(r->ctx);
+    engine_vocab_free(r->vocab);
+    engine_model_free(r->model);
+    free(r->b_token);
+    free(r->b_pos);
+    free(r->b_seq);
+    free(r->b_want);
+    free(r->piece);
+    pthread_cond_destroy(&r->cond);
+    pthread_mutex_destroy(&r->lock);
+    free(r);
 }
 
 int runner_new(const char *name, int fd, const struct runner_params *p, struct runner **ret,
@@ -237,23 +399,31 @@ int runner_new(const char *name, int fd, const struct runner_params *p, struct r
     struct engine_context_params cp;
     engine_context_params_default(&cp);
     cp.n_ctx = p->n_ctx;
-    cp.n_seq = 1;
+    cp.n_seq = MIN(MAX(p->n_seq, 1u), 256u);
+    cp.n_outputs = cp.n_seq;
     cp.n_threads = p->n_threads;
     cp.type_k = p->type_k;
     cp.type_v = p->type_v;
     e = engine_context_new(r->model, &cp, &r->ctx, d);
     if (e < 0) goto fail;
     r->n_ctx = engine_context_params(r->ctx)->n_ctx;
+    r->n_slots = cp.n_seq;
     r->memory_bytes = r->model->weight_bytes + engine_context_kv_bytes(r->ctx);
-    r->cached = malloc_array(r->n_ctx, sizeof *r->cached);
-    r->pos = malloc_array(r->n_ctx, sizeof *r->pos);
+    size_t n_batch = PREFILL_STEP + r->n_slots;
+    r->slots = calloc_array(r->n_slots, sizeof *r->slots);
+    r->b_token = malloc_array(n_batch, sizeof *r->b_token);
+    r->b_pos = malloc_array(n_batch, sizeof *r->b_pos);
+    r->b_seq = malloc_array(n_batch, sizeof *r->b_seq);
+    r->b_want = malloc_array(n_batch, sizeof *r->b_want);
     r->piece_cap = 4 * (engine_vocab_max_piece(r->vocab) + 8);
     r->piece = malloc(r->piece_cap);
-    if (!r->cached || !r->pos || !r->piece) {
+    bool ok = r->slots && r->b_token && r->b_pos && r->b_seq && r->b_want && r->piece;
+    for (uint32_t i = 0; ok && i < r->n_slots; i++)
+        ok = (r->slots[i].cached = malloc_array(r->n_ctx, sizeof(int32_t))) != NULL;
+    if (!ok) {
         e = err_set(d, -ENOMEM, "out of memory for model '%s'", name);
         goto fail;
     }
-    for (uint32_t i = 0; i < r->n_ctx; i++) r->pos[i] = (int32_t)i;
     r->notify = p->notify;
     r->test_stall_usec = p->test_stall_usec;
     r->max_jobs = p->max_jobs ? p->max_jobs : 64;
@@ -273,16 +443,7 @@ int runner_new(const char *name, int fd, const struct runner_params *p, struct r
     *ret = r;
     return 0;
 fail:
-    if (r->notify) notify_beat_del(r->notify, &r->beat);
-    engine_context_free(r->ctx);
-    engine_vocab_free(r->vocab);
-    engine_model_free(r->model);
-    free(r->cached);
-    free(r->pos);
-    free(r->piece);
-    pthread_cond_destroy(&r->cond);
-    pthread_mutex_destroy(&r->lock);
-    free(r);
+    runner_release(r);
     return e;
 }
 
@@ -292,16 +453,7 @@ void runner_free(struct runner *r) {
     r->stopping = true;
     pthread_cond_broadcast(&r->cond);
     pthread_mutex_unlock(&r->lock);
-    /* The loop ends the running job after its current step and fails the queued ones. */
+    /* The loop ends the running jobs after the current step and fails the queued ones. */
     pthread_join(r->thread, NULL);
-    if (r->notify) notify_beat_del(r->notify, &r->beat);
-    engine_context_free(r->ctx);
-    engine_vocab_free(r->vocab);
-    engine_model_free(r->model);
-    free(r->cached);
-    free(r->pos);
-    free(r->piece);
-    pthread_cond_destroy(&r->cond);
-    pthread_mutex_destroy(&r->lock);
-    free(r);
+    runner_release(r);
 }

@@ -1,11 +1,12 @@
-/* runner — one loaded model: its weights, vocabulary and a context, and the loop thread
- * that runs generation jobs on it, one at a time, on sequence 0. The prefix shared with
- * the previous job stays in the cache (ram_tokens) and only the rest is prefilled.
- * (Continuous batching over several sequences replaces the loop body later; the job
- * interface stays.)
+/* runner — one loaded model: its weights, vocabulary and a context of n_seq sequences,
+ * and the loop thread that runs generation jobs on them with continuous batching: every
+ * forward pass carries the next token of each decoding sequence and a step of prompt
+ * tokens of sequences still prefilling. A new job takes the free sequence whose cached
+ * tokens share the longest prefix with its prompt, and only the rest is prefilled
+ * (ram_tokens).
  *
- * The loop marks its watchdog beat busy while it has a job and stamps progress after
- * every decode step, so a wedged forward pass stops the WATCHDOG=1 pings.
+ * The loop marks its watchdog beat busy while it has jobs and stamps progress after
+ * every step, so a wedged forward pass stops the WATCHDOG=1 pings.
  *
  * Threads: runner_submit from any thread; the callbacks of a job run on the loop thread.
  * runner_free stops the loop after the current decode step: the current and queued jobs
@@ -58,7 +59,8 @@ struct runner_job {
 };
 
 struct runner_params {
-    uint32_t n_ctx;
+    uint32_t n_ctx;            /* positions per sequence */
+    uint32_t n_seq;            /* sequences decoded together (config parallel), 1..256 */
     int n_threads;
     enum kern_type type_k, type_v;
     struct notify *notify;     /* the loop's watchdog beat is registered here */

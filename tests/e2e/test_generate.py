@@ -116,6 +116,31 @@ class GenerateTest(DaemonTest):
         self.assertEqual(metric(text, "warmd_models_loaded"), 1)
         self.assertEqual(d.stop(), 0)
 
+    def test_concurrent_streams_equal_solo(self):
+        """Continuous batching: four streams decoded together give each the tokens it
+        gets alone (every sequence attends only to its own cache)."""
+        d = self.start(config="parallel = 4\n")
+        st = d.stub()
+        prompts = ["Once upon a time", "Tom had a dog", "The sun was",
+                   "Lily and Ben went to the park to play"]
+        req = lambda p: pb.GenerateRequest(model="stories", prompt=p, max_tokens=80,
+                                           sampling=GREEDY)
+        solo = {p: collect(st.Generate(req(p)))[0] for p in prompts}
+        together = {}
+
+        def run(p):
+            together[p] = collect(d.stub().Generate(req(p)))
+        threads = [threading.Thread(target=run, args=(p,)) for p in prompts * 2]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for p in prompts:
+            self.assertEqual(together[p][0], solo[p], p)
+            s = together[p][2]
+            self.assertEqual(s.ram_tokens + s.evaluated_tokens, s.prompt_tokens)
+        self.assertEqual(d.stop(), 0)
+
     def long_stream(self, st):
         # Greedy from BOS runs for thousands of tokens without an end token.
         return st.Generate(pb.GenerateRequest(model="stories", tokens=[1], sampling=GREEDY))
