@@ -139,6 +139,45 @@ static inline void q4_0_to_f32(float *d, const struct block_q4_0 *b, int64_t n) 
     }
 }
 
+/* The other block types: q4_1 x = d·q + m; q5_0 x = d·(q - 16) and q5_1 x = d·q + m with
+ * q's 5th bit j in the little-endian u32 qh; iq4_nl x = d·table[nibble]. */
+static inline void q4_1_to_f32(float *d, const struct block_q4_1 *b, int64_t n) {
+    for (int64_t i = 0; i < n / QK4_1; i++) {
+        float s = f16_to_f32(b[i].d), m = f16_to_f32(b[i].m);
+        for (int j = 0; j < QK4_1 / 2; j++) {
+            d[i * QK4_1 + j] = s * (float)(b[i].qs[j] & 0x0f) + m;
+            d[i * QK4_1 + j + QK4_1 / 2] = s * (float)(b[i].qs[j] >> 4) + m;
+        }
+    }
+}
+
+static inline uint32_t qh_u32(const uint8_t qh[4]) {
+    return (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+}
+
+/* q5_0 (has_m false: offset -16) and q5_1 (offset m) share the code layout */
+static inline void q5_to_f32(float *d, const uint8_t *qs, const uint8_t qh[4], float s, float m,
+                             bool has_m) {
+    uint32_t h = qh_u32(qh);
+    float off = has_m ? m : -16.0f * s;
+    for (int j = 0; j < 16; j++) {
+        int q0 = (qs[j] & 0x0f) | (int)((h >> j) & 1) << 4;
+        int q1 = (qs[j] >> 4) | (int)((h >> (j + 16)) & 1) << 4;
+        d[j] = s * (float)q0 + off;
+        d[j + 16] = s * (float)q1 + off;
+    }
+}
+
+static inline void iq4_nl_to_f32(float *d, const struct block_iq4_nl *b, int64_t n) {
+    for (int64_t i = 0; i < n / QK4_NL; i++) {
+        float s = f16_to_f32(b[i].d);
+        for (int j = 0; j < QK4_NL / 2; j++) {
+            d[i * QK4_NL + j] = s * (float)kern_iq4nl_values[b[i].qs[j] & 0x0f];
+            d[i * QK4_NL + j + QK4_NL / 2] = s * (float)kern_iq4nl_values[b[i].qs[j] >> 4];
+        }
+    }
+}
+
 /* dst = n rows of head_dim values of type t, rows src_stride bytes apart, as f32.
  * Inlined into each clone of kern_attn_head() so the loops get its vector width. */
 static inline __attribute__((always_inline)) void rows_to_f32(float *dst, const char *src, size_t src_stride, enum kern_type t,
@@ -158,6 +197,18 @@ static inline __attribute__((always_inline)) void rows_to_f32(float *dst, const 
             q8_0_to_f32(d, row, head_dim);
         } else if (t == KERN_TYPE_Q4_0) {
             q4_0_to_f32(d, row, head_dim);
+        } else if (t == KERN_TYPE_Q4_1) {
+            q4_1_to_f32(d, row, head_dim);
+        } else if (t == KERN_TYPE_Q5_0) {
+            const struct block_q5_0 *b = row;
+            for (int64_t i = 0; i < head_dim / QK5_0; i++)
+                q5_to_f32(d + i * QK5_0, b[i].qs, b[i].qh, f16_to_f32(b[i].d), 0, false);
+        } else if (t == KERN_TYPE_Q5_1) {
+            const struct block_q5_1 *b = row;
+            for (int64_t i = 0; i < head_dim / QK5_1; i++)
+                q5_to_f32(d + i * QK5_1, b[i].qs, b[i].qh, f16_to_f32(b[i].d), f16_to_f32(b[i].m), true);
+        } else if (t == KERN_TYPE_IQ4_NL) {
+            iq4_nl_to_f32(d, row, head_dim);
         } else {
             kern_type_traits(t)->to_f32(d, row, head_dim);
         }

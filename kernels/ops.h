@@ -76,9 +76,9 @@ int64_t kern_attn_scratch_floats(int64_t n_query, int64_t head_dim_k, int64_t he
  *     out = Σ_{j < n_kv[t]} softmax_j(scale · q·K_j) · V_j
  *   K_j = head_dim_k values of type kt at (const char *)k + j·k_stride; V_j likewise.
  * Cache types: f32, f16, bf16 and the 32-value block types q8_0, q4_0, q4_1, q5_0, q5_1,
- * iq4_nl (any type with a to_f32); f16, bf16, q8_0 and q4_0 tiles are decoded inline, so
- * each vector clone (AVX-512, AVX2) vectorizes them, the other block types through their
- * reference to_f32. Head sizes must be multiples of the types' block sizes. scratch holds
+ * iq4_nl (any other type with a to_f32 goes through it); the tiles of these are decoded
+ * inline, so each vector clone (AVX-512, AVX2, baseline) vectorizes the decoding with the
+ * dot products. Head sizes must be multiples of the types' block sizes. scratch holds
  * kern_attn_scratch_floats(n_tok · n_group, head_dim_k, head_dim_v) floats. */
 void kern_attn_head(float *out, int64_t out_stride, const float *q, int64_t q_stride,
                     int64_t n_tok, int64_t n_group, const int32_t *n_kv, const void *k,
