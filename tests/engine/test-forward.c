@@ -485,8 +485,11 @@ TEST(context_params) {
     engine_context_free(ctx);
     struct engine_context_params bad;
     engine_context_params_default(&bad);
-    bad.type_k = KERN_TYPE_Q8_0;
+    bad.type_k = KERN_TYPE_I32; /* not a cache type */
     ctx = NULL;
+    ASSERT_ERR(engine_context_new(m, &bad, &ctx, &d), ERR_UNSUPPORTED);
+    ASSERT_TRUE(strstr(d.msg, "i32") != NULL);
+    bad.type_k = KERN_TYPE_Q8_0; /* blocks of 32 do not fit a head of 8 */
     ASSERT_ERR(engine_context_new(m, &bad, &ctx, &d), ERR_UNSUPPORTED);
     ASSERT_TRUE(strstr(d.msg, "q8_0") != NULL);
     ASSERT_TRUE(ctx == NULL);
