@@ -84,7 +84,8 @@ struct kern_type_traits {
     size_t type_size;           /* bytes per block */
     bool is_quantized;
     kern_to_f32_fn to_f32;      /* reference; n a multiple of blck_size; NULL if unsupported */
-    kern_from_f32_fn from_f32;  /* reference quantizer; NULL if unsupported */
+    kern_from_f32_fn from_f32;  /* reference quantizer (ggml's rules; k-quants: a simpler
+                                 * rule, see kernels/ref/quant.c); NULL if unsupported */
     /* Matmul: activations are converted to vec_dot_type (q8_0, q8_1 or f32), then
      * vec_dot (reference) runs row by row; vec_dot NULL = no matmul for this type. */
     enum kern_type vec_dot_type;

@@ -401,3 +401,104 @@ void kern_ref_q8_K_to_f32(float *dst, const void *src, int64_t n) {
     for (int64_t i = 0; i < n / QK_K; i++, dst += QK_K)
         for (int j = 0; j < QK_K; j++) dst[j] = b[i].d * (float)b[i].qs[j];
 }
+
+/* ---- k-quant quantizers --------------------------------------------------------------
+ * Simple rules, not ggml's iterative scale search: the rows are valid k-quant rows that
+ * any reader (llama.cpp included) decodes to the same values, within the bounds that
+ * tests/kernels/test-types.c names, but not byte-identical to what llama.cpp writes. */
+
+static float clampf(float v, float lo, float hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* v >= 0 as fp16, rounded up so that a grid built on it still covers v's range (matters
+ * where v falls among fp16's coarse subnormals). */
+static kern_f16 fp16_round_up(float v) {
+    kern_f16 h = kern_fp32_to_fp16(v);
+    return kern_fp16_to_fp32(h) < v && h < 0x7bff ? (kern_f16)(h + 1) : h;
+}
+
+/* q4_K (levels 15) and q5_K (31): per sub-block of 32 an offset m_j ≥ 0 (x = d·sc_j·q -
+ * dmin·m_j) that reaches the sub-block's minimum (rounded up, so it stays below it) and a
+ * scale that reaches its maximum (rounded up likewise); 6-bit sc_j, m_j. */
+static void k45_from_f32(uint8_t *sb, const float *x, int levels) {
+    float off[8], need[8], omax = 0.0f, nmax = 0.0f;
+    for (int j = 0; j < 8; j++) {
+        float lo, hi;
+        block_minmax(x + 32 * j, 32, &lo, &hi);
+        off[j] = lo < 0.0f ? -lo : 0.0f;
+        need[j] = hi > 0.0f ? hi : 0.0f;
+        if (off[j] > omax) omax = off[j];
+    }
+    kern_f16 dmin_h = fp16_round_up(omax / 63.0f);
+    float dmin = kern_fp16_to_fp32(dmin_h);
+    int m[8], sc[8];
+    for (int j = 0; j < 8; j++) {
+        m[j] = dmin > 0.0f ? (int)clampf(ceilf(off[j] / dmin), 0.0f, 63.0f) : 0;
+        need[j] += dmin * (float)m[j];
+        if (need[j] > nmax) nmax = need[j];
+    }
+    kern_f16 d_h = fp16_round_up(nmax / (float)(levels * 63));
+    float d = kern_fp16_to_fp32(d_h);
+    for (int j = 0; j < 8; j++)
+        sc[j] = d > 0.0f ? (int)clampf(ceilf(need[j] / ((float)levels * d)), 0.0f, 63.0f) : 0;
+
+    memcpy(sb, &d_h, 2);
+    memcpy(sb + 2, &dmin_h, 2);
+    uint8_t *s = sb + 4;
+    for (int j = 0; j < 4; j++) {
+        s[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+        s[j + 4] = (uint8_t)(m[j] | (m[j + 4] >> 4) << 6);
+        s[j + 8] = (uint8_t)((sc[j + 4] & 0x0f) | (m[j + 4] & 0x0f) << 4);
+    }
+    uint8_t *qh = levels == 31 ? sb + 16 : NULL, *qs = sb + (levels == 31 ? 48 : 16);
+    if (qh) memset(qh, 0, 32);
+    for (int j = 0; j < 8; j++) {
+        float step = d * (float)sc[j], base = dmin * (float)m[j];
+        float is = step > 0.0f ? 1.0f / step : 0.0f;
+        for (int l = 0; l < 32; l++) {
+            int q = (int)clampf(roundf((x[32 * j + l] + base) * is), 0.0f, (float)levels);
+            uint8_t *b = &qs[32 * (j / 2) + l];
+            if (j % 2 == 0) *b = (uint8_t)(q & 0x0f);
+            else *b |= (uint8_t)((q & 0x0f) << 4);
+            if (qh) qh[l] |= (uint8_t)((q >> 4) << j);
+        }
+    }
+}
+
+void kern_ref_q4_K_from_f32(void *dst, const float *src, int64_t n) {
+    for (int64_t i = 0; i < n / QK_K; i++)
+        k45_from_f32((uint8_t *)dst + i * sizeof(struct block_q4_K), src + i * QK_K, 15);
+}
+void kern_ref_q5_K_from_f32(void *dst, const float *src, int64_t n) {
+    for (int64_t i = 0; i < n / QK_K; i++)
+        k45_from_f32((uint8_t *)dst + i * sizeof(struct block_q5_K), src + i * QK_K, 31);
+}
+
+/* q6_K: per group of 16 a signed 8-bit scale, x = d·sc_g·(q - 32): the value of largest
+ * magnitude maps to q - 32 = -32 (as q4_0 does with -8). */
+void kern_ref_q6_K_from_f32(void *dst, const float *src, int64_t n) {
+    for (int64_t i = 0; i < n / QK_K; i++, src += QK_K) {
+        uint8_t *sb = (uint8_t *)dst + i * sizeof(struct block_q6_K);
+        float scale[16], smax = 0.0f;
+        for (int g = 0; g < 16; g++) {
+            float max;
+            block_absmax(src + 16 * g, 16, &max);
+            scale[g] = max / -32.0f;
+            if (fabsf(scale[g]) > smax) smax = fabsf(scale[g]);
+        }
+        kern_f16 d_h = fp16_round_up(smax / 127.0f);
+        float d = kern_fp16_to_fp32(d_h);
+        int8_t *sc = (int8_t *)(sb + 192);
+        uint8_t *ql = sb, *qh = sb + 128;
+        memset(sb, 0, 192);
+        for (int g = 0; g < 16; g++) sc[g] = (int8_t)(d > 0.0f ? clampf(roundf(scale[g] / d), -127.0f, 127.0f) : 0.0f);
+        memcpy(sb + 208, &d_h, 2);
+        for (int v = 0; v < QK_K; v++) {
+            float step = d * (float)sc[v / 16];
+            int q = step != 0.0f ? (int)clampf(roundf(src[v] / step) + 32.0f, 0.0f, 63.0f) : 32;
+            int h = v / 128, k = (v % 128) / 32, l = v % 32;
+            uint8_t *b = &ql[64 * h + 32 * (k % 2) + l];
+            *b |= (uint8_t)((q & 0x0f) << (4 * (k / 2)));
+            qh[32 * h + l] |= (uint8_t)((q >> 4) << (2 * k));
+        }
+    }
+}

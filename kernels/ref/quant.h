@@ -22,6 +22,9 @@ KERN_REF_CONV(iq4_nl)
 #undef KERN_REF_CONV
 
 void kern_ref_q4_K_to_f32(float *dst, const void *src, int64_t n);
+void kern_ref_q4_K_from_f32(void *dst, const float *src, int64_t n);
+void kern_ref_q5_K_from_f32(void *dst, const float *src, int64_t n);
+void kern_ref_q6_K_from_f32(void *dst, const float *src, int64_t n);
 void kern_ref_q5_K_to_f32(float *dst, const void *src, int64_t n);
 void kern_ref_q6_K_to_f32(float *dst, const void *src, int64_t n);
 void kern_ref_q8_K_to_f32(float *dst, const void *src, int64_t n);

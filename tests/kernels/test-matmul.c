@@ -36,8 +36,8 @@ static const int mm_types[] = {
     KERN_TYPE_Q5_K, KERN_TYPE_Q6_K,
 };
 
-/* k-quants have no quantizer here: random bytes are valid blocks once the fp16 super-
- * block scales are set to sane values (byte offsets of d / dmin in each layout). */
+/* Random bytes are valid k-quant blocks once the fp16 super-block scales are set to sane
+ * values (byte offsets of d / dmin in each layout). */
 static void kquant_random_row(uint8_t *row, int wt, int64_t n_in) {
     const struct kern_type_traits *tr = kern_type_traits(wt);
     for (size_t i = 0; i < kern_row_size(wt, n_in); i++) row[i] = (uint8_t)rng_u32();
@@ -89,8 +89,9 @@ static void mm_case_init(struct mm_case *c, int wt, int64_t n_in, int64_t n_out,
     for (int64_t i = 0; i < n_in * n_tok; i++)
         c->x[i] = rng_u32() % 97 == 0 ? rng_uniform() * 20.0f : rng_uniform();
     for (int64_t o = 0; o < n_out; o++) {
-        if (tr->from_f32) tr->from_f32(c->w + o * rs, wf + o * n_in, n_in);
-        else kquant_random_row(c->w + o * rs, wt, n_in);
+        /* k-quant rows: half quantized, half random bytes (every scale bit pattern) */
+        if (tr->blck_size == QK_K && (o & 1)) kquant_random_row(c->w + o * rs, wt, n_in);
+        else tr->from_f32(c->w + o * rs, wf + o * n_in, n_in);
         tr->to_f32(c->wd + o * n_in, c->w + o * rs, n_in);
     }
     free(wf);

@@ -20,6 +20,15 @@
  *   iq4_nl  amax·IQ4NL_MAX_REL + eps                   non-uniform grid; the fitted scale
  *                                                      puts amax near an end code and the
  *                                                      widest gap is 24/127 of the range
+ *   q4_K    ½·(R_j + 2.05·R_max/63)/15 + eps           per sub-block j of 32: R_j = max(hi,0)
+ *   q5_K    ½·(R_j + 2.05·R_max/63)/31 + eps           - min(lo,0), R_max over the super-
+ *                                                      block; 6-bit m_j and sc_j rounded up
+ *                                                      each widen the grid by <= R_max/63
+ *   q6_K    amax_g/32 + A_max/254 + eps                per group g of 16 (A_max over the
+ *                                                      super-block): one whole step where
+ *                                                      the sign opposite to max clamps at 63,
+ *                                                      plus 32 × the 8-bit scale's rounding
+ *                                                      (½·d, d = A_max/(32·127))
  */
 #include "test.h"
 
@@ -195,7 +204,7 @@ TEST(bf16_exhaustive) {
 
 /* ---- quantization round trips --------------------------------------------------------- */
 
-enum bound_kind { BOUND_REL, BOUND_SYM, BOUND_ASYM, BOUND_AMAX };
+enum bound_kind { BOUND_REL, BOUND_SYM, BOUND_ASYM, BOUND_AMAX, BOUND_K45, BOUND_K6 };
 struct qcase {
     int type;
     enum bound_kind kind;
@@ -212,7 +221,31 @@ static const struct qcase qcases[] = {
     {KERN_TYPE_Q4_1, BOUND_ASYM, 15, 0.5},
     {KERN_TYPE_Q5_1, BOUND_ASYM, 31, 0.5},
     {KERN_TYPE_IQ4_NL, BOUND_AMAX, 0, IQ4NL_MAX_REL},
+    {KERN_TYPE_Q4_K, BOUND_K45, 15, 0.5},
+    {KERN_TYPE_Q5_K, BOUND_K45, 31, 0.5},
+    {KERN_TYPE_Q6_K, BOUND_K6, 32, 1.0},
 };
+
+/* Bounds of the k-quants, per super-block of 256 (see the table at the top). */
+static void k_bounds(const struct qcase *c, const float *x, double *bound) {
+    int g = c->kind == BOUND_K45 ? 32 : 16;
+    double rmax = 0, r[16];
+    for (int j = 0; j < 256 / g; j++) {
+        double lo = 0, hi = 0, amax = 0;
+        for (int l = 0; l < g; l++) {
+            lo = fmin(lo, x[j * g + l]);
+            hi = fmax(hi, x[j * g + l]);
+            amax = fmax(amax, fabs(x[j * g + l]));
+        }
+        r[j] = c->kind == BOUND_K45 ? hi - lo : amax;
+        rmax = fmax(rmax, r[j]);
+    }
+    for (int j = 0; j < 256 / g; j++) {
+        double b = c->kind == BOUND_K45 ? 0.5 * (r[j] + 2.05 * rmax / 63) / c->steps
+                                        : r[j] / 32 + rmax / 254;
+        for (int l = 0; l < g; l++) bound[j * g + l] = b + 1e-6 * rmax + 1e-30;
+    }
+}
 
 /* Largest error of storing v >= 0 as fp16: relative 2^-11, or half a subnormal step. */
 static double fp16_err(double v) { return fmax(v * 0x1p-11, 0x1p-25); }
@@ -228,7 +261,18 @@ static double check_roundtrip(const struct qcase *c, const float *x, int64_t n) 
     tr->to_f32(y, q, n);
     int64_t bs = c->kind == BOUND_REL ? 1 : 32;
     double worst = 0.0;
-    for (int64_t b = 0; b < n; b += bs) {
+    bool kq = c->kind == BOUND_K45 || c->kind == BOUND_K6;
+    if (kq) {
+        for (int64_t b = 0; b < n; b += 256) {
+            double bound[256];
+            k_bounds(c, x + b, bound);
+            for (int j = 0; j < 256; j++) {
+                double r = fabs((double)x[b + j] - (double)y[b + j]) / bound[j];
+                if (!(r <= worst)) worst = r;
+            }
+        }
+    }
+    for (int64_t b = 0; !kq && b < n; b += bs) {
         double amax = 0, lo = x[b], hi = x[b];
         for (int64_t j = b; j < b + bs; j++) {
             amax = fmax(amax, fabs(x[j]));
@@ -249,6 +293,7 @@ static double check_roundtrip(const struct qcase *c, const float *x, int64_t n) 
             break;
         }
         case BOUND_AMAX: bound = amax * c->rounding; break;
+        default: break;
         }
         bound += 1e-6 * amax + 1e-30;
         for (int64_t j = b; j < b + bs; j++) {
