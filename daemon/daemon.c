@@ -46,6 +46,13 @@ static void store_open(struct daemon *d) {
         log_error("prompt cache %s was corrupt (%s); moved aside to %s and started empty", path,
                   info.quarantine_reason, info.quarantine_path);
     if (info.n_readers_cleared) log_info("prompt cache: cleared %d stale readers", info.n_readers_cleared);
+    r = cache_writer_start(&d->writer, d->store);
+    if (r < 0) {
+        log_error("prompt cache: cannot start the writer (%s); serving without it", err_str(r));
+        store_env_close(d->store);
+        d->store = NULL;
+        return;
+    }
     log_info("prompt cache %s open (budget %llu bytes)", path, (unsigned long long)c->cache_max_bytes);
     d->store_check_usec = time_now_usec();
 }
@@ -202,6 +209,7 @@ void daemon_stop(struct daemon *d) {
     if (d->listener_open) listener_close(&d->listener);
     d->listener_open = false;
     residency_done(d);
+    cache_writer_stop(&d->writer); /* writes what the models queued */
     store_env_close(d->store);
     d->store = NULL;
     if (d->grpc_up) grpc_shutdown();

@@ -12,6 +12,7 @@
 #pragma once
 
 #include "base/base.h"
+#include "daemon/cache-writer.h"
 #include "daemon/config.h"
 #include "daemon/listener.h"
 #include "daemon/metrics.h"
@@ -33,6 +34,7 @@ struct daemon {
     struct listener listener;
     struct server *server;
     struct store_env *store;    /* the prompt cache; NULL when off or unavailable */
+    struct cache_writer writer; /* writes new records (running with the store) */
     uint64_t store_check_usec;  /* last periodic reader check */
     uint64_t start_usec;        /* time_now_usec() at startup */
     uint32_t threads;           /* effective: config threads, or the online CPUs */

@@ -143,6 +143,8 @@ int residency_acquire(struct daemon *d, const char *name, uint64_t keep_alive_us
             .type_v = (enum kern_type)kern_type_from_name(config_cache_type_names[c->cache_type_v]),
             .notify = &d->notify,
             .max_jobs = 16 * c->parallel,
+            .store = d->store,
+            .writer = d->store ? &d->writer : NULL,
             .test_stall_usec = d->test_stall_usec,
         };
         e = runner_new(name, fd, &p, &runner, &le);

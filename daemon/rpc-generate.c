@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 
@@ -162,12 +163,32 @@ static const Warm__V1__StopReason stop_reasons[RUNNER_STOP_COUNT] = {
     [RUNNER_STOP_CONTEXT_FULL] = WARM__V1__STOP_REASON__STOP_REASON_CONTEXT_FULL,
 };
 
+/* Short machine-readable reasons of refused cache records (RejectedEntry.reason). */
+static const struct {
+    int code;
+    const char *reason;
+} reject_reasons[] = {
+    {ERR_STATE_BAD, "bad_blob"},        {ERR_STATE_VERSION, "state_version"},
+    {ERR_STATE_MODEL, "model"},         {ERR_STATE_LAYOUT, "layout"},
+    {ERR_STATE_KEY_TYPE, "key_type"},   {ERR_STATE_VALUE_TYPE, "value_type"},
+    {ERR_STATE_KEY_ROT, "key_rotation"}, {ERR_STATE_VALUE_ROT, "value_rotation"},
+    {ERR_STATE_TOKENS, "tokens"},       {ERR_STATE_CHECKSUM, "checksum"},
+    {ERR_CHECKSUM, "checksum"},
+};
+
+static const char *reject_reason(int code) {
+    for (size_t i = 0; i < ARRAY_SIZE(reject_reasons); i++)
+        if (reject_reasons[i].code == code) return reject_reasons[i].reason;
+    return "other";
+}
+
 static void job_done(struct runner_job *b, const struct runner_result *res, int err,
                      const char *msg) {
     struct gen_job *j = (struct gen_job *)b;
     struct metrics *m = &j->d->metrics;
     metrics_add(m, METRIC_TOKENS_IN, res->prompt_tokens);
     metrics_add(m, METRIC_TOKENS_RAM, res->ram_tokens);
+    metrics_add(m, METRIC_TOKENS_STORE, res->store_tokens);
     metrics_add(m, METRIC_TOKENS_PREFILL, res->evaluated_tokens);
     metrics_add(m, METRIC_TOKENS_OUT, res->generated_tokens);
     if (err < 0) {
@@ -180,7 +201,18 @@ static void job_done(struct runner_job *b, const struct runner_result *res, int 
         Warm__V1__Summary sum = WARM__V1__SUMMARY__INIT;
         sum.prompt_tokens = res->prompt_tokens;
         sum.ram_tokens = res->ram_tokens;
-        sum.store_tokens = 0;
+        sum.store_tokens = res->store_tokens;
+        sum.restore_usec = res->restore_usec;
+        Warm__V1__RejectedEntry rej[RUNNER_MAX_REJECTED], *rejp[RUNNER_MAX_REJECTED];
+        for (unsigned i = 0; i < res->n_rejected && i < RUNNER_MAX_REJECTED; i++) {
+            warm__v1__rejected_entry__init(&rej[i]);
+            rej[i].position = res->rejected[i].position;
+            rej[i].reason = (char *)reject_reason(res->rejected[i].code);
+            rej[i].message = (char *)res->rejected[i].msg;
+            rejp[i] = &rej[i];
+        }
+        sum.n_rejected = MIN(res->n_rejected, (unsigned)RUNNER_MAX_REJECTED);
+        sum.rejected = rejp;
         sum.evaluated_tokens = res->evaluated_tokens;
         sum.generated_tokens = res->generated_tokens;
         sum.stop_reason = stop_reasons[res->stop < RUNNER_STOP_COUNT ? res->stop : 0];
@@ -320,6 +352,16 @@ static void generate_start(struct rpc_call *c, const Warm__V1__GenerateRequest *
     j->base.n_prompt = n_prompt;
     j->base.max_tokens = q->max_tokens;
     j->seed = sampling_params(q->sampling, n_ctx, &j->base.sampling);
+    /* The store namespace: the request's (checked by cache_check) or the caller's. */
+    j->base.cache = !q->cache ? RUNNER_CACHE_USE
+                    : q->cache->mode == WARM__V1__CACHE_MODE__CACHE_MODE_SKIP ? RUNNER_CACHE_SKIP
+                    : q->cache->mode == WARM__V1__CACHE_MODE__CACHE_MODE_REFRESH
+                        ? RUNNER_CACHE_REFRESH
+                        : RUNNER_CACHE_USE;
+    if (q->cache && *q->cache->namespace_)
+        snprintf(j->base.ns, sizeof j->base.ns, "%s", q->cache->namespace_);
+    else
+        snprintf(j->base.ns, sizeof j->base.ns, "uid:%u", rpc_call_peer(c)->uid);
     rpc_call_ref(c);
     int e = runner_submit(res->runner, &j->base);
     if (e < 0) {

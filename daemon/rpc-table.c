@@ -124,8 +124,8 @@ int rpc_namespace_check(struct rpc_call *c, const char *ns, bool all_ok) {
     char own[32];
     snprintf(own, sizeof own, "uid:%u", p->uid);
     if (!*ns || strcmp(ns, own) == 0) return 0;
-    if (strlen(ns) > 128 || !rpc_utf8_valid(ns, strlen(ns))) {
-        rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "namespace: longer than 128 bytes or not UTF-8");
+    if (strlen(ns) > 127 || !rpc_utf8_valid(ns, strlen(ns))) {
+        rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "namespace: longer than 127 bytes or not UTF-8");
         return -EINVAL;
     }
     if (strcmp(ns, "*") == 0 && !all_ok) {

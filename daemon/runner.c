@@ -8,6 +8,7 @@
 #include "daemon/runner.h"
 
 #include "daemon/log.h"
+#include "store/store.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -31,6 +32,7 @@ struct slot {
     int32_t next;               /* sampled, to be decoded (DECODE) */
     struct engine_sampler *sampler;
     struct engine_detok dt;
+    uint32_t stored_chunks;     /* leading chunks of the sequence known to be stored */
     struct runner_result res;
     uint64_t start_usec, prefill_end_usec, last_used_usec;
 };
@@ -42,6 +44,11 @@ struct runner {
     struct engine_context *ctx;
     uint32_t n_ctx;
     uint64_t memory_bytes;
+    struct store_env *store;
+    struct cache_writer *writer;
+    uint32_t chunk_tokens;      /* C: a chunk record's tokens */
+    uint8_t fingerprint[16];
+    uint32_t type_k, type_v;
     struct notify *notify;
     uint64_t test_stall_usec;
     struct notify_beat beat;
@@ -107,11 +114,110 @@ static void stall(struct runner *r) {
     while (time_now_usec() < until && !stopping(r)) usleep(10000);
 }
 
+/* ---- the prompt store ---------------------------------------------------------------- */
+
+static int chain_init(const struct runner *r, const struct runner_job *j,
+                      struct store_chain *chain) {
+    return store_chain_init(chain, j->ns, r->fingerprint, r->type_k, r->type_v, r->chunk_tokens);
+}
+
+static void reject(struct slot *s, uint32_t position, int code, const char *msg) {
+    if (s->res.n_rejected >= RUNNER_MAX_REJECTED) return;
+    struct runner_rejected *x = &s->res.rejected[s->res.n_rejected++];
+    x->position = position;
+    x->code = code;
+    snprintf(x->msg, sizeof x->msg, "%s", msg);
+}
+
+/* Imports the stored records of the prompt past the keep positions RAM already has;
+ * returns the new number of cached positions. */
+static uint32_t slot_restore(struct runner *r, struct slot *s, const struct runner_job *j,
+                             uint32_t keep) {
+    struct store_chain chain;
+    struct store_txn *txn = NULL;
+    if (chain_init(r, j, &chain) < 0 || store_txn_begin(r->store, STORE_TXN_READ, &txn) < 0)
+        return keep;
+    uint64_t t0 = time_now_usec();
+    struct store_match m = {0};
+    struct err_detail d = {0};
+    if (store_lookup(txn, &chain, j->prompt, j->n_prompt - 1, &m, &d) >= 0) {
+        int32_t seq = (int32_t)(s - r->slots);
+        size_t n_recs = m.n_chunks + (m.has_tail ? 1 : 0);
+        s->stored_chunks = (uint32_t)m.n_chunks;
+        for (size_t i = 0; i < n_recs; i++) {
+            const struct store_rec *rec = i < m.n_chunks ? &m.chunks[i] : &m.tail;
+            if (rec->p0 + rec->n_tokens <= keep) continue;
+            struct err_detail id = {0};
+            uint32_t p1 = 0;
+            int e = engine_kv_import(r->ctx, seq, rec->blob, rec->blob_bytes, j->prompt,
+                                     j->n_prompt, &p1, &id);
+            if (e < 0) {
+                /* Refused (another rotation, version, ...): reported, recomputed, and
+                 * overwritten by this job's save. */
+                store_env_reject(r->store, &rec->key, e);
+                reject(s, (uint32_t)rec->p0, e, err_msg(&id, e));
+                if (i < m.n_chunks) s->stored_chunks = (uint32_t)i;
+                break;
+            }
+            keep = p1;
+        }
+        store_match_done(&m);
+    }
+    store_txn_abort(txn);
+    s->res.restore_usec = time_now_usec() - t0;
+    return keep;
+}
+
+/* Exports positions [p0, p0 + n) of the slot's sequence and queues the record. */
+static void queue_record(struct runner *r, struct slot *s, const struct store_chain *chain,
+                         enum store_kind kind, struct hash128 parent, uint32_t p0, uint32_t n) {
+    int32_t seq = (int32_t)(s - r->slots);
+    size_t size = 0;
+    if (engine_kv_export(r->ctx, seq, p0, p0 + n, NULL, 0, &size, NULL) < 0) return;
+    struct cache_write *w = calloc(1, sizeof *w);
+    if (!w) return;
+    w->blob = malloc(size);
+    w->tokens = malloc_array(n, sizeof *w->tokens);
+    if (!w->blob || !w->tokens ||
+        engine_kv_export(r->ctx, seq, p0, p0 + n, w->blob, size, &w->blob_bytes, NULL) < 0) {
+        cache_write_free(w);
+        return;
+    }
+    memcpy(w->tokens, s->cached + p0, n * sizeof *w->tokens);
+    w->chain = *chain;
+    w->kind = kind;
+    w->parent = parent;
+    w->p0 = p0;
+    w->n_tokens = n;
+    cache_writer_put(r->writer, w);
+}
+
+/* Saves the chunks of the sequence the store lacks, and its tail. */
+static void slot_save(struct runner *r, struct slot *s) {
+    const struct runner_job *j = s->job;
+    struct store_chain chain;
+    if (!r->store || !r->writer || j->cache == RUNNER_CACHE_SKIP || s->n_cached == 0 ||
+        chain_init(r, j, &chain) < 0)
+        return;
+    uint32_t c = r->chunk_tokens, n_full = s->n_cached / c;
+    uint32_t first = j->cache == RUNNER_CACHE_REFRESH ? 0 : s->stored_chunks;
+    struct hash128 h = chain.h0;
+    for (uint32_t i = 0; i < n_full; i++) {
+        struct hash128 next = store_chain_next(h, s->cached + (size_t)i * c, c);
+        if (i >= first) queue_record(r, s, &chain, STORE_KIND_CHUNK, h, i * c, c);
+        h = next;
+    }
+    if (s->n_cached % c)
+        queue_record(r, s, &chain, STORE_KIND_TAIL, h, n_full * c, s->n_cached % c);
+    s->stored_chunks = n_full;
+}
+
 /* ---- slots --------------------------------------------------------------------------- */
 
 /* Ends the slot's job: done() with the outcome, the slot is free again. */
 static void slot_finish(struct runner *r, struct slot *s, int err, const char *msg) {
     struct runner_job *j = s->job;
+    if (err == 0) slot_save(r, s);
     if (s->state == SLOT_DECODE || s->prefill_end_usec)
         s->res.decode_usec = time_now_usec() - (s->prefill_end_usec ? s->prefill_end_usec : s->start_usec);
     engine_sampler_free(s->sampler);
@@ -179,8 +285,14 @@ static void slot_start(struct runner *r, struct slot *s, struct runner_job *j) {
         slot_finish(r, s, e, msg);
         return;
     }
-    s->n_cached = s->n_prefilled = keep;
     s->res.ram_tokens = keep;
+    /* What RAM has is known to match; the store's knowledge of this sequence is not. */
+    s->stored_chunks = 0;
+    if (r->store && j->cache == RUNNER_CACHE_USE) keep = slot_restore(r, s, j, keep);
+    memcpy(s->cached + s->res.ram_tokens, j->prompt + s->res.ram_tokens,
+           (keep - s->res.ram_tokens) * sizeof(int32_t));
+    s->n_cached = s->n_prefilled = keep;
+    s->res.store_tokens = keep - s->res.ram_tokens;
     s->res.evaluated_tokens = (uint32_t)j->n_prompt - keep;
     e = engine_sampler_new(&j->sampling, engine_vocab_n_tokens(r->vocab), &s->sampler);
     if (e < 0) {
@@ -409,6 +521,17 @@ int runner_new(const char *name, int fd, const struct runner_params *p, struct r
     r->n_ctx = engine_context_params(r->ctx)->n_ctx;
     r->n_slots = cp.n_seq;
     r->memory_bytes = r->model->weight_bytes + engine_context_kv_bytes(r->ctx);
+    /* Chunk records of at most ~4 MiB: C = 256 tokens, halved for big KV rows. */
+    size_t per_token = engine_context_kv_bytes(r->ctx) / ((size_t)r->n_slots * r->n_ctx);
+    r->chunk_tokens = 256;
+    while (r->chunk_tokens > 16 && r->chunk_tokens * per_token > (4u << 20)) r->chunk_tokens /= 2;
+    struct engine_kv_info kvi;
+    engine_context_kv_info(r->ctx, &kvi);
+    r->type_k = (uint32_t)kvi.type_k;
+    r->type_v = (uint32_t)kvi.type_v;
+    hash128_to_bytes(r->model->fingerprint, r->fingerprint);
+    r->store = p->store;
+    r->writer = p->writer;
     size_t n_batch = PREFILL_STEP + r->n_slots;
     r->slots = calloc_array(r->n_slots, sizeof *r->slots);
     r->b_token = malloc_array(n_batch, sizeof *r->b_token);

@@ -5,6 +5,10 @@
  * tokens share the longest prefix with its prompt, and only the rest is prefilled
  * (ram_tokens).
  *
+ * With a prompt store, a job restores the stored chunks of its prompt that RAM does not
+ * have (records the engine refuses are reported and queued for deletion), and at its end
+ * exports the chunks and the tail the store does not have yet to the cache writer.
+ *
  * The loop marks its watchdog beat busy while it has jobs and stamps progress after
  * every step, so a wedged forward pass stops the WATCHDOG=1 pings.
  *
@@ -14,11 +18,29 @@
 #pragma once
 
 #include "base/base.h"
+#include "daemon/cache-writer.h"
 #include "daemon/notify.h"
 #include "engine/engine.h"
 
 struct runner;
 struct runner_job;
+
+/* What a job does with the prompt store (proto CacheMode). */
+enum runner_cache {
+    RUNNER_CACHE_USE,       /* restore the longest stored prefix, save new chunks */
+    RUNNER_CACHE_SKIP,      /* neither */
+    RUNNER_CACHE_REFRESH,   /* do not restore; save (overwrite) every chunk */
+    RUNNER_CACHE_COUNT
+};
+
+#define RUNNER_MAX_REJECTED 4
+
+/* A stored record found for the prompt but refused by the engine's import. */
+struct runner_rejected {
+    uint32_t position;      /* where its tokens start */
+    int code;               /* ERR_STATE_* or ERR_CHECKSUM ... */
+    char msg[256];
+};
 
 enum runner_stop {
     RUNNER_STOP_NONE,
@@ -30,9 +52,11 @@ enum runner_stop {
 };
 
 struct runner_result {
-    uint32_t prompt_tokens, ram_tokens, evaluated_tokens, generated_tokens;
+    uint32_t prompt_tokens, ram_tokens, store_tokens, evaluated_tokens, generated_tokens;
     enum runner_stop stop;
-    uint64_t queue_usec, prefill_usec, decode_usec;
+    uint64_t queue_usec, restore_usec, prefill_usec, decode_usec;
+    unsigned n_rejected;
+    struct runner_rejected rejected[RUNNER_MAX_REJECTED];
 };
 
 struct runner_job_ops {
@@ -54,6 +78,8 @@ struct runner_job {
     size_t n_prompt;
     uint32_t max_tokens;       /* 0 = until EOS or the context is full */
     struct engine_sampler_params sampling;
+    enum runner_cache cache;
+    char ns[128];              /* the store namespace, e.g. "uid:1000" */
     uint64_t submit_usec;      /* set by runner_submit */
     struct runner_job *next;   /* queue link, the runner's */
 };
@@ -65,6 +91,8 @@ struct runner_params {
     enum kern_type type_k, type_v;
     struct notify *notify;     /* the loop's watchdog beat is registered here */
     unsigned max_jobs;         /* queued + running; more is -EAGAIN (0 = 64) */
+    struct store_env *store;   /* the prompt store, NULL = none */
+    struct cache_writer *writer;   /* where new records go (with store) */
     uint64_t test_stall_usec;  /* tests (WARM_TEST_STALL_USEC): sleep before each decode
                                   step, like a wedged forward pass; 0 in production */
 };
