@@ -1,0 +1,352 @@
+/* Private to kernels/cuda: the context struct, error mapping, and the device-side
+ * decoders of every block type (the facts of kernels/types.h, ggml's layouts). */
+#pragma once
+
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <stdint.h>
+
+#include "kernels/cuda/cuda.h"
+
+struct kern_cuda_ctx {
+    int dev;
+    cudaStream_t stream;
+    cudaEvent_t t0, t1;
+    size_t reserved; /* bytes held by this context's buffers */
+};
+
+/* A CUDA status as one of the API's error codes (see cuda.h). */
+static inline int cuda_err(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return 0;
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorInvalidDevice:
+    case cudaErrorDevicesUnavailable:
+    case cudaErrorCompatNotSupportedOnDevice:
+    case cudaErrorSystemDriverMismatch:
+    case cudaErrorInitializationError: return -ENODEV;
+    case cudaErrorMemoryAllocation: return -ENOMEM;
+    case cudaErrorInvalidValue: return -EINVAL;
+    default: return -EIO;
+    }
+}
+
+/* Launch status of the kernel just enqueued. */
+static inline int cuda_launched(void) {
+    return cuda_err(cudaGetLastError());
+}
+
+static inline unsigned cuda_blocks(int64_t n, int threads) {
+    return (unsigned)((n + threads - 1) / threads);
+}
+
+/* Makes ctx's device current for this thread. */
+static inline int cuda_use(struct kern_cuda_ctx *ctx) {
+    return cuda_err(cudaSetDevice(ctx->dev));
+}
+
+/* ---- scalars ----------------------------------------------------------------------- */
+
+/* f16 bits -> f32, exact for every value (normals, subnormals, inf, NaN). */
+__device__ __forceinline__ float d_f16(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    if (exp == 0x1f) return __uint_as_float(sign | 0x7f800000u | man << 13);
+    /* magnitude bits moved to the f32 position, rebiased by 2^112 (covers subnormals) */
+    float f = __uint_as_float((uint32_t)(h & 0x7fff) << 13) * 0x1p112f;
+    return __uint_as_float(__float_as_uint(f) | sign);
+}
+__device__ __forceinline__ float d_bf16(uint16_t h) {
+    return __uint_as_float((uint32_t)h << 16);
+}
+/* f32 -> f16 bits, round to nearest even (as kern_fp32_to_fp16). */
+__device__ __forceinline__ uint16_t d_to_f16(float f) {
+    unsigned short r;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f));
+    return r;
+}
+/* f32 -> bf16 bits, round to nearest even, NaN kept quiet (as kern_fp32_to_bf16). */
+__device__ __forceinline__ uint16_t d_to_bf16(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffff) > 0x7f800000u) return (uint16_t)((u >> 16) | 64);
+    return (uint16_t)((u + (0x7fff + ((u >> 16) & 1))) >> 16);
+}
+
+__device__ __forceinline__ uint16_t ld16(const uint8_t *p) {
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+__device__ __forceinline__ uint32_t ld32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+__constant__ static const int8_t d_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                1,    13,   25,  38,  53,  69,  89,  113};
+
+/* ---- type facts (host and device) ---------------------------------------------------- */
+
+/* Bytes per block and values per block of the types the CUDA tier knows; 0 otherwise. */
+__host__ __device__ static inline int type_block_bytes(int t) {
+    switch (t) {
+    case KERN_TYPE_F32: return 4;
+    case KERN_TYPE_F16: case KERN_TYPE_BF16: return 2;
+    case KERN_TYPE_Q8_0: return 34;
+    case KERN_TYPE_Q4_0: return 18;
+    case KERN_TYPE_Q4_1: return 20;
+    case KERN_TYPE_Q5_0: return 22;
+    case KERN_TYPE_Q5_1: return 24;
+    case KERN_TYPE_IQ4_NL: return 18;
+    case KERN_TYPE_Q4_K: return 144;
+    case KERN_TYPE_Q5_K: return 176;
+    case KERN_TYPE_Q6_K: return 210;
+    default: return 0;
+    }
+}
+__host__ __device__ static inline int type_block_values(int t) {
+    switch (t) {
+    case KERN_TYPE_F32: case KERN_TYPE_F16: case KERN_TYPE_BF16: return 1;
+    case KERN_TYPE_Q4_K: case KERN_TYPE_Q5_K: case KERN_TYPE_Q6_K: return 256;
+    default: return type_block_bytes(t) ? 32 : 0;
+    }
+}
+/* Bytes of the first n values of a row of type t (n a multiple of the block size). */
+__host__ __device__ static inline size_t type_row_bytes(int t, int64_t n) {
+    return (size_t)(n / type_block_values(t)) * (size_t)type_block_bytes(t);
+}
+/* The nine KV cache types (DESIGN.md 3.3). */
+static inline bool type_is_kv(int t) {
+    return t == KERN_TYPE_F32 || t == KERN_TYPE_F16 || t == KERN_TYPE_BF16 || t == KERN_TYPE_Q8_0 ||
+           t == KERN_TYPE_Q4_0 || t == KERN_TYPE_Q4_1 || t == KERN_TYPE_Q5_0 ||
+           t == KERN_TYPE_Q5_1 || t == KERN_TYPE_IQ4_NL;
+}
+
+/* ---- decoders ----------------------------------------------------------------------- */
+
+/* The 6-bit scale and min of sub-block j of a q4_K/q5_K super-block (12 packed bytes). */
+__device__ __forceinline__ void k4_scale_min(int j, const uint8_t *s, float *sc, float *m) {
+    if (j < 4) {
+        *sc = (float)(s[j] & 63);
+        *m = (float)(s[j + 4] & 63);
+    } else {
+        *sc = (float)((s[j + 4] & 0x0f) | (s[j - 4] >> 6) << 4);
+        *m = (float)((s[j + 4] >> 4) | (s[j] >> 6) << 4);
+    }
+}
+
+/* v[0..31] = values 32u .. 32u+31 of a row of type T (32-value unit u). Every type's
+ * row is a whole number of units; for k-quants a unit is one sub-block (q4_K/q5_K: the
+ * 32 values sharing a scale; q6_K: two 16-value scale groups). */
+template <int T> __device__ __forceinline__ void deq32(const uint8_t *row, int64_t u, float *v);
+
+template <> __device__ __forceinline__ void deq32<KERN_TYPE_F32>(const uint8_t *row, int64_t u, float *v) {
+    const float4 *p = (const float4 *)(row + u * 128);
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        float4 f = p[i];
+        v[4 * i] = f.x; v[4 * i + 1] = f.y; v[4 * i + 2] = f.z; v[4 * i + 3] = f.w;
+    }
+}
+template <> __device__ __forceinline__ void deq32<KERN_TYPE_F16>(const uint8_t *row, int64_t u, float *v) {
+    const uint4 *p = (const uint4 *)(row + u * 64);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        uint4 w = p[i];
+        uint32_t a[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            v[8 * i + 2 * k] = d_f16((uint16_t)a[k]);
+            v[8 * i + 2 * k + 1] = d_f16((uint16_t)(a[k] >> 16));
+        }
+    }
+}
+template <> __device__ __forceinline__ void deq32<KERN_TYPE_BF16>(const uint8_t *row, int64_t u, float *v) {
+    const uint4 *p = (const uint4 *)(row + u * 64);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        uint4 w = p[i];
+        uint32_t a[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            v[8 * i + 2 * k] = d_bf16((uint16_t)a[k]);
+            v[8 * i + 2 * k + 1] = d_bf16((uint16_t)(a[k] >> 16));
+        }
+    }
+}
+template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q8_0>(const uint8_t *row, int64_t u, float *v) {
+    const uint8_t *b = row + u * 34;
+    float d = d_f16(ld16(b));
+    const int8_t *q = (const int8_t *)(b + 2);
+#pragma unroll
+    for (int j = 0; j < 32; j++) v[j] = d * (float)q[j];
+}
+template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q4_0>(const uint8_t *row, int64_t u, float *v) {
+    const uint8_t *b = row + u * 18;
+    float d = d_f16(ld16(b));
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        uint8_t q = b[2 + j];
+        v[j] = d * (float)((q & 0x0f) - 8);
+        v[j + 16] = d * (float)((q >> 4) - 8);
+    }
+}
+template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q4_1>(const uint8_t *row, int64_t u, float *v) {
+    const uint8_t *b = row + u * 20;
+    float d = d_f16(ld16(b)), m = d_f16(ld16(b + 2));
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        uint8_t q = b[4 + j];
+        v[j] = d * (float)(q & 0x0f) + m;
+        v[j + 16] = d * (float)(q >> 4) + m;
+    }
+}
+template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q5_0>(const uint8_t *row, int64_t u, float *v) {
+    const uint8_t *b = row + u * 22;
+    float d = d_f16(ld16(b));
+    uint32_t qh = ld32(b + 2);
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        uint8_t q = b[6 + j];
+        int q0 = (q & 0x0f) | (int)((qh >> j) & 1) << 4;
+        int q1 = (q >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+        v[j] = d * (float)(q0 - 16);
+        v[j + 16] = d * (float)(q1 - 16);
+    }
+}
+template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q5_1>(const uint8_t *row, int64_t u, float *v) {
+    const uint8_t *b = row + u * 24;
+    float d = d_f16(ld16(b)), m = d_f16(ld16(b + 2));
+    uint32_t qh = ld32(b + 4);
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        uint8_t q = b[8 + j];
+        int q0 = (q & 0x0f) | (int)((qh >> j) & 1) << 4;
+        int q1 = (q >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+        v[j] = d * (float)q0 + m;
+        v[j + 16] = d * (float)q1 + m;
+    }
+}
+template <> __device__ __forceinline__ void deq32<KERN_TYPE_IQ4_NL>(const uint8_t *row, int64_t u, float *v) {
+    const uint8_t *b = row + u * 18;
+    float d = d_f16(ld16(b));
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        uint8_t q = b[2 + j];
+        v[j] = d * (float)d_iq4nl[q & 0x0f];
+        v[j + 16] = d * (float)d_iq4nl[q >> 4];
+    }
+}
+/* q4_K: x = d·sc·q - dmin·m; sub-block j: 32-byte group j/2 of qs, low nibbles for even j */
+template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q4_K>(const uint8_t *row, int64_t u, float *v) {
+    const uint8_t *b = row + (u / 8) * 144;
+    int j = (int)(u % 8);
+    float d = d_f16(ld16(b)), dmin = d_f16(ld16(b + 2)), sc, m;
+    k4_scale_min(j, b + 4, &sc, &m);
+    const float ds = d * sc, dm = dmin * m;
+    const uint8_t *q = b + 16 + (j / 2) * 32;
+    const int shift = (j & 1) * 4;
+#pragma unroll
+    for (int l = 0; l < 32; l++) v[l] = ds * (float)((q[l] >> shift) & 0x0f) - dm;
+}
+/* q5_K: as q4_K with the 5th bit j of qh[l] */
+template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q5_K>(const uint8_t *row, int64_t u, float *v) {
+    const uint8_t *b = row + (u / 8) * 176;
+    int j = (int)(u % 8);
+    float d = d_f16(ld16(b)), dmin = d_f16(ld16(b + 2)), sc, m;
+    k4_scale_min(j, b + 4, &sc, &m);
+    const float ds = d * sc, dm = dmin * m;
+    const uint8_t *qh = b + 16, *q = b + 48 + (j / 2) * 32;
+    const int shift = (j & 1) * 4;
+#pragma unroll
+    for (int l = 0; l < 32; l++) {
+        int x = ((q[l] >> shift) & 0x0f) | ((qh[l] >> j) & 1) << 4;
+        v[l] = ds * (float)x - dm;
+    }
+}
+/* q6_K: unit j of a super-block is quarter j%4 of half j/4; 16 values per scale */
+template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q6_K>(const uint8_t *row, int64_t u, float *v) {
+    const uint8_t *b = row + (u / 8) * 210;
+    int j = (int)(u % 8), h = j / 4, k = j % 4;
+    const uint8_t *ql = b + h * 64 + (k & 1) * 32, *qh = b + 128 + h * 32;
+    const int8_t *sc = (const int8_t *)(b + 192) + h * 8 + 2 * k;
+    float d = d_f16(ld16(b + 208));
+    const int lshift = (k / 2) * 4, hshift = 2 * k;
+    const float d0 = d * (float)sc[0], d1 = d * (float)sc[1];
+#pragma unroll
+    for (int l = 0; l < 32; l++) {
+        int q = (((ql[l] >> lshift) & 0x0f) | ((qh[l] >> hshift) & 3) << 4) - 32;
+        v[l] = (l < 16 ? d0 : d1) * (float)q;
+    }
+}
+
+/* Calls F.template operator()<T>() with the compile-time type T of runtime type t;
+ * returns -EOPNOTSUPP for a type without a decoder. The one place types are dispatched. */
+template <typename F> static inline int type_dispatch(int t, F &&f) {
+    switch (t) {
+    case KERN_TYPE_F32: return f.template operator()<KERN_TYPE_F32>();
+    case KERN_TYPE_F16: return f.template operator()<KERN_TYPE_F16>();
+    case KERN_TYPE_BF16: return f.template operator()<KERN_TYPE_BF16>();
+    case KERN_TYPE_Q8_0: return f.template operator()<KERN_TYPE_Q8_0>();
+    case KERN_TYPE_Q4_0: return f.template operator()<KERN_TYPE_Q4_0>();
+    case KERN_TYPE_Q4_1: return f.template operator()<KERN_TYPE_Q4_1>();
+    case KERN_TYPE_Q5_0: return f.template operator()<KERN_TYPE_Q5_0>();
+    case KERN_TYPE_Q5_1: return f.template operator()<KERN_TYPE_Q5_1>();
+    case KERN_TYPE_IQ4_NL: return f.template operator()<KERN_TYPE_IQ4_NL>();
+    case KERN_TYPE_Q4_K: return f.template operator()<KERN_TYPE_Q4_K>();
+    case KERN_TYPE_Q5_K: return f.template operator()<KERN_TYPE_Q5_K>();
+    case KERN_TYPE_Q6_K: return f.template operator()<KERN_TYPE_Q6_K>();
+    default: return -EOPNOTSUPP;
+    }
+}
+
+/* Runtime-typed decoder for kernels that handle several types in one instantiation
+ * (attention reads two cache types; 81 instantiations would cost compile time). The
+ * branch is uniform across a warp. */
+__device__ __forceinline__ void deq32_any(int t, const uint8_t *row, int64_t u, float *v) {
+    switch (t) {
+    case KERN_TYPE_F32: deq32<KERN_TYPE_F32>(row, u, v); break;
+    case KERN_TYPE_F16: deq32<KERN_TYPE_F16>(row, u, v); break;
+    case KERN_TYPE_BF16: deq32<KERN_TYPE_BF16>(row, u, v); break;
+    case KERN_TYPE_Q8_0: deq32<KERN_TYPE_Q8_0>(row, u, v); break;
+    case KERN_TYPE_Q4_0: deq32<KERN_TYPE_Q4_0>(row, u, v); break;
+    case KERN_TYPE_Q4_1: deq32<KERN_TYPE_Q4_1>(row, u, v); break;
+    case KERN_TYPE_Q5_0: deq32<KERN_TYPE_Q5_0>(row, u, v); break;
+    case KERN_TYPE_Q5_1: deq32<KERN_TYPE_Q5_1>(row, u, v); break;
+    default: deq32<KERN_TYPE_IQ4_NL>(row, u, v); break;
+    }
+}
+
+/* Value i of a row of one of the nine KV types. */
+__device__ __forceinline__ float deq1_kv(int t, const uint8_t *row, int64_t i) {
+    const int64_t u = i / 32;
+    const int j = (int)(i % 32), jj = j & 15, hi = j >> 4;
+    switch (t) {
+    case KERN_TYPE_F32: return ((const float *)row)[i];
+    case KERN_TYPE_F16: return d_f16(((const uint16_t *)row)[i]);
+    case KERN_TYPE_BF16: return d_bf16(((const uint16_t *)row)[i]);
+    case KERN_TYPE_Q8_0: {
+        const uint8_t *b = row + u * 34;
+        return d_f16(ld16(b)) * (float)(int8_t)b[2 + j];
+    }
+    case KERN_TYPE_Q4_0: {
+        const uint8_t *b = row + u * 18;
+        return d_f16(ld16(b)) * (float)(((b[2 + jj] >> (4 * hi)) & 0x0f) - 8);
+    }
+    case KERN_TYPE_Q4_1: {
+        const uint8_t *b = row + u * 20;
+        return d_f16(ld16(b)) * (float)((b[4 + jj] >> (4 * hi)) & 0x0f) + d_f16(ld16(b + 2));
+    }
+    case KERN_TYPE_Q5_0: {
+        const uint8_t *b = row + u * 22;
+        int q = ((b[6 + jj] >> (4 * hi)) & 0x0f) | (int)((ld32(b + 2) >> j) & 1) << 4;
+        return d_f16(ld16(b)) * (float)(q - 16);
+    }
+    case KERN_TYPE_Q5_1: {
+        const uint8_t *b = row + u * 24;
+        int q = ((b[8 + jj] >> (4 * hi)) & 0x0f) | (int)((ld32(b + 4) >> j) & 1) << 4;
+        return d_f16(ld16(b)) * (float)q + d_f16(ld16(b + 2));
+    }
+    default: {
+        const uint8_t *b = row + u * 18;
+        return d_f16(ld16(b)) * (float)d_iq4nl[(b[2 + jj] >> (4 * hi)) & 0x0f];
+    }
+    }
+}

@@ -1,0 +1,438 @@
+// labels: cuda
+/* Every CUDA op against the CPU reference kernels, with a named tolerance per op and type.
+ * Without a usable device (no GPU, no driver) the probe must say 0 without crashing, a
+ * context must fail with -ENODEV, and every test skips (exit 77). */
+#include "kernels/cuda/cuda.h"
+#include "kernels/kernels.h"
+#include "test.h"
+
+#include <errno.h>
+
+/* ---- fixtures ---------------------------------------------------------------------- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint32_t rng_u32(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 32);
+}
+static float rng_uniform(void) { return (float)(rng_u32() >> 8) * 0x1p-24f * 2.0f - 1.0f; }
+
+static struct kern_cuda_ctx *ctx;
+/* device buffers of the running test, freed by dev_done() */
+static struct kern_cuda_buf *bufs[64];
+static int n_bufs;
+
+static void dev_done(void);
+static void dev_free_all(void) {
+    dev_done();
+    kern_cuda_ctx_free(ctx);
+    ctx = NULL;
+}
+
+/* The context, or NULL when this machine has no usable CUDA device. */
+static struct kern_cuda_ctx *dev_ctx(void) {
+    if (!ctx && kern_cuda_device_count() > 0) {
+        if (kern_cuda_ctx_new(0, &ctx) < 0) ctx = NULL;
+        else atexit(dev_free_all);
+    }
+    return ctx;
+}
+#define NEED_DEVICE()                                                                   \
+    do {                                                                                \
+        if (!dev_ctx()) SKIP("no CUDA device (no GPU or no driver): the CUDA tier is untested here"); \
+    } while (0)
+
+/* A device copy of n bytes of h (h NULL: zeroed); lives until dev_done(). */
+static void *dev_dup(const void *h, size_t n) {
+    struct kern_cuda_buf *b;
+    if (n_bufs == (int)ARRAY_SIZE(bufs) || kern_cuda_buf_new(ctx, n, &b) < 0) return NULL;
+    if (h && kern_cuda_buf_upload(b, 0, h, n) < 0) {
+        kern_cuda_buf_free(b);
+        return NULL;
+    }
+    bufs[n_bufs++] = b;
+    return kern_cuda_buf_ptr(b);
+}
+/* Downloads n bytes at device address p (inside one of the test's buffers). */
+static int dev_get(void *h, const void *p, size_t n) {
+    for (int i = 0; i < n_bufs; i++) {
+        const char *base = kern_cuda_buf_ptr(bufs[i]);
+        if ((const char *)p >= base && (const char *)p < base + kern_cuda_buf_bytes(bufs[i]))
+            return kern_cuda_buf_download(bufs[i], (size_t)((const char *)p - base), h, n);
+    }
+    return -EINVAL;
+}
+static void dev_done(void) {
+    while (n_bufs > 0) kern_cuda_buf_free(bufs[--n_bufs]);
+}
+
+static void fill(float *x, int64_t n, float scale) {
+    for (int64_t i = 0; i < n; i++) x[i] = rng_uniform() * scale;
+}
+
+/* A row of n values of type t: quantized from random floats, or, for the k-quants (no
+ * quantizer), random bytes with sane fp16 super-block scales (every scale bit pattern). */
+static void random_row(uint8_t *row, int t, int64_t n) {
+    const struct kern_type_traits *tr = kern_type_traits(t);
+    if (tr->from_f32) {
+        float *x = malloc((size_t)n * sizeof *x);
+        fill(x, n, 1.0f);
+        tr->from_f32(row, x, n);
+        free(x);
+        return;
+    }
+    for (size_t i = 0; i < kern_row_size(t, n); i++) row[i] = (uint8_t)rng_u32();
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        uint8_t *blk = row + (size_t)b * tr->type_size;
+        kern_f16 d = kern_fp32_to_fp16(0.001f + 0.01f * (float)(rng_u32() % 100) / 100.0f);
+        kern_f16 dmin = kern_fp32_to_fp16(0.002f * (float)(rng_u32() % 100) / 100.0f);
+        memcpy(blk + (t == KERN_TYPE_Q6_K ? 208 : 0), &d, 2);
+        if (t != KERN_TYPE_Q6_K) memcpy(blk + 2, &dmin, 2);
+    }
+}
+
+static const int weight_types[] = {
+    KERN_TYPE_F32,  KERN_TYPE_F16,  KERN_TYPE_BF16, KERN_TYPE_Q8_0,   KERN_TYPE_Q4_0,
+    KERN_TYPE_Q4_1, KERN_TYPE_Q5_0, KERN_TYPE_Q5_1, KERN_TYPE_IQ4_NL, KERN_TYPE_Q4_K,
+    KERN_TYPE_Q5_K, KERN_TYPE_Q6_K,
+};
+static const int kv_types[] = {
+    KERN_TYPE_F32,  KERN_TYPE_F16,  KERN_TYPE_BF16, KERN_TYPE_Q8_0,   KERN_TYPE_Q4_0,
+    KERN_TYPE_Q4_1, KERN_TYPE_Q5_0, KERN_TYPE_Q5_1, KERN_TYPE_IQ4_NL,
+};
+
+/* ---- tolerances (named, per op) ------------------------------------------------------
+ * Matrix products are compared with the exact (double) dot product of the reference
+ * decoding of W (the traits' to_f32, the executable spec of every type) and x (for
+ * quantized W: x rounded to q8_0 blocks, as kern_matmul() does), as an error relative to
+ * Σ|w·x| (the scale of the rounding a dot product can accumulate):
+ *   matvec: f32 activations, f32 sums in another order        -> 1e-5
+ *   GEMM:   W and x rounded to f16 (2^-11 each), f32 sums       -> 2e-3 */
+#define TOL_MATVEC 1e-5
+#define TOL_GEMM 2e-3
+#define TOL_DECODE 1e-6   /* get_rows: FMA contraction in the k-quant decoders */
+#define TOL_ROW 2e-6      /* rmsnorm, silu, gelu, add: relative, ulp-level libm differences */
+#define TOL_ROPE 4e-6     /* absolute on |x| <= 1: cosf/sinf differ by an ulp or two */
+#define TOL_ATTN 2e-5     /* absolute on |v| <= 1: exp and summation order */
+
+/* ---- tests ------------------------------------------------------------------------- */
+
+TEST(probe) {
+    int n = kern_cuda_device_count();
+    ASSERT_TRUE(n >= 0);
+    if (n == 0) {
+        struct kern_cuda_ctx *c = NULL;
+        ASSERT_EQ(kern_cuda_ctx_new(0, &c), -ENODEV);
+        ASSERT_TRUE(c == NULL);
+        SKIP("no CUDA device: the probe says 0 and contexts fail with -ENODEV, as they must");
+    }
+    struct kern_cuda_device_info info;
+    ASSERT_OK(kern_cuda_device_get_info(0, &info));
+    printf("  device 0: %s, sm_%d%d, %d SMs, %.1f GiB (%.1f GiB free)\n", info.name, info.cc_major,
+           info.cc_minor, info.n_sm, (double)info.total_bytes / (1 << 30),
+           (double)info.free_bytes / (1 << 30));
+    ASSERT_TRUE(info.total_bytes > 0);
+    NEED_DEVICE();
+    size_t before = kern_cuda_ctx_reserved_bytes(ctx);
+    struct kern_cuda_buf *b;
+    ASSERT_OK(kern_cuda_buf_new(ctx, 12345, &b));
+    ASSERT_EQ(kern_cuda_ctx_reserved_bytes(ctx), before + 12345);
+    uint8_t h[100], back[100];
+    for (int i = 0; i < 100; i++) h[i] = (uint8_t)i;
+    ASSERT_OK(kern_cuda_buf_upload(b, 1000, h, sizeof h));
+    ASSERT_OK(kern_cuda_buf_download(b, 1000, back, sizeof back));
+    ASSERT_TRUE(memcmp(h, back, sizeof h) == 0);
+    ASSERT_EQ(kern_cuda_buf_upload(b, 12300, h, sizeof h), -EINVAL);
+    kern_cuda_buf_free(b);
+    ASSERT_EQ(kern_cuda_ctx_reserved_bytes(ctx), before);
+}
+
+/* y = x·Wᵀ for every weight type, on both paths (matvec: n_tok <= 8, GEMM above), with
+ * n_out not a multiple of the tile sizes. */
+TEST(matmul) {
+    NEED_DEVICE();
+    const int64_t n_in = 512, n_out = 67;
+    const int64_t toks[] = {1, 3, 8, 9, 70};
+    float *x = malloc(sizeof(float) * 70 * n_in), *wf = malloc(sizeof(float) * n_out * n_in);
+    float *y = malloc(sizeof(float) * 70 * n_out);
+    uint8_t *w = malloc(kern_row_size(KERN_TYPE_F32, n_in) * n_out);
+    /* xq: x as the q8 blocks that quantized weight types see (kern_matmul's rounding) */
+    float *xq = malloc(sizeof(float) * 70 * n_in);
+    uint8_t *q8 = malloc(kern_row_size(KERN_TYPE_Q8_0, 70 * n_in));
+    fill(x, 70 * n_in, 1.0f);
+    kern_type_traits(KERN_TYPE_Q8_0)->from_f32(q8, x, 70 * n_in);
+    kern_type_traits(KERN_TYPE_Q8_0)->to_f32(xq, q8, 70 * n_in);
+    for (size_t ti = 0; ti < ARRAY_SIZE(weight_types); ti++) {
+        const int t = weight_types[ti];
+        const size_t rs = kern_row_size(t, n_in);
+        const float *xr = kern_type_traits(t)->is_quantized ? xq : x;
+        for (int64_t o = 0; o < n_out; o++) {
+            random_row(w + o * rs, t, n_in);
+            kern_type_traits(t)->to_f32(wf + o * n_in, w + o * rs, n_in);
+        }
+        void *dw = dev_dup(w, rs * n_out), *dx = dev_dup(x, sizeof(float) * 70 * n_in);
+        float *dy = dev_dup(NULL, sizeof(float) * 70 * n_out);
+        void *scratch = dev_dup(NULL, kern_cuda_matmul_scratch_bytes(n_in, n_out, 70) + 1);
+        ASSERT_TRUE(dw && dx && dy && scratch);
+        for (size_t k = 0; k < ARRAY_SIZE(toks); k++) {
+            const int64_t n_tok = toks[k];
+            const double tol = n_tok <= KERN_CUDA_MATVEC_MAX_TOK ? TOL_MATVEC : TOL_GEMM;
+            ASSERT_OK(kern_cuda_matmul(ctx, dy, dw, t, dx, n_in, n_out, n_tok, scratch));
+            ASSERT_OK(dev_get(y, dy, sizeof(float) * n_tok * n_out));
+            double worst = 0;
+            for (int64_t tk = 0; tk < n_tok; tk++)
+                for (int64_t o = 0; o < n_out; o++) {
+                    double ref = 0, mag = 1e-30;
+                    for (int64_t i = 0; i < n_in; i++) {
+                        ref += (double)wf[o * n_in + i] * xr[tk * n_in + i];
+                        mag += fabs((double)wf[o * n_in + i] * xr[tk * n_in + i]);
+                    }
+                    double e = fabs(y[tk * n_out + o] - ref) / mag;
+                    worst = e > worst ? e : worst;
+                }
+            if (!(worst <= tol))
+                TEST_FAIL_("%s n_tok=%lld: relative error %.3g > %.3g", kern_type_name(t), (long long)n_tok,
+                           worst, tol);
+        }
+        dev_done();
+    }
+    free(x), free(xq), free(q8), free(wf), free(y), free(w);
+}
+
+TEST(get_rows) {
+    NEED_DEVICE();
+    const int64_t n = 512, n_rows = 10, n_tok = 4;
+    const int32_t tokens[4] = {7, 0, 9, 7};
+    uint8_t *emb = malloc(kern_row_size(KERN_TYPE_F32, n) * n_rows);
+    float *ref = malloc(sizeof(float) * n), *got = malloc(sizeof(float) * n * n_tok);
+    for (size_t ti = 0; ti < ARRAY_SIZE(weight_types); ti++) {
+        const int t = weight_types[ti];
+        const size_t rs = kern_row_size(t, n);
+        for (int64_t r = 0; r < n_rows; r++) random_row(emb + r * rs, t, n);
+        void *de = dev_dup(emb, rs * n_rows), *dt = dev_dup(tokens, sizeof tokens);
+        float *dx = dev_dup(NULL, sizeof(float) * n * n_tok);
+        ASSERT_TRUE(de && dt && dx);
+        ASSERT_OK(kern_cuda_get_rows(ctx, dx, de, t, rs, dt, n_tok, n));
+        ASSERT_OK(dev_get(got, dx, sizeof(float) * n * n_tok));
+        for (int64_t k = 0; k < n_tok; k++) {
+            kern_type_traits(t)->to_f32(ref, emb + tokens[k] * rs, n);
+            for (int64_t i = 0; i < n; i++)
+                if (!(fabsf(got[k * n + i] - ref[i]) <= TOL_DECODE * fabsf(ref[i]) + 1e-30f))
+                    TEST_FAIL_("%s token %lld value %lld: %.9g, expected %.9g", kern_type_name(t),
+                               (long long)k, (long long)i, got[k * n + i], ref[i]);
+        }
+        dev_done();
+    }
+    free(emb), free(ref), free(got);
+}
+
+TEST(row_ops) {
+    NEED_DEVICE();
+    const int64_t n = 2048, n_rows = 3;
+    float x[3 * 2048], w[2048], u[3 * 2048], ref[3 * 2048], got[3 * 2048];
+    fill(x, n * n_rows, 3.0f), fill(w, n, 1.0f), fill(u, n * n_rows, 2.0f);
+    float *dx = dev_dup(x, sizeof x), *dw = dev_dup(w, sizeof w), *du = dev_dup(u, sizeof u);
+    float *dy = dev_dup(NULL, sizeof x);
+    ASSERT_TRUE(dx && dw && du && dy);
+
+    ASSERT_OK(kern_cuda_rmsnorm(ctx, dy, dx, dw, n, n_rows, 1e-5f));
+    ASSERT_OK(dev_get(got, dy, sizeof got));
+    for (int64_t r = 0; r < n_rows; r++) kern_rmsnorm(ref + r * n, x + r * n, w, n, 1e-5f);
+    for (int64_t i = 0; i < n * n_rows; i++) ASSERT_NEAR(got[i], ref[i], TOL_ROW * fabsf(ref[i]) + 1e-7);
+
+    ASSERT_OK(kern_cuda_silu_mul(ctx, dy, dx, du, n * n_rows));
+    ASSERT_OK(dev_get(got, dy, sizeof got));
+    kern_silu_mul(ref, x, u, n * n_rows);
+    for (int64_t i = 0; i < n * n_rows; i++) ASSERT_NEAR(got[i], ref[i], TOL_ROW * fabsf(ref[i]) + 1e-7);
+
+    ASSERT_OK(kern_cuda_gelu_mul(ctx, dy, dx, du, n * n_rows));
+    ASSERT_OK(dev_get(got, dy, sizeof got));
+    for (int64_t i = 0; i < n * n_rows; i++) {
+        double g = x[i], e = 0.5 * g * (1 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u[i];
+        ASSERT_NEAR(got[i], e, 1e-5 * fabs(e) + 1e-6);
+    }
+
+    /* y += bias (one row broadcast), then y += x row by row */
+    ASSERT_OK(kern_cuda_copy(ctx, dy, dx, sizeof x));
+    ASSERT_OK(kern_cuda_add(ctx, dy, dw, n, n_rows, 1));
+    ASSERT_OK(kern_cuda_add(ctx, dy, du, n, n_rows, n_rows));
+    ASSERT_OK(dev_get(got, dy, sizeof got));
+    for (int64_t i = 0; i < n * n_rows; i++) ASSERT_NEAR(got[i], (x[i] + w[i % n]) + u[i], 1e-6);
+    dev_done();
+}
+
+TEST(rope) {
+    NEED_DEVICE();
+    enum { N_TOK = 5, N_HEAD = 3, HD = 128 };
+    const int32_t pos[N_TOK] = {0, 1, 17, 4095, 30000};
+    float ff[HD / 2];
+    for (int i = 0; i < HD / 2; i++) ff[i] = 1.0f + (float)i / 16.0f;
+    float *dff = dev_dup(ff, sizeof ff);
+    int32_t *dpos = dev_dup(pos, sizeof pos);
+    ASSERT_TRUE(dff && dpos);
+    struct kern_rope_params variants[] = {
+        {.n_dims = HD, .neox = false, .freq_base = 10000, .freq_scale = 1, .attn_factor = 1},
+        {.n_dims = HD, .neox = true, .freq_base = 1000000, .freq_scale = 1, .attn_factor = 1},
+        {.n_dims = 64, .neox = true, .freq_base = 10000, .freq_scale = 0.25f, .ext_factor = 1,
+         .attn_factor = 1, .beta_fast = 32, .beta_slow = 1, .n_ctx_orig = 4096},
+        {.n_dims = HD, .neox = false, .freq_base = 500000, .freq_scale = 1, .attn_factor = 1,
+         .freq_factors = ff},
+    };
+    for (size_t v = 0; v < ARRAY_SIZE(variants); v++) {
+        float x[N_TOK * N_HEAD * HD], ref[N_TOK * N_HEAD * HD], got[N_TOK * N_HEAD * HD], cs[HD];
+        fill(x, N_TOK * N_HEAD * HD, 1.0f);
+        memcpy(ref, x, sizeof x);
+        struct kern_rope_params p = variants[v];
+        for (int t = 0; t < N_TOK; t++) {
+            kern_rope_cache(cs, pos[t], &p);
+            kern_rope_apply(ref + t * N_HEAD * HD, cs, N_HEAD, HD, &p);
+        }
+        if (p.freq_factors) p.freq_factors = dff; /* the device's copy */
+        float *dx = dev_dup(x, sizeof x);
+        ASSERT_TRUE(dx);
+        ASSERT_OK(kern_cuda_rope(ctx, dx, dpos, N_TOK, N_HEAD, HD, &p));
+        ASSERT_OK(dev_get(got, dx, sizeof got));
+        for (int i = 0; i < N_TOK * N_HEAD * HD; i++)
+            if (!(fabsf(got[i] - ref[i]) <= TOL_ROPE))
+                TEST_FAIL_("variant %zu value %d: %.9g, expected %.9g", v, i, got[i], ref[i]);
+    }
+    dev_done();
+}
+
+TEST(hadamard) {
+    NEED_DEVICE();
+    const int64_t n = 1024;
+    float x[1024], ref[1024], got[1024];
+    for (int64_t n_rot = 2; n_rot <= 1024; n_rot *= 2) {
+        fill(x, n, 2.0f);
+        memcpy(ref, x, sizeof x);
+        kern_ref_hadamard(ref, n, n_rot);
+        float *dx = dev_dup(x, sizeof x);
+        ASSERT_TRUE(dx);
+        ASSERT_OK(kern_cuda_hadamard(ctx, dx, n, n_rot));
+        ASSERT_OK(dev_get(got, dx, sizeof got));
+        if (memcmp(got, ref, sizeof ref) != 0) TEST_FAIL_("n_rot %lld: not bit-identical to the reference", (long long)n_rot);
+        dev_done();
+    }
+    float *dx = dev_dup(x, sizeof x);
+    ASSERT_EQ(kern_cuda_hadamard(ctx, dx, n, 48), -EINVAL);
+    dev_done();
+}
+
+TEST(argmax) {
+    NEED_DEVICE();
+    enum { N = 32000, ROWS = 3 };
+    static float x[ROWS * N];
+    fill(x, ROWS * N, 10.0f);
+    x[0 * N + 31999] = 20.0f;
+    x[1 * N + 5] = 20.0f, x[1 * N + 20000] = 20.0f; /* a tie: the first wins */
+    x[2 * N + 0] = 30.0f;
+    float *dx = dev_dup(x, sizeof x);
+    int32_t *di = dev_dup(NULL, sizeof(int32_t) * ROWS), got[ROWS];
+    ASSERT_TRUE(dx && di);
+    ASSERT_OK(kern_cuda_argmax(ctx, di, dx, N, ROWS));
+    ASSERT_OK(dev_get(got, di, sizeof got));
+    ASSERT_EQ(got[0], 31999);
+    ASSERT_EQ(got[1], 5);
+    ASSERT_EQ(got[2], 0);
+    dev_done();
+}
+
+/* The KV write: rotate (0, 64 or 128) then convert, into scattered cells; the bytes must
+ * equal the reference quantizer's on the host-rotated row. */
+TEST(kv_store) {
+    NEED_DEVICE();
+    enum { N_TOK = 3, N = 8 * 128, N_CELLS = 7 };
+    const int32_t cell[N_TOK] = {5, 0, 3};
+    float x[N_TOK * N], rot[N];
+    fill(x, N_TOK * N, 4.0f);
+    x[17] = 0.0f; /* a block with an exact zero and one that is all zero */
+    for (int i = 64; i < 96; i++) x[N + i] = 0.0f;
+    const int64_t rots[] = {0, 64, 128};
+    for (size_t ti = 0; ti < ARRAY_SIZE(kv_types); ti++)
+        for (size_t ri = 0; ri < ARRAY_SIZE(rots); ri++) {
+            const int t = kv_types[ti];
+            const size_t rs = kern_row_size(t, N);
+            uint8_t *ref = calloc(N_CELLS, rs), *got = malloc(N_CELLS * rs);
+            for (int k = 0; k < N_TOK; k++) {
+                memcpy(rot, x + k * N, sizeof rot);
+                if (rots[ri]) kern_ref_hadamard(rot, N, rots[ri]);
+                kern_type_traits(t)->from_f32(ref + cell[k] * rs, rot, N);
+            }
+            void *dc = dev_dup(NULL, N_CELLS * rs);
+            int32_t *dcell = dev_dup(cell, sizeof cell);
+            float *dx = dev_dup(x, sizeof x);
+            ASSERT_TRUE(dc && dcell && dx);
+            ASSERT_OK(kern_cuda_kv_store(ctx, dc, rs, dcell, dx, N_TOK, t, N, rots[ri]));
+            ASSERT_OK(dev_get(got, dc, N_CELLS * rs));
+            int bad = -1;
+            for (size_t i = 0; i < N_CELLS * rs && bad < 0; i++)
+                if (got[i] != ref[i]) bad = (int)i;
+            free(ref), free(got);
+            dev_done();
+            if (bad >= 0)
+                TEST_FAIL_("%s n_rot=%lld: byte %d (cell %d) differs from the reference", kern_type_name(t),
+                           (long long)rots[ri], bad, bad / (int)rs);
+        }
+    ASSERT_EQ(kern_cuda_kv_store(ctx, NULL, 0, NULL, NULL, 1, KERN_TYPE_Q4_K, 256, 0), -EOPNOTSUPP);
+}
+
+/* Attention for all 81 (K, V) cache type pairs, GQA, tokens with different context
+ * lengths, a cache that starts at row 2: against kern_attn_head() on the same bytes. */
+TEST(attention) {
+    NEED_DEVICE();
+    enum { N_HEAD = 4, N_HEAD_KV = 2, HD = 128, N_TOK = 3, ROW0 = 2, N_CELLS = ROW0 + 300 };
+    const int32_t n_kv[N_TOK] = {1, 77, 300}, row0[N_TOK] = {ROW0, ROW0, ROW0};
+    const int64_t kv_dim = N_HEAD_KV * HD, group = N_HEAD / N_HEAD_KV;
+    const float scale = 1.0f / sqrtf((float)HD);
+    float *q = malloc(sizeof(float) * N_TOK * N_HEAD * HD), *kf = malloc(sizeof(float) * N_CELLS * kv_dim);
+    float *vf = malloc(sizeof(float) * N_CELLS * kv_dim);
+    float *ref = malloc(sizeof(float) * N_TOK * N_HEAD * HD), *got = malloc(sizeof(float) * N_TOK * N_HEAD * HD);
+    float *scratch = malloc(sizeof(float) * kern_attn_scratch_floats(N_TOK * group, HD, HD));
+    uint8_t *kc = malloc(kern_row_size(KERN_TYPE_F32, kv_dim) * N_CELLS);
+    uint8_t *vc = malloc(kern_row_size(KERN_TYPE_F32, kv_dim) * N_CELLS);
+    fill(q, N_TOK * N_HEAD * HD, 2.0f), fill(kf, N_CELLS * kv_dim, 2.0f), fill(vf, N_CELLS * kv_dim, 1.0f);
+    for (size_t a = 0; a < ARRAY_SIZE(kv_types); a++)
+        for (size_t b = 0; b < ARRAY_SIZE(kv_types); b++) {
+            const int kt = kv_types[a], vt = kv_types[b];
+            const size_t krs = kern_row_size(kt, kv_dim), vrs = kern_row_size(vt, kv_dim);
+            for (int c = 0; c < N_CELLS; c++) {
+                kern_type_traits(kt)->from_f32(kc + c * krs, kf + c * kv_dim, kv_dim);
+                kern_type_traits(vt)->from_f32(vc + c * vrs, vf + c * kv_dim, kv_dim);
+            }
+            for (int64_t h = 0; h < N_HEAD_KV; h++)
+                kern_attn_head(ref + h * group * HD, N_HEAD * HD, q + h * group * HD, N_HEAD * HD, N_TOK, group,
+                               n_kv, kc + ROW0 * krs + kern_row_size(kt, h * HD), kt, krs,
+                               vc + ROW0 * vrs + kern_row_size(vt, h * HD), vt, vrs, HD, HD, scale, scratch);
+            struct kern_cuda_attn_args args = {
+                .out = dev_dup(NULL, sizeof(float) * N_TOK * N_HEAD * HD),
+                .q = dev_dup(q, sizeof(float) * N_TOK * N_HEAD * HD),
+                .k = dev_dup(kc, krs * N_CELLS), .v = dev_dup(vc, vrs * N_CELLS), .kt = kt, .vt = vt,
+                .k_stride = krs, .v_stride = vrs, .kv_row0 = dev_dup(row0, sizeof row0),
+                .n_kv = dev_dup(n_kv, sizeof n_kv), .n_tok = N_TOK, .n_head = N_HEAD,
+                .n_head_kv = N_HEAD_KV, .hd_k = HD, .hd_v = HD, .scale = scale};
+            ASSERT_TRUE(args.out && args.q && args.k && args.v && args.kv_row0 && args.n_kv);
+            ASSERT_OK(kern_cuda_attn(ctx, &args));
+            ASSERT_OK(dev_get(got, args.out, sizeof(float) * N_TOK * N_HEAD * HD));
+            dev_done();
+            for (int i = 0; i < N_TOK * N_HEAD * HD; i++)
+                if (!(fabsf(got[i] - ref[i]) <= TOL_ATTN))
+                    TEST_FAIL_("K %s V %s: value %d (token %d head %d): %.9g, expected %.9g", kern_type_name(kt),
+                               kern_type_name(vt), i, i / (N_HEAD * HD), i / HD % N_HEAD, got[i], ref[i]);
+        }
+    free(q), free(kf), free(vf), free(ref), free(got), free(scratch), free(kc), free(vc);
+}
+
+/* Device copy bandwidth is measurable (a number, not asserted beyond being positive). */
+TEST(copy_bandwidth) {
+    NEED_DEVICE();
+    double bw = 0;
+    ASSERT_OK(kern_cuda_copy_bandwidth(ctx, 64u << 20, 10, &bw));
+    printf("  device copy bandwidth: %.0f GB/s\n", bw / 1e9);
+    ASSERT_TRUE(bw > 0);
+}
+
+TEST_MAIN(T(probe), T(matmul), T(get_rows), T(row_ops), T(rope), T(hadamard), T(argmax), T(kv_store),
+          T(attention), T(copy_bandwidth))
