@@ -58,6 +58,9 @@ struct config {
     int cache_type_v;
     bool kv_rotation;
     uint64_t cache_max_bytes;              /* prompt-cache budget */
+    uint32_t cache_chunk_tokens;           /* C: tokens per chunk record */
+    uint32_t cache_restore_min_tokens;     /* below this many, the store is not asked */
+    char cache_shared_namespaces[1024];    /* "NAME:GROUP[,GROUP...]; ..." */
     uint64_t keep_alive_usec;              /* default idle time before unload */
     uint64_t max_keep_alive_usec;          /* cap on what clients ask for */
     uint32_t max_loaded_models;

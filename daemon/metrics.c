@@ -54,6 +54,16 @@ int metrics_render(struct metrics *m, const char *const *method_names, size_t n_
     for (int i = 0; i < METRICS_N_CODES; i++)
         fprintf(f, "warmd_rpc_responses_total{code=\"%s\"} %llu\n", code_names[i],
                 (unsigned long long)atomic_load(&m->rpc_finished[i]));
+    static const char *const reject_labels[METRIC_REJECT_COUNT] = {
+#define X(id, label) label,
+        METRICS_REJECT_REASONS(X)
+#undef X
+    };
+    fprintf(f, "# HELP warmd_cache_rejections_total Prompt-cache records refused, by reason\n"
+               "# TYPE warmd_cache_rejections_total counter\n");
+    for (int i = 0; i < METRIC_REJECT_COUNT; i++)
+        fprintf(f, "warmd_cache_rejections_total{reason=\"%s\"} %llu\n", reject_labels[i],
+                (unsigned long long)atomic_load(&m->cache_rejected[i]));
     if (fclose(f) != 0 || !buf) {
         free(buf);
         return -ENOMEM;

@@ -33,7 +33,28 @@
     X(CACHE_REJECTED, counter, "warmd_cache_rejected_total",                           \
       "Prompt-cache records found but incompatible")                                    \
     X(CACHE_EVICTIONS, counter, "warmd_cache_evictions_total", "Prompt-cache records evicted") \
-    X(CACHE_BYTES, gauge, "warmd_cache_bytes", "Bytes in the prompt cache")
+    X(CACHE_BYTES, gauge, "warmd_cache_bytes", "Bytes in the prompt cache")              \
+    X(CACHE_LOOKUPS, counter, "warmd_cache_lookups_total", "Prompt-cache lookups")       \
+    X(CACHE_WRITES, counter, "warmd_cache_writes_total", "Prompt-cache records written") \
+    X(CACHE_WRITES_DROPPED, counter, "warmd_cache_writes_dropped_total",                 \
+      "Prompt-cache records not written because the write queue was full")             \
+    X(CACHE_WRITE_ERRORS, counter, "warmd_cache_write_errors_total",                   \
+      "Prompt-cache records whose write failed")
+
+/* Why a prompt-cache record was refused (label reason of warmd_cache_rejections_total):
+ * X(ID, "label"); daemon/cache.c maps error codes to these. */
+#define METRICS_REJECT_REASONS(X)                                                        \
+    X(BAD_BLOB, "bad_blob") X(STATE_VERSION, "state_version") X(MODEL, "model")          \
+    X(LAYOUT, "layout") X(KEY_TYPE, "key_type") X(VALUE_TYPE, "value_type")              \
+    X(KEY_ROTATION, "key_rotation") X(VALUE_ROTATION, "value_rotation")                  \
+    X(TOKENS, "tokens") X(CHECKSUM, "checksum") X(RECORD, "record") X(OTHER, "other")
+
+enum metric_reject {
+#define X(id, label) METRIC_REJECT_##id,
+    METRICS_REJECT_REASONS(X)
+#undef X
+    METRIC_REJECT_COUNT
+};
 
 enum metric_id {
 #define X(id, kind, name, help) METRIC_##id,
@@ -49,6 +70,7 @@ struct metrics {
     _Atomic uint64_t v[METRIC_COUNT];
     _Atomic uint64_t rpc_started[METRICS_MAX_METHODS];  /* by method index */
     _Atomic uint64_t rpc_finished[METRICS_N_CODES];     /* by status code */
+    _Atomic uint64_t cache_rejected[METRIC_REJECT_COUNT]; /* by enum metric_reject */
 };
 
 static inline void metrics_add(struct metrics *m, enum metric_id id, uint64_t n) {

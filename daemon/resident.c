@@ -145,6 +145,9 @@ int residency_acquire(struct daemon *d, const char *name, uint64_t keep_alive_us
             .max_jobs = 16 * c->parallel,
             .store = d->store,
             .writer = d->store ? &d->writer : NULL,
+            .kv_rotation = c->kv_rotation,
+            .chunk_tokens = c->cache_chunk_tokens,
+            .restore_min_tokens = c->cache_restore_min_tokens,
             .test_stall_usec = d->test_stall_usec,
         };
         e = runner_new(name, fd, &p, &runner, &le);

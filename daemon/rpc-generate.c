@@ -2,6 +2,8 @@
  * before anything is resolved or allocated. */
 #include "daemon/rpc-handlers.h"
 
+#include "daemon/cache.h"
+
 #include "warm/v1/warm.pb-c.h"
 
 #include <errno.h>
@@ -59,6 +61,11 @@ static int cache_check(struct rpc_call *c, const Warm__V1__CacheOptions *o) {
         rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "cache.mode: unknown value %d", (int)o->mode);
         return -EINVAL;
     }
+    /* a shared namespace the config opens to the caller's groups (daemon/cache.h) */
+    if (*o->namespace_ && strlen(o->namespace_) < CACHE_NS_MAX &&
+        cache_namespace_shared_ok(rpc_call_daemon(c)->config.cache_shared_namespaces,
+                                  rpc_call_peer(c), o->namespace_))
+        return 0;
     return rpc_namespace_check(c, o->namespace_, false);
 }
 

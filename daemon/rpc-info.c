@@ -1,6 +1,7 @@
 /* rpc-info — GetInfo and Metrics. */
 #include "daemon/rpc-handlers.h"
 
+#include "daemon/cache.h"
 #include "daemon/server.h"
 #include "store/store.h"
 #include "warm/v1/warm.pb-c.h"
@@ -50,15 +51,7 @@ void rpc_info_metrics(struct rpc_call *c, const ProtobufCMessage *req) {
     for (size_t i = 0; i < rpc_n_methods && i < ARRAY_SIZE(names); i++) names[i] = rpc_methods[i].name;
     metrics_set(&d->metrics, METRIC_MODELS_AVAILABLE, registry_count(&d->registry));
     metrics_set(&d->metrics, METRIC_QUEUE_DEPTH, residency_queue_depth(d));
-    struct store_stats st;
-    if (d->store && store_env_stats(d->store, &st) >= 0) {
-        /* The store keeps these; mirror them at each scrape. */
-        metrics_set(&d->metrics, METRIC_CACHE_BYTES, st.bytes);
-        metrics_set(&d->metrics, METRIC_CACHE_HITS, st.n_hits);
-        metrics_set(&d->metrics, METRIC_CACHE_MISSES, st.n_misses);
-        metrics_set(&d->metrics, METRIC_CACHE_REJECTED, st.n_rejections);
-        metrics_set(&d->metrics, METRIC_CACHE_EVICTIONS, st.n_evictions);
-    }
+    cache_metrics_sync(d); /* the store's and the writer's counters */
     char *text = NULL;
     int e = metrics_render(&d->metrics, names, MIN(rpc_n_methods, ARRAY_SIZE(names)),
                            time_now_usec() - d->start_usec, &text);

@@ -33,6 +33,7 @@ struct slot {
     struct engine_sampler *sampler;
     struct engine_detok dt;
     uint32_t stored_chunks;     /* leading chunks of the sequence known to be stored */
+    char ns[128];               /* the namespace of the job whose tokens are cached */
     struct runner_result res;
     uint64_t start_usec, prefill_end_usec, last_used_usec;
 };
@@ -47,6 +48,7 @@ struct runner {
     struct store_env *store;
     struct cache_writer *writer;
     uint32_t chunk_tokens;      /* C: a chunk record's tokens */
+    uint32_t restore_min_tokens;    /* fewer tokens past RAM: the store is not asked */
     uint8_t fingerprint[16];
     uint32_t type_k, type_v;
     struct notify *notify;
@@ -143,7 +145,7 @@ static uint32_t slot_restore(struct runner *r, struct slot *s, const struct runn
     if (store_lookup(txn, &chain, j->prompt, j->n_prompt - 1, &m, &d) >= 0) {
         int32_t seq = (int32_t)(s - r->slots);
         size_t n_recs = m.n_chunks + (m.has_tail ? 1 : 0);
-        s->stored_chunks = (uint32_t)m.n_chunks;
+        s->stored_chunks = MAX(s->stored_chunks, (uint32_t)m.n_chunks);
         for (size_t i = 0; i < n_recs; i++) {
             const struct store_rec *rec = i < m.n_chunks ? &m.chunks[i] : &m.tail;
             if (rec->p0 + rec->n_tokens <= keep) continue;
@@ -155,8 +157,11 @@ static uint32_t slot_restore(struct runner *r, struct slot *s, const struct runn
                 /* Refused (another rotation, version, ...): reported, recomputed, and
                  * overwritten by this job's save. */
                 store_env_reject(r->store, &rec->key, e);
+                log_info("prompt cache: model '%s', namespace '%s': refused the record at "
+                         "position %llu: %s; recomputing and overwriting it", r->name, j->ns,
+                         (unsigned long long)rec->p0, err_msg(&id, e));
                 reject(s, (uint32_t)rec->p0, e, err_msg(&id, e));
-                if (i < m.n_chunks) s->stored_chunks = (uint32_t)i;
+                s->stored_chunks = MIN(s->stored_chunks, (uint32_t)MIN(i, m.n_chunks));
                 break;
             }
             keep = p1;
@@ -192,24 +197,32 @@ static void queue_record(struct runner *r, struct slot *s, const struct store_ch
     cache_writer_put(r->writer, w);
 }
 
-/* Saves the chunks of the sequence the store lacks, and its tail. */
-static void slot_save(struct runner *r, struct slot *s) {
+/* Saves the chunks of the sequence the store lacks (as soon as they are computed: an SWA
+ * layer keeps a chunk's rows only for a while, DESIGN.md 3.6), then a tail ending at each
+ * of the positions tail_end[0 … n_tail) past the last full chunk: the end of the prompt
+ * (and one before it, which a resend of the same prompt looks up), or of the sequence. */
+static void slot_save(struct runner *r, struct slot *s, const uint32_t *tail_end, size_t n_tail) {
     const struct runner_job *j = s->job;
     struct store_chain chain;
-    if (!r->store || !r->writer || j->cache == RUNNER_CACHE_SKIP || s->n_cached == 0 ||
-        chain_init(r, j, &chain) < 0)
+    if (!r->store || !r->writer || j->cache == RUNNER_CACHE_SKIP || s->n_cached == 0)
         return;
     uint32_t c = r->chunk_tokens, n_full = s->n_cached / c;
-    uint32_t first = j->cache == RUNNER_CACHE_REFRESH ? 0 : s->stored_chunks;
+    if (n_full <= s->stored_chunks && n_tail == 0) return;
+    if (chain_init(r, j, &chain) < 0) return;
     struct hash128 h = chain.h0;
     for (uint32_t i = 0; i < n_full; i++) {
         struct hash128 next = store_chain_next(h, s->cached + (size_t)i * c, c);
-        if (i >= first) queue_record(r, s, &chain, STORE_KIND_CHUNK, h, i * c, c);
+        if (i >= s->stored_chunks) queue_record(r, s, &chain, STORE_KIND_CHUNK, h, i * c, c);
         h = next;
     }
-    if (s->n_cached % c)
-        queue_record(r, s, &chain, STORE_KIND_TAIL, h, n_full * c, s->n_cached % c);
-    s->stored_chunks = n_full;
+    s->stored_chunks = MAX(s->stored_chunks, n_full);
+    for (size_t k = 0; k < n_tail; k++) {
+        bool dup = false;
+        for (size_t q = 0; q < k; q++) dup = dup || tail_end[q] == tail_end[k];
+        uint32_t end = tail_end[k];
+        if (dup || end <= n_full * c || end > s->n_cached) continue;
+        queue_record(r, s, &chain, STORE_KIND_TAIL, h, n_full * c, end - n_full * c);
+    }
 }
 
 /* ---- slots --------------------------------------------------------------------------- */
@@ -217,7 +230,7 @@ static void slot_save(struct runner *r, struct slot *s) {
 /* Ends the slot's job: done() with the outcome, the slot is free again. */
 static void slot_finish(struct runner *r, struct slot *s, int err, const char *msg) {
     struct runner_job *j = s->job;
-    if (err == 0) slot_save(r, s);
+    if (err == 0) slot_save(r, s, &s->n_cached, 1);
     if (s->state == SLOT_DECODE || s->prefill_end_usec)
         s->res.decode_usec = time_now_usec() - (s->prefill_end_usec ? s->prefill_end_usec : s->start_usec);
     engine_sampler_free(s->sampler);
@@ -237,6 +250,8 @@ static void slot_finish(struct runner *r, struct slot *s, int err, const char *m
 
 /* Prompt tokens of j already in slot s (never the last: its logits are needed). */
 static uint32_t common_prefix(const struct slot *s, const struct runner_job *j) {
+    /* another namespace's prompts are never reused, nor timed (DESIGN.md §4) */
+    if (strcmp(s->ns, j->ns) != 0) return 0;
     uint32_t keep = 0, lim = (uint32_t)MIN((size_t)s->n_cached, j->n_prompt - 1);
     while (keep < lim && s->cached[keep] == j->prompt[keep]) keep++;
     return keep;
@@ -287,8 +302,12 @@ static void slot_start(struct runner *r, struct slot *s, struct runner_job *j) {
     }
     s->res.ram_tokens = keep;
     /* What RAM has is known to match; the store's knowledge of this sequence is not. */
-    s->stored_chunks = 0;
-    if (r->store && j->cache == RUNNER_CACHE_USE) keep = slot_restore(r, s, j, keep);
+    s->stored_chunks = j->cache == RUNNER_CACHE_REFRESH || strcmp(s->ns, j->ns) != 0
+                           ? 0 : MIN(s->stored_chunks, keep / r->chunk_tokens);
+    snprintf(s->ns, sizeof s->ns, "%s", j->ns);
+    if (r->store && j->cache == RUNNER_CACHE_USE &&
+        j->n_prompt - keep > (size_t)r->restore_min_tokens)
+        keep = slot_restore(r, s, j, keep);
     memcpy(s->cached + s->res.ram_tokens, j->prompt + s->res.ram_tokens,
            (keep - s->res.ram_tokens) * sizeof(int32_t));
     s->n_cached = s->n_prefilled = keep;
@@ -390,12 +409,21 @@ static void step(struct runner *r) {
     /* The cache now holds the batch: record it per slot. */
     for (uint32_t i = 0; i < r->n_slots; i++) {
         struct slot *s = &r->slots[i];
-        if (s->state == SLOT_DECODE) s->cached[s->n_cached++] = s->next;
+        if (s->state == SLOT_DECODE) {
+            s->cached[s->n_cached++] = s->next;
+            if (s->n_cached % r->chunk_tokens == 0) slot_save(r, s, NULL, 0);
+        }
         else if (s->state == SLOT_PREFILL && n_take[i]) {
             memcpy(s->cached + s->n_prefilled, s->job->prompt + s->n_prefilled,
                    n_take[i] * sizeof(int32_t));
             s->n_prefilled += n_take[i];
             s->n_cached = s->n_prefilled;
+            if (s->n_prefilled == s->job->n_prompt) {
+                uint32_t ends[2] = {s->n_prefilled - 1, s->n_prefilled};
+                slot_save(r, s, ends, 2);
+            } else {
+                slot_save(r, s, NULL, 0);
+            }
             if (s->n_prefilled == s->job->n_prompt) {
                 s->prefill_end_usec = time_now_usec();
                 s->res.prefill_usec = s->prefill_end_usec - s->start_usec;
@@ -516,6 +544,7 @@ int runner_new(const char *name, int fd, const struct runner_params *p, struct r
     cp.n_threads = p->n_threads;
     cp.type_k = p->type_k;
     cp.type_v = p->type_v;
+    cp.kv_rotation = p->kv_rotation;
     e = engine_context_new(r->model, &cp, &r->ctx, d);
     if (e < 0) goto fail;
     r->n_ctx = engine_context_params(r->ctx)->n_ctx;
@@ -523,7 +552,8 @@ int runner_new(const char *name, int fd, const struct runner_params *p, struct r
     r->memory_bytes = r->model->weight_bytes + engine_context_kv_bytes(r->ctx);
     /* Chunk records of at most ~4 MiB: C = 256 tokens, halved for big KV rows. */
     size_t per_token = engine_context_kv_bytes(r->ctx) / ((size_t)r->n_slots * r->n_ctx);
-    r->chunk_tokens = 256;
+    r->chunk_tokens = p->chunk_tokens ? p->chunk_tokens : 256;
+    r->restore_min_tokens = p->restore_min_tokens;
     while (r->chunk_tokens > 16 && r->chunk_tokens * per_token > (4u << 20)) r->chunk_tokens /= 2;
     struct engine_kv_info kvi;
     engine_context_kv_info(r->ctx, &kvi);

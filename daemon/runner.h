@@ -93,6 +93,9 @@ struct runner_params {
     unsigned max_jobs;         /* queued + running; more is -EAGAIN (0 = 64) */
     struct store_env *store;   /* the prompt store, NULL = none */
     struct cache_writer *writer;   /* where new records go (with store) */
+    bool kv_rotation;          /* config kv_rotation (and WARM_ATTN_ROT_DISABLE) */
+    uint32_t chunk_tokens;     /* C (config cache_chunk_tokens; halved for big KV rows) */
+    uint32_t restore_min_tokens;   /* config cache_restore_min_tokens */
     uint64_t test_stall_usec;  /* tests (WARM_TEST_STALL_USEC): sleep before each decode
                                   step, like a wedged forward pass; 0 in production */
 };

@@ -18,7 +18,7 @@ C = grpc.StatusCode
 GREEDY = pb.Sampling(temperature=0)
 MKMODEL = os.path.join(BIN, "warm-mkmodel")
 PATCH = os.path.join(BIN, "warm-cache-patch")
-N_VOCAB = 512
+N_VOCAB = 320
 
 
 def collect(stream):
