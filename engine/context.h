@@ -129,3 +129,9 @@ int engine_kv_export(const struct engine_context *ctx, int32_t seq, uint32_t p0,
 int engine_kv_import(struct engine_context *ctx, int32_t seq, const void *blob, size_t n,
                      const int32_t *tokens, size_t n_tokens, uint32_t *ret_p1,
                      struct err_detail *d);
+
+/* The range [*ret_p0, *ret_p1) a blob covers, after the checks that need no context
+ * (magic, size, version, structure; ERR_STATE_BAD / ERR_STATE_VERSION as above). The
+ * checksums are not verified here: engine_kv_import() does that. */
+int engine_kv_blob_range(const void *blob, size_t n, uint32_t *ret_p0, uint32_t *ret_p1,
+                         struct err_detail *d);

@@ -399,6 +399,17 @@ static int abi_compare(const struct kvs_abi *blob, const struct kvs_abi *run,
 #undef LAYOUT_U32
 #undef LAYOUT_F32
 
+int engine_kv_blob_range(const void *blob, size_t n, uint32_t *ret_p0, uint32_t *ret_p1,
+                         struct err_detail *d) {
+    struct kvs_view v;
+    if (!blob) return err_set(d, ERR_STATE_BAD, "not a state blob: no bytes");
+    int r = blob_parse(blob, n, &v, d);
+    if (r < 0) return r;
+    *ret_p0 = v.p0;
+    *ret_p1 = v.p1;
+    return 0;
+}
+
 int engine_kv_import(struct engine_context *ctx, int32_t seq, const void *blob, size_t n,
                      const int32_t *tokens, size_t n_tokens, uint32_t *ret_p1,
                      struct err_detail *d) {

@@ -426,6 +426,11 @@ TEST(chained_chunks) {
     ASSERT_OK(engine_kv_export(e.src, 0, 16, 40, b2, n2, &n2, NULL));
     struct engine_context *c = kvt_ctx(e.m, KERN_TYPE_Q8_0, KERN_TYPE_Q4_0, true, 256, NULL);
     struct err_detail d = {0};
+    uint32_t r0 = 0, r1 = 0;
+    ASSERT_OK(engine_kv_blob_range(b2, n2, &r0, &r1, NULL));
+    ASSERT_EQ(r0, 16);
+    ASSERT_EQ(r1, 40);
+    ASSERT_ERR(engine_kv_blob_range(b2, n2 - 1, &r0, &r1, NULL), ERR_STATE_BAD);
     ASSERT_ERR(engine_kv_import(c, 0, b2, n2, e.tok, 40, NULL, &d), ERR_INVALID);
     printf("  %s\n", d.msg);
     ASSERT_EQ(engine_kv_seq_len(c, 0), 0);
