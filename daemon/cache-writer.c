@@ -8,6 +8,9 @@
 
 /* Bytes of blobs waiting; beyond it new records are dropped. */
 #define QUEUE_MAX_BYTES (512ull << 20)
+/* At stop, queued records are written for at most this long (systemd's stop timeout is
+ * 90 s by default; a drain must leave room for the rest of the shutdown). */
+#define DRAIN_MAX_USEC (20 * 1000000ull)
 
 void cache_write_free(struct cache_write *item) {
     if (!item) return;
@@ -23,6 +26,15 @@ static void *writer_loop(void *arg) {
         while (!w->head && !w->stopping) pthread_cond_wait(&w->cond, &w->lock);
         struct cache_write *item = w->head;
         if (!item) break; /* stopping and drained */
+        if (w->stopping && time_now_usec() > w->drain_until_usec) {
+            /* SIGTERM drain is bounded: what is left is dropped (and counted) */
+            w->head = item->next;
+            if (!w->head) w->tail = NULL;
+            w->queued_bytes -= item->blob_bytes;
+            w->n_dropped++;
+            cache_write_free(item);
+            continue;
+        }
         w->head = item->next;
         if (!w->head) w->tail = NULL;
         w->queued_bytes -= item->blob_bytes;
@@ -83,6 +95,7 @@ void cache_writer_stop(struct cache_writer *w) {
     if (!w->running) return;
     pthread_mutex_lock(&w->lock);
     w->stopping = true;
+    w->drain_until_usec = time_now_usec() + DRAIN_MAX_USEC;
     pthread_cond_broadcast(&w->cond);
     pthread_mutex_unlock(&w->lock);
     pthread_join(w->thread, NULL);

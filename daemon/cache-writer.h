@@ -33,6 +33,7 @@ struct cache_writer {
     unsigned busy;              /* records taken but not yet written */
     bool running, stopping;
     uint64_t n_written, n_dropped, n_failed;
+    uint64_t drain_until_usec;  /* stopping: queued records past this time are dropped */
 };
 
 int cache_writer_start(struct cache_writer *w, struct store_env *env);

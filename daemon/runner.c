@@ -166,6 +166,15 @@ static uint32_t slot_restore(struct runner *r, struct slot *s, const struct runn
             }
             keep = p1;
         }
+        if (m.n_rejected) {
+            /* the store itself refused records (bad checksum or header): deleted, so the
+             * write-back below recomputes them; reported with the first reason */
+            char msg[200];
+            snprintf(msg, sizeof msg, "%u stored records refused by the store: %s",
+                     m.n_rejected, err_str(m.first_reject));
+            reject(s, (uint32_t)(m.n_chunks * r->chunk_tokens), m.first_reject, msg);
+            log_info("prompt cache: model '%s', namespace '%s': %s", r->name, j->ns, msg);
+        }
         store_match_done(&m);
     }
     store_txn_abort(txn);

@@ -126,6 +126,26 @@ class CacheTest(DaemonTest):
         self.assertGreaterEqual(metric(m, "warmd_prompt_tokens_store_total"), len(P) - 1)
         self.assertEqual(d.stop(), 0)
 
+    def test_conversation_resume(self):
+        """The next turn (prompt + the reply + new text) after a restart restores the whole
+        previous sequence: the reply's KV comes back too."""
+        P = prompt(700, 9)
+        new = prompt(15, 10)
+        ref = self.new_daemon("cache_max_bytes = 0\n").start()
+        reply, _ = self.gen(ref, P, max_tokens=40)
+        want, s = self.gen(ref, P + reply + new)
+        self.assertEqual(s.ram_tokens, len(P) + len(reply) - 1)
+        self.assertEqual(ref.stop(), 0)
+        d = self.new_daemon().start()
+        ids, _ = self.gen(d, P, max_tokens=40)
+        self.assertEqual(ids, reply)
+        d = self.restart(d)
+        ids, s = self.gen(d, P + reply + new)
+        self.assertEqual(s.store_tokens, len(P) + len(reply) - 1, s)
+        self.assertEqual(s.evaluated_tokens, len(new) + 1)
+        self.assertEqual(ids, want)
+        self.assertEqual(d.stop(), 0)
+
     # ---- rejection: rotation and version -------------------------------------------------
 
     def test_rotation_toggle(self):
