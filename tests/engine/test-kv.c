@@ -345,6 +345,85 @@ TEST(shared_kv_layers) {
     engine_model_free(m);
 }
 
+/* Copies the GGUF at src to dst, leaving out the key `drop` (NULL: none) and negating the
+ * f32 values of the tensors whose names contain `negate` (NULL: none). */
+static int gguf_copy(const char *src, const char *dst, const char *drop, const char *negate) {
+    struct gguf_file *f = NULL;
+    struct gguf_writer *w = NULL;
+    int r = gguf_open(src, &f, NULL);
+    if (r < 0) return r;
+    if ((r = gguf_writer_new(&w)) < 0) goto out;
+    for (uint64_t i = 0; r >= 0 && i < gguf_n_kv(f); i++) {
+        const struct gguf_kv *kv = gguf_kv_at(f, i);
+        if (drop && kv->key.len == strlen(drop) && memcmp(kv->key.ptr, drop, kv->key.len) == 0) continue;
+        r = gguf_writer_add_kv(w, kv);
+    }
+    for (uint64_t i = 0; r >= 0 && i < gguf_n_tensors(f); i++) {
+        const struct gguf_tensor *t = gguf_tensor_at(f, i);
+        char name[GGUF_MAX_NAME + 1];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        float *data = malloc(t->n_bytes);
+        if (!data || t->type != KERN_TYPE_F32) {
+            free(data);
+            r = ERR_INVALID;
+            break;
+        }
+        memcpy(data, t->data, t->n_bytes);
+        if (negate && strstr(name, negate))
+            for (uint64_t k = 0; k < t->n_bytes / 4; k++) data[k] = -data[k];
+        r = gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, data);
+        free(data);
+    }
+    if (r >= 0) r = gguf_writer_save(w, dst);
+out:
+    gguf_writer_free(w);
+    gguf_close(f);
+    return r;
+}
+
+/* Logits of 6 prompt positions then 4 greedy steps. */
+static bool logits_run(const char *path, float *out, int32_t n_vocab) {
+    struct engine_model *m = kvt_model_open(path);
+    struct engine_context *c = m ? kvt_ctx(m, KERN_TYPE_F32, KERN_TYPE_F32, true, 32, NULL) : NULL;
+    bool ok = c != NULL;
+    int32_t tok[10] = {1, 270, 281, 262, 295, 266};
+    for (int i = 0; ok && i < 10; i++) {
+        ok = kvt_decode(c, tok, i, i + 1) >= 0;
+        const float *l = ok ? engine_context_logits(c, 0) : NULL;
+        if (l) memcpy(out + i * n_vocab, l, (size_t)n_vocab * sizeof *out);
+        if (l && i >= 5 && i < 9) tok[i + 1] = kvt_argmax(l, n_vocab);
+    }
+    engine_context_free(c);
+    engine_model_free(m);
+    return ok;
+}
+
+/* A shared-KV layer reads its source's KV: its own attn_k / attn_v weights play no part
+ * (negating them changes no bit), while the same file without the key (every layer owns
+ * KV, so layer 2 uses them) computes something else. */
+TEST(shared_kv_layer_ignores_own_kv_weights) {
+    const char *path = kvt_model_path("shared3", "--arch llama --n-embd 128 --n-layer 3 --n-head 2 "
+                                      "--head-dim 64 --n-ff 128 --n-vocab 300 --shared-kv-layers 1");
+    if (!path) SKIP("warm-mkmodel is not available (WARM_BIN)");
+    char neg[600], plain[600], plain_neg[600];
+    snprintf(neg, sizeof neg, "%s/shared3-neg.gguf", test_tmpdir());
+    snprintf(plain, sizeof plain, "%s/shared3-plain.gguf", test_tmpdir());
+    snprintf(plain_neg, sizeof plain_neg, "%s/shared3-plain-neg.gguf", test_tmpdir());
+    ASSERT_OK(gguf_copy(path, neg, NULL, "blk.2.attn_k"));
+    ASSERT_OK(gguf_copy(neg, neg, NULL, "blk.2.attn_v"));
+    ASSERT_OK(gguf_copy(path, plain, "llama.attention.shared_kv_layers", NULL));
+    ASSERT_OK(gguf_copy(plain, plain_neg, NULL, "blk.2.attn_v"));
+    enum { NV = 300 };
+    static float a[10 * NV], b[10 * NV], c[10 * NV], e[10 * NV];
+    ASSERT_TRUE(logits_run(path, a, NV));
+    ASSERT_TRUE(logits_run(neg, b, NV));
+    ASSERT_TRUE(logits_run(plain, c, NV));
+    ASSERT_TRUE(logits_run(plain_neg, e, NV));
+    ASSERT_TRUE(memcmp(a, b, sizeof a) == 0);
+    ASSERT_TRUE(memcmp(a, c, sizeof a) != 0);
+    ASSERT_TRUE(memcmp(c, e, sizeof c) != 0); /* the negation itself does matter */
+}
+
 /* ---- context shift ------------------------------------------------------------------ */
 
 /* NMSE of layer 0's K after a shift against K computed at the new positions directly:
@@ -426,4 +505,5 @@ TEST(context_shift) {
 TEST_MAIN(T(fwht_equals_dense), T(hh_is_identity), T(rotation_size_rules), T(rotation_env_helper),
           T(rotation_recorded_per_head_size), T(quantized_cache_needs_block_heads),
           T(attention_every_cache_type), T(attention_rotation_invariant_f32),
-          T(rotation_quality_outliers), T(shared_kv_layers), T(context_shift))
+          T(rotation_quality_outliers), T(shared_kv_layers),
+          T(shared_kv_layer_ignores_own_kv_weights), T(context_shift))
