@@ -3,6 +3,13 @@
  * vocab 32000), against the device's own copy bandwidth.
  *
  *   warm-cuda-bench [--types f16,q8_0,q4_0] [--tokens N] [--prefill N] [--device N] [--json FILE]
+ *   warm-cuda-bench --model FILE.gguf [--tokens N] [--prefill N] [--device N] [--json FILE]
+ *
+ * --model: the whole forward pass of a GGUF model on the GPU (tests/cuda/gpu-forward.h:
+ * attention and an f16 KV cache included): one prefill step of --prefill tokens (<= 512),
+ * then --tokens greedy decode steps, each fetching only its sampled token; tokens/s and
+ * decode weight bytes/s as a percentage of the copy bandwidth. Without the engine (a
+ * kernels-only build, -DWARM_CUDA_BENCH_NO_ENGINE) --model is not available.
  *
  * Per weight type: all 16 layers' matrices and the classifier are resident on the device
  * (random rows of the type: the contents do not change the speed). "decode" runs the
@@ -14,6 +21,9 @@
  * says. Exit 0 after printing; 77 when there is no CUDA device. */
 #include "kernels/cuda/cuda.h"
 #include "kernels/kernels.h"
+#ifndef WARM_CUDA_BENCH_NO_ENGINE
+#include "../cuda/gpu-forward.h"
+#endif
 
 #include <errno.h>
 #include <stdio.h>
@@ -203,8 +213,68 @@ static int bench_type(struct kern_cuda_ctx *ctx, enum kern_type t, int n_decode,
     return r;
 }
 
+#ifndef WARM_CUDA_BENCH_NO_ENGINE
+/* The whole model on the GPU: prefill, then greedy decode with one token fetched a step. */
+static int bench_model(struct kern_cuda_ctx *ctx, const char *path, int n_decode, int n_prefill, double copy_bw,
+                       FILE *jf) {
+    struct engine_model *m = NULL;
+    struct err_detail d = {0};
+    int r = engine_model_load(path, NULL, &m, &d);
+    if (r < 0) {
+        fprintf(stderr, "warm-cuda-bench: %s: %s\n", path, err_msg(&d, r));
+        return r;
+    }
+    if (n_prefill < 1) n_prefill = 1;
+    if (n_prefill > 512) n_prefill = 512;
+    struct gpu_model *g = NULL;
+    r = gpu_model_new(ctx, m, (uint32_t)(n_prefill + n_decode + 1), (uint32_t)n_prefill, KERN_TYPE_F16,
+                      KERN_TYPE_F16, true, &g);
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)n_prefill);
+    if (r == 0 && !tok) r = -ENOMEM;
+    for (int i = 0; r == 0 && i < n_prefill; i++) tok[i] = (int32_t)((i * 7919 + 3) % m->hp.n_vocab);
+    double usec_p = 0, usec_d = 0;
+    int32_t next = 0;
+    /* warm-up step (kernel loading, clocks), then reset the cache position */
+    if (r == 0) r = gpu_forward(g, tok, (uint32_t)n_prefill, 1);
+    if (r == 0) r = kern_cuda_ctx_sync(ctx);
+    if (r == 0) g->n_past = 0;
+    uint64_t t0 = time_now_usec();
+    if (r == 0) r = gpu_forward(g, tok, (uint32_t)n_prefill, 1);
+    if (r == 0) r = gpu_greedy(g, &next);
+    uint64_t t1 = time_now_usec();
+    for (int i = 0; r == 0 && i < n_decode; i++) {
+        r = gpu_forward(g, &next, 1, 1);
+        if (r == 0) r = gpu_greedy(g, &next); /* the step's one host synchronisation */
+    }
+    uint64_t t2 = time_now_usec();
+    usec_p = (double)(t1 - t0);
+    usec_d = (double)(t2 - t1);
+    if (r == 0) {
+        double p_tps = n_prefill / (usec_p * 1e-6), d_tps = n_decode / (usec_d * 1e-6);
+        double gbs = (double)g->weight_bytes * d_tps / 1e9;
+        printf("model %s (%s, %.2f GB of weights on the device, %.2f GB reserved)\n", path, m->arch_name,
+               (double)g->weight_bytes / 1e9, (double)kern_cuda_ctx_reserved_bytes(ctx) / 1e9);
+        printf("  prefill %d tokens: %.0f tokens/s\n", n_prefill, p_tps);
+        printf("  decode %d tokens: %.1f tokens/s, %.0f GB/s of weights = %.1f%% of the copy bandwidth\n", n_decode,
+               d_tps, gbs, 100.0 * gbs * 1e9 / copy_bw);
+        if (jf)
+            fprintf(jf, "{\"model\": \"%s\", \"weight_gb\": %.3f, \"prefill_tokens\": %d, \"prefill_tps\": %.1f, "
+                        "\"decode_tokens\": %d, \"decode_tps\": %.2f, \"decode_gbs\": %.1f, "
+                        "\"decode_pct_of_copy_bw\": %.1f, \"copy_gbs\": %.1f}\n",
+                    path, (double)g->weight_bytes / 1e9, n_prefill, p_tps, n_decode, d_tps, gbs,
+                    100.0 * gbs * 1e9 / copy_bw, copy_bw / 1e9);
+    } else {
+        fprintf(stderr, "warm-cuda-bench: %s: %s\n", path, strerror(-r));
+    }
+    free(tok);
+    gpu_model_free(g);
+    engine_model_free(m);
+    return r;
+}
+#endif
+
 int main(int argc, char **argv) {
-    const char *types = "f16,q8_0,q4_0", *json = NULL;
+    const char *types = "f16,q8_0,q4_0", *json = NULL, *model = NULL;
     int n_decode = 32, n_prefill = 512, dev = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--types") && i + 1 < argc) types = argv[++i];
@@ -212,8 +282,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--prefill") && i + 1 < argc) n_prefill = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) dev = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--types f16,q8_0,q4_0] [--tokens N] [--prefill N] [--device N] [--json FILE]\n",
+            fprintf(stderr, "usage: %s [--types f16,q8_0,q4_0 | --model FILE] [--tokens N] [--prefill N] [--device N] "
+                    "[--json FILE]\n",
                     argv[0]);
             return 2;
         }
@@ -239,6 +311,18 @@ int main(int argc, char **argv) {
     }
     printf("device %d: %s sm_%d%d, %d SMs, %.1f GiB; copy bandwidth %.0f GB/s (read + write)\n", dev, info.name,
            info.cc_major, info.cc_minor, info.n_sm, (double)info.total_bytes / (1 << 30), copy_bw / 1e9);
+    if (model) {
+#ifndef WARM_CUDA_BENCH_NO_ENGINE
+        FILE *mf = json ? fopen(json, "w") : NULL;
+        r = bench_model(ctx, model, n_decode, n_prefill, copy_bw, mf);
+        if (mf) fclose(mf);
+#else
+        fprintf(stderr, "warm-cuda-bench: --model needs the engine (this is a kernels-only build)\n");
+        r = -EOPNOTSUPP;
+#endif
+        kern_cuda_ctx_free(ctx);
+        return r < 0 ? 1 : 0;
+    }
     printf("model: llama n_embd %d, %d layers, %d heads, %d KV heads, head %d, n_ff %d, vocab %d\n", N_EMBD, N_LAYER,
            N_HEAD, N_HEAD_KV, HEAD_DIM, N_FF, N_VOCAB);
     printf("weights only (matrix products, norms, SwiGLU; no attention, no KV cache)\n");
