@@ -155,6 +155,20 @@ struct kern_cuda_attn_args {
 };
 int kern_cuda_attn(struct kern_cuda_ctx *ctx, const struct kern_cuda_attn_args *a);
 
+/* ---- graphs: one launch for a whole step ----------------------------------------------- */
+
+/* Between kern_cuda_graph_begin() and kern_cuda_graph_end() the ops enqueued on ctx are
+ * recorded, not run (thread-local stream capture); kern_cuda_graph_launch() then replays
+ * them with one launch, which removes the per-kernel launch cost that dominates a decode
+ * step of a small model. Replays read device memory as it is then (token ids, positions
+ * uploaded before the launch); pointers and sizes are those of the capture. No upload,
+ * download or sync may happen while capturing. */
+struct kern_cuda_graph;
+int kern_cuda_graph_begin(struct kern_cuda_ctx *ctx);
+int kern_cuda_graph_end(struct kern_cuda_ctx *ctx, struct kern_cuda_graph **ret);
+int kern_cuda_graph_launch(struct kern_cuda_ctx *ctx, struct kern_cuda_graph *graph);
+void kern_cuda_graph_free(struct kern_cuda_graph *graph); /* NULL-safe */
+
 /* ---- measurements ------------------------------------------------------------------- */
 
 /* Device-to-device copy bandwidth in bytes/s (read + write counted), measured with

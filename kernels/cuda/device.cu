@@ -172,3 +172,46 @@ extern "C" int kern_cuda_copy_bandwidth(struct kern_cuda_ctx *ctx, size_t bytes,
     if (r == 0) *ret = usec > 0 ? 2.0 * (double)bytes * reps / (usec * 1e-6) : 0;
     return r;
 }
+
+struct kern_cuda_graph {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+};
+
+extern "C" int kern_cuda_graph_begin(struct kern_cuda_ctx *ctx) {
+    int r = cuda_use(ctx);
+    return r < 0 ? r : cuda_err(cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal));
+}
+
+extern "C" int kern_cuda_graph_end(struct kern_cuda_ctx *ctx, struct kern_cuda_graph **ret) {
+    int r = cuda_use(ctx);
+    if (r < 0) return r;
+    struct kern_cuda_graph *g = (struct kern_cuda_graph *)calloc(1, sizeof *g);
+    cudaGraph_t graph = NULL;
+    r = cuda_err(cudaStreamEndCapture(ctx->stream, &graph)); /* ends the capture even on error */
+    if (r == 0 && !g) r = -ENOMEM;
+    if (r == 0) {
+        g->graph = graph;
+        r = cuda_err(cudaGraphInstantiate(&g->exec, graph, 0));
+    }
+    if (r < 0) {
+        if (graph) cudaGraphDestroy(graph);
+        free(g);
+        (void)cudaGetLastError();
+        return r;
+    }
+    *ret = g;
+    return 0;
+}
+
+extern "C" int kern_cuda_graph_launch(struct kern_cuda_ctx *ctx, struct kern_cuda_graph *g) {
+    int r = cuda_use(ctx);
+    return r < 0 ? r : cuda_err(cudaGraphLaunch(g->exec, ctx->stream));
+}
+
+extern "C" void kern_cuda_graph_free(struct kern_cuda_graph *g) {
+    if (!g) return;
+    if (g->exec) cudaGraphExecDestroy(g->exec);
+    if (g->graph) cudaGraphDestroy(g->graph);
+    free(g);
+}

@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(128) gemm_f16_kernel(float *__restrict__ c, co
                                                       const __half *__restrict__ b, int64_t m, int64_t n,
                                                       int64_t k) {
     using namespace nvcuda;
-    __shared__ float stage[4][32 * 32];
+    __shared__ __align__(32) float stage[4][32 * 32]; /* wmma stores need 256-bit alignment */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t m0 = (int64_t)blockIdx.y * MM_TILE + (warp / 2) * 32;
     const int64_t n0 = (int64_t)blockIdx.x * MM_TILE + (warp % 2) * 32;

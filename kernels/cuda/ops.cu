@@ -108,7 +108,7 @@ __global__ void rope_kernel(float *x, const int32_t *pos, int64_t n_tok, int64_t
     if (p.ext_factor != 0) {
         float y = ((float)i0 / 2.0f - p.lo) / fmaxf(0.001f, p.hi - p.lo);
         float mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * p.ext_factor;
-        angle = angle * (1.0f - mix) + extrap * mix;
+        angle = __fadd_rn(__fmul_rn(angle, 1.0f - mix), __fmul_rn(extrap, mix)); /* as the CPU: no FMA */
     }
     const float c = cosf(angle) * p.mscale, s = sinf(angle) * p.mscale;
     const int64_t a = p.neox ? pair : 2 * pair, b = p.neox ? pair + half : 2 * pair + 1;

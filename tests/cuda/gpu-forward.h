@@ -46,8 +46,11 @@ struct gpu_model {
     struct kern_rope_params rope;
     /* activations (device), see gpu_model_new() */
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *logits;
+    int32_t *idx; /* (4, n_batch): token ids, positions (= cells), the row of cell 0, n_kv */
     int32_t *tok, *pos, *row0, *n_kv, *argmax;
     void *scratch;
+    int32_t *host_idx;                 /* (4, n_batch) staging for idx */
+    struct kern_cuda_graph *decode;    /* the one-token step, captured on first use */
 };
 
 /* K is rotated with the largest power of two dividing its head size, V with 64, when the
@@ -111,6 +114,8 @@ static inline void gpu_model_free(struct gpu_model *g) {
     kern_cuda_buf_free(g->weights);
     kern_cuda_buf_free(g->kv);
     kern_cuda_buf_free(g->act);
+    kern_cuda_graph_free(g->decode);
+    free(g->host_idx);
     free(g->layers);
     free(g->source);
     free(g->slot);
@@ -149,7 +154,7 @@ static inline int gpu_model_new(struct kern_cuda_ctx *ctx, const struct engine_m
     g->n_rot_v = gpu_rot_size(type_v, hp->head_dim_v, rotation, false);
     g->k_row_bytes = kern_row_size(type_k, k_dim);
     g->v_row_bytes = kern_row_size(type_v, v_dim);
-    g->kv_layer_bytes = gpu_align((g->k_row_bytes + g->v_row_bytes) * n_ctx);
+    g->kv_layer_bytes = gpu_align(g->k_row_bytes * n_ctx) + gpu_align(g->v_row_bytes * n_ctx);
     uint32_t n_own = hp->n_layer - hp->n_layer_kv_shared;
     for (uint32_t il = 0; il < hp->n_layer && r == 0; il++) {
         g->source[il] = (int32_t)(il < n_own ? il : n_own - 1);
@@ -165,8 +170,7 @@ static inline int gpu_model_new(struct kern_cuda_ctx *ctx, const struct engine_m
     const size_t f = sizeof(float);
     const size_t sizes[] = {nb * hp->n_embd * f, nb * hp->n_embd * f, nb * q_dim * f,     nb * k_dim * f,
                             nb * v_dim * f,      nb * att_dim * f,    nb * hp->n_ff * f,   nb * hp->n_ff * f,
-                            nb * hp->n_vocab * f, nb * 4,             nb * 4,              nb * 4,
-                            nb * 4,              nb * 4};
+                            nb * hp->n_vocab * f, 4 * nb * 4,         nb * 4};
     size_t scratch = 0, act = 0;
     const int64_t shapes[][2] = {{hp->n_embd, q_dim}, {hp->n_embd, k_dim}, {att_dim, hp->n_embd},
                                  {hp->n_embd, hp->n_ff}, {hp->n_ff, hp->n_embd}, {hp->n_embd, hp->n_vocab}};
@@ -180,13 +184,18 @@ static inline int gpu_model_new(struct kern_cuda_ctx *ctx, const struct engine_m
         char *p = kern_cuda_buf_ptr(g->act);
         void **dst[] = {(void **)&g->x,   (void **)&g->xb,     (void **)&g->q,   (void **)&g->k,
                         (void **)&g->v,   (void **)&g->att,    (void **)&g->hb,  (void **)&g->hb2,
-                        (void **)&g->logits, (void **)&g->tok, (void **)&g->pos, (void **)&g->row0,
-                        (void **)&g->n_kv, (void **)&g->argmax};
+                        (void **)&g->logits, (void **)&g->idx, (void **)&g->argmax};
         for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
             *dst[i] = p;
             p += gpu_align(sizes[i]);
         }
         g->scratch = p;
+        g->tok = g->idx;
+        g->pos = g->idx + nb;
+        g->row0 = g->idx + 2 * nb;
+        g->n_kv = g->idx + 3 * nb;
+        g->host_idx = calloc(4 * (size_t)nb, sizeof *g->host_idx);
+        if (!g->host_idx) r = -ENOMEM;
     }
     g->rope = (struct kern_rope_params){
         .n_dims = hp->n_rot,
@@ -215,39 +224,20 @@ static inline int gpu_bias(struct gpu_model *g, float *y, const struct gpu_weigh
     return b->data ? kern_cuda_add(g->ctx, y, b->data, b->n_in, n, 1) : 0;
 }
 
-/* Enqueues one step over tokens[0..n) at positions n_past.. (n <= n_batch; the cache
- * must have room). The logits of the last n_out tokens (1 <= n_out <= n) end up in
- * g->logits (n_out, n_vocab). The token ids, positions and cell arrays are uploaded
- * first (host -> device), which is the step's only transfer besides what the caller
- * downloads. */
-static inline int gpu_forward(struct gpu_model *g, const int32_t *tokens, uint32_t n, uint32_t n_out) {
+/* Enqueues the ops of one step of n tokens whose ids and positions are in g->idx; the
+ * logits of the last n_out tokens go to g->logits. No host transfer (graph-capturable). */
+static inline int gpu_enqueue(struct gpu_model *g, uint32_t n, uint32_t n_out) {
     const struct engine_hparams *hp = &g->m->hp;
-    if (n == 0 || n > g->n_batch || g->n_past + n > g->n_ctx || n_out == 0 || n_out > n) return -EINVAL;
     struct kern_cuda_ctx *ctx = g->ctx;
     const int64_t dim = hp->n_embd, hd_k = hp->head_dim_k, hd_v = hp->head_dim_v;
     const int64_t q_dim = hp->n_head * hd_k, k_dim = hp->n_head_kv * hd_k, v_dim = hp->n_head_kv * hd_v;
     const int64_t att_dim = hp->n_head * hd_v;
-    int32_t host[4][512];
-    if (n > 512) return -EINVAL;
-    for (uint32_t t = 0; t < n; t++) {
-        host[0][t] = tokens[t];
-        host[1][t] = (int32_t)(g->n_past + t); /* position = cell */
-        host[2][t] = 0;                        /* the sequence starts at row 0 */
-        host[3][t] = (int32_t)(g->n_past + t + 1);
-    }
-    int32_t *dst[4] = {g->tok, g->pos, g->row0, g->n_kv};
-    size_t base = (size_t)((char *)g->tok - (char *)kern_cuda_buf_ptr(g->act));
-    int r = 0;
-    for (int i = 0; i < 4 && r == 0; i++)
-        r = kern_cuda_buf_upload(g->act, base + (size_t)((char *)dst[i] - (char *)g->tok), host[i], 4 * (size_t)n);
-    if (r == 0)
-        r = kern_cuda_get_rows(ctx, g->x, g->tok_embd.data, g->tok_embd.type, g->tok_embd.row_bytes, g->tok, n, dim);
+    int r = kern_cuda_get_rows(ctx, g->x, g->tok_embd.data, g->tok_embd.type, g->tok_embd.row_bytes, g->tok, n, dim);
     for (uint32_t il = 0; il < hp->n_layer && r == 0; il++) {
         const struct gpu_layer *l = &g->layers[il];
         const bool own = g->slot[il] >= 0;
         char *kvl = (char *)kern_cuda_buf_ptr(g->kv) + (size_t)g->slot[g->source[il]] * g->kv_layer_bytes;
-        char *kc = kvl, *vc = kvl + g->k_row_bytes * g->n_ctx;
-
+        char *kc = kvl, *vc = kvl + gpu_align(g->k_row_bytes * g->n_ctx);
         r = kern_cuda_rmsnorm(ctx, g->xb, g->x, l->attn_norm.data, dim, n, hp->rms_eps);
         if (r == 0) r = gpu_matmul(g, g->q, &l->wq, g->xb, n);
         if (r == 0) r = gpu_bias(g, g->q, &l->bq, n);
@@ -284,6 +274,37 @@ static inline int gpu_forward(struct gpu_model *g, const int32_t *tokens, uint32
     const float *last = g->x + (int64_t)(n - n_out) * dim;
     if (r == 0) r = kern_cuda_rmsnorm(ctx, g->xb, last, g->output_norm.data, dim, n_out, hp->rms_eps);
     if (r == 0) r = gpu_matmul(g, g->logits, &g->output, g->xb, n_out);
+    return r;
+}
+
+/* One step over tokens[0..n) at positions n_past.. (n <= n_batch; the cache must have
+ * room): uploads the ids and positions (one host -> device copy), then enqueues the step;
+ * a one-token step replays a CUDA graph captured on its first use. The logits of the last
+ * n_out tokens (1 <= n_out <= n) end up in g->logits (n_out, n_vocab). */
+static inline int gpu_forward(struct gpu_model *g, const int32_t *tokens, uint32_t n, uint32_t n_out) {
+    if (n == 0 || n > g->n_batch || g->n_past + n > g->n_ctx || n_out == 0 || n_out > n) return -EINVAL;
+    const size_t nb = g->n_batch;
+    for (uint32_t t = 0; t < n; t++) {
+        g->host_idx[t] = tokens[t];
+        g->host_idx[nb + t] = (int32_t)(g->n_past + t); /* position = cell */
+        g->host_idx[2 * nb + t] = 0;                    /* the sequence starts at row 0 */
+        g->host_idx[3 * nb + t] = (int32_t)(g->n_past + t + 1);
+    }
+    size_t off = (size_t)((char *)g->idx - (char *)kern_cuda_buf_ptr(g->act));
+    int r = kern_cuda_buf_upload(g->act, off, g->host_idx, 4 * nb * sizeof *g->host_idx);
+    if (r == 0 && n == 1 && n_out == 1) {
+        if (!g->decode) {
+            r = kern_cuda_graph_begin(g->ctx);
+            if (r == 0) {
+                int r2 = gpu_enqueue(g, 1, 1);
+                r = kern_cuda_graph_end(g->ctx, &g->decode);
+                r = r2 < 0 ? r2 : r;
+            }
+        }
+        if (r == 0) r = kern_cuda_graph_launch(g->ctx, g->decode);
+    } else if (r == 0) {
+        r = gpu_enqueue(g, n, n_out);
+    }
     if (r == 0) g->n_past += n;
     return r;
 }

@@ -425,6 +425,29 @@ TEST(attention) {
     free(q), free(kf), free(vf), free(ref), free(got), free(scratch), free(kc), free(vc);
 }
 
+/* A captured graph replays its ops, reading device memory as it is at each launch. */
+TEST(graph) {
+    NEED_DEVICE();
+    float x[256], got[256];
+    fill(x, 256, 1.0f);
+    float *dy = dev_dup(NULL, sizeof x), *dx = dev_dup(x, sizeof x);
+    ASSERT_TRUE(dy && dx);
+    struct kern_cuda_graph *g = NULL;
+    ASSERT_OK(kern_cuda_graph_begin(ctx));
+    int r = kern_cuda_add(ctx, dy, dx, 256, 1, 1);
+    ASSERT_OK(kern_cuda_graph_end(ctx, &g));
+    ASSERT_OK(r);
+    ASSERT_OK(kern_cuda_ctx_sync(ctx));
+    ASSERT_OK(dev_get(got, dy, sizeof got));
+    for (int i = 0; i < 256; i++) ASSERT_TRUE(got[i] == 0.0f); /* captured, not run */
+    ASSERT_OK(kern_cuda_graph_launch(ctx, g));
+    ASSERT_OK(kern_cuda_graph_launch(ctx, g));
+    ASSERT_OK(dev_get(got, dy, sizeof got));
+    for (int i = 0; i < 256; i++) ASSERT_TRUE(got[i] == x[i] + x[i]);
+    kern_cuda_graph_free(g);
+    dev_done();
+}
+
 /* Device copy bandwidth is measurable (a number, not asserted beyond being positive). */
 TEST(copy_bandwidth) {
     NEED_DEVICE();
@@ -435,4 +458,4 @@ TEST(copy_bandwidth) {
 }
 
 TEST_MAIN(T(probe), T(matmul), T(get_rows), T(row_ops), T(rope), T(hadamard), T(argmax), T(kv_store),
-          T(attention), T(copy_bandwidth))
+          T(attention), T(graph), T(copy_bandwidth))
