@@ -435,7 +435,7 @@ static void step(struct runner *r) {
             }
             if (s->n_prefilled == s->job->n_prompt) {
                 s->prefill_end_usec = time_now_usec();
-                s->res.prefill_usec = s->prefill_end_usec - s->start_usec;
+                s->res.prefill_usec = s->prefill_end_usec - s->start_usec - s->res.restore_usec;
             }
         }
     }
