@@ -102,7 +102,7 @@ static void job_free(struct gen_job *j) {
 static int send_text(struct gen_job *j, int32_t id, const char *text, size_t len) {
     char *copy = malloc(len + 1);
     if (!copy) return -ENOMEM;
-    memcpy(copy, text, len);
+    if (len) memcpy(copy, text, len);
     copy[len] = 0;
     Warm__V1__TokenEvent t = WARM__V1__TOKEN_EVENT__INIT;
     t.id = id;
@@ -134,7 +134,7 @@ static bool job_token(struct runner_job *b, int32_t id, const char *text, size_t
         j->pending = p;
         j->cap_pending = cap;
     }
-    memcpy(j->pending + j->n_pending, text, len);
+    if (len) memcpy(j->pending + j->n_pending, text, len); /* pending is NULL until text */
     j->n_pending = need;
     size_t emit = j->n_pending, hold = 0;
     for (size_t k = 0; k < j->n_stop; k++) {
@@ -153,7 +153,7 @@ static bool job_token(struct runner_job *b, int32_t id, const char *text, size_t
         j->n_pending = 0;
         return false;
     }
-    memmove(j->pending, j->pending + emit, j->n_pending - emit);
+    if (j->n_pending > emit) memmove(j->pending, j->pending + emit, j->n_pending - emit);
     j->n_pending -= emit;
     return e >= 0;
 }
