@@ -171,67 +171,93 @@ template <> __device__ __forceinline__ void deq32<KERN_TYPE_BF16>(const uint8_t 
         }
     }
 }
+/* The 32-value block types are read with 2- or 4-byte loads (their sizes keep every block
+ * 2-byte aligned, q4_1 and q5_1 4-byte aligned); little-endian: byte 2k is the low half. */
 template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q8_0>(const uint8_t *row, int64_t u, float *v) {
-    const uint8_t *b = row + u * 34;
-    float d = d_f16(ld16(b));
-    const int8_t *q = (const int8_t *)(b + 2);
+    const uint16_t *p = (const uint16_t *)(row + u * 34);
+    const float d = d_f16(p[0]);
 #pragma unroll
-    for (int j = 0; j < 32; j++) v[j] = d * (float)q[j];
+    for (int k = 0; k < 16; k++) {
+        const uint16_t w = p[1 + k];
+        v[2 * k] = d * (float)(int8_t)(w & 0xff);
+        v[2 * k + 1] = d * (float)(int8_t)(w >> 8);
+    }
 }
+/* qs byte j (j < 16) of a block: values j (low nibble) and j + 16 (high nibble) */
 template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q4_0>(const uint8_t *row, int64_t u, float *v) {
-    const uint8_t *b = row + u * 18;
-    float d = d_f16(ld16(b));
+    const uint16_t *p = (const uint16_t *)(row + u * 18);
+    const float d = d_f16(p[0]);
 #pragma unroll
-    for (int j = 0; j < 16; j++) {
-        uint8_t q = b[2 + j];
-        v[j] = d * (float)((q & 0x0f) - 8);
-        v[j + 16] = d * (float)((q >> 4) - 8);
+    for (int k = 0; k < 8; k++) {
+        const uint16_t w = p[1 + k];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int q = (w >> (8 * h)) & 0xff, j = 2 * k + h;
+            v[j] = d * (float)((q & 0x0f) - 8);
+            v[j + 16] = d * (float)((q >> 4) - 8);
+        }
     }
 }
 template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q4_1>(const uint8_t *row, int64_t u, float *v) {
-    const uint8_t *b = row + u * 20;
-    float d = d_f16(ld16(b)), m = d_f16(ld16(b + 2));
+    const uint32_t *p = (const uint32_t *)(row + u * 20);
+    const float d = d_f16((uint16_t)p[0]), m = d_f16((uint16_t)(p[0] >> 16));
 #pragma unroll
-    for (int j = 0; j < 16; j++) {
-        uint8_t q = b[4 + j];
-        v[j] = d * (float)(q & 0x0f) + m;
-        v[j + 16] = d * (float)(q >> 4) + m;
+    for (int k = 0; k < 4; k++) {
+        const uint32_t w = p[1 + k];
+#pragma unroll
+        for (int h = 0; h < 4; h++) {
+            const int q = (w >> (8 * h)) & 0xff, j = 4 * k + h;
+            v[j] = d * (float)(q & 0x0f) + m;
+            v[j + 16] = d * (float)(q >> 4) + m;
+        }
     }
 }
 template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q5_0>(const uint8_t *row, int64_t u, float *v) {
-    const uint8_t *b = row + u * 22;
-    float d = d_f16(ld16(b));
-    uint32_t qh = ld32(b + 2);
+    const uint16_t *p = (const uint16_t *)(row + u * 22);
+    const float d = d_f16(p[0]);
+    const uint32_t qh = (uint32_t)p[1] | (uint32_t)p[2] << 16;
 #pragma unroll
-    for (int j = 0; j < 16; j++) {
-        uint8_t q = b[6 + j];
-        int q0 = (q & 0x0f) | (int)((qh >> j) & 1) << 4;
-        int q1 = (q >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
-        v[j] = d * (float)(q0 - 16);
-        v[j + 16] = d * (float)(q1 - 16);
+    for (int k = 0; k < 8; k++) {
+        const uint16_t w = p[3 + k];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int q = (w >> (8 * h)) & 0xff, j = 2 * k + h;
+            const int q0 = (q & 0x0f) | (int)((qh >> j) & 1) << 4;
+            const int q1 = (q >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+            v[j] = d * (float)(q0 - 16);
+            v[j + 16] = d * (float)(q1 - 16);
+        }
     }
 }
 template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q5_1>(const uint8_t *row, int64_t u, float *v) {
-    const uint8_t *b = row + u * 24;
-    float d = d_f16(ld16(b)), m = d_f16(ld16(b + 2));
-    uint32_t qh = ld32(b + 4);
+    const uint32_t *p = (const uint32_t *)(row + u * 24);
+    const float d = d_f16((uint16_t)p[0]), m = d_f16((uint16_t)(p[0] >> 16));
+    const uint32_t qh = p[1];
 #pragma unroll
-    for (int j = 0; j < 16; j++) {
-        uint8_t q = b[8 + j];
-        int q0 = (q & 0x0f) | (int)((qh >> j) & 1) << 4;
-        int q1 = (q >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
-        v[j] = d * (float)q0 + m;
-        v[j + 16] = d * (float)q1 + m;
+    for (int k = 0; k < 4; k++) {
+        const uint32_t w = p[2 + k];
+#pragma unroll
+        for (int h = 0; h < 4; h++) {
+            const int q = (w >> (8 * h)) & 0xff, j = 4 * k + h;
+            const int q0 = (q & 0x0f) | (int)((qh >> j) & 1) << 4;
+            const int q1 = (q >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+            v[j] = d * (float)q0 + m;
+            v[j + 16] = d * (float)q1 + m;
+        }
     }
 }
 template <> __device__ __forceinline__ void deq32<KERN_TYPE_IQ4_NL>(const uint8_t *row, int64_t u, float *v) {
-    const uint8_t *b = row + u * 18;
-    float d = d_f16(ld16(b));
+    const uint16_t *p = (const uint16_t *)(row + u * 18);
+    const float d = d_f16(p[0]);
 #pragma unroll
-    for (int j = 0; j < 16; j++) {
-        uint8_t q = b[2 + j];
-        v[j] = d * (float)d_iq4nl[q & 0x0f];
-        v[j + 16] = d * (float)d_iq4nl[q >> 4];
+    for (int k = 0; k < 8; k++) {
+        const uint16_t w = p[1 + k];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int q = (w >> (8 * h)) & 0xff, j = 2 * k + h;
+            v[j] = d * (float)d_iq4nl[q & 0x0f];
+            v[j + 16] = d * (float)d_iq4nl[q >> 4];
+        }
     }
 }
 /* q4_K: x = d·sc·q - dmin·m; sub-block j: 32-byte group j/2 of qs, low nibbles for even j */

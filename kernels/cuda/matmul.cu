@@ -75,6 +75,48 @@ __global__ void __launch_bounds__(MV_WARPS * 32) matvec_kernel(float *__restrict
     }
 }
 
+/* One token (the decode step): each warp takes MV1_ROWS rows and keeps the x unit it loads
+ * in registers for all of them, so x is read from L1 once per MV1_ROWS weight rows (for
+ * 4-bit weights x would otherwise be ~7× the bytes of W). */
+#define MV1_WARPS 2
+#define MV1_ROWS 4
+
+template <int T>
+__global__ void __launch_bounds__(MV1_WARPS * 32) matvec1_kernel(float *__restrict__ y, const uint8_t *__restrict__ w,
+                                                                 size_t row_bytes, const float *__restrict__ x,
+                                                                 int64_t n_in, int64_t n_out) {
+    const int lane = threadIdx.x % 32;
+    const int64_t r0 = ((int64_t)blockIdx.x * MV1_WARPS + threadIdx.x / 32) * MV1_ROWS;
+    if (r0 >= n_out) return;
+    float acc[MV1_ROWS] = {0};
+    const int64_t n_units = n_in / 32;
+    for (int64_t u = lane; u < n_units; u += 32) {
+        float xv[32];
+        const float4 *xp = (const float4 *)(x + u * 32);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            float4 f = __ldg(xp + i);
+            xv[4 * i] = f.x; xv[4 * i + 1] = f.y; xv[4 * i + 2] = f.z; xv[4 * i + 3] = f.w;
+        }
+#pragma unroll
+        for (int rr = 0; rr < MV1_ROWS; rr++) {
+            if (r0 + rr >= n_out) break;
+            float v[32];
+            deq32<T>(w + (size_t)(r0 + rr) * row_bytes, u, v);
+            float s = 0;
+#pragma unroll
+            for (int i = 0; i < 32; i++) s += v[i] * xv[i];
+            acc[rr] += s;
+        }
+    }
+#pragma unroll
+    for (int rr = 0; rr < MV1_ROWS; rr++) {
+        float s = acc[rr];
+        for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0 && r0 + rr < n_out) y[r0 + rr] = s;
+    }
+}
+
 /* ---- prefill: dequantize to f16, then WMMA ------------------------------------------ */
 
 #define MM_TILE 64 /* output tile per block: 64 tokens × 64 weight rows, 4 warps of 32×32 */
@@ -163,6 +205,12 @@ extern "C" int kern_cuda_matmul(struct kern_cuda_ctx *ctx, float *y, const void 
         x = xq;
     }
     scratch = (char *)scratch + (size_t)n_tok * (size_t)n_in * sizeof(float);
+    if (n_tok == 1)
+        return type_dispatch(wt, [&]<int T>() {
+            matvec1_kernel<T><<<cuda_blocks(n_out, MV1_WARPS * MV1_ROWS), MV1_WARPS * 32, 0, s>>>(
+                y, (const uint8_t *)w, row_bytes, x, n_in, n_out);
+            return cuda_launched();
+        });
     if (n_tok <= KERN_CUDA_MATVEC_MAX_TOK)
         return type_dispatch(wt, [&]<int T>() {
             matvec_kernel<T><<<cuda_blocks(n_out, MV_WARPS), MV_WARPS * 32, 0, s>>>(
