@@ -43,6 +43,7 @@ struct gpu_model {
     int32_t *source, *slot;
     size_t k_row_bytes, v_row_bytes, kv_layer_bytes;
     uint32_t n_ctx, n_batch, n_past;
+    uint32_t n_out; /* rows of logits the last step computed */
     struct kern_rope_params rope;
     /* activations (device), see gpu_model_new() */
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *logits;
@@ -305,7 +306,10 @@ static inline int gpu_forward(struct gpu_model *g, const int32_t *tokens, uint32
     } else if (r == 0) {
         r = gpu_enqueue(g, n, n_out);
     }
-    if (r == 0) g->n_past += n;
+    if (r == 0) {
+        g->n_past += n;
+        g->n_out = n_out;
+    }
     return r;
 }
 
@@ -317,7 +321,8 @@ static inline int gpu_logits(struct gpu_model *g, float *dst, uint32_t n_out) {
 
 /* Greedy token of the last step's last row: argmax on the device, one 4-byte download. */
 static inline int gpu_greedy(struct gpu_model *g, int32_t *ret) {
-    int r = kern_cuda_argmax(g->ctx, g->argmax, g->logits, g->m->hp.n_vocab, 1);
+    const int64_t n_vocab = g->m->hp.n_vocab;
+    int r = kern_cuda_argmax(g->ctx, g->argmax, g->logits + (int64_t)(g->n_out - 1) * n_vocab, n_vocab, 1);
     size_t off = (size_t)((char *)g->argmax - (char *)kern_cuda_buf_ptr(g->act));
     return r < 0 ? r : kern_cuda_buf_download(g->act, off, ret, sizeof *ret);
 }
