@@ -300,7 +300,8 @@ static void slot_start(struct runner *r, struct slot *s, struct runner_job *j) {
         slot_finish(r, s, ERR_CTX_FULL, msg);
         return;
     }
-    uint32_t keep = common_prefix(s, j);
+    /* refresh recomputes the whole prompt (and so rewrites every record of it) */
+    uint32_t keep = j->cache == RUNNER_CACHE_REFRESH ? 0 : common_prefix(s, j);
     int e = engine_kv_seq_rm(r->ctx, seq, keep);
     if (e < 0) keep = 0, e = engine_kv_seq_rm(r->ctx, seq, 0);
     if (e < 0) {

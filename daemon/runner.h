@@ -29,7 +29,7 @@ struct runner_job;
 enum runner_cache {
     RUNNER_CACHE_USE,       /* restore the longest stored prefix, save new chunks */
     RUNNER_CACHE_SKIP,      /* neither */
-    RUNNER_CACHE_REFRESH,   /* do not restore; save (overwrite) every chunk */
+    RUNNER_CACHE_REFRESH,   /* recompute (no RAM reuse, no restore); save every chunk */
     RUNNER_CACHE_COUNT
 };
 

@@ -260,12 +260,12 @@ class CacheTest(DaemonTest):
         ids, s = self.gen(d, P)
         self.assertEqual(ids, want)
         self.assertGreaterEqual(s.store_tokens, len(P) - 1, s)
-        # refresh: not read (everything computed), every entry written again
-        d = self.restart(d)
+        # refresh: neither the store nor RAM is read (everything computed, although RAM
+        # holds the prompt now), every entry written again
         time.sleep(0.01)
         ids, s = self.gen(d, P, mode=pb.CACHE_MODE_REFRESH)
         self.assertEqual(ids, want)
-        self.assertEqual((s.store_tokens, s.evaluated_tokens), (0, len(P)))
+        self.assertEqual((s.ram_tokens, s.store_tokens, s.evaluated_tokens), (0, 0, len(P)))
         d = self.restart(d)
         again = {e.key: e for e in self.entries(d)}
         for k, e in first.items():
