@@ -207,9 +207,10 @@ static void queue_record(struct runner *r, struct slot *s, const struct store_ch
 }
 
 /* Saves the chunks of the sequence the store lacks (as soon as they are computed: an SWA
- * layer keeps a chunk's rows only for a while, DESIGN.md 3.6), then a tail ending at each
- * of the positions tail_end[0 … n_tail) past the last full chunk: the end of the prompt
- * (and one before it, which a resend of the same prompt looks up), or of the sequence. */
+ * layer keeps a chunk's rows only for a while, DESIGN.md 3.6), and a tail ending at each of
+ * the positions tail_end[0 … n_tail): the end of the prompt and one before it (which a
+ * resend of the same prompt looks up), or the end of the sequence. A tail covers
+ * [floor(end / C) × C, end) and hangs from the chain hash of the chunks before it. */
 static void slot_save(struct runner *r, struct slot *s, const uint32_t *tail_end, size_t n_tail) {
     const struct runner_job *j = s->job;
     struct store_chain chain;
@@ -219,19 +220,20 @@ static void slot_save(struct runner *r, struct slot *s, const uint32_t *tail_end
     if (n_full <= s->stored_chunks && n_tail == 0) return;
     if (chain_init(r, j, &chain) < 0) return;
     struct hash128 h = chain.h0;
-    for (uint32_t i = 0; i < n_full; i++) {
+    for (uint32_t i = 0; i <= n_full; i++) {
+        for (size_t k = 0; k < n_tail; k++) {
+            uint32_t end = tail_end[k];
+            bool dup = false;
+            for (size_t q = 0; q < k; q++) dup = dup || tail_end[q] == end;
+            if (!dup && end / c == i && end % c && end <= s->n_cached)
+                queue_record(r, s, &chain, STORE_KIND_TAIL, h, i * c, end - i * c);
+        }
+        if (i == n_full) break;
         struct hash128 next = store_chain_next(h, s->cached + (size_t)i * c, c);
         if (i >= s->stored_chunks) queue_record(r, s, &chain, STORE_KIND_CHUNK, h, i * c, c);
         h = next;
     }
     s->stored_chunks = MAX(s->stored_chunks, n_full);
-    for (size_t k = 0; k < n_tail; k++) {
-        bool dup = false;
-        for (size_t q = 0; q < k; q++) dup = dup || tail_end[q] == tail_end[k];
-        uint32_t end = tail_end[k];
-        if (dup || end <= n_full * c || end > s->n_cached) continue;
-        queue_record(r, s, &chain, STORE_KIND_TAIL, h, n_full * c, end - n_full * c);
-    }
 }
 
 /* ---- slots --------------------------------------------------------------------------- */

@@ -146,6 +146,18 @@ class CacheTest(DaemonTest):
         self.assertEqual(ids, want)
         self.assertEqual(d.stop(), 0)
 
+    def test_resend_whole_chunks(self):
+        """A prompt of exactly two chunks, sent again after a restart: everything but the
+        last token comes from the store (a tail of C - 1 tokens under the first chunk)."""
+        P = prompt(512, 13)
+        d = self.new_daemon().start()
+        want, _ = self.gen(d, P)
+        d = self.restart(d)
+        ids, s = self.gen(d, P)
+        self.assertEqual((s.store_tokens, s.evaluated_tokens), (511, 1), s)
+        self.assertEqual(ids, want)
+        self.assertEqual(d.stop(), 0)
+
     # ---- rejection: rotation and version -------------------------------------------------
 
     def test_rotation_toggle(self):
