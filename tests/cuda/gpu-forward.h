@@ -326,3 +326,21 @@ static inline int gpu_greedy(struct gpu_model *g, int32_t *ret) {
     size_t off = (size_t)((char *)g->argmax - (char *)kern_cuda_buf_ptr(g->act));
     return r < 0 ? r : kern_cuda_buf_download(g->act, off, ret, sizeof *ret);
 }
+
+/* Rows [p0, p1) of the KV of owning layer slot (the layer's index among those that own
+ * KV, in layer order): K rows then V rows, the cache's own bytes (as a state blob's
+ * payload holds them, DESIGN.md 3.5). gpu_kv_get downloads them into dst, gpu_kv_put
+ * uploads src; (p1 - p0) × (k_row_bytes + v_row_bytes) bytes either way. */
+static inline int gpu_kv_rows(struct gpu_model *g, int slot, uint32_t p0, uint32_t p1, void *host, bool put) {
+    if (p0 >= p1 || p1 > g->n_ctx) return -EINVAL;
+    const size_t base = (size_t)slot * g->kv_layer_bytes, n = p1 - p0;
+    const size_t k_off = base + p0 * g->k_row_bytes;
+    const size_t v_off = base + gpu_align(g->k_row_bytes * g->n_ctx) + p0 * g->v_row_bytes;
+    char *h = host;
+    int r = put ? kern_cuda_buf_upload(g->kv, k_off, h, n * g->k_row_bytes)
+                : kern_cuda_buf_download(g->kv, k_off, h, n * g->k_row_bytes);
+    if (r == 0)
+        r = put ? kern_cuda_buf_upload(g->kv, v_off, h + n * g->k_row_bytes, n * g->v_row_bytes)
+                : kern_cuda_buf_download(g->kv, v_off, h + n * g->k_row_bytes, n * g->v_row_bytes);
+    return r;
+}

@@ -228,4 +228,146 @@ TEST(logits_kv_types) {
     }
 }
 
-TEST_MAIN(T(logits_decode), T(logits_prefill), T(logits_kv_types))
+/* ---- state blobs between the GPU and the CPU (DESIGN.md 3.5) -------------------------- */
+
+/* Where a blob's payload starts and how long it is (the layout of engine/kv-state.c):
+ * header_bytes at offset 8; at it p0, p1, the tokens, then payload_bytes, payload_xxh3,
+ * header_xxh3, the payload. */
+static size_t blob_payload(const uint8_t *b, size_t *ret_bytes) {
+    uint32_t hb, p0, p1;
+    uint64_t pb;
+    memcpy(&hb, b + 8, 4);
+    memcpy(&p0, b + hb, 4);
+    memcpy(&p1, b + hb + 4, 4);
+    size_t sums = hb + 8 + 4 * (size_t)(p1 - p0);
+    memcpy(&pb, b + sums, 8);
+    *ret_bytes = (size_t)pb;
+    return sums + 24;
+}
+
+enum { BLOB_PROMPT = 6, BLOB_GEN = 8 };
+
+/* Greedy continuation on the CPU after positions [0, BLOB_PROMPT - 1) are cached: feeds
+ * the last prompt token, then its own tokens. */
+static int cpu_continue(struct engine_context *c, const int32_t *prompt, int32_t *gen, struct err_detail *d) {
+    int32_t tok = prompt[BLOB_PROMPT - 1], pos = BLOB_PROMPT - 1;
+    const int64_t n_vocab = engine_context_model(c)->hp.n_vocab;
+    for (int s = 0; s < BLOB_GEN; s++, pos++) {
+        struct engine_batch b = {.n_tok = 1, .token = &tok, .pos = &pos};
+        int r = engine_context_decode(c, &b, d);
+        if (r < 0) return r;
+        tok = gen[s] = argmax(engine_context_logits(c, 0), n_vocab);
+    }
+    return 0;
+}
+
+static int gpu_continue(struct gpu_model *g, const int32_t *prompt, int32_t *gen) {
+    int32_t tok = prompt[BLOB_PROMPT - 1];
+    for (int s = 0; s < BLOB_GEN; s++) {
+        int r = gpu_forward(g, &tok, 1, 1);
+        if (r == 0) r = gpu_greedy(g, &tok);
+        if (r < 0) return r;
+        gen[s] = tok;
+    }
+    return 0;
+}
+
+static struct engine_context *cpu_ctx(const struct engine_model *m, enum kern_type kt, enum kern_type vt,
+                                      struct err_detail *d) {
+    struct engine_context_params p;
+    engine_context_params_default(&p);
+    p.n_ctx = 64;
+    p.n_threads = 2;
+    p.type_k = kt;
+    p.type_v = vt;
+    p.kv_rotation = true;
+    struct engine_context *c = NULL;
+    return engine_context_new(m, &p, &c, d) < 0 ? NULL : c;
+}
+
+/* GPU -> CPU: the GPU's cache rows of the prompt, in a blob (the CPU's own export of the
+ * same prompt with its payload replaced and its checksums recomputed), import on a fresh
+ * CPU context, which then continues as the GPU does. CPU -> GPU: a CPU blob's payload
+ * uploaded into the GPU cache continues as the CPU does. For a float and a quantized,
+ * rotated cache. */
+TEST(state_blobs) {
+    NEED_DEVICE();
+    if (!getenv("WARM_BIN")) SKIP("WARM_BIN is not set (warm-mkmodel)");
+    static const int pairs[][2] = {{KERN_TYPE_F16, KERN_TYPE_F16}, {KERN_TYPE_Q8_0, KERN_TYPE_Q4_0}};
+    char path[1024];
+    snprintf(path, sizeof path, "%s/blob-q8_0.gguf", test_tmpdir());
+    if (!mkmodel(&arch_cases[0], "q8_0", path)) TEST_FAIL_("warm-mkmodel failed for %s", path);
+    struct err_detail d = {0};
+    struct engine_model *m = NULL;
+    ASSERT_OK_D(engine_model_load(path, NULL, &m, &d), &d);
+    int32_t prompt[BLOB_PROMPT], pos[BLOB_PROMPT];
+    for (int i = 0; i < BLOB_PROMPT; i++) prompt[i] = (i * 53 + 7) % (int32_t)m->hp.n_vocab, pos[i] = i;
+    const uint32_t n_cached = BLOB_PROMPT - 1; /* the blob's range [0, n_cached) */
+    for (size_t i = 0; i < ARRAY_SIZE(pairs) && !test_failed_; i++) {
+        const enum kern_type kt = pairs[i][0], vt = pairs[i][1];
+        struct engine_context *c1 = cpu_ctx(m, kt, vt, &d), *c2 = cpu_ctx(m, kt, vt, &d);
+        struct gpu_model *g = NULL;
+        uint8_t *blob = NULL;
+        int32_t gen_gpu[BLOB_GEN], gen_cpu[BLOB_GEN];
+        size_t n_blob = 0, pl_bytes = 0;
+        int r = c1 && c2 ? 0 : ERR_INVALID;
+        if (r == 0) r = gpu_model_new(ctx, m, 64, BLOB_PROMPT, kt, vt, true, &g);
+        /* the CPU's blob of the first n_cached prompt positions */
+        struct engine_batch b = {.n_tok = (int32_t)n_cached, .token = prompt, .pos = pos};
+        if (r == 0) r = engine_context_decode(c1, &b, &d);
+        if (r == 0) r = engine_kv_export(c1, 0, 0, n_cached, NULL, 0, &n_blob, &d);
+        if (r == 0 && !(blob = malloc(n_blob))) r = -ENOMEM;
+        if (r == 0) r = engine_kv_export(c1, 0, 0, n_cached, blob, n_blob, &n_blob, &d);
+        size_t pl = r == 0 ? blob_payload(blob, &pl_bytes) : 0;
+        const size_t layer_bytes = (size_t)n_cached * (g ? g->k_row_bytes + g->v_row_bytes : 0);
+        const uint32_t n_own = m->hp.n_layer - m->hp.n_layer_kv_shared;
+        if (r == 0 && (pl + pl_bytes != n_blob || pl_bytes != layer_bytes * n_own)) r = ERR_STATE_BAD;
+
+        /* CPU -> GPU: upload the payload, continue both */
+        for (uint32_t s = 0; r == 0 && s < n_own; s++) r = gpu_kv_rows(g, (int)s, 0, n_cached, blob + pl + s * layer_bytes, true);
+        if (r == 0) g->n_past = n_cached;
+        if (r == 0) r = gpu_continue(g, prompt, gen_gpu);
+        if (r == 0) r = cpu_continue(c1, prompt, gen_cpu, &d);
+        if (r == 0 && memcmp(gen_gpu, gen_cpu, sizeof gen_gpu) != 0) {
+            printf("  CPU blob -> GPU (K %s, V %s): GPU", kern_type_name(kt), kern_type_name(vt));
+            for (int s = 0; s < BLOB_GEN; s++) printf(" %d", gen_gpu[s]);
+            printf(", CPU");
+            for (int s = 0; s < BLOB_GEN; s++) printf(" %d", gen_cpu[s]);
+            printf("\n");
+            r = ERR_STATE_TOKENS;
+        }
+
+        /* GPU -> CPU: a fresh GPU run of the prompt, its rows as the blob's payload */
+        if (r == 0) {
+            g->n_past = 0;
+            r = gpu_forward(g, prompt, n_cached, 1);
+        }
+        for (uint32_t s = 0; r == 0 && s < n_own; s++) r = gpu_kv_rows(g, (int)s, 0, n_cached, blob + pl + s * layer_bytes, false);
+        if (r == 0) {
+            uint64_t h = hash64(blob + pl, pl_bytes);
+            memcpy(blob + pl - 16, &h, 8);
+            h = hash64(blob, pl - 8);
+            memcpy(blob + pl - 8, &h, 8);
+            r = engine_kv_import(c2, 0, blob, n_blob, prompt, BLOB_PROMPT, NULL, &d);
+        }
+        if (r == 0) r = gpu_continue(g, prompt, gen_gpu);
+        if (r == 0) r = cpu_continue(c2, prompt, gen_cpu, &d);
+        if (r == 0 && memcmp(gen_gpu, gen_cpu, sizeof gen_gpu) != 0) {
+            printf("  GPU blob -> CPU (K %s, V %s) continues differently\n", kern_type_name(kt), kern_type_name(vt));
+            r = ERR_STATE_TOKENS;
+        }
+        if (r == 0) printf("  K %-5s V %-5s: blobs cross GPU <-> CPU, %d greedy tokens equal\n", kern_type_name(kt),
+                           kern_type_name(vt), BLOB_GEN);
+        free(blob);
+        gpu_model_free(g);
+        engine_context_free(c1);
+        engine_context_free(c2);
+        if (r < 0) {
+            engine_model_free(m);
+            TEST_FAIL_("K %s V %s: %s (%s)", kern_type_name(kt), kern_type_name(vt), err_name(r), err_msg(&d, r));
+        }
+    }
+    engine_model_free(m);
+}
+
+TEST_MAIN(T(logits_decode), T(logits_prefill), T(logits_kv_types), T(state_blobs))
