@@ -6,9 +6,10 @@
 #    --pack on a machine with nvcc and the project's system libraries; else the full CMake
 #    project with -DWARM_CUDA=ON; else (a bare GPU machine without liblmdb, grpc, ...) only
 #    the kernel checks, compiled with gcc and nvcc directly;
-# 2. runs the `cuda` tests: every CUDA op against the CPU reference (test-cuda-ops) and
-#    whole-model logits against the CPU engine for each arch and weight type
-#    (test-cuda-forward; needs the engine, so not in the direct build);
+# 2. runs the `cuda` tests: every CUDA op against the CPU reference (test-cuda-ops);
+#    whole-model logits against the CPU engine for each arch and weight type, and KV state
+#    blobs crossing GPU <-> CPU with identical greedy continuations (test-cuda-forward;
+#    needs the engine, so not in the direct build);
 # 3. runs warm-cuda-bench on the weights of a ~1B llama (n_embd 2048, 16 layers, 32/8
 #    heads, head 64, n_ff 8192, vocab 32000) in f16, q8_0 and q4_0: prefill and decode
 #    tokens/s, decode GB/s and % of the device copy bandwidth measured in the same run;
@@ -187,7 +188,7 @@ fi
 model_word=$([ $model_rc = 0 ] && echo ok || { [ -z "$models" ] && echo "not run (no GPU, or a direct build without the engine)"; } || echo FAILED)
 say "== 1B models on the GPU: $model_word"
 
-missing="the engine's own device integration (engine_context with device = cuda:N, warm-bench/warm-run --device; the GPU forward above is tests/cuda/gpu-forward.h driving the ops from outside), GPU<->CPU KV state blob round trip"
+missing="the engine's own device integration (engine_context with device = cuda:N, memory per device at load and in GetInfo, warm-bench/warm-run --device): the GPU forward here is tests/cuda/gpu-forward.h driving the ops from outside the engine; whole-model NMSE of k-quant models (warm-mkmodel does not write them; their matmuls are in test-cuda-ops)"
 say "== NOT COVERED: $missing"
 
 t_end=$(date +%s)
