@@ -145,12 +145,12 @@ fi
 tests_rc=1
 if [ $build_ok = 1 ]; then
     if [ $mode = cmake ]; then
-        run ctest --test-dir "$dir" -L cuda --output-on-failure --timeout 240 -V
+        run ctest --test-dir "$dir" -L cuda --output-on-failure --timeout 150 -V
         tests_rc=$?
     else
         tests_rc=0
         for t in $tests; do
-            run timeout 240 "$t"
+            run timeout 150 "$t"
             rc=$?
             [ $rc = 0 ] || { [ $rc = 77 ] && [ $tests_rc = 0 ] && tests_rc=77; } || tests_rc=$rc
         done
@@ -165,7 +165,7 @@ bench_rc=1
 bench_json=${out:+$out/warm-cuda-bench.json}
 bench_json=${bench_json:-$mdir/warm-cuda-bench.json}
 if [ $build_ok = 1 ]; then
-    run timeout 180 "$bench_bin" --types f16,q8_0,q4_0 --tokens 32 --prefill 512 --json "$bench_json"
+    run timeout 120 "$bench_bin" --types f16,q8_0,q4_0 --tokens 32 --prefill 512 --json "$bench_json"
     bench_rc=$?
 fi
 bench_word=$([ $bench_rc = 0 ] && echo ok || { [ $bench_rc = 77 ] && echo "skipped (no device)"; } || echo "FAILED (rc $bench_rc)")
@@ -180,7 +180,7 @@ if [ -n "$models" ]; then
     : >"$model_json"
     model_rc=0
     for f in $models; do
-        run timeout 120 "$bench_bin" --model "$f" --prefill 512 --tokens 64 --json "$mdir/one.json" || model_rc=1
+        run timeout 90 "$bench_bin" --model "$f" --prefill 512 --tokens 64 --json "$mdir/one.json" || model_rc=1
         [ -s "$mdir/one.json" ] && cat "$mdir/one.json" >>"$model_json"
         rm -f "$mdir/one.json"
     done
