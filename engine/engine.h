@@ -12,3 +12,4 @@
 #include "engine/model.h"
 #include "engine/context.h"
 #include "engine/sample.h"
+#include "engine/chat.h"

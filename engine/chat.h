@@ -1,0 +1,99 @@
+/* chat — built-in chat templates. A model's tokenizer.chat_template is Jinja code; warmd
+ * never executes it (DESIGN §3.2, reliability note G23). The template is only searched for
+ * a marker string naming its family, and the conversation is rendered by the family's
+ * table row below:
+ *
+ *   chatml   "<|im_start|>"         <|im_start|>{role}\n{content}<|im_end|>\n ...
+ *                                   generation prompt <|im_start|>assistant\n
+ *   llama3   "<|start_header_id|>"  <|begin_of_text|> once, then
+ *                                   <|start_header_id|>{role}<|end_header_id|>\n\n
+ *                                   {content|trim}<|eot_id|> ... generation prompt
+ *                                   <|start_header_id|>assistant<|end_header_id|>\n\n
+ *   gemma    "<start_of_turn>"      <bos> once, then <start_of_turn>user\n{content|trim}
+ *                                   <end_of_turn>\n, assistant as "model"; a system message
+ *                                   is prepended to the first user turn as "{system}\n\n"
+ *                                   (Gemma 3's template); generation prompt
+ *                                   <start_of_turn>model\n
+ *   mistral  "[INST]"               Mistral-7B-Instruct v0.1/v0.2 ("v1"):
+ *                                   <s>[INST] {user} [/INST]{assistant}</s>[INST] ...; a
+ *                                   system message is prepended to the first user message
+ *                                   as "{system}\n\n"; no generation prompt (the rendering
+ *                                   ends with " [/INST]"). Llama 2 templates (they contain
+ *                                   "<<SYS>>" as well) are not recognised.
+ *
+ * Messages: a system message may only come first; gemma and mistral need user and
+ * assistant turns to alternate starting with user, and a generation prompt only after a
+ * user turn. Anything else is -EINVAL with a message naming the message index.
+ *
+ * Escaping: engine_chat_tokenize() inserts the template's special tokens by id and
+ * tokenizes message contents without special-token parsing, so a user writing
+ * "<|im_end|>" gets the text, never the control token. */
+#pragma once
+
+#include "base/base.h"
+#include "engine/gguf.h"
+#include "engine/vocab.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum engine_chat_family {
+    ENGINE_CHAT_CHATML,
+    ENGINE_CHAT_LLAMA3,
+    ENGINE_CHAT_GEMMA,
+    ENGINE_CHAT_MISTRAL,
+    ENGINE_CHAT_FAMILY_COUNT,
+    ENGINE_CHAT_NONE = ENGINE_CHAT_FAMILY_COUNT, /* absent or not recognised */
+};
+
+enum engine_chat_role {
+    ENGINE_CHAT_SYSTEM,
+    ENGINE_CHAT_USER,
+    ENGINE_CHAT_ASSISTANT,
+    ENGINE_CHAT_ROLE_COUNT
+};
+
+struct engine_chat_msg {
+    enum engine_chat_role role;
+    const char *content; /* len bytes, not necessarily NUL-terminated */
+    size_t len;
+};
+
+enum engine_chat_flags {
+    /* End with the opening of an assistant turn (the usual way to ask for a reply). */
+    ENGINE_CHAT_ADD_GENERATION_PROMPT = 1u << 0,
+    /* Leave the last message (the assistant's) open so the model continues it. */
+    ENGINE_CHAT_CONTINUE_LAST = 1u << 1,
+};
+
+/* The family whose marker the template text contains; ENGINE_CHAT_NONE for NULL, an empty
+ * or an unknown template. Only searches for substrings: linear in len, any size. */
+enum engine_chat_family engine_chat_detect(const char *tmpl, size_t len);
+/* The family of f's tokenizer.chat_template (ENGINE_CHAT_NONE when absent or not a string). */
+enum engine_chat_family engine_chat_detect_gguf(const struct gguf_file *f);
+/* "chatml", "llama3", "gemma", "mistral"; "none" otherwise. */
+const char *engine_chat_family_name(enum engine_chat_family fam);
+/* The family's end-of-turn token text ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "</s>"). */
+const char *engine_chat_end_of_turn(enum engine_chat_family fam);
+/* "chatml, llama3, gemma, mistral": for messages that list what is recognised. */
+const char *engine_chat_family_list(void);
+/* "system", "user", "assistant" to a role; -EINVAL otherwise. */
+int engine_chat_role_parse(const char *name, enum engine_chat_role *ret);
+
+/* Renders the conversation as text (flags: engine_chat_flags). Writes up to cap bytes to buf
+ * (no NUL) and the full length to *ret_len; -ENOSPC when cap is too small (*ret_len is the
+ * length needed), -EINVAL (with d) for a conversation the family cannot render. */
+int engine_chat_render(enum engine_chat_family fam, const struct engine_chat_msg *msgs, size_t n,
+                       unsigned flags, char *buf, size_t cap, size_t *ret_len,
+                       struct err_detail *d);
+
+/* The same conversation as token ids for vocabulary v: the template's special tokens by id
+ * (BOS as the vocabulary's BOS; chatml adds BOS only where the vocabulary asks for it),
+ * every other run of text, message contents included, tokenized without special-token
+ * parsing. *ret (malloc'd, the caller frees) and *ret_n on success. -EINVAL as in
+ * engine_chat_render(), ERR_VOCAB when v lacks a token the family needs, -ENOMEM,
+ * ERR_TOO_LARGE. */
+int engine_chat_tokenize(enum engine_chat_family fam, const struct engine_vocab *v,
+                         const struct engine_chat_msg *msgs, size_t n, unsigned flags,
+                         int32_t **ret, size_t *ret_n, struct err_detail *d);
