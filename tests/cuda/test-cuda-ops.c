@@ -112,7 +112,8 @@ static const int kv_types[] = {
  *   GEMM:   W and x rounded to f16 (2^-11 each), f32 sums       -> 2e-3 */
 #define TOL_MATVEC 1e-5
 #define TOL_GEMM 2e-3
-#define TOL_DECODE 1e-6   /* get_rows: FMA contraction in the k-quant decoders */
+#define TOL_DECODE 1e-6   /* get_rows, relative to the row's largest value: nvcc contracts
+                           * d·q + m (and d·sc·q - dmin·m) into FMAs, the C reference does not */
 #define TOL_ROW 2e-6      /* rmsnorm, silu, gelu, add: relative, ulp-level libm differences */
 #define TOL_ROPE 4e-6     /* absolute on |x| <= 1: cosf/sinf differ by an ulp or two */
 #define TOL_ATTN 2e-5     /* absolute on |v| <= 1: exp and summation order */
@@ -218,8 +219,10 @@ TEST(get_rows) {
         ASSERT_OK(dev_get(got, dx, sizeof(float) * n * n_tok));
         for (int64_t k = 0; k < n_tok; k++) {
             kern_type_traits(t)->to_f32(ref, emb + tokens[k] * rs, n);
+            float row_max = 0;
+            for (int64_t i = 0; i < n; i++) row_max = fmaxf(row_max, fabsf(ref[i]));
             for (int64_t i = 0; i < n; i++)
-                if (!(fabsf(got[k * n + i] - ref[i]) <= TOL_DECODE * fabsf(ref[i]) + 1e-30f))
+                if (!(fabsf(got[k * n + i] - ref[i]) <= TOL_DECODE * (fabsf(ref[i]) + row_max)))
                     TEST_FAIL_("%s token %lld value %lld: %.9g, expected %.9g", kern_type_name(t),
                                (long long)k, (long long)i, got[k * n + i], ref[i]);
         }
