@@ -234,8 +234,11 @@ static int bench_model(struct kern_cuda_ctx *ctx, const char *path, int n_decode
     for (int i = 0; r == 0 && i < n_prefill; i++) tok[i] = (int32_t)((i * 7919 + 3) % m->hp.n_vocab);
     double usec_p = 0, usec_d = 0;
     int32_t next = 0;
-    /* warm-up step (kernel loading, clocks), then reset the cache position */
+    /* warm-up (kernel loading, clocks, the decode step's graph capture), then reset the
+     * cache position */
     if (r == 0) r = gpu_forward(g, tok, (uint32_t)n_prefill, 1);
+    if (r == 0) r = gpu_greedy(g, &next);
+    if (r == 0) r = gpu_forward(g, &next, 1, 1);
     if (r == 0) r = kern_cuda_ctx_sync(ctx);
     if (r == 0) g->n_past = 0;
     uint64_t t0 = time_now_usec();
