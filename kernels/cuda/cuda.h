@@ -4,8 +4,9 @@
  * and addressed as opaque pointers (kern_cuda_buf_ptr() + byte offsets) that only the
  * kern_cuda_* functions dereference. Host <-> device copies are explicit
  * (kern_cuda_buf_upload/download). Every op is enqueued on its context's stream and
- * returns at once; only kern_cuda_ctx_sync() and kern_cuda_buf_download() wait, so a
- * decode step costs one host synchronisation (fetching the sampled token).
+ * returns at once; kern_cuda_ctx_sync(), the copies to and from the host and
+ * kern_cuda_buf_free() wait for the stream, so a decode step (token id upload, the
+ * step's kernels or its graph, the sampled token's download) waits only for its result.
  *
  * Ops mirror kernels/ops.h and kernels/matmul.h (destination first, then sources, then
  * sizes as int64_t, strides in bytes) and are checked against the reference kernels by
@@ -129,8 +130,8 @@ int kern_cuda_argmax(struct kern_cuda_ctx *ctx, int32_t *idx, const float *x, in
 /* The KV write: for t < n_tok, row src[t] (n f32 values) is rotated blockwise by n_rot
  * (0 = not rotated; DESIGN.md 3.4), converted to type t and stored at
  * dst + cell[t]·dst_stride (cell a device array). Types: f32, f16, bf16, q8_0, q4_0,
- * q4_1, q5_0, q5_1, iq4_nl; the bytes equal the reference quantizers' (iq4_nl: equal
- * up to float summation order in its scale search). src is not modified. */
+ * q4_1, q5_0, q5_1, iq4_nl; the bytes equal the reference quantizers' (the same float
+ * operations in the same order, iq4_nl's scale search included). src is not modified. */
 int kern_cuda_kv_store(struct kern_cuda_ctx *ctx, void *dst, size_t dst_stride,
                        const int32_t *cell, const float *src, int64_t n_tok, enum kern_type t,
                        int64_t n, int64_t n_rot);
