@@ -321,7 +321,67 @@ static int prompt_tokens(struct rpc_call *c, const Warm__V1__GenerateRequest *q,
     return 0;
 }
 
-static void generate_start(struct rpc_call *c, const Warm__V1__GenerateRequest *q) {
+/* Renders the conversation with the model's built-in chat template (engine/chat.h: the
+ * template is only inspected for its family, never executed) into prompt tokens. */
+static int chat_prompt_tokens(struct rpc_call *c, const Warm__V1__ChatRequest *q,
+                              const struct resident *res, uint32_t cap, int32_t **ret,
+                              size_t *ret_n) {
+    const struct engine_vocab *v = runner_vocab(res->runner);
+    enum engine_chat_family fam =
+        engine_chat_detect_gguf(engine_model_gguf(runner_model(res->runner)));
+    if (fam == ENGINE_CHAT_NONE) {
+        rpc_call_fail(c, GRPC_STATUS_FAILED_PRECONDITION,
+                      "model %s has no supported chat template (recognised: %s); use Generate",
+                      res->name, engine_chat_family_list());
+        return -ENOENT;
+    }
+    struct engine_chat_msg *msgs = calloc_array(q->n_messages, sizeof *msgs);
+    if (!msgs) {
+        rpc_call_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory for the messages");
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < q->n_messages; i++) {
+        (void)engine_chat_role_parse(q->messages[i]->role, &msgs[i].role); /* checked before */
+        msgs[i].content = q->messages[i]->content;
+        msgs[i].len = strlen(q->messages[i]->content);
+    }
+    unsigned flags = q->continue_last ? ENGINE_CHAT_CONTINUE_LAST : ENGINE_CHAT_ADD_GENERATION_PROMPT;
+    struct err_detail e = {0};
+    size_t n = 0;
+    int r = engine_chat_tokenize(fam, v, msgs, q->n_messages, flags, ret, &n, &e);
+    free(msgs);
+    if (r < 0) {
+        grpc_status_code code = r == -EINVAL     ? GRPC_STATUS_INVALID_ARGUMENT
+                                : r == ERR_VOCAB ? GRPC_STATUS_FAILED_PRECONDITION
+                                                 : rpc_status_from_err(r);
+        rpc_call_fail(c, code, "model %s (%s template): %s", res->name,
+                      engine_chat_family_name(fam), err_msg(&e, r));
+        return r;
+    }
+    if (n == 0 || n > cap) {
+        free(*ret);
+        rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT,
+                      "messages: the rendered conversation is %zu tokens; it must have 1..%u", n, cap);
+        return -EINVAL;
+    }
+    *ret_n = n;
+    return 0;
+}
+
+/* What Generate and Chat share: everything but where the prompt comes from. */
+struct gen_args {
+    const char *model;
+    uint64_t keep_alive_usec;
+    uint32_t max_tokens;
+    const Warm__V1__Sampling *sampling;
+    char **stop;
+    size_t n_stop;
+    const Warm__V1__CacheOptions *cache;
+    const Warm__V1__GenerateRequest *generate; /* exactly one of these two */
+    const Warm__V1__ChatRequest *chat;
+};
+
+static void generate_start(struct rpc_call *c, const struct gen_args *q) {
     struct daemon *d = rpc_call_daemon(c);
     uint64_t start = time_now_usec(), load_usec = 0;
     struct resident *res;
@@ -340,7 +400,10 @@ static void generate_start(struct rpc_call *c, const Warm__V1__GenerateRequest *
     uint32_t n_ctx = runner_n_ctx(res->runner);
     uint32_t cap = MIN(prompt_token_cap(&d->config), n_ctx);
     size_t n_prompt = 0;
-    if (prompt_tokens(c, q, runner_vocab(res->runner), cap, &j->prompt, &n_prompt) < 0) {
+    int pr = q->chat ? chat_prompt_tokens(c, q->chat, res, cap, &j->prompt, &n_prompt)
+                     : prompt_tokens(c, q->generate, runner_vocab(res->runner), cap, &j->prompt,
+                                     &n_prompt);
+    if (pr < 0) {
         job_free(j);
         residency_release(d, res);
         return;
@@ -424,7 +487,10 @@ void rpc_generate_generate(struct rpc_call *c, const ProtobufCMessage *req) {
     if (sampling_check(c, q->sampling) < 0 || stop_check(c, q->stop, q->n_stop) < 0 ||
         cache_check(c, q->cache) < 0)
         return;
-    generate_start(c, q);
+    generate_start(c, &(struct gen_args){
+        .model = q->model, .keep_alive_usec = q->keep_alive_usec, .max_tokens = q->max_tokens,
+        .sampling = q->sampling, .stop = q->stop, .n_stop = q->n_stop, .cache = q->cache,
+        .generate = q});
 }
 
 void rpc_generate_chat(struct rpc_call *c, const ProtobufCMessage *req) {
@@ -467,8 +533,8 @@ void rpc_generate_chat(struct rpc_call *c, const ProtobufCMessage *req) {
     if (sampling_check(c, q->sampling) < 0 || stop_check(c, q->stop, q->n_stop) < 0 ||
         cache_check(c, q->cache) < 0)
         return;
-    struct registry_model m;
-    if (rpc_model_resolve(c, q->model, &m) < 0) return;
-    /* Validated and resolved; rendering needs the engine's chat templates. */
-    rpc_not_wired(c, "chat templates (render the conversation and use Generate)");
+    generate_start(c, &(struct gen_args){
+        .model = q->model, .keep_alive_usec = q->keep_alive_usec, .max_tokens = q->max_tokens,
+        .sampling = q->sampling, .stop = q->stop, .n_stop = q->n_stop, .cache = q->cache,
+        .chat = q});
 }

@@ -330,6 +330,8 @@ TEST(chat_and_cache) {
     int r = warm_chat(c, &p, msgs, 2, 0, collect_token, &a, &s, &err);
     if (r == -WARM_UNIMPLEMENTED) {
         printf("  Chat: UNIMPLEMENTED by this daemon: %s\n", err.message);
+    } else if (r == -WARM_FAILED_PRECONDITION && strstr(err.message, "no supported chat template")) {
+        printf("  Chat: the model has no chat template: %s\n", err.message); /* stories260K */
     } else {
         ASSERT_WARM(r, &err);
         ASSERT_TRUE(s.generated_tokens >= 1 && s.generated_tokens <= 8);

@@ -65,7 +65,10 @@ class PythonClient(ClientTest):
                 s.text()
                 self.assertLessEqual(s.summary.generated_tokens, 4)
             except WarmError as e:
-                self.assertEqual(e.code.name, "UNIMPLEMENTED")
+                # stories260K has no chat template: FAILED_PRECONDITION from a daemon with Chat
+                self.assertIn(e.code.name, ("UNIMPLEMENTED", "FAILED_PRECONDITION"))
+                if e.code.name == "FAILED_PRECONDITION":
+                    self.assertIn("no supported chat template", str(e))
             self.assertTrue(c.load(MODEL, keep_alive_s=30).model.loaded)
             self.assertTrue(c.unload(MODEL))
             try:

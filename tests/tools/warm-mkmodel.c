@@ -71,6 +71,8 @@ struct opts {
     uint64_t seed;
     float rope_base, eps;
     const char *vocab_from, *out, *name;
+    bool chatml; /* --chat-template chatml: the made-up vocabulary's last two tokens are
+                    <|im_start|> <|im_end|> (CONTROL) and tokenizer.chat_template is set */
 };
 
 /* ---- deterministic random numbers ---------------------------------------------------- */
@@ -246,6 +248,9 @@ static int add_synthetic_vocab(struct gguf_writer *w, const struct opts *o) {
         if (i < 3) {
             snprintf(p, 16, "%s", specials[i]);
             types[i] = special_types[i];
+        } else if (o->chatml && i + 2 >= n) {
+            snprintf(p, 16, "%s", i + 2 == n ? "<|im_start|>" : "<|im_end|>");
+            types[i] = 3; /* CONTROL */
         } else if (i < 259) {
             snprintf(p, 16, "<0x%02X>", (unsigned)(i - 3));
             types[i] = 6; /* BYTE */
@@ -297,6 +302,12 @@ static int add_synthetic_vocab(struct gguf_writer *w, const struct opts *o) {
     if ((r = gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", 0)) < 0) goto out;
     if ((r = gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", true)) < 0) goto out;
     r = gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", false);
+    if (r >= 0 && o->chatml)
+        r = gguf_writer_add_str(w, "tokenizer.chat_template",
+                                "{% for message in messages %}{{'<|im_start|>' + message['role'] "
+                                "+ '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+                                "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+                                "{% endif %}");
 out:
     free(toks);
     free(scores);
@@ -341,7 +352,8 @@ static void usage(FILE *out) {
             "  --n-embd N (128)  --n-layer N (2)  --n-head N (4)  --n-head-kv N (= n-head)\n"
             "  --head-dim N (n-embd / n-head)  --n-ff N (256)  --n-vocab N (512)  --ctx N (2048)\n"
             "  --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl (f32)  --tied  --seed N (1)\n"
-            "  --vocab-from FILE  --rope-base X  --eps X  --shared-kv-layers N  --name S\n");
+            "  --vocab-from FILE  --rope-base X  --eps X  --shared-kv-layers N  --name S\n"
+            "  --chat-template chatml (made-up vocabulary only)\n");
 }
 
 static bool parse_int(const char *s, int64_t min, int64_t max, int64_t *ret) {
@@ -355,7 +367,7 @@ static bool parse_int(const char *s, int64_t min, int64_t max, int64_t *ret) {
 
 static int parse_args(int argc, char **argv, struct opts *o) {
     enum { O_EMBD = 256, O_LAYER, O_HEAD, O_HEAD_KV, O_HEAD_DIM, O_FF, O_VOCAB, O_CTX, O_TYPE,
-           O_TIED, O_SEED, O_VOCAB_FROM, O_ROPE, O_EPS, O_SHARED, O_NAME, O_ARCH };
+           O_TIED, O_SEED, O_VOCAB_FROM, O_ROPE, O_EPS, O_SHARED, O_NAME, O_ARCH, O_CHAT };
     static const struct option long_opts[] = {
         {"arch", 1, 0, O_ARCH},       {"n-embd", 1, 0, O_EMBD},     {"n-layer", 1, 0, O_LAYER},
         {"n-head", 1, 0, O_HEAD},     {"n-head-kv", 1, 0, O_HEAD_KV},
@@ -364,6 +376,7 @@ static int parse_args(int argc, char **argv, struct opts *o) {
         {"seed", 1, 0, O_SEED},       {"vocab-from", 1, 0, O_VOCAB_FROM},
         {"rope-base", 1, 0, O_ROPE},  {"eps", 1, 0, O_EPS},
         {"shared-kv-layers", 1, 0, O_SHARED}, {"name", 1, 0, O_NAME},
+        {"chat-template", 1, 0, O_CHAT},
         {"help", 0, 0, 'h'},          {0, 0, 0, 0},
     };
     *o = (struct opts){.n_embd = 128, .n_layer = 2, .n_head = 4, .n_ff = 256, .n_vocab = 512,
@@ -407,6 +420,7 @@ static int parse_args(int argc, char **argv, struct opts *o) {
         case O_ROPE: o->rope_base = strtof(optarg, NULL), ok = o->rope_base > 0; break;
         case O_EPS: o->eps = strtof(optarg, NULL), ok = o->eps > 0; break;
         case O_NAME: o->name = optarg; break;
+        case O_CHAT: ok = strcmp(optarg, "chatml") == 0, o->chatml = true; break;
         default: ok = false; break;
         }
         if (!ok) {
