@@ -117,27 +117,32 @@ class GenerateTest(DaemonTest):
         self.assertEqual(d.stop(), 0)
 
     def test_concurrent_streams_equal_solo(self):
-        """Continuous batching: four streams decoded together give each the tokens it
-        gets alone (every sequence attends only to its own cache)."""
-        d = self.start(config="parallel = 4\n")
+        """Continuous batching: 16 concurrent streams on one model (8 decoded together, the
+        rest joining as others finish) each give exactly the tokens they get alone (every
+        sequence attends only to its own cache)."""
+        d = self.start(config="parallel = 8\n")
         st = d.stub()
         prompts = ["Once upon a time", "Tom had a dog", "The sun was",
-                   "Lily and Ben went to the park to play"]
+                   "Lily and Ben went to the park to play", "One day, a little bird",
+                   "There was a big red ball", "Mom said", "The cat sat on"]
         req = lambda p: pb.GenerateRequest(model="stories", prompt=p, max_tokens=80,
                                            sampling=GREEDY)
         solo = {p: collect(st.Generate(req(p)))[0] for p in prompts}
-        together = {}
+        streams = prompts * 2
+        together = [None] * len(streams)
 
-        def run(p):
-            together[p] = collect(d.stub().Generate(req(p)))
-        threads = [threading.Thread(target=run, args=(p,)) for p in prompts * 2]
+        def run(i):
+            together[i] = collect(d.stub().Generate(req(streams[i])))
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(streams))]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        for p in prompts:
-            self.assertEqual(together[p][0], solo[p], p)
-            s = together[p][2]
+        self.assertEqual(len(streams), 16)
+        for i, p in enumerate(streams):
+            self.assertIsNotNone(together[i], p)
+            self.assertEqual(together[i][0], solo[p], p)
+            s = together[i][2]
             self.assertEqual(s.ram_tokens + s.evaluated_tokens, s.prompt_tokens)
         self.assertEqual(d.stop(), 0)
 
