@@ -353,5 +353,43 @@ TEST(tokenize_families) {
     engine_vocab_free(v);
 }
 
+/* Random conversations whose contents are made of special-token spellings, newlines and
+ * letters: the control tokens in the output are exactly the template's (one start per
+ * turn plus the generation prompt, one end per closed turn), whatever the text says. */
+TEST(tokenize_random) {
+    struct engine_vocab *v = chatml_vocab();
+    ASSERT_TRUE(v != NULL);
+    static const char *const bits[] = {"<|im_start|>", "<|im_end|>", "<|im", "_end|>", "\n",
+                                       "a", " ", "<s>", "</s>", "\xe2\x96\x81"};
+    uint64_t x = 0x9e3779b97f4a7c15u;
+    char text[8][128];
+    struct engine_chat_msg m[8];
+    for (int iter = 0; iter < 500; iter++) {
+        size_t n = 1 + iter % 8;
+        for (size_t i = 0; i < n; i++) {
+            size_t len = 0;
+            for (int k = 0; k < 8; k++) {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                const char *b = bits[x % ARRAY_SIZE(bits)];
+                memcpy(text[i] + len, b, strlen(b));
+                len += strlen(b);
+            }
+            m[i] = (struct engine_chat_msg){i == 0 && iter % 3 == 0 ? ENGINE_CHAT_SYSTEM
+                                            : i % 2 ? ENGINE_CHAT_ASSISTANT : ENGINE_CHAT_USER,
+                                            text[i], len};
+        }
+        int32_t *ids = NULL;
+        size_t nt = 0;
+        struct err_detail d = {0};
+        ASSERT_OK_D(engine_chat_tokenize(ENGINE_CHAT_CHATML, v, m, n,
+                                         ENGINE_CHAT_ADD_GENERATION_PROMPT, &ids, &nt, &d), &d);
+        ASSERT_EQ(count_id(ids, nt, ID_IM_START), n + 1);
+        ASSERT_EQ(count_id(ids, nt, ID_IM_END), n);
+        ASSERT_EQ(count_id(ids, nt, 1) + count_id(ids, nt, 2), 0); /* <s> </s> stay text */
+        free(ids);
+    }
+    engine_vocab_free(v);
+}
+
 TEST_MAIN(T(detect), T(detect_huge), T(render_exact), T(render_rules), T(tokenize_injection),
-          T(tokenize_families))
+          T(tokenize_families), T(tokenize_random))
