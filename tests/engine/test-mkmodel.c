@@ -5,7 +5,7 @@
  * command line. */
 #include "test.h"
 
-#include "engine/gguf.h"
+#include "engine/engine.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -424,5 +424,28 @@ TEST(demo_command) {
     gguf_close(f);
 }
 
+/* The synthetic vocabulary loads as a tokenizer at every size: its pieces are distinct
+ * (single letters were once listed twice, from n_vocab 381 on). */
+TEST(synthetic_vocab_loads) {
+    if (!tools_found()) SKIP("WARM_BIN/warm-mkmodel is not built");
+    static const int sizes[] = {300, 381, 512, 2000, 32000};
+    for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
+        char args[256], path[512];
+        snprintf(path, sizeof path, "%s/vocab-%d.gguf", test_tmpdir(), sizes[i]);
+        snprintf(args, sizeof args, "--arch llama --n-embd 64 --n-layer 1 --n-head 2 "
+                 "--n-head-kv 2 --n-ff 64 --n-vocab %d", sizes[i]);
+        ASSERT_EQ(mkmodel(args, path), 0);
+        struct gguf_file *f = NULL;
+        struct engine_vocab *v = NULL;
+        struct err_detail d = {0};
+        ASSERT_OK_D(gguf_open(path, &f, &d), &d);
+        int r = engine_vocab_load(f, &v, &d);
+        gguf_close(f);
+        ASSERT_OK_D(r, &d);
+        ASSERT_EQ(engine_vocab_n_tokens(v), sizes[i]);
+        engine_vocab_free(v);
+    }
+}
+
 TEST_MAIN(T(every_arch_and_type), T(seed_determinism), T(tied_and_options), T(vocab_from),
-          T(demo_command))
+          T(demo_command), T(synthetic_vocab_loads))

@@ -256,7 +256,8 @@ static int add_synthetic_vocab(struct gguf_writer *w, const struct opts *o) {
             types[i] = 6; /* BYTE */
         } else {
             /* pieces: "▁", the 94 printable ASCII characters, then "▁" + k lowercase
-             * letters and k lowercase letters for k = 1, 2, ...: each index maps to one
+             * letters for k = 1, 2, ..., and k lowercase letters for k >= 2 (single
+             * letters are among the printable characters): each index maps to one
              * distinct string */
             size_t j = i - 259;
             types[i] = 1; /* NORMAL */
@@ -273,7 +274,8 @@ static int add_synthetic_vocab(struct gguf_writer *w, const struct opts *o) {
             j -= 94;
             size_t count = 26;
             for (int k = 1; k <= 10; k++, count *= 26) {
-                if (j < 2 * count) {
+                size_t variants = k == 1 ? 1 : 2; /* with and without the space */
+                if (j < variants * count) {
                     bool space = j < count;
                     size_t v = space ? j : j - count;
                     char *q = p;
@@ -285,7 +287,7 @@ static int add_synthetic_vocab(struct gguf_writer *w, const struct opts *o) {
                     q[k] = 0;
                     break;
                 }
-                j -= 2 * count;
+                j -= variants * count;
             }
         }
     next:
