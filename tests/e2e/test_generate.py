@@ -11,23 +11,11 @@ import subprocess
 import threading
 import time
 
-from warmd_harness import BIN, SHARED, START_TIMEOUT, DaemonTest, grpc, main, metric, pb
+from warmd_harness import BIN, SHARED, START_TIMEOUT, DaemonTest, collect, grpc, main, metric, pb
 
 C = grpc.StatusCode
 MODEL = os.path.join(SHARED, "stories260K.gguf") if SHARED else ""
 GREEDY = pb.Sampling(temperature=0)
-
-
-def collect(stream):
-    ids, text, summary = [], "", None
-    for ev in stream:
-        if ev.HasField("token"):
-            if ev.token.id >= 0:
-                ids.append(ev.token.id)
-            text += ev.token.text
-        else:
-            summary = ev.summary
-    return ids, text, summary
 
 
 class GenerateTest(DaemonTest):

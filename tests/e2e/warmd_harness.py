@@ -156,6 +156,19 @@ def write_model(path, payload=b""):
         f.write(b"GGUF\x03\x00\x00\x00" + payload)
 
 
+def collect(stream):
+    """Drains a Generate/Chat stream: (token ids, text, summary event)."""
+    ids, text, summary = [], "", None
+    for ev in stream:
+        if ev.HasField("token"):
+            if ev.token.id >= 0:
+                ids.append(ev.token.id)
+            text += ev.token.text
+        else:
+            summary = ev.summary
+    return ids, text, summary
+
+
 def metric(text, name):
     for line in text.splitlines():
         if line.startswith(name + " "):
