@@ -92,7 +92,8 @@ class ConfigTest(DaemonTest):
         # A second instance refuses to steal the live socket; the first keeps serving.
         other = os.path.join(self.tmp, "other")
         os.makedirs(other)
-        r = run("--config", "/dev/null", "--socket", d.socket, "--models-dir", other)
+        r = run("--config", "/dev/null", "--socket", d.socket, "--models-dir", other,
+                "--state-dir", other)
         self.assertEqual(r.returncode, 1, r.stderr)
         self.assertIn("in use by another warmd", r.stderr)
         self.assertEqual(d.stub().GetInfo(pb.GetInfoRequest()).api_version, "warm.v1")
@@ -110,7 +111,8 @@ class ConfigTest(DaemonTest):
         path = os.path.join(self.tmp, "file.sock")
         with open(path, "w") as f:
             f.write("precious")
-        r = run("--config", "/dev/null", "--socket", path, "--models-dir", self.tmp)
+        r = run("--config", "/dev/null", "--socket", path, "--models-dir", self.tmp,
+                "--state-dir", self.tmp)
         self.assertEqual(r.returncode, 1)
         self.assertIn("exists and is not a socket", r.stderr)
         with open(path) as f:
@@ -120,7 +122,8 @@ class ConfigTest(DaemonTest):
         ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         ls.bind(live)
         ls.listen()
-        r = run("--config", "/dev/null", "--socket", live, "--models-dir", self.tmp)
+        r = run("--config", "/dev/null", "--socket", live, "--models-dir", self.tmp,
+                "--state-dir", self.tmp)
         ls.close()
         self.assertEqual(r.returncode, 1)
         self.assertIn("live socket of another process", r.stderr)
