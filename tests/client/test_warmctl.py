@@ -307,6 +307,14 @@ class Warmctl(ClientTest):
             return
         self.assertEqual(r.rc, 0, r)
         st = r.json()
+        # Write-back is asynchronous: wait until the earlier requests' records have landed
+        # (two snapshots 0.3 s apart agree), so the purge below removes what stats counted.
+        for _ in range(30):
+            time.sleep(0.3)
+            nxt = self.ctl("cache", "stats", "--json").json()
+            if nxt["entries"] == st["entries"]:
+                break
+            st = nxt
         for k in ("entries", "bytes", "budget_bytes", "hits", "misses", "rejections", "evictions"):
             self.assertIn(k, st)
         self.assertIn("entries:", self.ctl("cache", "stats").out)
