@@ -215,22 +215,41 @@ static inline __attribute__((always_inline)) void rows_to_f32(float *dst, const 
     }
 }
 
-/* Σ a[i]·b[i] with 16 independent partial sums (vectorizes without reassociating; the
- * order is fixed, so results do not depend on the CPU's vector width). */
-static inline float dot16(const float *a, const float *b, int64_t n) {
-    float acc[16] = {0};
+/* 16 floats as one value (GCC vector extension): each clone keeps it in its widest
+ * registers; element-wise IEEE arithmetic, so the same bits in every clone */
+typedef float attn_v16 __attribute__((vector_size(64)));
+
+/* a·K_j of 16 keys at once, key j in lane j: kT = the keys transposed, value i of key j at
+ * kT[i·KERN_ATTN_TILE + j]. Each key's dot has 16 partial sums (l = i mod 16) added up in
+ * order l = 0..15: a fixed order, so the results do not depend on the CPU's vector width
+ * (the same additions as the former one-key-at-a-time loop, so the same bits); the
+ * lanes being keys, the final sum is 15 vector adds for 16 keys, not 15 scalar adds per
+ * key. */
+static inline __attribute__((always_inline)) void dot16_keys(float out[16], const float *a,
+                                                             const float *kT, int64_t n) {
+    attn_v16 acc[16], kv, s = {0};
+#pragma GCC unroll 16
+    for (int l = 0; l < 16; l++) acc[l] = s;
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
-        for (int l = 0; l < 16; l++) acc[l] += a[i + l] * b[i + l];
-    for (int l = 0; i < n; i++, l++) acc[l] += a[i] * b[i];
-    float s = 0;
+#pragma GCC unroll 16
+        for (int l = 0; l < 16; l++) {
+            memcpy(&kv, kT + (i + l) * KERN_ATTN_TILE, sizeof(kv));
+            acc[l] += a[i + l] * kv;
+        }
+    for (int l = 0; i < n; i++, l++) {
+        memcpy(&kv, kT + i * KERN_ATTN_TILE, sizeof(kv));
+        acc[l] += a[i] * kv;
+    }
+#pragma GCC unroll 16
     for (int l = 0; l < 16; l++) s += acc[l];
-    return s;
+    memcpy(out, &s, sizeof(s));
 }
 
 int64_t kern_attn_scratch_floats(int64_t n_query, int64_t head_dim_k, int64_t head_dim_v) {
-    /* K tile, V tile, scores of a tile, then per query: max, sum, accumulator */
-    return KERN_ATTN_TILE * (head_dim_k + head_dim_v + 1) + n_query * (2 + head_dim_v);
+    /* K tile, V tile, scores of a tile, then per query: max, sum, accumulator; then the K
+     * tile transposed */
+    return KERN_ATTN_TILE * (2 * head_dim_k + head_dim_v + 1) + n_query * (2 + head_dim_v);
 }
 
 /* one clone per vector width, picked at load time by CPU features (ifunc) */
@@ -247,6 +266,7 @@ void kern_attn_head(float *out, int64_t out_stride, const float *q, int64_t q_st
     float *m = s + KERN_ATTN_TILE;                           /* (n_query) running max */
     float *l = m + n_query;                                  /* (n_query) running sum */
     float *acc = l + n_query;                                /* (n_query, head_dim_v) */
+    float *kT = acc + n_query * head_dim_v;                  /* (head_dim_k, TILE) */
     int64_t max_kv = 0;
     for (int64_t t = 0; t < n_tok; t++) max_kv = MAX(max_kv, (int64_t)n_kv[t]);
     for (int64_t i = 0; i < n_query; i++) m[i] = -INFINITY, l[i] = 0;
@@ -256,6 +276,11 @@ void kern_attn_head(float *out, int64_t out_stride, const float *q, int64_t q_st
         int64_t jn = MIN((int64_t)KERN_ATTN_TILE, max_kv - j0);
         rows_to_f32(kt_f32, (const char *)k + (size_t)j0 * k_stride, k_stride, kt, jn, head_dim_k);
         rows_to_f32(vt_f32, (const char *)v + (size_t)j0 * v_stride, v_stride, vt, jn, head_dim_v);
+        /* keys transposed for dot16_keys(), zero past jn up to a multiple of 16 keys */
+        int64_t jn16 = (jn + 15) / 16 * 16;
+        for (int64_t d = 0; d < head_dim_k; d++)
+            for (int64_t j = 0; j < jn16; j++)
+                kT[d * KERN_ATTN_TILE + j] = j < jn ? kt_f32[j * head_dim_k + d] : 0.0f;
         for (int64_t t = 0; t < n_tok; t++) {
             int64_t nk = MIN(jn, (int64_t)n_kv[t] - j0); /* this token's keys in the tile */
             for (int64_t g = 0; nk > 0 && g < n_group; g++) {
@@ -263,18 +288,39 @@ void kern_attn_head(float *out, int64_t out_stride, const float *q, int64_t q_st
                 const float *qi = q + t * q_stride + g * head_dim_k;
                 float *ai = acc + i * head_dim_v;
                 float tile_max = -INFINITY;
-                for (int64_t j = 0; j < nk; j++) {
-                    s[j] = scale * dot16(qi, kt_f32 + j * head_dim_k, head_dim_k);
-                    tile_max = MAX(tile_max, s[j]);
+                for (int64_t j = 0; j < nk; j += 16) {
+                    float d16[16];
+                    dot16_keys(d16, qi, kT + j, head_dim_k);
+                    for (int64_t e = 0; e < 16 && j + e < nk; e++) {
+                        s[j + e] = scale * d16[e];
+                        tile_max = MAX(tile_max, s[j + e]);
+                    }
                 }
                 /* online softmax: rescale what was summed under the old max */
                 float m_new = MAX(m[i], tile_max), c = expf(m[i] - m_new), sum = 0;
-                for (int64_t d = 0; d < head_dim_v; d++) ai[d] *= c;
                 for (int64_t j = 0; j < nk; j++) {
-                    float p = expf(s[j] - m_new);
-                    sum += p;
-                    const float *vj = vt_f32 + j * head_dim_v;
-                    for (int64_t d = 0; d < head_dim_v; d++) ai[d] += p * vj[d];
+                    s[j] = expf(s[j] - m_new); /* now the weight p_j */
+                    sum += s[j];
+                }
+                /* ai = ai·c + Σ_j p_j·V_j, 16 columns at a time over all the tile's keys: the
+                 * 16 partial sums stay in a register (added key by key into ai they went
+                 * through memory, a store-to-load chain per key); each column's additions
+                 * keep their order, so the results are the same bits */
+                int64_t d0 = 0;
+                for (; d0 + 16 <= head_dim_v; d0 += 16) {
+                    attn_v16 a16, vj;
+                    memcpy(&a16, ai + d0, sizeof(a16));
+                    a16 *= c;
+                    for (int64_t j = 0; j < nk; j++) {
+                        memcpy(&vj, vt_f32 + j * head_dim_v + d0, sizeof(vj));
+                        a16 += s[j] * vj;
+                    }
+                    memcpy(ai + d0, &a16, sizeof(a16));
+                }
+                for (int64_t d = d0; d < head_dim_v; d++) {
+                    float a = ai[d] * c;
+                    for (int64_t j = 0; j < nk; j++) a += s[j] * vt_f32[j * head_dim_v + d];
+                    ai[d] = a;
                 }
                 l[i] = l[i] * c + sum;
                 m[i] = m_new;
