@@ -246,6 +246,43 @@ static inline __attribute__((always_inline)) void dot16_keys(float out[16], cons
     memcpy(out, &s, sizeof(s));
 }
 
+typedef int32_t attn_i16 __attribute__((vector_size(64)));
+
+/* s[j] = e^(s[j] - m) for j < n, m >= every s[j], 16 at a time: Cody–Waite reduction
+ * x = k·ln2 + r (|r| <= ln2/2) and the degree-7 Cephes polynomial for e^r (about 1 ulp),
+ * then 2^k into the exponent. x below -87 (e^x < 2^-125, nothing next to the max's 1) is
+ * clamped there. Element-wise IEEE operations only: the same bits in every clone, where
+ * the libm expf() per key was a call and a scalar chain. */
+static inline __attribute__((always_inline)) void attn_exp_sub(float *s, int64_t n, float m) {
+    for (int64_t j = 0; j < n; j += 16) {
+        attn_v16 x = {0};
+        int64_t c = MIN((int64_t)16, n - j);
+        memcpy(&x, s + j, (size_t)c * sizeof(float));
+        x = x - m;
+        /* clamp (the lanes past c too: finite); C has no vector ?: so blend the bits */
+        attn_i16 lt = x < -87.0f, xi, lo;
+        attn_v16 lof = (attn_v16){0} - 87.0f;
+        memcpy(&xi, &x, sizeof(xi));
+        memcpy(&lo, &lof, sizeof(lo));
+        xi = (xi & ~lt) | (lo & lt);
+        memcpy(&x, &xi, sizeof(x));
+        attn_i16 k = __builtin_convertvector(x * 1.44269504088896341f - 0.5f, attn_i16);
+        attn_v16 kf = __builtin_convertvector(k, attn_v16);
+        attn_v16 r = x - kf * 0.693359375f - kf * -2.12194440e-4f;
+        attn_v16 p = 1.9875691500e-4f * r + 1.3981999507e-3f;
+        p = p * r + 8.3334519073e-3f;
+        p = p * r + 4.1665795894e-2f;
+        p = p * r + 1.6666665459e-1f;
+        p = p * r + 5.0000001201e-1f;
+        p = p * r * r + r + 1.0f;
+        attn_i16 e = (k + 127) << 23;
+        attn_v16 two_k;
+        memcpy(&two_k, &e, sizeof(two_k));
+        p = p * two_k;
+        memcpy(s + j, &p, (size_t)c * sizeof(float));
+    }
+}
+
 int64_t kern_attn_scratch_floats(int64_t n_query, int64_t head_dim_k, int64_t head_dim_v) {
     /* K tile, V tile, scores of a tile, then per query: max, sum, accumulator; then the K
      * tile transposed */
@@ -298,10 +335,8 @@ void kern_attn_head(float *out, int64_t out_stride, const float *q, int64_t q_st
                 }
                 /* online softmax: rescale what was summed under the old max */
                 float m_new = MAX(m[i], tile_max), c = expf(m[i] - m_new), sum = 0;
-                for (int64_t j = 0; j < nk; j++) {
-                    s[j] = expf(s[j] - m_new); /* now the weight p_j */
-                    sum += s[j];
-                }
+                attn_exp_sub(s, nk, m_new); /* now the weights p_j */
+                for (int64_t j = 0; j < nk; j++) sum += s[j];
                 /* ai = ai·c + Σ_j p_j·V_j, 16 columns at a time over all the tile's keys: the
                  * 16 partial sums stay in a register (added key by key into ai they went
                  * through memory, a store-to-load chain per key); each column's additions
