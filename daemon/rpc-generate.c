@@ -359,7 +359,9 @@ static int chat_prompt_tokens(struct rpc_call *c, const Warm__V1__ChatRequest *q
         return r;
     }
     if (n == 0 || n > cap) {
+        /* *ret is the caller's (j->prompt, freed again by job_free): never leave it dangling */
         free(*ret);
+        *ret = NULL;
         rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT,
                       "messages: the rendered conversation is %zu tokens; it must have 1..%u", n, cap);
         return -EINVAL;

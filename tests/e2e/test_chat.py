@@ -108,6 +108,31 @@ class ChatTest(DaemonTest):
         self.assertCode(lambda: chat([("tool", "a")]), C.INVALID_ARGUMENT, "role")
         self.assertCode(lambda: chat([]), C.INVALID_ARGUMENT, "messages")
 
+    def test_over_the_context(self):
+        """A chat that grows past ctx_size is refused, and the daemon keeps serving (it
+        freed the rendered prompt twice and aborted: 'double free or corruption')."""
+        msgs = [pb.ChatMessage(role="user", content="hello there")]
+        ids, _, s = collect(self.st.Chat(pb.ChatRequest(
+            model="chatty", messages=msgs, sampling=GREEDY, max_tokens=4)))
+        self.assertGreater(s.generated_tokens, 0)
+        turn = " ".join(["word"] * 1500)
+        for i in range(8):  # the conversation grows turn by turn past the 4096-token context
+            msgs += [pb.ChatMessage(role="assistant", content="ok"),
+                     pb.ChatMessage(role="user", content=turn)]
+            try:
+                collect(self.st.Chat(pb.ChatRequest(
+                    model="chatty", messages=msgs, sampling=GREEDY, max_tokens=4)))
+            except grpc.RpcError as e:
+                self.assertEqual(e.code(), C.INVALID_ARGUMENT, e.details())
+                self.assertIn("rendered conversation", e.details())
+                break
+        else:
+            self.fail("a conversation of 12,000 words fitted a 4096-token context")
+        self.assertIsNone(self.d.proc.poll(), self.d.text())
+        again, _, _ = collect(self.st.Chat(pb.ChatRequest(
+            model="chatty", messages=msgs[:1], sampling=GREEDY, max_tokens=4)))
+        self.assertEqual(ids, again)
+
     def test_no_template(self):
         if not os.path.exists(STORIES):
             self.skipTest("stories260K.gguf not found under WARM_SHARED_MODELS")
