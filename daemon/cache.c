@@ -130,6 +130,19 @@ int cache_namespace_resolve(const struct config *cfg, const struct peer *p,
 
 void cache_metrics_sync(struct daemon *d) {
     struct metrics *m = &d->metrics;
+    /* The writer's counters first: they must show a store in trouble, whose stats
+     * may well fail. */
+    struct cache_writer *w = &d->writer;
+    if (w->running) {
+        pthread_mutex_lock(&w->lock);
+        uint64_t written = w->n_written, dropped = w->n_dropped, failed = w->n_failed;
+        uint64_t queued = w->n_queued + w->busy;
+        pthread_mutex_unlock(&w->lock);
+        metrics_set(m, METRIC_CACHE_WRITE_QUEUE, queued);
+        metrics_set(m, METRIC_CACHE_WRITES, written);
+        metrics_set(m, METRIC_CACHE_WRITES_DROPPED, dropped);
+        metrics_set(m, METRIC_CACHE_WRITE_ERRORS, failed);
+    }
     struct store_stats st;
     if (!d->store || store_env_stats(d->store, &st) < 0) return;
     /* The store keeps these since it opened (with the daemon); mirror them. */
@@ -144,12 +157,57 @@ void cache_metrics_sync(struct daemon *d) {
         by[cache_reject_index(st.rejections[i].reason)] += st.rejections[i].n;
     for (int i = 0; i < METRIC_REJECT_COUNT; i++)
         atomic_store_explicit(&m->cache_rejected[i], by[i], memory_order_relaxed);
-    struct cache_writer *w = &d->writer;
-    if (!w->running) return;
-    pthread_mutex_lock(&w->lock);
-    uint64_t written = w->n_written, dropped = w->n_dropped, failed = w->n_failed;
-    pthread_mutex_unlock(&w->lock);
-    metrics_set(m, METRIC_CACHE_WRITES, written);
-    metrics_set(m, METRIC_CACHE_WRITES_DROPPED, dropped);
-    metrics_set(m, METRIC_CACHE_WRITE_ERRORS, failed);
+}
+
+/* ---- per-namespace figures ----------------------------------------------------------- */
+
+size_t cache_namespaces_visible(const struct config *cfg, const struct peer *p,
+                                char ret[][CACHE_NS_MAX], size_t max) {
+    if (max == 0) return 0;
+    size_t n = 0;
+    snprintf(ret[n++], CACHE_NS_MAX, "uid:%u", p->uid);
+    char list[sizeof cfg->cache_shared_namespaces];
+    snprintf(list, sizeof list, "%s", cfg->cache_shared_namespaces);
+    char *save = NULL;
+    for (char *ent = strtok_r(list, ";", &save); ent && n < max; ent = strtok_r(NULL, ";", &save)) {
+        char *colon = strrchr(ent, ':');
+        if (!colon) continue;
+        *colon = 0;
+        const char *name = trim(ent);
+        if (strlen(name) >= CACHE_NS_MAX ||
+            !cache_namespace_shared_ok(cfg->cache_shared_namespaces, p, name))
+            continue;
+        bool dup = false;
+        for (size_t i = 0; i < n; i++) dup = dup || strcmp(ret[i], name) == 0;
+        if (!dup) snprintf(ret[n++], CACHE_NS_MAX, "%s", name);
+    }
+    return n;
+}
+
+void cache_metrics_request(struct daemon *d, const char *ns, enum runner_cache mode,
+                           const struct runner_result *res) {
+    /* The runner places a prompt as RAM + store + computed tokens, computing at least the
+     * last one; a request that ended before (queued at unload, refused) has no split. */
+    bool placed = res->evaluated_tokens > 0 &&
+                  (uint64_t)res->ram_tokens + res->store_tokens + res->evaluated_tokens ==
+                      res->prompt_tokens;
+    bool asked = placed && d->store && mode == RUNNER_CACHE_USE &&
+                 res->prompt_tokens - res->ram_tokens > d->config.cache_restore_min_tokens;
+    uint64_t v[METRIC_NS_COUNT] = {
+        [METRIC_NS_REQUESTS] = 1,
+        [METRIC_NS_TOKENS_IN] = res->prompt_tokens,
+        [METRIC_NS_TOKENS_RAM] = res->ram_tokens,
+        [METRIC_NS_TOKENS_STORE] = res->store_tokens,
+        [METRIC_NS_TOKENS_PREFILL] = res->evaluated_tokens,
+        [METRIC_NS_TOKENS_OUT] = res->generated_tokens,
+        [METRIC_NS_CACHE_HITS] = res->store_tokens > 0,
+        [METRIC_NS_CACHE_MISSES] = asked && res->store_tokens == 0,
+        [METRIC_NS_CACHE_REJECTED] = MIN(res->n_rejected, (unsigned)RUNNER_MAX_REJECTED),
+    };
+    metrics_add(&d->metrics, METRIC_TOKENS_IN, res->prompt_tokens);
+    metrics_add(&d->metrics, METRIC_TOKENS_RAM, res->ram_tokens);
+    metrics_add(&d->metrics, METRIC_TOKENS_STORE, res->store_tokens);
+    metrics_add(&d->metrics, METRIC_TOKENS_PREFILL, res->evaluated_tokens);
+    metrics_add(&d->metrics, METRIC_TOKENS_OUT, res->generated_tokens);
+    metrics_ns_add(&d->metrics, ns, v);
 }

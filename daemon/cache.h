@@ -16,10 +16,13 @@
 #include "daemon/config.h"
 #include "daemon/listener.h"
 #include "daemon/metrics.h"
+#include "daemon/runner.h"
 
 struct daemon;
 
 #define CACHE_NS_MAX 128 /* bytes of a namespace name, NUL included */
+#define CACHE_NS_VISIBLE_MAX 32 /* namespaces listed by cache_namespaces_visible */
+_Static_assert(CACHE_NS_MAX == METRICS_NS_NAME_MAX, "metrics rows hold any namespace name");
 
 /* The short machine-readable name of a refusal code ("key_rotation", "state_version",
  * ...; "other" for a code without one) and its metrics index. */
@@ -40,3 +43,16 @@ int cache_namespace_resolve(const struct config *cfg, const struct peer *p,
 /* Copies the store's counters (lookups, hits, misses, rejections by reason, evictions,
  * bytes) and the writer's (written, dropped, failed) into d->metrics; for each scrape. */
 void cache_metrics_sync(struct daemon *d);
+
+/* The namespaces whose figures the peer may see: its own ("uid:<uid>") first, then the
+ * shared namespaces cfg opens to its groups, at most max (CACHE_NS_VISIBLE_MAX) in all;
+ * returns how many it wrote to ret. */
+size_t cache_namespaces_visible(const struct config *cfg, const struct peer *p,
+                                char ret[][CACHE_NS_MAX], size_t max);
+
+/* Counts a finished Generate/Chat request (its runner result) in the row of its store
+ * namespace ns. Cache hit: prompt tokens came from the store; miss: the store was asked
+ * (mode RUNNER_CACHE_USE, a store, more than cache_restore_min_tokens past RAM) and gave
+ * nothing; a request that ended before its prompt was placed counts its tokens only. */
+void cache_metrics_request(struct daemon *d, const char *ns, enum runner_cache mode,
+                           const struct runner_result *res);

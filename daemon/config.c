@@ -95,6 +95,31 @@ const struct config_key config_keys[] = {
      NULL, "largest request metadata (headers)"},
     {"max_prompt_tokens", CONFIG_TYPE_U32, OFF(max_prompt_tokens), "0", 0, 1048576, NULL,
      "longest prompt in tokens; 0 = ctx_size"},
+    {"max_connections", CONFIG_TYPE_U32, OFF(max_connections), "1024", 1, 65536, NULL,
+     "connections open at once, all users together; more are refused at accept"},
+    {"max_connections_per_uid", CONFIG_TYPE_U32, OFF(max_connections_per_uid), "128", 1, 65536,
+     NULL, "connections open at once per uid; more are refused at accept"},
+    {"connection_idle_timeout", CONFIG_TYPE_DURATION, OFF(connection_idle_timeout_usec), "5m",
+     1000, 365 * DAY_USEC, NULL,
+     "a connection without a call in progress for this long is closed (clients reconnect)"},
+    {"request_timeout", CONFIG_TYPE_DURATION, OFF(request_timeout_usec), "30s", 1000,
+     DAY_USEC, NULL, "time a client has to send a request whole once it started it"},
+    {"slow_reader_timeout", CONFIG_TYPE_DURATION, OFF(slow_reader_timeout_usec), "30s", 1000,
+     DAY_USEC, NULL,
+     "a stream or connection whose client reads nothing of what it is sent for this long "
+     "is ended"},
+    {"max_pending_bytes_per_uid", CONFIG_TYPE_BYTES, OFF(max_pending_bytes_per_uid), "64M",
+     64 * KIB, 1024 * GIB, NULL,
+     "request bytes not yet answered, and response bytes not yet read, held for one uid's "
+     "connections; past it the uid's connections are not read / its calls fail"},
+    {"max_pending_bytes", CONFIG_TYPE_BYTES, OFF(max_pending_bytes), "256M", 64 * KIB,
+     1024 * GIB, NULL, "the same for all connections together"},
+    {"max_stream_resets", CONFIG_TYPE_U32, OFF(max_stream_resets), "200", 1, 1000000, NULL,
+     "streams a client may cancel per connection in 10 s; more closes the connection "
+     "(HTTP/2 rapid reset)"},
+    {"max_queued_per_uid", CONFIG_TYPE_U32, OFF(max_queued_per_uid), "0", 0, 65536, NULL,
+     "generation requests one uid may have queued or running per model; 0 = a quarter of "
+     "the model's queue (4 x parallel), at least parallel"},
     {"log_level", CONFIG_TYPE_ENUM, OFF(log_level), "info", 0, 0, log_level_names,
      "error, warn, info or debug"},
 };

@@ -72,6 +72,15 @@ struct config {
     uint32_t max_streams;                  /* concurrent streams per connection */
     uint64_t max_metadata_bytes;           /* request metadata (headers) */
     uint32_t max_prompt_tokens;            /* 0 = ctx_size */
+    uint32_t max_connections;              /* open at once, all users */
+    uint32_t max_connections_per_uid;
+    uint64_t connection_idle_timeout_usec; /* no stream open for this long: closed */
+    uint64_t request_timeout_usec;         /* a request must arrive whole within it */
+    uint64_t slow_reader_timeout_usec;     /* a client not reading for this long: dropped */
+    uint64_t max_pending_bytes_per_uid;    /* request / response bytes held for one uid */
+    uint64_t max_pending_bytes;            /* the same for everyone together */
+    uint32_t max_stream_resets;            /* per connection and 10 s (HTTP/2 rapid reset) */
+    uint32_t max_queued_per_uid;           /* generation requests per uid and model */
     int log_level;                         /* enum log_level */
 };
 

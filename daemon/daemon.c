@@ -6,6 +6,7 @@
 #include "store/store.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <grpc/grpc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,8 +15,18 @@
 #include <time.h>
 #include <unistd.h>
 
-/* gRPC worker threads: handlers are short (long work runs on scheduler threads). */
+/* gRPC worker threads: handlers are short (long work runs on the work pool and on the
+ * model loops), so a few answer every short call promptly. */
 #define RPC_WORKERS 4
+/* The work pool (pool.h): Tokenize, Detokenize, LoadModel and the cache walks. A uid's
+ * jobs past POOL_MAX_PER_UID, or anyone's past POOL_MAX_TOTAL, are refused at once. */
+#define POOL_THREADS 4
+#define POOL_MAX_PER_UID 4
+#define POOL_MAX_TOTAL 64
+/* How often freed heap memory is returned to the system. */
+#define TRIM_USEC 2000000ull
+/* File descriptors kept for models, the store, logs and gRPC's own. */
+#define FDS_RESERVED 256
 /* How often idle stale LMDB reader slots are looked for. */
 #define STORE_CHECK_USEC (60 * 1000000ull)
 
@@ -32,7 +43,7 @@ static void store_open(struct daemon *d) {
     struct store_options opt = {
         .path = path,
         .budget_bytes = c->cache_max_bytes,
-        .n_threads = RPC_WORKERS + c->max_loaded_models + 2,
+        .n_threads = RPC_WORKERS + POOL_THREADS + c->max_loaded_models + 2,
     };
     struct store_open_info info = {0};
     struct err_detail e = {0};
@@ -56,8 +67,6 @@ static void store_open(struct daemon *d) {
     log_info("prompt cache %s open (budget %llu bytes)", path, (unsigned long long)c->cache_max_bytes);
     d->store_check_usec = time_now_usec();
 }
-
-static int accept_cb(void *userdata, int fd) { return server_add_fd(userdata, fd); }
 
 static void status_line(struct daemon *d, char *buf, size_t n) {
     char cache[64] = "prompt cache off";
@@ -112,11 +121,26 @@ int daemon_start(struct daemon *d, struct err_detail *err) {
         long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
         if (pages > 0 && psize > 0) d->memory_budget_bytes = (uint64_t)pages * (uint64_t)psize / 4 * 3;
     }
-    /* Every connection is an fd: take the hard limit, as servers under systemd do. */
+    /* Every connection is three fds (the client's and the relay's socketpair): take the
+     * hard limit, as servers under systemd do, and fit the connection cap into it. */
     struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        (void)setrlimit(RLIMIT_NOFILE, &rl);
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        if (rl.rlim_cur < rl.rlim_max) {
+            rl.rlim_cur = rl.rlim_max;
+            (void)setrlimit(RLIMIT_NOFILE, &rl);
+            (void)getrlimit(RLIMIT_NOFILE, &rl);
+        }
+        uint64_t need = 3ull * c->max_connections + FDS_RESERVED;
+        if (rl.rlim_cur != RLIM_INFINITY && need > rl.rlim_cur) {
+            uint32_t fit = rl.rlim_cur > 2 * FDS_RESERVED
+                               ? (uint32_t)((rl.rlim_cur - FDS_RESERVED) / 3) : 16;
+            log_warn("max_connections = %u needs %llu file descriptors, the limit is %llu "
+                     "(LimitNOFILE=); serving at most %u connections",
+                     c->max_connections, (unsigned long long)need,
+                     (unsigned long long)rl.rlim_cur, fit);
+            d->config.max_connections = fit;
+            d->config.max_connections_per_uid = MIN(d->config.max_connections_per_uid, fit);
+        }
     }
     const char *stall = getenv("WARM_TEST_STALL_USEC");
     if (stall) d->test_stall_usec = strtoull(stall, NULL, 10);
@@ -135,12 +159,18 @@ int daemon_start(struct daemon *d, struct err_detail *err) {
     if (r < 0) return r;
     grpc_init();
     d->grpc_up = true;
+    struct pool_options po = {POOL_THREADS, POOL_MAX_PER_UID, POOL_MAX_TOTAL, &d->notify};
+    r = pool_start(&d->pool, &po);
+    if (r < 0) return err_set(err, r, "starting the work pool: %s", err_str(r));
     r = server_new(d, c, &d->server, err);
     if (r < 0) return r;
     r = server_start(d->server, RPC_WORKERS);
     if (r < 0) return err_set(err, r, "starting the gRPC server: %s", err_str(r));
-    r = listener_start(&d->listener, accept_cb, d->server, &d->metrics, &d->notify);
+    struct guard_limits lim;
+    guard_limits_from_config(&lim, c);
+    r = guard_start(&d->guard, &d->listener, d->server, &lim, &d->metrics, &d->notify);
     if (r < 0) return err_set(err, r, "starting the accept thread: %s", err_str(r));
+    d->guard_up = true;
     preload(d);
     log_info("warmd %s listening on %s (%s); %zu models in %s", DAEMON_VERSION,
              d->listener.path, d->listener.activated ? "socket-activated" : "bound",
@@ -172,6 +202,12 @@ void daemon_tick(struct daemon *d) {
             log_info("prompt cache: cleared %d stale readers", cleared);
         d->store_check_usec = now;
     }
+    /* Give memory that big requests used back to the system (glibc keeps freed heap and
+     * arena pages; what clients can make the daemon allocate must not stay resident). */
+    if (now - d->trim_usec >= TRIM_USEC) {
+        malloc_trim(0);
+        d->trim_usec = now;
+    }
     notify_tick(&d->notify, time_now_usec());
     char status[256];
     status_line(d, status, sizeof status);
@@ -200,12 +236,15 @@ void daemon_run(struct daemon *d) {
 void daemon_stop(struct daemon *d) {
     if (!d->parts_up) return;
     notify_stopping(&d->notify, "draining");
-    if (d->listener_open) listener_stop(&d->listener);
+    if (d->guard_up) guard_quiesce(&d->guard); /* no new connections */
+    if (d->server) server_stop(d->server); /* streams end UNAVAILABLE over the relays */
+    if (d->guard_up) guard_stop(&d->guard);
+    d->guard_up = false;
     if (d->server) {
-        server_stop(d->server);
         server_free(d->server);
         d->server = NULL;
     }
+    pool_stop(&d->pool); /* after the server: its queued calls end UNAVAILABLE there */
     if (d->listener_open) listener_close(&d->listener);
     d->listener_open = false;
     residency_done(d);

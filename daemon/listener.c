@@ -1,11 +1,10 @@
-/* listener — socket, accept loop, SO_PEERCRED policy (see listener.h). */
+/* listener — socket, SO_PEERCRED policy, peers by fd (see listener.h). */
 #include "daemon/listener.h"
 
 #include "daemon/log.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/file.h>
@@ -14,6 +13,10 @@
 #include <sys/un.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
+
+/* Connections the kernel queues before accept (capped by net.core.somaxconn): a client
+ * churning connections must not fill it while the accept loop refuses them. */
+#define LISTEN_BACKLOG 4096
 
 struct listener_slot {
     bool used;
@@ -84,6 +87,9 @@ static int open_activated(struct listener *l, struct err_detail *d) {
     if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ||
         fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
         return err_set(d, -errno, "fcntl on the activated socket: %s", strerror(errno));
+    /* listen() again raises the backlog of the activated socket (Backlog= of the unit). */
+    if (listen(fd, LISTEN_BACKLOG) < 0)
+        return err_set(d, -errno, "listen on the activated socket: %s", strerror(errno));
     l->fd = fd;
     l->activated = true;
     return 1;
@@ -142,7 +148,7 @@ static int open_bound(struct listener *l, const struct config *c, struct err_det
     if (c->socket_group.set && chown(path, (uid_t)-1, c->socket_group.gid) < 0)
         return err_set(d, -errno, "chown %s to group %u: %s", path, c->socket_group.gid,
                        strerror(errno));
-    if (listen(l->fd, SOMAXCONN) < 0) return err_set(d, -errno, "listen: %s", strerror(errno));
+    if (listen(l->fd, LISTEN_BACKLOG) < 0) return err_set(d, -errno, "listen: %s", strerror(errno));
     return 0;
 }
 
@@ -161,7 +167,7 @@ int listener_open(struct listener *l, const struct config *c, struct err_detail 
 
 /* ---- peers by fd --------------------------------------------------------------------- */
 
-static int peer_put(struct listener *l, int fd, const struct peer *p) {
+int listener_peer_put(struct listener *l, int fd, const struct peer *p) {
     pthread_mutex_lock(&l->lock);
     if ((size_t)fd >= l->n_slots) {
         size_t n = MAX((size_t)fd + 1, l->n_slots * 2);
@@ -192,12 +198,12 @@ int listener_peer_get(struct listener *l, int fd, struct peer *ret) {
 
 /* ---- accept loop --------------------------------------------------------------------- */
 
-/* Reads the peer's credentials and applies the policy. 0 = allowed (ret filled). */
-static int peer_admit(struct listener *l, int fd, struct peer *ret, struct err_detail *d) {
+int listener_admit(struct listener *l, int fd, struct peer *ret, struct err_detail *d) {
     struct ucred uc;
     socklen_t len = sizeof uc;
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) < 0 || len != sizeof uc)
         return err_set(d, -EACCES, "cannot read SO_PEERCRED (%s); refusing", strerror(errno));
+    ret->uid = (uint32_t)uc.uid; /* for the refusal's log line */
     uint32_t small[64];
     _cleanup_free_ uint32_t *big = NULL;
     uint32_t *groups = small;
@@ -222,87 +228,7 @@ static int peer_admit(struct listener *l, int fd, struct peer *ret, struct err_d
     return 0;
 }
 
-/* Accepts one connection; false when there is none to accept now. */
-static bool accept_one(struct listener *l) {
-    int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-            log_warn("accept: %s; pausing for 100 ms", strerror(errno));
-            poll(NULL, 0, 100);
-        }
-        return errno == EINTR || errno == ECONNABORTED;
-    }
-    struct peer p = {0};
-    struct err_detail d = {0};
-    int r = peer_admit(l, fd, &p, &d);
-    if (r < 0) {
-        close(fd);
-        metrics_add(l->metrics, METRIC_CONN_REFUSED, 1);
-        log_info("refused connection: %s", err_msg(&d, r));
-        return true;
-    }
-    r = peer_put(l, fd, &p);
-    if (r >= 0) r = l->on_accept(l->userdata, fd);
-    else close(fd);
-    if (r < 0) {
-        log_warn("cannot serve connection of uid %u: %s", p.uid, err_str(r));
-        return true;
-    }
-    metrics_add(l->metrics, METRIC_CONN_ACCEPTED, 1);
-    log_debug("connection fd %d: uid %u gid %u pid %u%s", fd, p.uid, p.gid, p.pid,
-              p.admin ? " (admin)" : "");
-    return true;
-}
-
-static void *accept_loop(void *arg) {
-    struct listener *l = arg;
-    struct pollfd fds[2] = {{.fd = l->fd, .events = POLLIN}, {.fd = l->stop_fd, .events = POLLIN}};
-    for (;;) {
-        /* The accept loop is never "busy" for the watchdog: it waits in poll. */
-        notify_beat_step(&l->beat, time_now_usec());
-        int n = poll(fds, 2, 1000);
-        if (n < 0 && errno != EINTR) {
-            log_error("poll on the listening socket: %s", strerror(errno));
-            poll(NULL, 0, 100);
-            continue;
-        }
-        if (fds[1].revents) break;
-        /* Drain the backlog, a bounded batch per wake-up so a stop is seen promptly. */
-        for (int i = 0; n > 0 && fds[0].revents && i < 64 && accept_one(l); i++) {
-        }
-    }
-    return NULL;
-}
-
-int listener_start(struct listener *l, listener_accept_fn fn, void *userdata,
-                   struct metrics *m, struct notify *n) {
-    l->on_accept = fn;
-    l->userdata = userdata;
-    l->metrics = m;
-    l->notify = n;
-    l->beat.name = "accept loop";
-    notify_beat_step(&l->beat, time_now_usec());
-    notify_beat_add(n, &l->beat);
-    int r = -pthread_create(&l->thread, NULL, accept_loop, l);
-    if (r < 0) {
-        notify_beat_del(n, &l->beat);
-        return r;
-    }
-    l->running = true;
-    return 0;
-}
-
-void listener_stop(struct listener *l) {
-    if (!l->running) return;
-    uint64_t one = 1;
-    if (write(l->stop_fd, &one, sizeof one) < 0) log_error("eventfd write: %s", strerror(errno));
-    pthread_join(l->thread, NULL);
-    notify_beat_del(l->notify, &l->beat);
-    l->running = false;
-}
-
 void listener_close(struct listener *l) {
-    listener_stop(l);
     if (l->bound) {
         struct stat st;
         /* Remove the file only if it is still the socket we bound. */

@@ -5,17 +5,15 @@
  * an flock on PATH.lock so a second instance refuses instead of stealing a live socket,
  * mode 0660, group = socket_group. No TCP socket ever exists.
  *
- * The accept thread reads SO_PEERCRED and SO_PEERGROUPS of every connection and applies
- * the policy before a single byte is read from it: refused peers are closed at once
- * (fail closed when the credentials cannot be read). Accepted connections are
- * non-blocking fds handed to the callback (the gRPC server), and their credentials are
- * remembered by fd number for the handlers (listener_peer_get). */
+ * The accept loop (daemon/guard.c) calls listener_admit, which reads SO_PEERCRED and
+ * SO_PEERGROUPS of every connection and applies the policy before a single byte is read
+ * from it: refused peers are closed at once (fail closed when the credentials cannot be
+ * read). The credentials of admitted connections are remembered by the fd number gRPC
+ * sees (listener_peer_put, listener_peer_get). */
 #pragma once
 
 #include "base/base.h"
 #include "daemon/config.h"
-#include "daemon/metrics.h"
-#include "daemon/notify.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -41,9 +39,6 @@ int listener_policy_check(const struct policy *p, uint32_t uid, uint32_t gid,
                           const uint32_t *groups, size_t n_groups, bool *ret_admin,
                           struct err_detail *d);
 
-/* Takes ownership of fd (a connected, non-blocking socket): hands it to gRPC. */
-typedef int (*listener_accept_fn)(void *userdata, int fd);
-
 struct listener_slot;
 
 struct listener {
@@ -56,13 +51,6 @@ struct listener {
     ino_t ino;                   /* of the socket file we bound */
     char path[CONFIG_SOCKET_PATH_MAX];
     struct policy policy;
-    struct metrics *metrics;
-    struct notify *notify;
-    struct notify_beat beat;
-    listener_accept_fn on_accept;
-    void *userdata;
-    pthread_t thread;
-    bool running;
     /* Peer credentials by fd number. */
     pthread_mutex_t lock;
     struct listener_slot *slots;
@@ -72,11 +60,12 @@ struct listener {
 /* Opens the listening socket (activation or bind, see above). *ret is initialized even
  * on failure so listener_close is always safe. */
 int listener_open(struct listener *l, const struct config *c, struct err_detail *d);
-/* Starts the accept thread. */
-int listener_start(struct listener *l, listener_accept_fn fn, void *userdata,
-                   struct metrics *m, struct notify *n);
-/* Stops the accept thread (no new connections; existing ones stay with gRPC). */
-void listener_stop(struct listener *l);
+/* Reads the credentials of the connection on fd and applies the policy: 0 and *ret
+ * filled when allowed; < 0 with a message when refused (ret->uid is set when it could be
+ * read). The accept loop is guard.c's. */
+int listener_admit(struct listener *l, int fd, struct peer *ret, struct err_detail *d);
+/* Records the credentials of the connection gRPC will see as fd. */
+int listener_peer_put(struct listener *l, int fd, const struct peer *p);
 /* Closes the socket; removes the socket file if we bound it and it is still ours. */
 void listener_close(struct listener *l);
 /* The credentials recorded for the connection on fd. -ENOENT if none. */

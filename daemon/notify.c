@@ -40,6 +40,29 @@ void notify_beat_del(struct notify *n, struct notify_beat *b) {
     pthread_mutex_unlock(&n->lock);
 }
 
+/* The calling thread's beat, and its busy flag while paused. */
+static _Thread_local struct {
+    struct notify_beat *beat;
+    unsigned depth;
+    bool busy;
+} current;
+
+void notify_beat_bind(struct notify_beat *b) {
+    current.beat = b;
+    current.depth = 0;
+}
+
+void notify_beat_pause(void) {
+    if (!current.beat || current.depth++) return;
+    current.busy = atomic_load_explicit(&current.beat->busy, memory_order_relaxed);
+    notify_beat_busy(current.beat, false, time_now_usec());
+}
+
+void notify_beat_resume(void) {
+    if (!current.beat || !current.depth || --current.depth) return;
+    notify_beat_busy(current.beat, current.busy, time_now_usec());
+}
+
 void notify_ready(struct notify *n, const char *status) {
     snprintf(n->last_status, sizeof n->last_status, "%s", status);
     sd_notifyf(0, "READY=1\nSTATUS=%s", status);

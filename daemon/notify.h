@@ -43,6 +43,14 @@ static inline void notify_beat_busy(struct notify_beat *b, bool busy, uint64_t n
     notify_beat_step(b, now_usec);
     atomic_store_explicit(&b->busy, busy, memory_order_relaxed);
 }
+/* Names the calling thread's beat (NULL: none) for notify_beat_pause/resume. */
+void notify_beat_bind(struct notify_beat *b);
+/* Bracket a step of the calling thread whose length is not its loop's (a model load
+ * lasts as long as its file is big; waiting for another thread's load): the thread's beat
+ * counts as idle in between and is stamped at both ends. Pairs nest; no-ops on a thread
+ * without a bound beat. */
+void notify_beat_pause(void);
+void notify_beat_resume(void);
 
 void notify_ready(struct notify *n, const char *status);
 /* Sends STATUS= when the text changed since the last call. */

@@ -57,6 +57,28 @@ static int open_beneath(int dirfd, const char *file) {
     return fd < 0 ? -errno : (int)fd;
 }
 
+static void file_id_of(const struct stat *st, struct registry_file_id *ret) {
+    *ret = (struct registry_file_id){
+        .dev = (uint64_t)st->st_dev,
+        .ino = (uint64_t)st->st_ino,
+        .size_bytes = (uint64_t)st->st_size,
+        .mtime_nsec = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec,
+        .ctime_nsec = (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec,
+    };
+}
+
+int registry_file_id_get(int fd, struct registry_file_id *ret) {
+    struct stat st;
+    if (fstat(fd, &st) < 0) return -errno;
+    file_id_of(&st, ret);
+    return 0;
+}
+
+bool registry_file_id_eq(const struct registry_file_id *a, const struct registry_file_id *b) {
+    return a->dev == b->dev && a->ino == b->ino && a->size_bytes == b->size_bytes &&
+           a->mtime_nsec == b->mtime_nsec && a->ctime_nsec == b->ctime_nsec;
+}
+
 /* Opens and checks one model file; fills m on success. */
 static int model_probe(int dirfd, const char *file, struct registry_model *m, int *ret_fd) {
     int fd = open_beneath(dirfd, file);
@@ -75,6 +97,7 @@ static int model_probe(int dirfd, const char *file, struct registry_model *m, in
     }
     m->size_bytes = (uint64_t)st.st_size;
     m->modified_usec = (uint64_t)st.st_mtim.tv_sec * 1000000u + (uint64_t)st.st_mtim.tv_nsec / 1000u;
+    file_id_of(&st, &m->id);
     if (ret_fd) *ret_fd = fd;
     else close(fd);
     return 0;
@@ -192,16 +215,37 @@ int registry_find(struct registry *r, const char *name, struct registry_model *r
     return 0;
 }
 
-int registry_open(struct registry *r, const char *name, int *ret_fd, struct err_detail *d) {
-    struct registry_model m;
-    int e = registry_find(r, name, &m, d);
+/* Finds name and probes its file (m: the list's entry, then what the file says now). */
+static int probe_name(struct registry *r, const char *name, struct registry_model *m,
+                      int *ret_fd, struct err_detail *d) {
+    int e = registry_find(r, name, m, d);
     if (e < 0) return e;
     int dirfd = open(r->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dirfd < 0) return err_set(d, ERR_NOT_FOUND, "model '%s' not found in the models directory", name);
     char file[CONFIG_NAME_MAX + sizeof GGUF_SUFFIX];
     snprintf(file, sizeof file, "%s%s", name, GGUF_SUFFIX);
-    e = model_probe(dirfd, file, &m, ret_fd);
+    e = model_probe(dirfd, file, m, ret_fd);
     close(dirfd);
     if (e < 0) return err_set(d, ERR_NOT_FOUND, "model '%s' not found in the models directory", name);
+    return 0;
+}
+
+int registry_open(struct registry *r, const char *name, int *ret_fd, struct err_detail *d) {
+    struct registry_model m;
+    return probe_name(r, name, &m, ret_fd, d);
+}
+
+int registry_stat(struct registry *r, const char *name, struct registry_model *ret,
+                  struct err_detail *d) {
+    struct registry_model m;
+    int e = probe_name(r, name, &m, NULL, d);
+    if (e < 0) return e;
+    /* ListModels and the memory budget see the file as it is, not as the last scan saw it */
+    pthread_mutex_lock(&r->lock);
+    struct registry_model *entry =
+        r->n_models ? bsearch(&m, r->models, r->n_models, sizeof *entry, cmp_model) : NULL;
+    if (entry) *entry = m;
+    pthread_mutex_unlock(&r->lock);
+    *ret = m;
     return 0;
 }

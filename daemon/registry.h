@@ -16,10 +16,19 @@
 
 #include <pthread.h>
 
+/* Which bytes a model file holds, as far as the kernel tells: a write, a truncation or a
+ * rename over the path changes at least one field (ctime moves on every change of the
+ * inode and, unlike mtime, no utimes() call sets it back). */
+struct registry_file_id {
+    uint64_t dev, ino, size_bytes;
+    int64_t mtime_nsec, ctime_nsec;
+};
+
 struct registry_model {
     char name[CONFIG_NAME_MAX];
     uint64_t size_bytes;
     uint64_t modified_usec;     /* mtime, microseconds since the epoch */
+    struct registry_file_id id;
 };
 
 struct registry {
@@ -46,3 +55,11 @@ int registry_find(struct registry *r, const char *name, struct registry_model *r
 /* Opens the model's file read-only beneath the directory (the checks above). *ret_fd is
  * the caller's to close. */
 int registry_open(struct registry *r, const char *name, int *ret_fd, struct err_detail *d);
+/* The model's file as it is now: opened and checked as registry_open does, then closed.
+ * *ret (on success only) and the list's entry get its current size, mtime and identity.
+ * Errors as registry_open. */
+int registry_stat(struct registry *r, const char *name, struct registry_model *ret,
+                  struct err_detail *d);
+/* The identity of the file open at fd (*ret on success only). */
+int registry_file_id_get(int fd, struct registry_file_id *ret);
+bool registry_file_id_eq(const struct registry_file_id *a, const struct registry_file_id *b);

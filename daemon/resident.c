@@ -42,10 +42,36 @@ static struct resident *take_locked(struct daemon *d, size_t i) {
     return r;
 }
 
+/* Retired models count until freed: their memory is still held. */
 static uint64_t memory_locked(struct residency *rs) {
     uint64_t sum = 0;
     for (size_t i = 0; i < rs->n_loaded; i++) sum += memory_of(rs->loaded[i]);
+    for (size_t i = 0; i < rs->n_retired; i++) sum += memory_of(rs->retired[i]);
     return sum;
+}
+
+/* Takes slot i out of the table because its file changed. A busy model goes to the retired
+ * list to finish its jobs on its copy; returns the resident to free now (idle, or no room
+ * on the list and nobody holding it), else NULL. */
+static struct resident *retire_locked(struct daemon *d, size_t i) {
+    struct residency *rs = &d->residency;
+    struct resident *r = take_locked(d, i);
+    if (idle(r)) return r;
+    if (rs->n_retired < RESIDENT_MAX) {
+        r->retired = true;
+        rs->retired[rs->n_retired++] = r;
+        return NULL;
+    }
+    return r->refs == 0 ? r : NULL; /* else freed by the last release */
+}
+
+/* Removes retired entry i (lock held); returns it if nobody holds it (the caller frees it),
+ * else NULL (the last release frees it). */
+static struct resident *unretire_locked(struct residency *rs, size_t i) {
+    struct resident *r = rs->retired[i];
+    rs->retired[i] = rs->retired[--rs->n_retired];
+    r->retired = false;
+    return r->refs == 0 ? r : NULL;
 }
 
 /* The least recently used idle model, or -1. */
@@ -79,30 +105,49 @@ int residency_acquire(struct daemon *d, const char *name, uint64_t keep_alive_us
     struct registry_model m;
     int e = registry_find(&d->registry, name, &m, err);
     if (e < 0) return e;
+    /* The file as it is now: a loaded model whose file changed is loaded again (a file
+     * that cannot be opened any more counts as changed; its load then says why). */
+    bool on_disk = registry_stat(&d->registry, name, &m, NULL) >= 0;
+    struct resident *evict[2 * RESIDENT_MAX + 1];
+    size_t n_evict = 0;
+    bool changed = false;
     pthread_mutex_lock(&rs->lock);
     for (size_t i = 0; i < rs->n_loaded; i++) {
         struct resident *r = rs->loaded[i];
-        if (strcmp(r->name, name) == 0) {
-            r->refs++;
-            e = wait_loading(d, r, err);
-            if (e >= 0) {
-                r->last_used_usec = time_now_usec();
-                if (keep_alive_usec) r->keep_alive_usec = keep_alive(c, keep_alive_usec);
-                *ret = r;
-                *ret_load_usec = 0;
-            }
-            pthread_mutex_unlock(&rs->lock);
-            return e;
+        if (strcmp(r->name, name) != 0) continue;
+        /* (a model still loading is taken as it comes: its file was opened just now) */
+        if (!r->loading && (!on_disk || !registry_file_id_eq(&r->file_id, &m.id))) {
+            struct resident *x = retire_locked(d, i);
+            if (x) evict[n_evict++] = x;
+            changed = true;
+            metrics_add(&d->metrics, METRIC_MODEL_FILE_CHANGES, 1);
+            break;
         }
+        r->refs++;
+        e = wait_loading(d, r, err);
+        if (e >= 0) {
+            r->last_used_usec = time_now_usec();
+            if (keep_alive_usec) r->keep_alive_usec = keep_alive(c, keep_alive_usec);
+            *ret = r;
+            *ret_load_usec = 0;
+        }
+        pthread_mutex_unlock(&rs->lock);
+        return e;
     }
-    /* Make room: a free slot and the file's size (the weights) within the budget. */
-    struct resident *evict[RESIDENT_MAX];
-    size_t n_evict = 0;
-    while (rs->n_loaded >= c->max_loaded_models ||
-           (rs->n_loaded && memory_locked(rs) + m.size_bytes > d->memory_budget_bytes)) {
+    /* Make room: a free slot and the file's size (the weights) within the budget. Idle
+     * models go first; retired ones last, since freeing them ends their streams. */
+    for (;;) {
+        bool no_room = memory_locked(rs) + m.size_bytes > d->memory_budget_bytes;
+        if (rs->n_loaded < c->max_loaded_models && !no_room) break;
         ssize_t i = lru_idle_locked(rs);
-        if (i < 0) break;
-        evict[n_evict++] = take_locked(d, (size_t)i);
+        if (i >= 0) {
+            evict[n_evict++] = take_locked(d, (size_t)i);
+        } else if (no_room && rs->n_retired) {
+            struct resident *x = unretire_locked(rs, rs->n_retired - 1);
+            if (x) evict[n_evict++] = x;
+        } else {
+            break;
+        }
     }
     struct resident *r = NULL;
     if (rs->n_loaded >= c->max_loaded_models || rs->n_loaded >= RESIDENT_MAX) {
@@ -125,6 +170,10 @@ int residency_acquire(struct daemon *d, const char *name, uint64_t keep_alive_us
         metrics_set(&d->metrics, METRIC_MODELS_LOADED, rs->n_loaded);
     }
     pthread_mutex_unlock(&rs->lock);
+    if (changed)
+        log_info("model '%s': its file changed on disk (%s); requests in flight finish on the "
+                 "loaded copy, new ones load the file again", name,
+                 on_disk ? "another inode, size, mtime or ctime" : "it cannot be opened");
     for (size_t i = 0; i < n_evict; i++) resident_free(d, evict[i]);
     if (!r) return e;
 
@@ -134,6 +183,12 @@ int residency_acquire(struct daemon *d, const char *name, uint64_t keep_alive_us
     struct err_detail le = {0};
     int fd = -1;
     e = registry_open(&d->registry, name, &fd, &le);
+    /* The identity is taken before the copy is read: if the file changes in between, the
+     * next acquire sees a difference and loads it again (never the other way round). */
+    if (e >= 0 && (e = registry_file_id_get(fd, &r->file_id)) < 0) {
+        err_set(&le, e, "stat: %s", err_str(e));
+        close(fd);
+    }
     if (e >= 0) {
         struct runner_params p = {
             .n_ctx = c->ctx_size,
@@ -143,6 +198,9 @@ int residency_acquire(struct daemon *d, const char *name, uint64_t keep_alive_us
             .type_v = (enum kern_type)kern_type_from_name(config_cache_type_names[c->cache_type_v]),
             .notify = &d->notify,
             .max_jobs = 16 * c->parallel,
+            /* a uid's share: a quarter of the queue, at least a batch of its own */
+            .max_jobs_per_uid = c->max_queued_per_uid ? c->max_queued_per_uid
+                                                      : 4 * c->parallel,
             .store = d->store,
             .writer = d->store ? &d->writer : NULL,
             .kv_rotation = c->kv_rotation,
@@ -188,14 +246,16 @@ void residency_release(struct daemon *d, struct resident *r) {
     struct residency *rs = &d->residency;
     pthread_mutex_lock(&rs->lock);
     r->last_used_usec = time_now_usec();
-    bool gone = --r->refs == 0 && r->unloaded;
+    /* a retired model with jobs left is freed by residency_expire once they are done */
+    bool gone = --r->refs == 0 && r->unloaded && !r->retired;
     pthread_mutex_unlock(&rs->lock);
     if (gone) resident_free(d, r);
 }
 
 int residency_unload(struct daemon *d, const char *name, bool *ret_was_loaded) {
     struct residency *rs = &d->residency;
-    struct resident *r = NULL;
+    struct resident *r = NULL, *old[RESIDENT_MAX];
+    size_t n_old = 0;
     pthread_mutex_lock(&rs->lock);
     for (size_t i = 0; i < rs->n_loaded; i++) {
         if (strcmp(rs->loaded[i]->name, name) == 0) {
@@ -203,18 +263,33 @@ int residency_unload(struct daemon *d, const char *name, bool *ret_was_loaded) {
             break;
         }
     }
+    /* copies of earlier versions of its file end their streams too */
+    for (size_t i = 0; i < rs->n_retired;) {
+        if (strcmp(rs->retired[i]->name, name) != 0) {
+            i++;
+            continue;
+        }
+        struct resident *x = unretire_locked(rs, i);
+        if (x) old[n_old++] = x;
+    }
     bool free_now = r && r->refs == 0;
     pthread_mutex_unlock(&rs->lock);
     *ret_was_loaded = r != NULL;
     if (free_now) resident_free(d, r);
+    for (size_t i = 0; i < n_old; i++) resident_free(d, old[i]);
     return 0;
 }
 
 void residency_expire(struct daemon *d, uint64_t now) {
     struct residency *rs = &d->residency;
-    struct resident *expired[RESIDENT_MAX];
+    struct resident *expired[2 * RESIDENT_MAX];
     size_t n = 0;
     pthread_mutex_lock(&rs->lock);
+    for (size_t i = 0; i < rs->n_retired;) {
+        struct resident *r = rs->retired[i];
+        if (r->refs == 0 && runner_n_jobs(r->runner) == 0) expired[n++] = unretire_locked(rs, i);
+        else i++;
+    }
     for (size_t i = 0; i < rs->n_loaded;) {
         struct resident *r = rs->loaded[i];
         if (!idle(r)) r->last_used_usec = now;  /* busy counts as use */
@@ -259,6 +334,8 @@ unsigned residency_queue_depth(struct daemon *d) {
     pthread_mutex_lock(&d->residency.lock);
     for (size_t i = 0; i < d->residency.n_loaded; i++)
         if (d->residency.loaded[i]->runner) n += runner_n_jobs(d->residency.loaded[i]->runner);
+    for (size_t i = 0; i < d->residency.n_retired; i++)
+        n += runner_n_jobs(d->residency.retired[i]->runner);
     pthread_mutex_unlock(&d->residency.lock);
     return n;
 }
@@ -266,6 +343,12 @@ unsigned residency_queue_depth(struct daemon *d) {
 void residency_done(struct daemon *d) {
     struct residency *rs = &d->residency;
     pthread_mutex_lock(&rs->lock);
+    while (rs->n_retired) {
+        struct resident *r = unretire_locked(rs, rs->n_retired - 1);
+        pthread_mutex_unlock(&rs->lock);
+        if (r) resident_free(d, r);
+        pthread_mutex_lock(&rs->lock);
+    }
     while (rs->n_loaded) {
         struct resident *r = take_locked(d, rs->n_loaded - 1);
         pthread_mutex_unlock(&rs->lock);

@@ -6,11 +6,19 @@
  * when nobody holds it and its runner has no job. Unloading a busy model ends its streams
  * (UNAVAILABLE "model unloaded"); a model a handler still holds is freed by the last
  * release. Thread-safe: one mutex, never held while a model loads (a loading model has a
- * placeholder entry; other callers for it wait, everything else goes on). */
+ * placeholder entry; other callers for it wait, everything else goes on).
+ *
+ * Replaced files: a loaded model is a private copy of its file (runner.h), so writing,
+ * truncating or renaming over the file cannot crash or change it. Every acquire checks the
+ * file's identity (inode, size, mtime, ctime) against the one it was loaded from; when it
+ * differs the model is retired (out of the table; its queued and running jobs finish on
+ * the copy they started on; freed once idle, or at once when the memory budget needs the
+ * room, which ends its streams with UNAVAILABLE) and the file is loaded again. */
 #pragma once
 
 #include "base/base.h"
 #include "daemon/config.h"
+#include "daemon/registry.h"
 #include "daemon/runner.h"
 
 #include <pthread.h>
@@ -25,6 +33,9 @@ struct resident {
     unsigned refs;               /* handlers holding it (and the loader while loading) */
     bool loading;
     bool unloaded;               /* out of the table; freed by the last release */
+    bool retired;                /* unloaded because its file changed, in residency.retired
+                                    until idle (its jobs finish) */
+    struct registry_file_id file_id;    /* of the file it was loaded from */
     int load_err;                /* a failed load: its code and message, for waiters */
     char load_msg[512];
     uint64_t estimate_bytes;     /* the file size, counted while loading */
@@ -37,6 +48,8 @@ struct residency {
     pthread_cond_t load_done;    /* a load finished (or failed) */
     struct resident *loaded[RESIDENT_MAX];
     size_t n_loaded;
+    struct resident *retired[RESIDENT_MAX];  /* whose file changed, finishing their jobs */
+    size_t n_retired;
 };
 
 void residency_init(struct residency *rs);

@@ -1,5 +1,7 @@
 /* rpc-cache — CacheStats, CacheList, CachePurge over the prompt store: one's own
- * namespace ("uid:<uid>") for everyone, other namespaces and "*" for admins. */
+ * namespace ("uid:<uid>") for everyone, other namespaces and "*" for admins. The event
+ * counters CacheStats reports are the namespace's own (daemon/metrics.h); the store-wide
+ * ones only for "*". */
 #include "daemon/rpc-handlers.h"
 
 #include "store/store.h"
@@ -60,7 +62,7 @@ static int ns_totals(struct store_env *env, const char *ns, struct ns_sum *ret) 
     return e;
 }
 
-void rpc_cache_stats(struct rpc_call *c, const ProtobufCMessage *req) {
+static void cache_stats_run(struct rpc_call *c, const ProtobufCMessage *req) {
     const Warm__V1__CacheStatsRequest *q = (const Warm__V1__CacheStatsRequest *)req;
     if (rpc_namespace_check(c, q->namespace_, true) < 0) return;
     struct store_env *env = store_or_fail(c);
@@ -79,11 +81,21 @@ void rpc_cache_stats(struct rpc_call *c, const ProtobufCMessage *req) {
     r.entries = sum.entries;
     r.bytes = sum.bytes;
     r.budget_bytes = st.budget_bytes;
-    /* Event counters are the whole store's since the daemon started. */
-    r.hits = st.n_hits;
-    r.misses = st.n_misses;
-    r.rejections = st.n_rejections;
-    r.evictions = st.n_evictions;
+    /* Event counters since the daemon started: the whole store's for "*" (admins), else
+     * the namespace's own, so nobody learns from them what other users asked. Eviction
+     * is store-wide (least recently used over all namespaces): "*" only. */
+    if (strcmp(ns, "*") == 0) {
+        r.hits = st.n_hits;
+        r.misses = st.n_misses;
+        r.rejections = st.n_rejections;
+        r.evictions = st.n_evictions;
+    } else {
+        uint64_t v[METRIC_NS_COUNT];
+        metrics_ns_get(&rpc_call_daemon(c)->metrics, ns, v);
+        r.hits = v[METRIC_NS_CACHE_HITS];
+        r.misses = v[METRIC_NS_CACHE_MISSES];
+        r.rejections = v[METRIC_NS_CACHE_REJECTED];
+    }
     rpc_call_reply(c, &r.base);
 }
 
@@ -114,7 +126,7 @@ static int list_cb(const struct store_entry *e, void *userdata) {
     return 0;
 }
 
-void rpc_cache_list(struct rpc_call *c, const ProtobufCMessage *req) {
+static void cache_list_run(struct rpc_call *c, const ProtobufCMessage *req) {
     const Warm__V1__CacheListRequest *q = (const Warm__V1__CacheListRequest *)req;
     if (rpc_namespace_check(c, q->namespace_, false) < 0) return;
     if (model_filter_refused(c, q->model)) return;
@@ -147,7 +159,7 @@ void rpc_cache_list(struct rpc_call *c, const ProtobufCMessage *req) {
     free(l.entries);
 }
 
-void rpc_cache_purge(struct rpc_call *c, const ProtobufCMessage *req) {
+static void cache_purge_run(struct rpc_call *c, const ProtobufCMessage *req) {
     const Warm__V1__CachePurgeRequest *q = (const Warm__V1__CachePurgeRequest *)req;
     if (rpc_namespace_check(c, q->namespace_, true) < 0) return;
     if (model_filter_refused(c, q->model)) return;
@@ -168,4 +180,18 @@ void rpc_cache_purge(struct rpc_call *c, const ProtobufCMessage *req) {
     r.entries = n;
     r.bytes = before.bytes;
     rpc_call_reply(c, &r.base);
+}
+
+/* On the work pool: each walks the namespace's entries (all of them for "*"), and a purge
+ * waits for the store's write lock and the commit's sync. */
+void rpc_cache_stats(struct rpc_call *c, const ProtobufCMessage *req) {
+    rpc_pool_defer(c, req, cache_stats_run);
+}
+
+void rpc_cache_list(struct rpc_call *c, const ProtobufCMessage *req) {
+    rpc_pool_defer(c, req, cache_list_run);
+}
+
+void rpc_cache_purge(struct rpc_call *c, const ProtobufCMessage *req) {
+    rpc_pool_defer(c, req, cache_purge_run);
 }

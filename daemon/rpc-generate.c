@@ -192,12 +192,8 @@ static const char *reject_reason(int code) {
 static void job_done(struct runner_job *b, const struct runner_result *res, int err,
                      const char *msg) {
     struct gen_job *j = (struct gen_job *)b;
-    struct metrics *m = &j->d->metrics;
-    metrics_add(m, METRIC_TOKENS_IN, res->prompt_tokens);
-    metrics_add(m, METRIC_TOKENS_RAM, res->ram_tokens);
-    metrics_add(m, METRIC_TOKENS_STORE, res->store_tokens);
-    metrics_add(m, METRIC_TOKENS_PREFILL, res->evaluated_tokens);
-    metrics_add(m, METRIC_TOKENS_OUT, res->generated_tokens);
+    /* the store-wide totals and the namespace's row (daemon/cache.h) */
+    cache_metrics_request(j->d, j->base.ns, j->base.cache, res);
     if (err < 0) {
         grpc_status_code code = err == -ESHUTDOWN   ? GRPC_STATUS_UNAVAILABLE
                                 : err == -ECANCELED ? GRPC_STATUS_CANCELLED
@@ -434,6 +430,7 @@ static void generate_start(struct rpc_call *c, const struct gen_args *q) {
         snprintf(j->base.ns, sizeof j->base.ns, "%s", q->cache->namespace_);
     else
         snprintf(j->base.ns, sizeof j->base.ns, "uid:%u", rpc_call_peer(c)->uid);
+    j->base.uid = rpc_call_peer(c)->uid;
     rpc_call_ref(c);
     int e = runner_submit(res->runner, &j->base);
     if (e < 0) {
@@ -442,6 +439,11 @@ static void generate_start(struct rpc_call *c, const struct gen_args *q) {
             rpc_call_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED,
                           "model '%s' has %u requests waiting; try again later", res->name,
                           16 * d->config.parallel);
+        else if (e == -EDQUOT)
+            rpc_call_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                          "uid %u has %u requests queued or running on model '%s' "
+                          "(max_queued_per_uid); try again when one ends",
+                          rpc_call_peer(c)->uid, runner_max_jobs_per_uid(res->runner), res->name);
         else
             rpc_call_fail(c, GRPC_STATUS_UNAVAILABLE, "model '%s' is being unloaded", res->name);
         job_free(j);

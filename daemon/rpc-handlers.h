@@ -19,6 +19,11 @@ void rpc_cache_stats(struct rpc_call *c, const ProtobufCMessage *req);
 void rpc_cache_list(struct rpc_call *c, const ProtobufCMessage *req);
 void rpc_cache_purge(struct rpc_call *c, const ProtobufCMessage *req);
 
+/* Runs fn(c, req) on the work pool (daemon/pool.h) instead of this gRPC worker thread:
+ * for unary handlers whose work can take long. The request is packed again and decoded on
+ * the pool thread (the caller's copy is freed when the handler returns). Past the pool's
+ * caps the call is answered at once with RESOURCE_EXHAUSTED. */
+void rpc_pool_defer(struct rpc_call *c, const ProtobufCMessage *req, rpc_handler_fn fn);
 /* Resolves a request's model field (empty = default_model) to a registry entry. On
  * failure the call is answered (INVALID_ARGUMENT for a bad name, NOT_FOUND otherwise)
  * and a negative code is returned. */

@@ -1,4 +1,5 @@
-/* rpc-info — GetInfo and Metrics. */
+/* rpc-info — GetInfo and Metrics. What they tell a caller about other users' activity is
+ * for admins only (see the Metrics comment in warm.proto and daemon/metrics.h). */
 #include "daemon/rpc-handlers.h"
 
 #include "daemon/cache.h"
@@ -39,7 +40,8 @@ void rpc_info_get_info(struct rpc_call *c, const ProtobufCMessage *req) {
     r.cache_max_bytes = cfg->cache_max_bytes;
     r.models_available = (uint32_t)registry_count(&d->registry);
     r.models_loaded = (uint32_t)residency_count(d);
-    r.active_streams = server_active_calls(d->server);
+    /* other users' streams are their activity: admins only */
+    r.active_streams = p->admin ? server_active_calls(d->server) : 0;
     r.n_features = d->store ? 2 : 1;
     r.features = features;
     rpc_call_reply(c, &r.base);
@@ -53,8 +55,20 @@ void rpc_info_metrics(struct rpc_call *c, const ProtobufCMessage *req) {
     metrics_set(&d->metrics, METRIC_QUEUE_DEPTH, residency_queue_depth(d));
     cache_metrics_sync(d); /* the store's and the writer's counters */
     char *text = NULL;
-    int e = metrics_render(&d->metrics, names, MIN(rpc_n_methods, ARRAY_SIZE(names)),
-                           time_now_usec() - d->start_usec, &text);
+    uint64_t uptime = time_now_usec() - d->start_usec;
+    const struct peer *p = rpc_call_peer(c);
+    int e;
+    if (p->admin) {
+        e = metrics_render(&d->metrics, names, MIN(rpc_n_methods, ARRAY_SIZE(names)), uptime,
+                           &text);
+    } else {
+        /* the public rows and the namespaces this caller may use, nothing store-wide */
+        char ns[CACHE_NS_VISIBLE_MAX][CACHE_NS_MAX];
+        const char *nsp[CACHE_NS_VISIBLE_MAX];
+        size_t n = cache_namespaces_visible(&d->config, p, ns, CACHE_NS_VISIBLE_MAX);
+        for (size_t i = 0; i < n; i++) nsp[i] = ns[i];
+        e = metrics_render_scoped(&d->metrics, nsp, n, uptime, &text);
+    }
     if (e < 0) {
         rpc_call_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory rendering metrics");
         return;

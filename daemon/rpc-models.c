@@ -60,7 +60,8 @@ void rpc_models_list(struct rpc_call *c, const ProtobufCMessage *req) {
     free(list);
 }
 
-void rpc_models_load(struct rpc_call *c, const ProtobufCMessage *req) {
+/* On the work pool: a load takes as long as the file is big. */
+static void load_run(struct rpc_call *c, const ProtobufCMessage *req) {
     const Warm__V1__LoadModelRequest *q = (const Warm__V1__LoadModelRequest *)req;
     struct daemon *d = rpc_call_daemon(c);
     struct resident *res;
@@ -82,6 +83,10 @@ void rpc_models_load(struct rpc_call *c, const ProtobufCMessage *req) {
         resp.load_usec = load_usec;
         rpc_call_reply(c, &resp.base);
     }
+}
+
+void rpc_models_load(struct rpc_call *c, const ProtobufCMessage *req) {
+    rpc_pool_defer(c, req, load_run);
 }
 
 void rpc_models_unload(struct rpc_call *c, const ProtobufCMessage *req) {

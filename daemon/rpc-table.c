@@ -80,7 +80,11 @@ int rpc_model_acquire(struct rpc_call *c, const char *name, uint64_t keep_alive_
     int r = rpc_model_resolve(c, name, &m);
     if (r < 0) return r;
     struct err_detail e = {0};
+    /* A load (or the wait for another call's) lasts as long as the file is big: the
+     * watchdog does not count it against this thread's loop. */
+    notify_beat_pause();
     r = residency_acquire(d, m.name, keep_alive_usec, ret, ret_load_usec, &e);
+    notify_beat_resume();
     if (r < 0) {
         grpc_status_code code = rpc_status_from_err(r);
         /* A file that does not load is the model's problem, not the server's. */

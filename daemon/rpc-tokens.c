@@ -1,12 +1,21 @@
-/* rpc-tokens — Tokenize and Detokenize with the model's vocabulary. */
+/* rpc-tokens — Tokenize and Detokenize with the model's vocabulary.
+ *
+ * Both run on the work pool (rpc_pool_defer): a text of max_request_bytes takes seconds to
+ * tokenize (about 1 us per byte for the worst inputs measured, linear up to the merge
+ * heap's log factor), and the model may have to be loaded first. */
 #include "daemon/rpc-handlers.h"
+#include "daemon/notify.h"
 
 #include "warm/v1/warm.pb-c.h"
 
 #include <errno.h>
 #include <string.h>
 
-void rpc_tokens_tokenize(struct rpc_call *c, const ProtobufCMessage *req) {
+/* Tokens to try first: most texts need fewer than one per 2 bytes, and one pass is half
+ * the work of counting first. */
+static size_t tokens_guess(size_t n_bytes) { return n_bytes / 2 + 16; }
+
+static void tokenize_run(struct rpc_call *c, const ProtobufCMessage *req) {
     const Warm__V1__TokenizeRequest *q = (const Warm__V1__TokenizeRequest *)req;
     size_t n = strlen(q->text);
     if (!rpc_utf8_valid(q->text, n)) {
@@ -19,14 +28,19 @@ void rpc_tokens_tokenize(struct rpc_call *c, const ProtobufCMessage *req) {
     const struct engine_vocab *v = runner_vocab(res->runner);
     unsigned flags = (q->add_special ? ENGINE_TOKENIZE_ADD_SPECIAL : 0) |
                      (q->parse_special ? ENGINE_TOKENIZE_PARSE_SPECIAL : 0);
-    size_t count = 0;
-    int32_t *ids = NULL;
-    int e = engine_vocab_tokenize(v, q->text, n, flags, NULL, 0, &count);
-    if (e == -ENOSPC || (e == 0 && count == 0)) {
-        ids = count ? malloc_array(count, sizeof *ids) : NULL;
-        e = count && !ids ? -ENOMEM
-            : count ? engine_vocab_tokenize(v, q->text, n, flags, ids, count, &count) : 0;
+    size_t count = 0, cap = tokens_guess(n);
+    /* Tokenizing is bounded work, not a loop that can wedge: O(n log n) in the text, but a
+     * 4 MB single word of a BPE vocabulary takes ~50 s on a slow machine, more than
+     * WatchdogSec. Like a model load, it does not count against the pool thread's beat. */
+    notify_beat_pause();
+    int32_t *ids = malloc_array(cap, sizeof *ids);
+    int e = ids ? engine_vocab_tokenize(v, q->text, n, flags, ids, cap, &count) : -ENOMEM;
+    if (e == -ENOSPC) { /* count is the real number */
+        free(ids);
+        ids = malloc_array(count, sizeof *ids);
+        e = ids ? engine_vocab_tokenize(v, q->text, n, flags, ids, count, &count) : -ENOMEM;
     }
+    notify_beat_resume();
     /* Released before answering: a client's next call must find the model idle. */
     residency_release(rpc_call_daemon(c), res);
     if (e < 0) {
@@ -40,7 +54,11 @@ void rpc_tokens_tokenize(struct rpc_call *c, const ProtobufCMessage *req) {
     free(ids);
 }
 
-void rpc_tokens_detokenize(struct rpc_call *c, const ProtobufCMessage *req) {
+void rpc_tokens_tokenize(struct rpc_call *c, const ProtobufCMessage *req) {
+    rpc_pool_defer(c, req, tokenize_run);
+}
+
+static void detokenize_run(struct rpc_call *c, const ProtobufCMessage *req) {
     const Warm__V1__DetokenizeRequest *q = (const Warm__V1__DetokenizeRequest *)req;
     for (size_t i = 0; i < q->n_tokens; i++) {
         if (q->tokens[i] < 0) {
@@ -82,4 +100,8 @@ void rpc_tokens_detokenize(struct rpc_call *c, const ProtobufCMessage *req) {
         rpc_call_reply(c, &r.base);
     }
     free(text);
+}
+
+void rpc_tokens_detokenize(struct rpc_call *c, const ProtobufCMessage *req) {
+    rpc_pool_defer(c, req, detokenize_run);
 }

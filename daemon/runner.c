@@ -11,6 +11,8 @@
 #include "store/store.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -26,6 +28,7 @@ enum slot_state { SLOT_FREE, SLOT_PREFILL, SLOT_DECODE };
 struct slot {
     enum slot_state state;
     struct runner_job *job;
+    _Atomic(struct runner_job *) running;  /* job, for runner_submit's count per uid */
     int32_t *cached;            /* tokens whose KV is in this sequence */
     uint32_t n_cached;
     uint32_t n_prefilled;       /* prompt tokens in the cache (PREFILL) */
@@ -69,7 +72,7 @@ struct runner {
     pthread_cond_t cond;
     struct runner_job *head, *tail;
     unsigned n_jobs;            /* queued + running */
-    unsigned max_jobs;
+    unsigned max_jobs, max_jobs_per_uid;
     bool stopping;
 };
 
@@ -85,12 +88,27 @@ unsigned runner_n_jobs(struct runner *r) {
     return n;
 }
 
+/* Jobs of uid queued or running (the slots are the loop's, but a job only enters or
+ * leaves a slot under the lock, and ->job is read here only to compare the uid). */
+static unsigned uid_jobs_locked(struct runner *r, uint32_t uid) {
+    unsigned n = 0;
+    for (struct runner_job *q = r->head; q; q = q->next) n += q->uid == uid;
+    for (uint32_t i = 0; i < r->n_slots; i++) {
+        struct runner_job *j = atomic_load(&r->slots[i].running);
+        n += j && j->uid == uid;
+    }
+    return n;
+}
+
+unsigned runner_max_jobs_per_uid(const struct runner *r) { return r->max_jobs_per_uid; }
+
 int runner_submit(struct runner *r, struct runner_job *j) {
     j->submit_usec = time_now_usec();
     j->next = NULL;
     pthread_mutex_lock(&r->lock);
-    if (r->stopping || r->n_jobs >= r->max_jobs) {
-        int e = r->stopping ? -ESHUTDOWN : -EAGAIN;
+    int e = r->stopping ? -ESHUTDOWN : r->n_jobs >= r->max_jobs ? -EAGAIN : 0;
+    if (!e && uid_jobs_locked(r, j->uid) >= r->max_jobs_per_uid) e = -EDQUOT;
+    if (e < 0) {
         pthread_mutex_unlock(&r->lock);
         return e;
     }
@@ -247,6 +265,7 @@ static void slot_finish(struct runner *r, struct slot *s, int err, const char *m
     engine_sampler_free(s->sampler);
     s->sampler = NULL;
     s->job = NULL;
+    atomic_store(&s->running, NULL);
     s->state = SLOT_FREE;
     s->last_used_usec = time_now_usec();
     char m[600];
@@ -290,6 +309,7 @@ static void slot_start(struct runner *r, struct slot *s, struct runner_job *j) {
     int32_t seq = (int32_t)(s - r->slots);
     memset(&s->res, 0, sizeof s->res);
     s->job = j;
+    atomic_store(&s->running, j);
     s->start_usec = time_now_usec();
     s->prefill_end_usec = 0;
     s->res.queue_usec = s->start_usec - j->submit_usec;
@@ -343,7 +363,15 @@ static void slot_start(struct runner *r, struct slot *s, struct runner_job *j) {
  * stream is dropped, never sent half.) */
 static void slot_sample(struct runner *r, struct slot *s, const float *logits) {
     struct runner_job *j = s->job;
-    int32_t tok = engine_sampler_sample(s->sampler, logits);
+    struct err_detail d = {0};
+    int32_t tok = engine_sampler_sample(s->sampler, logits, &d);
+    if (tok < 0) {
+        /* broken logits (a model with NaN weights) end this job; the others go on */
+        char msg[600];
+        snprintf(msg, sizeof msg, "sampling: %s", err_msg(&d, tok));
+        slot_finish(r, s, tok, msg);
+        return;
+    }
     if (engine_vocab_is_eog(r->vocab, tok)) {
         s->res.stop = RUNNER_STOP_EOS;
         slot_finish(r, s, 0, NULL);
@@ -452,6 +480,36 @@ static void step(struct runner *r) {
     }
 }
 
+/* The queued job whose uid runs the fewest sequences (counting those admitted this round
+ * as running), the oldest among them: a uid's share of the slots. */
+static struct runner_job *fair_pick_locked(struct runner *r, struct runner_job *const *admitted,
+                                           uint32_t n_admitted) {
+    struct runner_job *best = NULL;
+    unsigned best_n = UINT_MAX;
+    for (struct runner_job *q = r->head; q && best_n; q = q->next) {
+        unsigned n = 0;
+        for (uint32_t i = 0; i < r->n_slots; i++)
+            n += r->slots[i].state != SLOT_FREE && r->slots[i].job->uid == q->uid;
+        for (uint32_t i = 0; i < n_admitted; i++) n += admitted[i]->uid == q->uid;
+        if (n < best_n) {
+            best = q;
+            best_n = n;
+        }
+    }
+    return best;
+}
+
+static void queue_remove_locked(struct runner *r, struct runner_job *j) {
+    struct runner_job *prev = NULL;
+    for (struct runner_job *q = r->head; q; prev = q, q = q->next) {
+        if (q != j) continue;
+        if (prev) prev->next = q->next;
+        else r->head = q->next;
+        if (r->tail == q) r->tail = prev;
+        return;
+    }
+}
+
 static void *loop(void *arg) {
     struct runner *r = arg;
     for (;;) {
@@ -462,9 +520,8 @@ static void *loop(void *arg) {
         uint32_t n_admit = 0, n_busy = 0;
         for (uint32_t i = 0; i < r->n_slots; i++) n_busy += r->slots[i].state != SLOT_FREE;
         while (r->head && (stop || n_busy + n_admit < r->n_slots) && n_admit < 256) {
-            admit[n_admit++] = r->head;
-            r->head = r->head->next;
-            if (!r->head) r->tail = NULL;
+            admit[n_admit] = stop ? r->head : fair_pick_locked(r, admit, n_admit);
+            queue_remove_locked(r, admit[n_admit++]);
         }
         if (!n_busy && !n_admit) {
             if (stop) {
@@ -540,10 +597,13 @@ int runner_new(const char *name, int fd, const struct runner_params *p, struct r
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->cond, NULL);
     /* The fd was opened beneath the models directory; reopen it through /proc so the
-     * loader maps exactly that file. */
+     * loader reads exactly that file, into a private copy: a mapping of a file that is
+     * replaced with cp or truncated while in use changes under the weights and raises
+     * SIGBUS (P1-11), a snapshot does neither. */
     char path[64];
     snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-    int e = engine_model_load(path, NULL, &r->model, d);
+    const struct engine_model_params mp = {.private_copy = true};
+    int e = engine_model_load(path, &mp, &r->model, d);
     close(fd);
     if (e < 0) goto fail;
     e = engine_vocab_load(engine_model_gguf(r->model), &r->vocab, d);
@@ -592,6 +652,7 @@ int runner_new(const char *name, int fd, const struct runner_params *p, struct r
     r->notify = p->notify;
     r->test_stall_usec = p->test_stall_usec;
     r->max_jobs = p->max_jobs ? p->max_jobs : 64;
+    r->max_jobs_per_uid = p->max_jobs_per_uid ? MIN(p->max_jobs_per_uid, r->max_jobs) : r->max_jobs;
     snprintf(r->beat_name, sizeof r->beat_name, "model loop '%s'", name);
     r->beat.name = r->beat_name;
     notify_beat_step(&r->beat, time_now_usec());

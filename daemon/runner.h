@@ -80,6 +80,7 @@ struct runner_job {
     struct engine_sampler_params sampling;
     enum runner_cache cache;
     char ns[128];              /* the store namespace, e.g. "uid:1000" */
+    uint32_t uid;              /* the caller: its share of the queue and of the slots */
     uint64_t submit_usec;      /* set by runner_submit */
     struct runner_job *next;   /* queue link, the runner's */
 };
@@ -91,6 +92,7 @@ struct runner_params {
     enum kern_type type_k, type_v;
     struct notify *notify;     /* the loop's watchdog beat is registered here */
     unsigned max_jobs;         /* queued + running; more is -EAGAIN (0 = 64) */
+    unsigned max_jobs_per_uid; /* queued + running of one uid; more is -EDQUOT (0 = max_jobs) */
     struct store_env *store;   /* the prompt store, NULL = none */
     struct cache_writer *writer;   /* where new records go (with store) */
     bool kv_rotation;          /* config kv_rotation (and WARM_ATTN_ROT_DISABLE) */
@@ -114,7 +116,11 @@ uint32_t runner_n_ctx(const struct runner *r);
 uint64_t runner_memory_bytes(const struct runner *r);
 /* Jobs queued or running. */
 unsigned runner_n_jobs(struct runner *r);
+/* What one uid may have queued or running (runner_params.max_jobs_per_uid, effective). */
+unsigned runner_max_jobs_per_uid(const struct runner *r);
 
-/* Queues a job. -ESHUTDOWN when the runner is stopping, -EAGAIN when the queue is full
- * (done() is not called then). */
+/* Queues a job. -ESHUTDOWN when the runner is stopping, -EAGAIN when the queue is full,
+ * -EDQUOT when the job's uid has max_jobs_per_uid (done() is not called then).
+ * Free slots go to the queued job whose uid runs the fewest sequences (the oldest among
+ * those), so one uid's many requests never stand before another uid's first. */
 int runner_submit(struct runner *r, struct runner_job *j);

@@ -34,8 +34,10 @@
 /* Requests armed per method: how many calls of one method can arrive between two
  * completions of the worker threads. */
 #define ARMED_PER_METHOD 4
-/* Messages queued per stream before the client counts as not reading. */
+/* Messages and bytes queued per stream before the client counts as not reading (besides
+ * a send in flight for longer than slow_reader_timeout). */
 #define SEND_QUEUE_MAX 1024
+#define SEND_QUEUE_MAX_BYTES (256 << 10)
 /* How long in-flight calls get to end with UNAVAILABLE before they are cancelled. */
 #define DRAIN_USEC 1000000
 #define RPC_MAX_METHODS 32
@@ -70,8 +72,17 @@ struct rpc_call {
     grpc_byte_buffer **queue;   /* ring of q_cap */
     size_t q_head, q_len, q_cap;
     grpc_byte_buffer *inflight;
+    uint64_t inflight_usec;     /* when the batch in flight started */
+    size_t held_bytes;          /* queued + in flight, charged to the uid */
     grpc_status_code status;
     char *status_msg;
+};
+
+/* A worker thread's watchdog beat: busy while it handles one completion event. */
+struct worker_beat {
+    struct server *server;
+    struct notify_beat beat;
+    char name[32];
 };
 
 struct server {
@@ -82,11 +93,24 @@ struct server {
     void *handles[RPC_MAX_METHODS];
     char paths[RPC_MAX_METHODS][96];
     pthread_t *workers;
+    struct worker_beat *beats;          /* one per worker */
     unsigned n_workers;
     _Atomic bool shutting_down;
     bool started;
     struct tag t_shutdown;
     size_t max_request_bytes;
+    uint64_t slow_reader_usec;
+    grpc_resource_quota *quota;
+
+    /* Response bytes queued or in flight, per uid and in total: a client that does not
+     * read cannot make the daemon hold more (max_pending_bytes[_per_uid]). */
+    pthread_mutex_t bytes_lock;
+    struct uid_bytes {
+        uint32_t uid;
+        uint64_t bytes;
+    } *ub;
+    size_t n_ub, cap_ub;
+    uint64_t total_bytes, max_uid_bytes, max_total_bytes;
 
     pthread_mutex_t lock;               /* guards the fields below */
     pthread_cond_t cond;
@@ -96,6 +120,61 @@ struct server {
     struct rpc_call *live;              /* dispatched calls */
 };
 
+/* ---- response bytes per uid ------------------------------------------------------------ */
+
+static struct uid_bytes *ub_find(struct server *s, uint32_t uid) {
+    for (size_t i = 0; i < s->n_ub; i++)
+        if (s->ub[i].uid == uid) return &s->ub[i];
+    return NULL;
+}
+
+/* Charges n response bytes to the call's uid; false (nothing charged) past a cap. */
+static bool bytes_charge(struct rpc_call *c, size_t n) {
+    struct server *s = c->server;
+    bool ok = false;
+    pthread_mutex_lock(&s->bytes_lock);
+    struct uid_bytes *u = ub_find(s, c->peer.uid);
+    uint64_t mine = u ? u->bytes : 0;
+    if (mine + n > s->max_uid_bytes || s->total_bytes + n > s->max_total_bytes) goto out;
+    if (!u) {
+        if (s->n_ub == s->cap_ub) {
+            size_t cap = s->cap_ub ? s->cap_ub * 2 : 16;
+            struct uid_bytes *nu = realloc(s->ub, cap * sizeof *nu);
+            if (!nu) goto out;
+            s->ub = nu;
+            s->cap_ub = cap;
+        }
+        u = &s->ub[s->n_ub++];
+        *u = (struct uid_bytes){.uid = c->peer.uid};
+    }
+    u->bytes += n;
+    s->total_bytes += n;
+    c->held_bytes += n;
+    ok = true;
+out:
+    pthread_mutex_unlock(&s->bytes_lock);
+    return ok;
+}
+
+static void bytes_release(struct rpc_call *c, size_t n) {
+    struct server *s = c->server;
+    if (!n) return;
+    pthread_mutex_lock(&s->bytes_lock);
+    struct uid_bytes *u = ub_find(s, c->peer.uid);
+    if (u) {
+        u->bytes -= MIN(u->bytes, (uint64_t)n);
+        if (!u->bytes) *u = s->ub[--s->n_ub];
+    }
+    s->total_bytes -= MIN(s->total_bytes, (uint64_t)n);
+    c->held_bytes -= MIN(c->held_bytes, n);
+    pthread_mutex_unlock(&s->bytes_lock);
+}
+
+static void bb_destroy(struct rpc_call *c, grpc_byte_buffer *bb) {
+    bytes_release(c, grpc_byte_buffer_length(bb));
+    grpc_byte_buffer_destroy(bb);
+}
+
 /* ---- call lifetime ------------------------------------------------------------------- */
 
 static void call_free(struct rpc_call *c) {
@@ -104,9 +183,9 @@ static void call_free(struct rpc_call *c) {
     grpc_metadata_array_destroy(&c->md);
     if (c->method_index < 0) grpc_call_details_destroy(&c->details);
     if (c->payload) grpc_byte_buffer_destroy(c->payload);
-    for (size_t i = 0; i < c->q_len; i++)
-        grpc_byte_buffer_destroy(c->queue[(c->q_head + i) % c->q_cap]);
-    if (c->inflight) grpc_byte_buffer_destroy(c->inflight);
+    for (size_t i = 0; i < c->q_len; i++) bb_destroy(c, c->queue[(c->q_head + i) % c->q_cap]);
+    if (c->inflight) bb_destroy(c, c->inflight);
+    bytes_release(c, c->held_bytes);
     free(c->queue);
     free(c->status_msg);
     pthread_mutex_destroy(&c->lock);
@@ -172,8 +251,7 @@ static int arm(struct server *s, int mi) {
 /* ---- sending ------------------------------------------------------------------------- */
 
 static void queue_drop_locked(struct rpc_call *c) {
-    for (size_t i = 0; i < c->q_len; i++)
-        grpc_byte_buffer_destroy(c->queue[(c->q_head + i) % c->q_cap]);
+    for (size_t i = 0; i < c->q_len; i++) bb_destroy(c, c->queue[(c->q_head + i) % c->q_cap]);
     c->q_len = 0;
 }
 
@@ -208,6 +286,7 @@ static void pump_locked(struct rpc_call *c) {
         c->status_sent = true;
     }
     c->sending = true;
+    c->inflight_usec = time_now_usec();
     atomic_fetch_add(&c->refs, 1);
     grpc_call_error e = grpc_call_start_batch(c->call, ops, n, &c->t_ops, NULL);
     grpc_slice_unref(details);
@@ -218,7 +297,7 @@ static void pump_locked(struct rpc_call *c) {
         c->status_sent = true;
         atomic_store(&c->cancelled, true);
         queue_drop_locked(c);
-        if (c->inflight) grpc_byte_buffer_destroy(c->inflight);
+        if (c->inflight) bb_destroy(c, c->inflight);
         c->inflight = NULL;
         atomic_fetch_sub(&c->refs, 1); /* never the last: the caller holds one */
     }
@@ -233,12 +312,22 @@ static int pack(const ProtobufCMessage *msg, grpc_byte_buffer **ret) {
     return *ret ? 0 : -ENOMEM;
 }
 
+/* Queues bb (taken over on success). -ENOBUFS: the client does not read this stream (too
+ * much queued, or a send in flight for slow_reader_timeout); -EDQUOT: its uid holds
+ * max_pending_bytes_per_uid of unread responses (or everyone max_pending_bytes). */
 static int enqueue_locked(struct rpc_call *c, grpc_byte_buffer *bb) {
+    size_t n = grpc_byte_buffer_length(bb);
+    if (c->held_bytes + n > SEND_QUEUE_MAX_BYTES && c->q_len > 0) return -ENOBUFS;
+    if (c->sending && time_now_usec() - c->inflight_usec > c->server->slow_reader_usec)
+        return -ENOBUFS;
+    if (!bytes_charge(c, n)) return -EDQUOT;
     if (c->q_len == c->q_cap) {
-        if (c->q_cap >= SEND_QUEUE_MAX) return -ENOBUFS;
         size_t nc = c->q_cap ? c->q_cap * 2 : 4;
-        grpc_byte_buffer **q = malloc_array(nc, sizeof *q);
-        if (!q) return -ENOMEM;
+        grpc_byte_buffer **q = c->q_cap >= SEND_QUEUE_MAX ? NULL : malloc_array(nc, sizeof *q);
+        if (!q) {
+            bytes_release(c, n);
+            return c->q_cap >= SEND_QUEUE_MAX ? -ENOBUFS : -ENOMEM;
+        }
         for (size_t i = 0; i < c->q_len; i++) q[i] = c->queue[(c->q_head + i) % c->q_cap];
         free(c->queue);
         c->queue = q;
@@ -261,20 +350,30 @@ static void status_queue_locked(struct rpc_call *c, grpc_status_code code, const
                   c->peer.uid, (int)code, msg ? msg : "");
 }
 
+static void status_queue_unread_locked(struct rpc_call *c, int why) {
+    char msg[200];
+    if (why == -EDQUOT)
+        snprintf(msg, sizeof msg, "uid %u has too many response bytes its clients have not read "
+                 "(max_pending_bytes_per_uid, max_pending_bytes)", c->peer.uid);
+    else
+        snprintf(msg, sizeof msg, "the client is not reading the stream (%zu bytes waiting)",
+                 c->held_bytes);
+    status_queue_locked(c, GRPC_STATUS_RESOURCE_EXHAUSTED, msg);
+}
+
 int rpc_call_send(struct rpc_call *c, const ProtobufCMessage *msg) {
     grpc_byte_buffer *bb;
     if (pack(msg, &bb) < 0) return -ENOMEM;
     pthread_mutex_lock(&c->lock);
     int r = 0;
     if (c->status_queued || atomic_load(&c->cancelled)) r = -ECANCELED;
-    else if ((r = enqueue_locked(c, bb)) == -ENOBUFS) {
+    else if ((r = enqueue_locked(c, bb)) == -ENOBUFS || r == -EDQUOT) {
         queue_drop_locked(c);
-        status_queue_locked(c, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                            "the client is not reading the stream");
+        status_queue_unread_locked(c, r);
     }
     if (r < 0) grpc_byte_buffer_destroy(bb);
     else pump_locked(c);
-    if (r == -ENOBUFS) pump_locked(c);
+    if (r == -ENOBUFS || r == -EDQUOT) pump_locked(c);
     pthread_mutex_unlock(&c->lock);
     return r;
 }
@@ -287,11 +386,12 @@ void rpc_call_finish(struct rpc_call *c, const ProtobufCMessage *last, grpc_stat
         message = "out of memory packing the response";
     }
     pthread_mutex_lock(&c->lock);
-    if (bb && (c->status_queued || enqueue_locked(c, bb) < 0)) {
+    int e = 0;
+    if (bb && (c->status_queued || (e = enqueue_locked(c, bb)) < 0)) {
         grpc_byte_buffer_destroy(bb);
         if (!c->status_queued) {
-            code = GRPC_STATUS_RESOURCE_EXHAUSTED;
-            message = "the client is not reading the stream";
+            queue_drop_locked(c);
+            status_queue_unread_locked(c, e == -EDQUOT ? e : -ENOBUFS);
         }
     }
     status_queue_locked(c, code, message);
@@ -476,7 +576,7 @@ static void on_new(struct rpc_call *c, bool ok) {
 static void on_ops(struct rpc_call *c, bool ok) {
     pthread_mutex_lock(&c->lock);
     c->sending = false;
-    if (c->inflight) grpc_byte_buffer_destroy(c->inflight);
+    if (c->inflight) bb_destroy(c, c->inflight);
     c->inflight = NULL;
     if (!ok) {
         /* Cancelled, deadline passed or the connection died. */
@@ -508,11 +608,14 @@ static void on_shutdown(struct server *s) {
 }
 
 static void *worker(void *arg) {
-    struct server *s = arg;
+    struct worker_beat *w = arg;
+    struct server *s = w->server;
+    notify_beat_bind(&w->beat);
     for (;;) {
         grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
         if (ev.type != GRPC_OP_COMPLETE) continue;
+        notify_beat_busy(&w->beat, true, time_now_usec());
         struct tag *t = ev.tag;
         bool ok = ev.success != 0;
         switch (t->kind) {
@@ -522,7 +625,9 @@ static void *worker(void *arg) {
         case TAG_SHUTDOWN: on_shutdown(t->ptr); break;
         case TAG_KIND_COUNT: break;
         }
+        notify_beat_busy(&w->beat, false, time_now_usec());
     }
+    notify_beat_bind(NULL);
     return NULL;
 }
 
@@ -536,7 +641,16 @@ int server_new(struct daemon *d, const struct config *c, struct server **ret,
     s->daemon = d;
     s->t_shutdown = (struct tag){TAG_SHUTDOWN, s};
     s->max_request_bytes = (size_t)c->max_request_bytes;
+    s->slow_reader_usec = c->slow_reader_timeout_usec;
+    s->max_uid_bytes = c->max_pending_bytes_per_uid;
+    s->max_total_bytes = c->max_pending_bytes;
     pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->bytes_lock, NULL);
+    /* gRPC core's memory for all connections together: a backstop behind the guard's and
+     * the per-uid caps (its reclaimers cancel streams when it is exhausted). */
+    s->quota = grpc_resource_quota_create("warmd");
+    if (s->quota) grpc_resource_quota_resize(s->quota, (size_t)MIN(4 * c->max_pending_bytes,
+                                                                   (uint64_t)SIZE_MAX / 2));
     pthread_cond_init(&s->cond, NULL);
     /* Limits, all explicit (P0-11). */
     grpc_arg args[] = {
@@ -547,8 +661,10 @@ int server_new(struct daemon *d, const struct config *c, struct server **ret,
         {GRPC_ARG_INTEGER, GRPC_ARG_MAX_METADATA_SIZE, {.integer = (int)c->max_metadata_bytes}},
         /* Idle connections are closed after 5 minutes (clients reconnect on demand). */
         {GRPC_ARG_INTEGER, GRPC_ARG_MAX_CONNECTION_IDLE_MS, {.integer = 5 * 60 * 1000}},
+        {GRPC_ARG_POINTER, GRPC_ARG_RESOURCE_QUOTA,
+         {.pointer = {.p = s->quota, .vtable = grpc_resource_quota_arg_vtable()}}},
     };
-    grpc_channel_args ca = {.num_args = ARRAY_SIZE(args), .args = args};
+    grpc_channel_args ca = {.num_args = ARRAY_SIZE(args) - (s->quota ? 0 : 1), .args = args};
     s->cq = grpc_completion_queue_create_for_next(NULL);
     s->srv = grpc_server_create(&ca, NULL);
     s->creds = grpc_insecure_server_credentials_create();
@@ -572,7 +688,15 @@ int server_new(struct daemon *d, const struct config *c, struct server **ret,
 
 int server_start(struct server *s, unsigned n_workers) {
     s->workers = calloc(MAX(n_workers, 1u), sizeof *s->workers);
-    if (!s->workers) return -ENOMEM;
+    s->beats = calloc(MAX(n_workers, 1u), sizeof *s->beats);
+    if (!s->workers || !s->beats) return -ENOMEM;
+    for (unsigned i = 0; i < MAX(n_workers, 1u); i++) {
+        struct worker_beat *w = &s->beats[i];
+        w->server = s;
+        snprintf(w->name, sizeof w->name, "gRPC worker %u", i);
+        w->beat.name = w->name;
+        notify_beat_step(&w->beat, time_now_usec());
+    }
     grpc_server_start(s->srv);
     s->started = true;
     for (size_t i = 0; i < rpc_n_methods; i++)
@@ -581,8 +705,12 @@ int server_start(struct server *s, unsigned n_workers) {
     for (int k = 0; k < ARMED_PER_METHOD; k++)
         if (arm(s, -1) < 0) return -EIO;
     for (unsigned i = 0; i < n_workers; i++) {
-        int r = pthread_create(&s->workers[i], NULL, worker, s);
-        if (r) return -r;
+        (void)notify_beat_add(&s->daemon->notify, &s->beats[i].beat); /* full: unwatched */
+        int r = pthread_create(&s->workers[i], NULL, worker, &s->beats[i]);
+        if (r) {
+            notify_beat_del(&s->daemon->notify, &s->beats[i].beat);
+            return -r;
+        }
         s->n_workers++;
     }
     return 0;
@@ -628,7 +756,8 @@ static void finish_live_calls(struct server *s) {
 void server_stop(struct server *s) {
     if (!s || !s->started || atomic_exchange(&s->shutting_down, true)) return;
     /* A failed start may have left no worker: the drain below needs one. */
-    if (!s->n_workers && s->workers && pthread_create(&s->workers[0], NULL, worker, s) == 0)
+    if (!s->n_workers && s->workers && s->beats &&
+        pthread_create(&s->workers[0], NULL, worker, &s->beats[0]) == 0)
         s->n_workers = 1;
     grpc_server_shutdown_and_notify(s->srv, s->cq, &s->t_shutdown);
     if (s->n_workers) {
@@ -649,7 +778,10 @@ void server_stop(struct server *s) {
         pthread_cond_wait(&s->cond, &s->lock);
     pthread_mutex_unlock(&s->lock);
     grpc_completion_queue_shutdown(s->cq);
-    for (unsigned i = 0; i < s->n_workers; i++) pthread_join(s->workers[i], NULL);
+    for (unsigned i = 0; i < s->n_workers; i++) {
+        pthread_join(s->workers[i], NULL);
+        notify_beat_del(&s->daemon->notify, &s->beats[i].beat);
+    }
     s->n_workers = 0;
 }
 
@@ -670,7 +802,11 @@ void server_free(struct server *s) {
         grpc_completion_queue_destroy(s->cq);
     }
     if (s->creds) grpc_server_credentials_release(s->creds);
+    if (s->quota) grpc_resource_quota_unref(s->quota);
     free(s->workers);
+    free(s->beats);
+    free(s->ub);
+    pthread_mutex_destroy(&s->bytes_lock);
     pthread_cond_destroy(&s->cond);
     pthread_mutex_destroy(&s->lock);
     free(s);

@@ -1,7 +1,7 @@
-/* GGUF reader: one validating pass over a read-only mapping (or a borrowed buffer).
- * The layout and the acceptance rules are documented in gguf.h. Every read goes through
- * a cursor that checks the bytes left; every count is checked against the bytes left
- * before anything is allocated from it; every size product is overflow-checked. */
+/* GGUF reader: one validating pass over a read-only mapping, a private copy or a borrowed
+ * buffer. The layout and the acceptance rules are documented in gguf.h. Every read goes
+ * through a cursor that checks the bytes left; every count is checked against the bytes
+ * left before anything is allocated from it; every size product is overflow-checked. */
 #include "engine/gguf.h"
 
 #include <errno.h>
@@ -597,31 +597,112 @@ int gguf_open_mem(const void *data, size_t size, struct gguf_file **ret, struct 
     return open_buffer(data ? data : empty, size, NULL, ret, d);
 }
 
-int gguf_open(const char *path, struct gguf_file **ret, struct err_detail *d) {
+/* Opens path read-only and checks it is a regular file; *ret_fd and *ret_st on success. */
+static int open_regular(const char *path, int *ret_fd, struct stat *ret_st, struct err_detail *d) {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
     if (fd < 0) {
         int e = -errno;
         return err_set(d, e, "open '%s': %s", path, err_str(e));
     }
-    struct stat st;
-    if (fstat(fd, &st) < 0) {
+    if (fstat(fd, ret_st) < 0) {
         int e = -errno;
         close(fd);
         return err_set(d, e, "stat '%s': %s", path, err_str(e));
     }
-    if (!S_ISREG(st.st_mode)) {
+    if (!S_ISREG(ret_st->st_mode)) {
         close(fd);
         return err_set(d, ERR_INVALID, "'%s' is not a regular file", path);
     }
+    if ((uint64_t)ret_st->st_size > SIZE_MAX / 2) {
+        close(fd);
+        return err_set(d, ERR_TOO_LARGE, "'%s' has %llu bytes, more than this host can map",
+                       path, (unsigned long long)ret_st->st_size);
+    }
+    *ret_fd = fd;
+    return 0;
+}
+
+int gguf_open(const char *path, struct gguf_file **ret, struct err_detail *d) {
+    int fd = -1;
+    struct stat st;
+    int e = open_regular(path, &fd, &st, d);
+    if (e < 0) return e;
     if (st.st_size == 0) { /* mmap cannot map 0 bytes; the parser rejects it the same way */
         close(fd);
         return gguf_open_mem("", 0, ret, d);
     }
     void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = -errno;
+    e = -errno;
     close(fd);
     if (map == MAP_FAILED) return err_set(d, e, "mmap '%s': %s", path, err_str(e));
     return open_buffer(map, (size_t)st.st_size, map, ret, d);
+}
+
+/* Reads from a copy: bytes per read() call, and how often a file that changes while it is
+ * read is read again before giving up (a copy still being written keeps changing). */
+#define COPY_CHUNK_BYTES (16u << 20)
+#define COPY_ATTEMPTS 3
+
+/* Did the file change between two fstat() calls on one open fd? A write or a truncation
+ * moves ctime, which (unlike mtime) no utimes() call can set back; size catches a change
+ * within one timestamp tick that also changes the length. */
+static bool file_changed(const struct stat *a, const struct stat *b) {
+    return a->st_size != b->st_size || a->st_mtim.tv_sec != b->st_mtim.tv_sec ||
+           a->st_mtim.tv_nsec != b->st_mtim.tv_nsec || a->st_ctim.tv_sec != b->st_ctim.tv_sec ||
+           a->st_ctim.tv_nsec != b->st_ctim.tv_nsec;
+}
+
+/* Reads all size bytes of fd into buf; 1 when the file ended early (it shrank). */
+static int read_all(int fd, uint8_t *buf, size_t size) {
+    for (size_t at = 0; at < size;) {
+        ssize_t n = pread(fd, buf + at, MIN(size - at, (size_t)COPY_CHUNK_BYTES), (off_t)at);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return -errno;
+        if (n == 0) return 1;
+        at += (size_t)n;
+    }
+    return 0;
+}
+
+int gguf_open_copy(const char *path, struct gguf_file **ret, struct err_detail *d) {
+    int fd = -1;
+    struct stat st, after;
+    int e = open_regular(path, &fd, &st, d);
+    if (e < 0) return e;
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    for (int attempt = 0; attempt < COPY_ATTEMPTS; attempt++) {
+        if (attempt && fstat(fd, &st) < 0) break;
+        size_t size = (size_t)st.st_size;
+        if (size == 0) { /* the parser rejects it as gguf_open does */
+            close(fd);
+            return gguf_open_mem("", 0, ret, d);
+        }
+        void *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (map == MAP_FAILED) {
+            e = -errno;
+            close(fd);
+            return err_set(d, e, "'%s': no memory for a copy of %zu bytes: %s", path, size,
+                           err_str(e));
+        }
+        /* Weights are read for every token: huge pages spare the TLB (best effort). */
+        (void)madvise(map, size, MADV_HUGEPAGE);
+        e = read_all(fd, map, size);
+        if (e < 0) {
+            munmap(map, size);
+            close(fd);
+            return err_set(d, e, "read '%s': %s", path, err_str(e));
+        }
+        if (e == 0 && fstat(fd, &after) == 0 && !file_changed(&st, &after)) {
+            close(fd);
+            /* read-only from here on, like the mapping it stands in for */
+            (void)mprotect(map, size, PROT_READ);
+            return open_buffer(map, size, map, ret, d);
+        }
+        munmap(map, size);
+    }
+    close(fd);
+    return err_set(d, -EAGAIN, "'%s' changed while it was being read (%d attempts); is it "
+                   "still being written?", path, COPY_ATTEMPTS);
 }
 
 /* ---- accessors ----------------------------------------------------------------------- */

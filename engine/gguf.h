@@ -1,4 +1,4 @@
-/* GGUF v2/v3 reader over a read-only mmap, and a writer.
+/* GGUF v2/v3 reader over a read-only mmap or a private copy, and a writer.
  *
  * gguf_open() validates the whole file before returning it: every count, length, offset,
  * alignment and size product is checked for overflow and against the file size; on bad
@@ -6,8 +6,8 @@
  * code and fills the detail buffer with the field and the byte offset. It never aborts.
  *
  * Lifetimes: every view (struct gguf_str, kv->data, tensor->data, string-array items) points
- * into the mapping and lives until gguf_close(). A struct gguf_file is immutable after
- * open and may be read from any number of threads.
+ * into the mapping (or the copy) and lives until gguf_close(). A struct gguf_file is
+ * immutable after open and may be read from any number of threads.
  *
  * Trailing bytes: a file whose bytes continue past the end of the data section (the end
  * of the last tensor, rounded up to the alignment) is accepted; the extra bytes are
@@ -105,8 +105,17 @@ struct gguf_tensor {
 
 struct gguf_file;
 
-/* Opens and validates path. *ret is written on success only. */
+/* Opens and validates path. *ret is written on success only. The views point into a
+ * shared mapping of the file: whoever writes or truncates the file changes them under the
+ * reader (and a read past a truncation raises SIGBUS), so use it for files nobody replaces
+ * while they are open (tools, tests). */
 int gguf_open(const char *path, struct gguf_file **ret, struct err_detail *d);
+/* Same, over a private read-only copy of the file in anonymous memory: a snapshot of the
+ * file as it was when opened, which no later write, truncation or replacement of the file
+ * reaches. Costs the file's size in memory that is not page cache (it cannot be dropped
+ * and re-read under pressure) and one read of the file. A file whose size, mtime or ctime
+ * moves while it is read is read again; -EAGAIN after a few attempts. */
+int gguf_open_copy(const char *path, struct gguf_file **ret, struct err_detail *d);
 /* Same over a caller's buffer (borrowed; must outlive the file). For fuzzing and tests. */
 int gguf_open_mem(const void *data, size_t size, struct gguf_file **ret, struct err_detail *d);
 void gguf_close(struct gguf_file *f);

@@ -1,14 +1,15 @@
 /* model — a transformer's hyperparameters and weights, read from a GGUF file.
  *
- * engine_model_load() opens the file (mmap, read-only), looks the architecture up in the
- * arch table (engine/model.c: name -> hparam keys, tensor names, layer recipe), reads the
- * hparams with the defaults llama.cpp applies, and validates every tensor the recipe
- * names (presence, type, shape) and that the file holds no tensor the recipe does not
- * use. Bad files get a specific ERR_MODEL_* code and a detail message naming the key or
- * the tensor; nothing aborts.
+ * engine_model_load() opens the file (mmap, read-only, or a private copy), looks the
+ * architecture up in the arch table (engine/model.c: name -> hparam keys, tensor names,
+ * layer recipe), reads the hparams with the defaults llama.cpp applies, and validates
+ * every tensor the recipe names (presence, type, shape) and that the file holds no tensor
+ * the recipe does not use. Bad files get a specific ERR_MODEL_* code and a detail message
+ * naming the key or the tensor; nothing aborts.
  *
- * Weights are views into the mapping, except 1-D tensors (norm weights, biases, RoPE
- * frequency factors), which are converted to f32 into one arena owned by the model.
+ * Weights are views into the mapping (or the copy), except 1-D tensors (norm weights,
+ * biases, RoPE frequency factors), which are converted to f32 into one arena owned by
+ * the model.
  * A loaded model is immutable: any number of contexts and threads may read it until
  * engine_model_free().
  *
@@ -114,6 +115,11 @@ struct engine_model_params {
     /* When non-NULL, the caller already knows the fingerprint of this file (remembered
      * per device, inode, size and mtime) and the load skips hashing the file. */
     const struct hash128 *fingerprint;
+    /* Read the file into private memory (gguf_open_copy) instead of mapping it: the model
+     * is then a snapshot that replacing, rewriting or truncating the file cannot change or
+     * crash, and the fingerprint is that of the bytes the weights are. The daemon's choice;
+     * tools map. */
+    bool private_copy;
 };
 
 /* Opens, validates and loads the model at path. *ret is written on success only. */

@@ -168,10 +168,37 @@ static int32_t argmax(const float *x, int32_t n) {
     return best;
 }
 
-int32_t engine_sampler_sample(struct engine_sampler *s, const float *logits) {
+/* Whether a draw is possible at all: every logit finite or -inf (a token ruled out), at
+ * least one finite. A NaN or +inf from the model means broken weights or an overflow in
+ * the forward pass; no token means anything then, so it is an error, not a guess. The
+ * penalties (finite parameters, but products may overflow) are checked the same way. */
+static int logits_check(const struct engine_sampler *s, const float *logits, const float *l,
+                        struct err_detail *d) {
+    int32_t n_finite = 0;
+    for (int32_t i = 0; i < s->n_vocab; i++) {
+        if (isnan(logits[i]) || logits[i] == INFINITY)
+            return err_set(d, -EDOM,
+                           "logits contain %s at token %d: the model produced non-finite values",
+                           isnan(logits[i]) ? "NaN" : "+inf", i);
+        if (isnan(l[i]) || l[i] == INFINITY)
+            return err_set(d, -EDOM, "the penalties turned the logit %g of token %d into %s",
+                           (double)logits[i], i, isnan(l[i]) ? "NaN" : "+inf");
+        n_finite += isfinite(l[i]);
+    }
+    if (n_finite == 0)
+        return err_set(d, -EDOM, "every logit is -inf%s: no token can be drawn",
+                       l != logits ? " after the penalties" : "");
+    return 0;
+}
+
+int engine_sampler_sample(struct engine_sampler *s, const float *logits, struct err_detail *d) {
     const struct engine_sampler_params *p = &s->p;
     const float *l = penalties_apply(s, logits);
     s->n_last = 0;
+    int bad = logits_check(s, logits, l, d);
+    if (bad < 0) return bad;
+    /* From here every value is finite or -inf and the best is finite, so each filter
+     * below keeps at least the best candidate. */
     if (p->temperature <= 0 || p->top_k == 1) return argmax(l, s->n_vocab);
 
     struct cand *c = s->cand;
@@ -218,11 +245,12 @@ int32_t engine_sampler_sample(struct engine_sampler *s, const float *logits) {
         /* p_i >= min_p · p_max  <=>  logit_i >= max_logit + ln(min_p) */
         float max = c[0].logit;
         for (int32_t i = 1; i < n; i++) max = c[i].logit > max ? c[i].logit : max;
-        float floor_ = max + logf(p->min_p);
+        /* min_p is clamped to 1 so that floor_ <= max: the max always stays */
+        float floor_ = max + logf(MIN(p->min_p, 1.0f));
         int32_t k = 0;
         for (int32_t i = 0; i < n; i++)
             if (c[i].logit >= floor_) c[k++] = c[i];
-        n = k; /* the max always stays */
+        n = k;
     }
 
     /* temperature, softmax over the survivors, and the draw */
@@ -230,7 +258,9 @@ int32_t engine_sampler_sample(struct engine_sampler *s, const float *logits) {
     for (int32_t i = 1; i < n; i++) max = c[i].logit > max ? c[i].logit : max;
     double total = 0;
     for (int32_t i = 0; i < n; i++) {
-        float e = expf((c[i].logit - max) / p->temperature);
+        /* a -inf distance (a ruled-out token, or one too far below to represent) has no
+         * mass at any temperature (-inf / inf would be NaN) */
+        float z = c[i].logit - max, e = z == -INFINITY ? 0 : expf(z / p->temperature);
         s->last_p[i] = e;
         s->last_ids[i] = c[i].id;
         total += e;
@@ -242,7 +272,10 @@ int32_t engine_sampler_sample(struct engine_sampler *s, const float *logits) {
         cum += s->last_p[i];
         if (r < cum) return s->last_ids[i];
     }
-    return s->last_ids[n - 1]; /* rounding left r above the total */
+    /* rounding left r above the total: the last candidate with any mass (the max has 1) */
+    int32_t last = n - 1;
+    while (last > 0 && !(s->last_p[last] > 0)) last--;
+    return s->last_ids[last];
 }
 
 int32_t engine_sampler_last_probs(const struct engine_sampler *s, const int32_t **ret_ids,

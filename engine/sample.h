@@ -35,8 +35,11 @@ void engine_sampler_free(struct engine_sampler *s);
 void engine_sampler_reset(struct engine_sampler *s);
 /* Records a token (prompt or generated) in the penalty history. */
 void engine_sampler_accept(struct engine_sampler *s, int32_t token);
-/* Picks a token from n_vocab logits (not modified); does not accept it. */
-int32_t engine_sampler_sample(struct engine_sampler *s, const float *logits);
+/* Picks a token from n_vocab logits (not modified); does not accept it. Returns the token
+ * id (>= 0), or -EDOM when no draw is meaningful: a logit is NaN or +inf (the model
+ * produced non-finite values), the penalties made one so, or every logit is -inf; d (may
+ * be NULL) then names the token. -inf marks a token that is ruled out. */
+int engine_sampler_sample(struct engine_sampler *s, const float *logits, struct err_detail *d);
 
 /* The distribution the last non-greedy sample drew from: *ret_ids / *ret_p point at n
  * (id, probability) pairs (the survivors of the filters, in the order the draw walked

@@ -9,7 +9,7 @@
 
 #include <math.h>
 
-__attribute__((target_clones("avx512f", "avx2", "default")))
+KERN_CLONES
 void kern_hadamard(float *x, int64_t n, int64_t n_rot) {
     const float scale = 1.0f / sqrtf((float)n_rot);
     for (int64_t b = 0; b < n; b += n_rot) {

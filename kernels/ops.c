@@ -290,7 +290,7 @@ int64_t kern_attn_scratch_floats(int64_t n_query, int64_t head_dim_k, int64_t he
 }
 
 /* one clone per vector width, picked at load time by CPU features (ifunc) */
-__attribute__((target_clones("avx512f", "avx2", "default")))
+KERN_CLONES
 void kern_attn_head(float *out, int64_t out_stride, const float *q, int64_t q_stride,
                     int64_t n_tok, int64_t n_group, const int32_t *n_kv, const void *k,
                     enum kern_type kt, size_t k_stride, const void *v, enum kern_type vt,

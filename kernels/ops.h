@@ -11,6 +11,16 @@
 
 #include "kernels/types.h"
 
+/* One clone of a kernel per vector width, picked at load time by CPU features (ifunc).
+ * clang before 16 names the ifunc "<name>.ifunc" and never defines <name>, so callers in
+ * other files do not link: there the kernel is built once, for the baseline ISA (the
+ * results are the same; only the speed differs). */
+#if defined(__clang__) && __clang_major__ < 16
+#define KERN_CLONES
+#else
+#define KERN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+
 /* y = x / sqrt(mean(x²) + eps) * w   (w may be NULL: no weight); y may equal x */
 void kern_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps);
 /* x = softmax(x) in place, max-subtracted */

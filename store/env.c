@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,6 +19,9 @@
 #define MAP_SLACK_BYTES (64ull << 20)
 #define READER_SLOTS_RESERVED 16u   /* kept for other processes (warmctl cache) */
 #define QUARANTINE_KEEP 2           /* quarantined files kept for inspection */
+/* An EIO from LMDB is judged a full filesystem when less than this (plus what the
+ * transaction was writing) is free: LMDB reports a short write as EIO. */
+#define NO_SPACE_MARGIN_BYTES (1ull << 20)
 
 /* ---- filesystems ---------------------------------------------------------------------- */
 
@@ -52,6 +56,48 @@ static int check_fs(const char *path, struct err_detail *d) {
     return 0;
 }
 
+/* ---- free space ------------------------------------------------------------------------ */
+
+int store_env_space(struct store_env *env, uint64_t *ret_free_bytes) {
+    if (!env || !ret_free_bytes) return ERR_INVALID;
+    struct statvfs sv;
+    if (statvfs(env->path, &sv) < 0) return -errno;
+    /* root may write into the blocks reserved for it; everyone else stops at f_bavail */
+    uint64_t blocks = geteuid() == 0 ? (uint64_t)sv.f_bfree : (uint64_t)sv.f_bavail;
+    uint64_t bytes;
+    *ret_free_bytes = u64_mul(blocks, (uint64_t)sv.f_frsize, &bytes) ? bytes : UINT64_MAX;
+    return 0;
+}
+
+const char *store_env_path(const struct store_env *env) { return env ? env->path : ""; }
+
+/* Whether errno rc from LMDB means the filesystem is full. LMDB's page flush turns a short
+ * write (what a full filesystem gives a multi-page write) into EIO, so EIO counts as no
+ * space when less than the transaction's bytes and a margin is free; an EIO with room to
+ * spare stays an I/O error. */
+static bool rc_is_no_space(struct store_env *env, int rc, uint64_t txn_bytes) {
+    if (rc == ENOSPC || rc == EDQUOT) return true;
+    if (rc != EIO) return false;
+    uint64_t free_bytes = 0;
+    return store_env_space(env, &free_bytes) == 0 &&
+           free_bytes < txn_bytes + NO_SPACE_MARGIN_BYTES;
+}
+
+int store_no_space_detail(struct store_env *env, struct err_detail *d) {
+    uint64_t free_bytes = 0;
+    if (store_env_space(env, &free_bytes) < 0)
+        return err_set(d, -ENOSPC, "no space left on %s", env->path);
+    static const char *const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+    unsigned u = 0;
+    uint64_t v = free_bytes;
+    while (v >= 10240 && u + 1 < ARRAY_SIZE(units)) {
+        v >>= 10;
+        u++;
+    }
+    return err_set(d, -ENOSPC, "no space left on %s (%llu %s free)", env->path,
+                   (unsigned long long)v, units[u]);
+}
+
 /* ---- errors and counters -------------------------------------------------------------- */
 
 int store_map_err(struct store_env *env, int rc) {
@@ -78,7 +124,8 @@ int store_map_err(struct store_env *env, int rc) {
     case MDB_READERS_FULL:
         return -EAGAIN;
     default:
-        if (rc > 0) return -rc;
+        /* a put that spilled dirty pages to a full filesystem */
+        if (rc > 0) return rc_is_no_space(env, rc, 0) ? -ENOSPC : -rc;
         return ERR_STORE_LMDB;
     }
 }
@@ -583,8 +630,15 @@ int store_txn_commit(struct store_txn *txn) {
         mdb_txn_abort(txn->mdb);
     } else {
         int rc = mdb_txn_commit(txn->mdb);
-        if (rc > 0) {
-            /* An I/O error (EIO, ENOSPC, a failed fdatasync) during a commit: the state of
+        if (rc > 0 && rc_is_no_space(env, rc, txn->put_bytes)) {
+            /* A full filesystem. LMDB writes a transaction's pages to free or new pages
+             * and the meta page last, and a failure before the meta page aborts the
+             * transaction: the committed state is untouched and the pages written are
+             * free again. Not corruption, so the env stays usable; the write is lost
+             * and a later one succeeds when there is space. */
+            r = -ENOSPC;
+        } else if (rc > 0) {
+            /* An I/O error (EIO, a failed fdatasync) during a commit: the state of
              * the page cache is unknown (fsyncgate). Never retry blindly; the caller
              * reopens or quarantines (P1-4). */
             pthread_mutex_lock(&env->mu);

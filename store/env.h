@@ -41,10 +41,13 @@ struct store_txn {
     enum store_txn_mode mode;
     uint64_t stamp;                /* write: the refresh stamp of this transaction */
     int err;                       /* write: sticky failure; commit then aborts */
+    uint64_t put_bytes;            /* write: record bytes put so far (no-space judgement) */
 };
 
 /* env.c */
 int store_map_err(struct store_env *env, int rc);
+/* Fills d with "no space left on '<path>' (<free> free)" and returns -ENOSPC. */
+int store_no_space_detail(struct store_env *env, struct err_detail *d);
 uint64_t store_stamp_next(struct store_env *env);
 int store_fault(struct store_env *env);
 void store_count_reject(struct store_env *env, int reason);

@@ -375,6 +375,7 @@ int store_put(struct store_txn *txn, const struct store_put *p, struct store_key
     hash128_to_bytes(p->chain->ns_id, h.ns_id);
     h.head_hash = head_hash(&h, p->tokens, p->n_tokens);
 
+    txn->put_bytes += bytes;
     MDB_val k = kval(&key), v = {.mv_size = len};
     int rc = mdb_put(txn->mdb, env->dbi_rec, &k, &v, MDB_RESERVE);
     if (rc) {
@@ -460,9 +461,11 @@ int store_write(struct store_env *env, const struct store_put *p, struct store_k
                 store_txn_commit(ev);
         }
     }
+    if (r == -ENOSPC) store_no_space_detail(env, d);
     pthread_mutex_lock(&env->mu);
     env->st.n_writes++;
     if (r < 0) env->st.n_write_errors++;
+    if (r == -ENOSPC) env->st.n_no_space++;
     pthread_mutex_unlock(&env->mu);
     return r < 0 ? r : 0;
 }

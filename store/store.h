@@ -108,8 +108,19 @@ int store_env_check_readers(struct store_env *env, int *ret_cleared);
  * anyway); also runs the periodic reader check and evicts down to the budget. */
 int store_env_flush(struct store_env *env);
 /* True once a commit failed with an I/O error or LMDB reported corruption: every call
- * then fails with ERR_STORE_CORRUPT until store_env_reopen or store_env_quarantine. */
+ * then fails with ERR_STORE_CORRUPT until store_env_reopen or store_env_quarantine.
+ * A full filesystem is not such an error: a commit that failed for lack of space (ENOSPC,
+ * EDQUOT, or LMDB's EIO for a short write while the filesystem is nearly full) returns
+ * -ENOSPC and leaves the env usable. LMDB writes new pages before the meta page, so the
+ * last committed state is intact; lookups go on, and a later write succeeds once there
+ * is space again. */
 bool store_env_is_broken(const struct store_env *env);
+
+/* Free bytes of the filesystem holding the store (what this process may still write:
+ * f_bavail, or f_bfree for root), for the caller's messages about a full disk. */
+int store_env_space(struct store_env *env, uint64_t *ret_free_bytes);
+/* The store's directory; valid until store_env_close. */
+const char *store_env_path(const struct store_env *env);
 
 /* Filesystem types (statfs f_type) the store refuses: NFS, SMB/CIFS, FUSE, 9p, Ceph,
  * AFS, Coda, GFS2, Lustre, OCFS2... */
@@ -207,7 +218,8 @@ int store_put(struct store_txn *txn, const struct store_put *put, struct store_k
               struct err_detail *d);
 /* store_put in its own write transaction, retrying a full map after evicting more (and
  * clearing stale readers). This is the writer thread's call. Never retries an I/O
- * error: the env is then broken (store_env_is_broken). */
+ * error: the env is then broken (store_env_is_broken). A full filesystem fails with
+ * -ENOSPC, d naming the directory and its free space; the env stays usable. */
 int store_write(struct store_env *env, const struct store_put *put, struct store_key *ret_key,
                 struct err_detail *d);
 
@@ -281,6 +293,7 @@ struct store_stats {
     uint64_t n_hits, n_misses;              /* lookups with ≥ 1 record / with none */
     uint64_t n_hit_tokens;                  /* tokens covered by lookups */
     uint64_t n_writes, n_write_errors;
+    uint64_t n_no_space;                    /* write errors that were a full filesystem */
     uint64_t n_evictions, n_evicted_bytes;
     uint64_t n_map_full;                    /* MDB_MAP_FULL met and handled internally */
     uint64_t n_rejections;                  /* all reasons together */

@@ -308,13 +308,17 @@ class Warmctl(ClientTest):
         self.assertEqual(r.rc, 0, r)
         st = r.json()
         # Write-back is asynchronous: wait until the earlier requests' records have landed
-        # (two snapshots 0.3 s apart agree), so the purge below removes what stats counted.
-        for _ in range(30):
-            time.sleep(0.3)
-            nxt = self.ctl("cache", "stats", "--json").json()
-            if nxt["entries"] == st["entries"]:
+        # (the write queue is empty; they were queued before their replies ended), so the
+        # purge below removes what stats counted. A poll with a generous cap: two equal
+        # snapshots a moment apart said nothing on a slow machine.
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            m = self.ctl("metrics").out
+            if "warmd_cache_write_queue 0\n" in m:
                 break
-            st = nxt
+            time.sleep(0.05)
+        self.assertIn("warmd_cache_write_queue 0\n", m)
+        st = self.ctl("cache", "stats", "--json").json()
         for k in ("entries", "bytes", "budget_bytes", "hits", "misses", "rejections", "evictions"):
             self.assertIn(k, st)
         self.assertIn("entries:", self.ctl("cache", "stats").out)

@@ -172,7 +172,8 @@ class GenerateTest(DaemonTest):
     def test_unload_with_many_streams_and_a_full_queue(self):
         """P1-7: 20 long streams on one model (parallel = 1: 16 may wait, the rest are
         refused), then UnloadModel: every stream ends cleanly, the daemon serves on."""
-        d = self.start(config="ctx_size = 4096\nparallel = 1\n")
+        # one uid here: its own share (max_queued_per_uid) as large as the whole queue
+        d = self.start(config="ctx_size = 4096\nparallel = 1\nmax_queued_per_uid = 64\n")
         st = d.stub()
         st.LoadModel(pb.LoadModelRequest(model="stories"))
         codes = []

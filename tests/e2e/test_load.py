@@ -107,7 +107,11 @@ class LoadTest(DaemonTest):
         threads = [threading.Thread(target=worker) for _ in range(8)]
         for t in threads:
             t.start()
-        time.sleep(0.3)
+        # SIGTERM once calls are flowing (a poll: a slow machine may take a while to
+        # answer the first one)
+        end = time.monotonic() + START_TIMEOUT
+        while "OK" not in codes and time.monotonic() < end:
+            time.sleep(0.02)
         self.assertEqual(d.stop(signal.SIGTERM), 0, d.text())
         stop.set()
         for t in threads:

@@ -2,7 +2,11 @@
  * line or listed, space-separated, in $WARM_FUZZ_SEEDS; directories are read one level
  * deep), then WARM_FUZZ_RUNS (default 20000) mutations drawn from a fixed-seed generator:
  * bit flips, byte sets to edge values, truncations, duplicated and deleted ranges. The run
- * is deterministic; a crash or sanitizer report fails the test. */
+ * is deterministic; a crash or sanitizer report fails the test.
+ *
+ *   <target> --write-seeds DIR   writes the same seeds to DIR (one file each, named by
+ *                                their hash) and runs nothing: libFuzzer's starting corpus
+ *                                (scripts/fuzz.sh) */
 #include "base/base.h"
 
 #include <dirent.h>
@@ -95,8 +99,32 @@ static size_t mutate(uint8_t *buf, size_t size, size_t cap) {
     return size;
 }
 
+/* Writes every seed to dir as seed-<hash64>; 0, or 1 after saying what failed. */
+static int seeds_write(const char *dir) {
+    for (size_t i = 0; i < n_seeds; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/seed-%016llx", dir,
+                 (unsigned long long)hash64(seeds[i].data, seeds[i].size));
+        FILE *f = fopen(path, "wb");
+        bool ok = f && fwrite(seeds[i].data, 1, seeds[i].size, f) == seeds[i].size;
+        if (f && fclose(f) != 0) ok = false;
+        if (!ok) {
+            perror(path);
+            return 1;
+        }
+    }
+    printf("fuzz: wrote %zu seeds to %s\n", n_seeds, dir);
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    for (int i = 1; i < argc; i++) seed_file(argv[i]);
+    const char *write_dir = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--write-seeds") && i + 1 < argc)
+            write_dir = argv[++i];
+        else
+            seed_file(argv[i]);
+    }
     const char *env = getenv("WARM_FUZZ_SEEDS");
     if (env) {
         char *list = strdup(env), *save = NULL;
@@ -105,6 +133,7 @@ int main(int argc, char **argv) {
     }
     if (fuzz_seeds) fuzz_seeds(seed_add);
     if (!n_seeds) seed_add((const uint8_t *)"", 0);
+    if (write_dir) return seeds_write(write_dir);
     long runs = getenv("WARM_FUZZ_RUNS") ? atol(getenv("WARM_FUZZ_RUNS")) : 20000;
     for (size_t i = 0; i < n_seeds; i++) LLVMFuzzerTestOneInput(seeds[i].data, seeds[i].size);
     size_t cap = 0;

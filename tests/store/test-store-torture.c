@@ -11,8 +11,14 @@
  * an ack after it returns 0, so the parent knows what was acknowledged and what was in
  * flight when the process died (in-flight records may be present or absent, but a present
  * one must be whole). The parent purges the store whenever it holds more than a quarter
- * of the budget, and each cycle writes at most 96 MiB, so nothing acknowledged is ever
- * evicted between two checks. */
+ * of the budget, and each cycle writes at most 96 MiB of records as the store accounts
+ * them, so nothing acknowledged is ever evicted between two checks. The cap is taken by
+ * compare-and-swap and never goes below zero: however fast the disk, a cycle's total is
+ * bounded (an unsigned fetch-and-subtract wrapped past zero, and a fast disk then wrote
+ * 40 GB in 300 cycles and had the budget evict acknowledged records). As a second guard
+ * every writer reports the store's eviction count with each answer, and a record missing
+ * after a cycle in which the store evicted is counted as evicted, not lost (and fails the
+ * test on its own line). */
 #include "store-test.h"
 #include "store/env.h"
 
@@ -30,6 +36,12 @@
 #define BUDGET (256ull << 20)
 #define CYCLE_CAP (96ull << 20)
 #define PURGE_ABOVE (BUDGET / 4)
+#define MAX_INTENTS 4096
+/* The store evicts once a write would pass 90 % of the budget (the default high-water
+ * mark); a cycle starts at most PURGE_ABOVE full and adds at most CYCLE_CAP. */
+_Static_assert(PURGE_ABOVE + CYCLE_CAP <= BUDGET / 100 * 90,
+               "a cycle's writes must fit under the high-water mark: no eviction by design");
+_Static_assert(CYCLE_CAP / MIN_BLOB <= MAX_INTENTS, "every intent of a cycle is kept");
 
 static const uint8_t FP[16] = {0x70, 0x12};
 
@@ -39,6 +51,7 @@ struct msg {
     uint8_t key[32];
     int32_t status;
     uint64_t blob_bytes, blob_hash;
+    uint64_t n_evictions;      /* the store's evictions in this process so far */
 };
 _Static_assert(sizeof(struct msg) < 512, "pipe writes up to PIPE_BUF are atomic");
 
@@ -60,6 +73,22 @@ static void send_msg(int fd, const struct msg *m) {
     if (write(fd, m, sizeof *m) != (ssize_t)sizeof *m) _exit(3);
 }
 
+/* Takes n bytes from the cycle's cap; false, and nothing taken, when fewer are left. */
+static bool cap_take(_Atomic uint64_t *left, uint64_t n) {
+    uint64_t cur = atomic_load(left);
+    do {
+        if (cur < n) return false;
+    } while (!atomic_compare_exchange_weak(left, &cur, cur - n));
+    return true;
+}
+
+static uint64_t evictions(struct store_env *env) {
+    pthread_mutex_lock(&env->mu);
+    uint64_t n = env->st.n_evictions;
+    pthread_mutex_unlock(&env->mu);
+    return n;
+}
+
 static void *writer_main(void *p) {
     struct writer *w = p;
     int32_t t[C];
@@ -69,13 +98,16 @@ static void *writer_main(void *p) {
         double u = (double)(store_test_rng(&rng) >> 11) / 9007199254740992.0;
         size_t n = (size_t)((double)MIN_BLOB * exp2(u * 7.0));
         n = MIN(MAX(n, (size_t)MIN_BLOB), (size_t)MAX_BLOB);
-        if (atomic_fetch_sub(w->budget_left, n) < n) {
-            for (;;) pause(); /* this cycle's share is written: wait for the kill */
-        }
         uint64_t seed = store_test_rng(&rng);
         const uint8_t *blob = base_bytes + seed % (BASE_BYTES - n + 1);
         bool tail = seq % 4 == 3;
         uint32_t n_tok = tail ? 1 + (uint32_t)(seed % (C - 1)) : C;
+        /* charged as the store accounts it (pages and index), not by its blob alone */
+        uint64_t charge = store_rec_bytes(w->env, sizeof(struct store_rec_disk) +
+                                                      (size_t)n_tok * 4 + n);
+        if (!cap_take(w->budget_left, charge)) {
+            for (;;) pause(); /* this cycle's share is written: wait for the kill */
+        }
         store_test_tokens(t, n_tok, seed);
         struct store_put put = {.chain = w->ch, .kind = tail ? STORE_KIND_TAIL : STORE_KIND_CHUNK,
                                 .parent = w->ch->h0, .tokens = t, .n_tokens = n_tok,
@@ -89,6 +121,7 @@ static void *writer_main(void *p) {
         int r = store_write(w->env, &put, NULL, NULL);
         m.type = r < 0 ? MSG_ERROR : MSG_ACK;
         m.status = r;
+        m.n_evictions = evictions(w->env);
         send_msg(w->fd, &m);
     }
     return NULL;
@@ -145,6 +178,7 @@ struct totals {
     uint64_t acked, verified, lost, checksum_failures, wrong_blob, write_errors;
     uint64_t in_flight, in_flight_present, readers_cleared, readers_left, purges;
     uint64_t bytes_acked, check_failures;
+    uint64_t evicting_cycles, evicted;
 };
 
 /* mdb_reader_list prints a header line, then one line per slot in use, or
@@ -165,13 +199,14 @@ TEST(kill9) {
     struct totals tot = {0};
     size_t cap = 4096, n_acks = 0;
     struct ack *acks = malloc(cap * sizeof *acks);
-    struct msg *intents = malloc(4096 * sizeof *intents);
+    struct msg *intents = malloc(MAX_INTENTS * sizeof *intents);
     ASSERT_TRUE(acks && intents);
     uint64_t rng = 12345;
     base_bytes = malloc(BASE_BYTES);
     ASSERT_TRUE(base_bytes != NULL);
     store_test_fill(base_bytes, BASE_BYTES, 777);
     uint64_t t_start = time_now_usec();
+    bool evicted_since = false; /* an eviction since the acks were last cleared */
     /* make the store once so the first cycle's open is not a create */
     struct store_env *env = NULL;
     ASSERT_OK(store_test_open("torture", BUDGET, &env, NULL));
@@ -200,13 +235,15 @@ TEST(kill9) {
         size_t n_int = 0;
         struct msg m;
         bool open_failed = false;
+        uint64_t cycle_evictions = 0;
         while (read(pfd[0], &m, sizeof m) == (ssize_t)sizeof m) {
+            cycle_evictions = MAX(cycle_evictions, m.n_evictions);
             if (m.type == MSG_OPEN_FAILED) {
                 open_failed = true;
                 fprintf(stderr, "cycle %u: writer could not open the store: %s\n", cycle,
                         err_str(m.status));
             } else if (m.type == MSG_INTENT) {
-                if (n_int < 4096) intents[n_int++] = m;
+                if (n_int < MAX_INTENTS) intents[n_int++] = m;
             } else if (m.type == MSG_ERROR) {
                 tot.write_errors++;
                 fprintf(stderr, "cycle %u: write failed: %s\n", cycle, err_str(m.status));
@@ -242,12 +279,22 @@ TEST(kill9) {
             tot.open_failures++;
             TEST_FAIL_("cycle %u: open failed: %s", cycle, err_msg(&d, r));
         }
+        /* the open evicts too when the store is over its budget */
+        cycle_evictions += evictions(env);
+        if (cycle_evictions) {
+            tot.evicting_cycles++;
+            fprintf(stderr, "cycle %u: the store evicted %llu records\n", cycle,
+                    (unsigned long long)cycle_evictions);
+            /* what went missing may have been evicted: from now on nothing is "lost" */
+            evicted_since = true;
+        }
         tot.opens_ok++;
         tot.readers_cleared += (uint64_t)info.n_readers_cleared;
         if (info.quarantined) {
             tot.quarantines++;
             fprintf(stderr, "cycle %u: quarantined: %s\n", cycle, info.quarantine_reason);
             n_acks = 0;
+            evicted_since = false;
         }
         int n_readers = 0;
         mdb_reader_list(env->mdb, count_fn, &n_readers);
@@ -260,7 +307,9 @@ TEST(kill9) {
         for (size_t i = 0; i < n_acks; i++) {
             struct store_rec rec;
             r = store_get(txn, &acks[i].key, &rec, NULL);
-            if (r == ERR_NOT_FOUND)
+            if (r == ERR_NOT_FOUND && evicted_since)
+                tot.evicted++;
+            else if (r == ERR_NOT_FOUND)
                 tot.lost++;
             else if (r == ERR_CHECKSUM)
                 tot.checksum_failures++;
@@ -296,6 +345,7 @@ TEST(kill9) {
         if (st.bytes > PURGE_ABOVE) {
             ASSERT_OK(store_purge(env, NULL, NULL));
             n_acks = 0;
+            evicted_since = false;
             tot.purges++;
         }
         store_env_close(env);
@@ -311,6 +361,7 @@ TEST(kill9) {
            "  store opened on %u/%u restarts, %u quarantined, %u open failures\n"
            "  acknowledged writes: %llu (%.0f MiB); verified present %llu times, lost %llu, "
            "wrong blob %llu\n"
+           "  cycles in which the store evicted: %llu (records missing after one: %llu)\n"
            "  checksum failures: %llu; full checks failed: %llu\n"
            "  in flight at the kill: %llu (%llu committed, the rest absent)\n"
            "  write errors: %llu; stale readers cleared at open: %llu; restarts with readers "
@@ -319,6 +370,7 @@ TEST(kill9) {
            tot.open_failures, (unsigned long long)tot.acked,
            (double)tot.bytes_acked / (1 << 20), (unsigned long long)tot.verified,
            (unsigned long long)tot.lost, (unsigned long long)tot.wrong_blob,
+           (unsigned long long)tot.evicting_cycles, (unsigned long long)tot.evicted,
            (unsigned long long)tot.checksum_failures, (unsigned long long)tot.check_failures,
            (unsigned long long)tot.in_flight, (unsigned long long)tot.in_flight_present,
            (unsigned long long)tot.write_errors, (unsigned long long)tot.readers_cleared,
@@ -327,6 +379,8 @@ TEST(kill9) {
     ASSERT_EQ(tot.opens_ok, n_cycles);
     ASSERT_EQ(tot.quarantines, 0);
     ASSERT_EQ(tot.open_failures, 0);
+    ASSERT_EQ(tot.evicting_cycles, 0); /* the cap above keeps every cycle under the budget */
+    ASSERT_EQ(tot.evicted, 0);
     ASSERT_EQ(tot.lost, 0);
     ASSERT_EQ(tot.wrong_blob, 0);
     ASSERT_EQ(tot.checksum_failures, 0);

@@ -402,7 +402,11 @@ int main(int argc, char **argv) {
     int32_t bos = engine_vocab_bos(run.vocab);
     t0 = time_now_usec();
     while (n_gen < max_gen) {
-        int32_t tok = engine_sampler_sample(run.sampler, engine_context_logits(run.ctx, 0));
+        int32_t tok = engine_sampler_sample(run.sampler, engine_context_logits(run.ctx, 0), &d);
+        if (tok < 0) {
+            rc = fail("sample", tok, &d);
+            goto out;
+        }
         if (engine_vocab_is_eog(run.vocab, tok) || (o.stop_on_bos && tok == bos)) break;
         run.gen[n_gen++] = tok;
         engine_sampler_accept(run.sampler, tok);
