@@ -116,8 +116,6 @@ struct guard_conn {
     struct guard_conn *prev, *next;     /* the guard's list; next also links `dead` */
 };
 
-static _Atomic uint32_t n_open_conns;
-
 void guard_limits_from_config(struct guard_limits *g, const struct config *c) {
     *g = (struct guard_limits){
         .max_connections = c->max_connections,
@@ -133,10 +131,7 @@ void guard_limits_from_config(struct guard_limits *g, const struct config *c) {
     };
 }
 
-uint32_t guard_n_connections(const struct guard *g) {
-    (void)g;
-    return atomic_load(&n_open_conns);
-}
+uint32_t guard_n_connections(const struct guard *g) { return atomic_load(&g->n_conns); }
 
 /* ---- rate-limited log ---------------------------------------------------------------- */
 
@@ -265,8 +260,7 @@ static void conn_close_how(struct guard *g, struct guard_conn *c, int why, uint6
     c->client.fd = c->grpc.fd = -1;
     c->user->n_conns--;
     user_put(g, c->user);
-    g->n_conns--;
-    atomic_fetch_sub(&n_open_conns, 1);
+    atomic_fetch_sub(&g->n_conns, 1);
     metrics_sub(g->metrics, METRIC_CONN_OPEN, 1);
     if (c->prev) c->prev->next = c->next;
     else g->conns = c->next;
@@ -516,8 +510,7 @@ static int conn_new(struct guard *g, int fd, const struct peer *p, uint64_t now)
         goto fail;
     }
     u->n_conns++;
-    g->n_conns++;
-    atomic_fetch_add(&n_open_conns, 1);
+    atomic_fetch_add(&g->n_conns, 1);
     metrics_add(g->metrics, METRIC_CONN_OPEN, 1);
     c->next = g->conns;
     if (g->conns) g->conns->prev = c;
@@ -555,14 +548,15 @@ static bool accept_one(struct guard *g, uint64_t now) {
     }
     struct guard_user *u = user_get(g, p.uid, false);
     enum why why = WHY_COUNT;
-    if (g->n_conns >= g->lim.max_connections) why = WHY_TOTAL;
+    uint32_t n_conns = atomic_load(&g->n_conns);
+    if (n_conns >= g->lim.max_connections) why = WHY_TOTAL;
     else if (u && u->n_conns >= g->lim.max_connections_per_uid) why = WHY_PER_UID;
     if (why != WHY_COUNT) {
         close(fd);
         metrics_add(g->metrics, whys[why].metric, 1);
         char extra[64];
         snprintf(extra, sizeof extra, " (%u open)",
-                 why == WHY_TOTAL ? g->n_conns : u->n_conns);
+                 why == WHY_TOTAL ? n_conns : u->n_conns);
         guard_log(g, p.uid, why, extra, now);
         return true;
     }

@@ -74,7 +74,7 @@ struct guard {
     struct guard_conn *conns;       /* every open connection */
     struct guard_conn *dead;        /* closed during the current batch of events */
     struct guard_user *users;       /* uids with open connections */
-    uint32_t n_conns;
+    _Atomic uint32_t n_conns;       /* written by the guard thread only */
     uint64_t total_pending;
     uint64_t last_sweep_usec;
     uint8_t *scratch;               /* one read */
