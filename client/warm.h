@@ -97,6 +97,16 @@ WARM_API const char *warm_client_socket(const struct warm_client *c);
 /* Deadline of unary calls (everything but generate and chat), microseconds; 0 = none.
  * The default is 10 minutes (loading a big model takes a while). */
 WARM_API void warm_client_set_timeout(struct warm_client *c, uint64_t usec);
+/* For a trusted proxy (a uid in the daemon's trusted_proxy_uids, such as warm-httpd):
+ * every later call on c is served as uid — its policy, admin rights and namespace, as if
+ * uid had connected. A negative uid clears it (calls are the connection's own again). */
+WARM_API void warm_client_act_for_uid(struct warm_client *c, int64_t uid);
+/* Like warm_client_act_for_uid for a user the proxy cannot name: every later call carries
+ * the user's bearer token (see warm_token_create); the daemon answers UNAUTHENTICATED for
+ * an unknown one. Copied; NULL clears. BAD_REQUEST for a token that is not 1..256
+ * printable ASCII bytes. */
+WARM_API int warm_client_act_for_token(struct warm_client *c, const char *token,
+                                       struct warm_error *err);
 
 /* ---- info ---------------------------------------------------------------------------- */
 
@@ -117,8 +127,18 @@ struct warm_info {
     uint64_t memory_budget_bytes, cache_max_bytes;
     uint32_t models_available, models_loaded, active_streams;
     char features[256];         /* space-separated, e.g. "cpu store" */
+    /* Set when a trusted proxy made the call on behalf of uid (warm_client_act_for_*). */
+    bool via_proxy;
+    uint32_t proxy_uid;
 };
 WARM_API int warm_info_get(struct warm_client *c, struct warm_info *ret, struct warm_error *err);
+
+/* Makes a bearer token for the calling user (only on the socket itself, not through a
+ * proxy). *ret_token ("warm_" + 64 hex digits) is freed with warm_free; the daemon keeps
+ * only its hash, so it cannot be shown again. */
+WARM_API int warm_token_create(struct warm_client *c, char **ret_token, struct warm_error *err);
+/* Revokes every token of the calling user; *ret_n (may be NULL) gets how many. */
+WARM_API int warm_tokens_revoke(struct warm_client *c, uint32_t *ret_n, struct warm_error *err);
 
 /* Prometheus text exposition of the daemon's counters; *ret_text is NUL-terminated and
  * freed with warm_free. */

@@ -84,6 +84,9 @@ const struct config_key config_keys[] = {
      "empty too, anyone who can open the socket; root and the daemon's user always"},
     {"allowed_groups", CONFIG_TYPE_GROUPS, OFF(allowed_groups), "", 0, 0, NULL,
      "groups whose members may connect (primary or supplementary)"},
+    {"trusted_proxy_uids", CONFIG_TYPE_UIDS, OFF(trusted_proxy_uids), "", 0, 0, NULL,
+     "users whose connections may ask to be served on behalf of another uid (warm-httpd's "
+     "user); that uid's policy, admin rights and namespace then apply"},
     {"admin_group", CONFIG_TYPE_GROUP, OFF(admin_group), "", 0, 0, NULL,
      "group allowed LoadModel, UnloadModel and purging other namespaces; empty = root "
      "and the daemon's user only"},

@@ -67,6 +67,7 @@ struct config {
     uint64_t memory_budget_bytes;          /* 0 = 3/4 of physical memory */
     struct config_idlist allowed_uids;     /* empty + empty groups = anyone who can connect */
     struct config_idlist allowed_groups;
+    struct config_idlist trusted_proxy_uids; /* may act on behalf of other uids */
     struct config_group admin_group;       /* may LoadModel, UnloadModel, purge others */
     uint64_t max_request_bytes;            /* largest request message */
     uint32_t max_streams;                  /* concurrent streams per connection */

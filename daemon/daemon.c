@@ -153,6 +153,9 @@ int daemon_start(struct daemon *d, struct err_detail *err) {
     if (r < 0) log_warn("%s; serving no models until it exists (SIGHUP rescans)", err_msg(&e, r));
     metrics_set(&d->metrics, METRIC_MODELS_AVAILABLE, registry_count(&d->registry));
 
+    e = (struct err_detail){0};
+    r = tokens_open(&d->tokens, c->state_dir, &e);
+    if (r < 0) log_warn("%s; bearer tokens cannot be created or revoked", err_msg(&e, r));
     store_open(d);
     r = listener_open(&d->listener, c, err);
     d->listener_open = true;
@@ -254,6 +257,7 @@ void daemon_stop(struct daemon *d) {
     if (d->grpc_up) grpc_shutdown();
     d->grpc_up = false;
     registry_done(&d->registry);
+    tokens_close(&d->tokens);
     notify_done(&d->notify);
     d->parts_up = false;
     log_info("stopped");

@@ -21,6 +21,7 @@
 #include "daemon/pool.h"
 #include "daemon/registry.h"
 #include "daemon/resident.h"
+#include "daemon/tokens.h"
 
 #define DAEMON_VERSION "0.1.0"
 
@@ -36,6 +37,7 @@ struct daemon {
     struct listener listener;
     struct guard guard;         /* accept loop and connection guard */
     struct server *server;
+    struct tokens tokens;       /* bearer tokens for callers a proxy cannot name */
     struct pool pool;           /* long request work, off the gRPC worker threads */
     struct store_env *store;    /* the prompt cache; NULL when off or unavailable */
     struct cache_writer writer; /* writes new records (running with the store) */

@@ -5,6 +5,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/file.h>
@@ -30,6 +33,7 @@ void listener_policy_from_config(struct policy *p, const struct config *c) {
         .allowed_uids = c->allowed_uids,
         .allowed_groups = c->allowed_groups,
         .admin_group = c->admin_group,
+        .trusted_proxy_uids = c->trusted_proxy_uids,
         .self_uid = (uint32_t)geteuid(),
     };
 }
@@ -223,8 +227,43 @@ int listener_admit(struct listener *l, int fd, struct peer *ret, struct err_deta
     int r = listener_policy_check(&l->policy, (uint32_t)uc.uid, (uint32_t)uc.gid, groups,
                                   len / sizeof(uint32_t), &admin, d);
     if (r < 0) return r;
-    *ret = (struct peer){.uid = (uint32_t)uc.uid, .gid = (uint32_t)uc.gid,
-                         .pid = (uint32_t)uc.pid, .admin = admin};
+    uint32_t uid = (uint32_t)uc.uid;
+    bool privileged = uid == 0 || uid == l->policy.self_uid;
+    *ret = (struct peer){.uid = uid, .gid = (uint32_t)uc.gid, .pid = (uint32_t)uc.pid,
+                         .admin = admin,
+                         .trusted_proxy = privileged ||
+                                          idlist_has(&l->policy.trusted_proxy_uids, uid)};
+    return 0;
+}
+
+/* Bounds the supplementary groups read for a represented user (NGROUPS_MAX is 65536). */
+#define REPRESENT_MAX_GROUPS 1024
+
+int listener_represent(const struct policy *p, const struct peer *proxy, uint32_t uid,
+                       struct peer *ret, struct err_detail *d) {
+    if (!proxy->trusted_proxy)
+        return err_set(d, -EPERM, "uid %u may not act on behalf of other users: it is not "
+                                  "in trusted_proxy_uids", proxy->uid);
+    /* A uid without a user database entry has no groups: the uid alone decides. */
+    uint32_t gid = UINT32_MAX;
+    int n = 0;
+    _cleanup_free_ gid_t *groups = NULL;
+    char buf[4096];
+    struct passwd pw, *pwp = NULL;
+    if (getpwuid_r((uid_t)uid, &pw, buf, sizeof buf, &pwp) == 0 && pwp) {
+        gid = (uint32_t)pw.pw_gid;
+        groups = calloc(REPRESENT_MAX_GROUPS, sizeof *groups);
+        if (!groups) return err_set(d, -ENOMEM, "out of memory for the groups of uid %u", uid);
+        n = REPRESENT_MAX_GROUPS;
+        if (getgrouplist(pw.pw_name, pw.pw_gid, groups, &n) < 0) n = REPRESENT_MAX_GROUPS;
+    }
+    uint32_t g32[REPRESENT_MAX_GROUPS];
+    for (int i = 0; i < n; i++) g32[i] = (uint32_t)groups[i];
+    bool admin = false;
+    int r = listener_policy_check(p, uid, gid, g32, (size_t)n, &admin, d);
+    if (r < 0) return r;
+    *ret = (struct peer){.uid = uid, .gid = gid, .pid = proxy->pid, .admin = admin,
+                         .via_proxy = true, .proxy_uid = proxy->uid};
     return 0;
 }
 

@@ -19,16 +19,21 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* The caller of a connection, as SO_PEERCRED said at connect time. */
+/* The caller of a connection, as SO_PEERCRED said at connect time; for a call a trusted
+ * proxy makes on behalf of a user, that user (listener_represent), with via_proxy set. */
 struct peer {
     uint32_t uid, gid, pid;
     bool admin;
+    bool trusted_proxy;         /* the connection's uid is in trusted_proxy_uids (or root) */
+    bool via_proxy;             /* represented: proxy_uid made the call for uid */
+    uint32_t proxy_uid;
 };
 
 /* The access policy, resolved from the config. */
 struct policy {
     struct config_idlist allowed_uids, allowed_groups;
     struct config_group admin_group;
+    struct config_idlist trusted_proxy_uids;
     uint32_t self_uid;          /* the daemon's euid: always allowed and admin, like root */
 };
 
@@ -38,6 +43,13 @@ void listener_policy_from_config(struct policy *p, const struct config *c);
 int listener_policy_check(const struct policy *p, uint32_t uid, uint32_t gid,
                           const uint32_t *groups, size_t n_groups, bool *ret_admin,
                           struct err_detail *d);
+
+/* The peer a trusted proxy's call represents: uid's primary group and supplementary groups
+ * from the user database, then the same policy as a direct connection of uid. Returns 0
+ * with *ret filled (via_proxy, proxy_uid = proxy->uid); -EPERM when proxy is not trusted;
+ * -EACCES (naming the uid) when uid is refused by the policy. */
+int listener_represent(const struct policy *p, const struct peer *proxy, uint32_t uid,
+                       struct peer *ret, struct err_detail *d);
 
 struct listener_slot;
 

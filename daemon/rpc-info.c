@@ -22,6 +22,8 @@ void rpc_info_get_info(struct rpc_call *c, const ProtobufCMessage *req) {
     peer.pid = p->pid;
     peer.admin = p->admin;
     peer.namespace_ = ns;
+    peer.via_proxy = p->via_proxy;
+    peer.proxy_uid = p->proxy_uid;
     static char *features[] = {"cpu", "store"};
     Warm__V1__GetInfoResponse r = WARM__V1__GET_INFO_RESPONSE__INIT;
     r.version = DAEMON_VERSION;

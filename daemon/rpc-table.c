@@ -22,6 +22,8 @@ const struct rpc_method rpc_methods[] = {
     {"CacheList", &warm__v1__cache_list_request__descriptor, false, false, rpc_cache_list},
     {"CachePurge", &warm__v1__cache_purge_request__descriptor, false, false, rpc_cache_purge},
     {"Metrics", &warm__v1__metrics_request__descriptor, false, false, rpc_info_metrics},
+    {"CreateToken", &warm__v1__create_token_request__descriptor, false, false, rpc_token_create},
+    {"RevokeTokens", &warm__v1__revoke_tokens_request__descriptor, false, false, rpc_token_revoke},
 };
 const size_t rpc_n_methods = ARRAY_SIZE(rpc_methods);
 

@@ -24,6 +24,11 @@
 struct daemon;
 struct rpc_call;
 
+/* Request metadata of a trusted proxy (warm-httpd) acting for a user: the uid it found
+ * for its client, or the bearer token the client presented (see daemon/tokens.h). */
+#define RPC_MD_ON_BEHALF_OF "warm-on-behalf-of-uid"
+#define RPC_MD_USER_TOKEN "warm-user-token"
+
 typedef void (*rpc_handler_fn)(struct rpc_call *call, const ProtobufCMessage *request);
 
 struct rpc_method {

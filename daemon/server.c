@@ -28,6 +28,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -505,12 +506,69 @@ static void printable(char *dst, size_t n, grpc_slice s) {
     dst[len] = 0;
 }
 
+/* The value of request metadata key (NULL when absent) and its length. */
+static const grpc_slice *md_value(const struct rpc_call *c, const char *key) {
+    size_t n = strlen(key);
+    for (size_t i = 0; i < c->md.count; i++) {
+        const grpc_slice *k = &c->md.metadata[i].key;
+        if (GRPC_SLICE_LENGTH(*k) == n && memcmp(GRPC_SLICE_START_PTR(*k), key, n) == 0)
+            return &c->md.metadata[i].value;
+    }
+    return NULL;
+}
+
+/* A call a trusted proxy makes on behalf of a user (metadata warm-on-behalf-of-uid, or
+ * warm-user-token for a user the proxy could not name): from here on the call is that
+ * user's — policy, admin rights, namespace, per-uid caps. Answers the call and returns < 0
+ * when it must not run. */
+static int call_represent(struct rpc_call *c) {
+    const grpc_slice *uid_v = md_value(c, RPC_MD_ON_BEHALF_OF);
+    const grpc_slice *tok_v = md_value(c, RPC_MD_USER_TOKEN);
+    if (!uid_v && !tok_v) return 0;
+    struct daemon *d = c->server->daemon;
+    uint32_t uid;
+    if (uid_v) {
+        char buf[16];
+        size_t n = GRPC_SLICE_LENGTH(*uid_v);
+        char *end = NULL;
+        if (n == 0 || n >= sizeof buf) goto bad_uid;
+        memcpy(buf, GRPC_SLICE_START_PTR(*uid_v), n);
+        buf[n] = 0;
+        if (buf[0] < '0' || buf[0] > '9') goto bad_uid;
+        errno = 0;
+        unsigned long long v = strtoull(buf, &end, 10);
+        if (errno || *end || v >= UINT32_MAX) goto bad_uid;
+        uid = (uint32_t)v;
+    } else if (!c->peer.trusted_proxy) {
+        uid = 0; /* refused below without looking the token up */
+    } else if (tokens_lookup(&d->tokens, (const char *)GRPC_SLICE_START_PTR(*tok_v),
+                             GRPC_SLICE_LENGTH(*tok_v), &uid) < 0) {
+        rpc_call_fail(c, GRPC_STATUS_UNAUTHENTICATED,
+                      "unknown or revoked token; make one with `warmctl token create`");
+        return -EACCES;
+    }
+    struct err_detail e = {0};
+    struct peer p;
+    int r = listener_represent(&d->listener.policy, &c->peer, uid, &p, &e);
+    if (r < 0) {
+        rpc_call_fail(c, GRPC_STATUS_PERMISSION_DENIED, "%s", err_msg(&e, r));
+        return r;
+    }
+    c->peer = p;
+    return 0;
+bad_uid:
+    rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT,
+                  RPC_MD_ON_BEHALF_OF ": not a uid (decimal, below 4294967295)");
+    return -EINVAL;
+}
+
 static void dispatch(struct rpc_call *c) {
     struct daemon *d = c->server->daemon;
     if (call_peer(c) < 0) {
         rpc_call_fail(c, GRPC_STATUS_PERMISSION_DENIED, "unknown peer credentials; refusing");
         return;
     }
+    if (call_represent(c) < 0) return;
     if (c->method_index < 0) {
         char name[200];
         printable(name, sizeof name, c->details.method);

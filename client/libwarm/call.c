@@ -178,8 +178,17 @@ WARM_API int warm_connect(const char *socket_path, struct warm_client **ret,
     return 0;
 }
 
+static void md_clear(struct warm_client *c) {
+    for (size_t i = 0; i < c->n_md; i++) {
+        grpc_slice_unref(c->md[i].key);
+        grpc_slice_unref(c->md[i].value);
+    }
+    c->n_md = 0;
+}
+
 WARM_API void warm_disconnect(struct warm_client *c) {
     if (!c) return;
+    md_clear(c);
     grpc_channel_destroy(c->channel);
     free(c);
     grpc_shutdown();
@@ -191,6 +200,39 @@ WARM_API const char *warm_client_socket(const struct warm_client *c) {
 
 WARM_API void warm_client_set_timeout(struct warm_client *c, uint64_t usec) {
     c->timeout_usec = usec;
+}
+
+WARM_API void warm_client_act_for_uid(struct warm_client *c, int64_t uid) {
+    md_clear(c);
+    if (uid < 0 || uid >= UINT32_MAX) return;
+    char buf[16];
+    snprintf(buf, sizeof buf, "%lld", (long long)uid);
+    c->md[0].key = grpc_slice_from_static_string("warm-on-behalf-of-uid");
+    c->md[0].value = grpc_slice_from_copied_string(buf);
+    c->n_md = 1;
+}
+
+WARM_API int warm_client_act_for_token(struct warm_client *c, const char *token,
+                                       struct warm_error *err) {
+    md_clear(c);
+    if (!token) return 0;
+    /* A header value: printable ASCII only, so a hostile token cannot smuggle another. */
+    size_t n = strlen(token);
+    if (n == 0 || n > 256)
+        return lw_fail(err, WARM_BAD_REQUEST, "token: must be 1..256 bytes, not %zu", n);
+    for (size_t i = 0; i < n; i++)
+        if (token[i] <= 0x20 || token[i] >= 0x7f)
+            return lw_fail(err, WARM_BAD_REQUEST,
+                           "token: byte %zu is not printable ASCII", i);
+    c->md[0].key = grpc_slice_from_static_string("warm-user-token");
+    c->md[0].value = grpc_slice_from_copied_buffer(token, n);
+    c->n_md = 1;
+    return 0;
+}
+
+void lw_initial_metadata(const struct warm_client *c, grpc_op *op) {
+    op->data.send_initial_metadata.count = c->n_md;
+    op->data.send_initial_metadata.metadata = c->n_md ? (grpc_metadata *)c->md : NULL;
 }
 
 /* ---- calls --------------------------------------------------------------------------- */
@@ -320,6 +362,7 @@ int lw_call_unary(struct warm_client *c, const char *method, const ProtobufCMess
     };
     int r;
     bool cancelled = false;
+    lw_initial_metadata(c, &ops[0]);
     if (grpc_call_start_batch(call, ops, ARRAY_LEN(ops), ops, NULL) != GRPC_CALL_OK) {
         r = lw_fail(err, WARM_INTERNAL, "%s: the gRPC call could not start", method);
     } else {
@@ -370,6 +413,7 @@ int lw_call_stream(struct warm_client *c, const char *method, const ProtobufCMes
         {.op = GRPC_OP_RECV_INITIAL_METADATA,
          .data.recv_initial_metadata.recv_initial_metadata = &md_initial},
     };
+    lw_initial_metadata(c, &start[0]);
     if (grpc_call_start_batch(call, start, ARRAY_LEN(start), start, NULL) != GRPC_CALL_OK) {
         r = lw_fail(err, WARM_INTERNAL, "%s: the gRPC call could not start", method);
         goto done;

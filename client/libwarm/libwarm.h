@@ -14,7 +14,12 @@ struct warm_client {
     grpc_channel *channel;
     uint64_t timeout_usec;      /* deadline of unary calls; 0 = none */
     char socket[108];           /* sun_path of the daemon's socket */
+    /* Sent with every call: warm-on-behalf-of-uid or warm-user-token (n_md 0 or 1). */
+    grpc_metadata md[1];
+    size_t n_md;
 };
+/* Points op (a GRPC_OP_SEND_INITIAL_METADATA) at the client's metadata. */
+void lw_initial_metadata(const struct warm_client *c, grpc_op *op);
 
 /* Fills err (may be NULL) with code and a formatted message; returns -code. */
 int lw_fail(struct warm_error *err, int code, const char *fmt, ...)

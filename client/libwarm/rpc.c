@@ -47,6 +47,8 @@ WARM_API int warm_info_get(struct warm_client *c, struct warm_info *ret, struct 
         info.pid = q->peer->pid;
         info.admin = q->peer->admin;
         lw_copy(info.namespace_, sizeof info.namespace_, q->peer->namespace_);
+        info.via_proxy = q->peer->via_proxy;
+        info.proxy_uid = q->peer->proxy_uid;
     }
     size_t used = 0;
     for (size_t i = 0; i < q->n_features; i++) {
@@ -71,6 +73,32 @@ WARM_API int warm_metrics_get(struct warm_client *c, char **ret_text, struct war
     UNPACKED_FREE(m);
     if (!text) return lw_fail(err, WARM_NO_MEMORY, "out of memory");
     *ret_text = text;
+    return 0;
+}
+
+/* ---- tokens -------------------------------------------------------------------------- */
+
+WARM_API int warm_token_create(struct warm_client *c, char **ret_token, struct warm_error *err) {
+    Warm__V1__CreateTokenRequest req = WARM__V1__CREATE_TOKEN_REQUEST__INIT;
+    ProtobufCMessage *m;
+    int r = lw_call_unary(c, "CreateToken", &req.base, &warm__v1__create_token_response__descriptor,
+                          &m, err);
+    if (r < 0) return r;
+    char *text = strdup(((const Warm__V1__CreateTokenResponse *)m)->token);
+    UNPACKED_FREE(m);
+    if (!text) return lw_fail(err, WARM_NO_MEMORY, "out of memory");
+    *ret_token = text;
+    return 0;
+}
+
+WARM_API int warm_tokens_revoke(struct warm_client *c, uint32_t *ret_n, struct warm_error *err) {
+    Warm__V1__RevokeTokensRequest req = WARM__V1__REVOKE_TOKENS_REQUEST__INIT;
+    ProtobufCMessage *m;
+    int r = lw_call_unary(c, "RevokeTokens", &req.base,
+                          &warm__v1__revoke_tokens_response__descriptor, &m, err);
+    if (r < 0) return r;
+    if (ret_n) *ret_n = ((const Warm__V1__RevokeTokensResponse *)m)->revoked;
+    UNPACKED_FREE(m);
     return 0;
 }
 

@@ -22,6 +22,7 @@ static const struct command commands[] = {
     {"detokenize", ctl_cmd_detokenize, "token ids to text"},
     {"cache", ctl_cmd_cache, "prompt cache: stats, ls, purge, check (offline)"},
     {"metrics", ctl_cmd_metrics, "counters and gauges (Prometheus text)"},
+    {"token", ctl_cmd_token, "bearer tokens for apps that reach warmd through warm-httpd"},
     {"bench", ctl_cmd_bench, "measure prefill and decode speed through the daemon"},
 };
 

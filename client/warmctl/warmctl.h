@@ -84,3 +84,4 @@ int ctl_cmd_run(struct ctl *ctl, int argc, char **argv);
 int ctl_cmd_chat(struct ctl *ctl, int argc, char **argv);
 int ctl_cmd_bench(struct ctl *ctl, int argc, char **argv);
 int ctl_cmd_cache(struct ctl *ctl, int argc, char **argv);
+int ctl_cmd_token(struct ctl *ctl, int argc, char **argv);
