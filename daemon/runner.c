@@ -381,8 +381,13 @@ static void slot_sample(struct runner *r, struct slot *s, const float *logits) {
     s->res.generated_tokens++;
     int n = engine_detok_feed(&s->dt, tok, r->piece, r->piece_cap);
     if (!j->ops->token(j, tok, r->piece, (size_t)MAX(n, 0))) {
-        s->res.stop = RUNNER_STOP_CALLER;
-        slot_finish(r, s, 0, NULL);
+        /* a token that could not be delivered is a client gone, not a stop string */
+        if (j->ops->cancelled(j)) {
+            slot_finish(r, s, -ECANCELED, NULL);
+        } else {
+            s->res.stop = RUNNER_STOP_CALLER;
+            slot_finish(r, s, 0, NULL);
+        }
     } else if (j->max_tokens && s->res.generated_tokens >= j->max_tokens) {
         s->res.stop = RUNNER_STOP_MAX_TOKENS;
         slot_finish(r, s, 0, NULL);

@@ -169,6 +169,31 @@ class GenerateTest(DaemonTest):
         t.join()
         self.assertEqual(result["code"], C.UNAVAILABLE)
 
+    def test_every_cancelled_stream_ends_cancelled(self):
+        """Streams on one connection, each cancelled by the client after its first token:
+        each one ends CANCELLED in the daemon and none is left open. A token the daemon
+        could no longer deliver used to end the stream OK with a stop-string summary (the
+        model runs far ahead of the client here, so that is where most cancels land)."""
+        d = self.start(config="ctx_size = 4096\n")
+        st = d.stub()
+        n = 5
+        for _ in range(n):
+            it = self.long_stream(st)
+            next(it)
+            it.cancel()
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            text = st.Metrics(pb.MetricsRequest()).text
+            if (metric(text, 'warmd_rpc_responses_total{code="CANCELLED"}') >= n and
+                    metric(text, "warmd_streams_active") == 1):  # this Metrics call
+                break
+            time.sleep(0.05)
+        self.assertEqual(metric(text, 'warmd_rpc_responses_total{code="CANCELLED"}'), n, text)
+        self.assertEqual(metric(text, "warmd_streams_active"), 1, text)
+        self.assertEqual(metric(text, "warmd_queue_depth"), 0)
+        self.assertEqual(d.text().count("Generate from uid 0: status 1: cancelled by the client"),
+                         n)
+
     def test_unload_with_many_streams_and_a_full_queue(self):
         """P1-7: 20 long streams on one model (parallel = 1: 16 may wait, the rest are
         refused), then UnloadModel: every stream ends cleanly, the daemon serves on."""
