@@ -60,7 +60,7 @@ enum warm_code {
     WARM_UNAUTHENTICATED = 16,
     /* Client side. */
     WARM_NOT_RUNNING = 100,     /* no socket, or nobody listening on it */
-    WARM_SOCKET_ACCESS = 101,   /* the socket exists but this user may not open it */
+    WARM_SOCKET_ACCESS = 101,   /* this user may not open the socket, or warmd refuses it */
     WARM_NO_MEMORY = 102,
     WARM_PROTOCOL = 103,        /* the daemon's answer could not be decoded */
     WARM_BAD_REQUEST = 104,     /* the caller's arguments are wrong (caught before sending) */
@@ -152,9 +152,33 @@ struct warm_model_info {
     uint64_t modified_usec;     /* µs since the epoch */
     bool loaded;
     char fingerprint[40];       /* 32 hex digits; empty until loaded once */
-    char architecture[64];      /* empty until loaded */
+    char architecture[64];      /* general.architecture, read without loading */
     uint64_t memory_bytes;      /* 0 when not loaded */
     uint64_t keep_alive_left_usec;
+    bool available;             /* false: the daemon skips the file, for this reason: */
+    char unavailable_reason[320];
+    char quantization[96];      /* weight bytes by type: "Q4_K 71%, Q6_K 24%, F32 5%" */
+    uint64_t n_params;          /* 0 when the file does not say */
+    uint32_t trained_context;   /* tokens; 0 when the file does not say */
+};
+
+/* One metadata pair of a model file, as text (arrays summarized, long strings cut). */
+struct warm_metadata_entry {
+    const char *key, *type, *value;
+};
+
+/* A model in detail (warm_model_show): read from its file, without loading it. */
+struct warm_model_details {
+    struct warm_model_info info;
+    char chat_template[32];     /* family warmd renders ("chatml", ...), "none" */
+    uint32_t n_layer, n_embd, n_head, n_head_kv, head_dim_k, head_dim_v, n_vocab;
+    /* the cache it gets from this daemon: context per sequence (capped at the trained
+     * context unless the daemon allows more), sequences, K/V types, rotation, chunk */
+    uint32_t ctx_size, parallel, cache_chunk_tokens;
+    char cache_type_k[16], cache_type_v[16];
+    bool rotate_k, rotate_v;
+    size_t n_metadata;
+    const struct warm_metadata_entry *metadata; /* in file order; inside this allocation */
 };
 
 /* Every model of the daemon's models directory, sorted by name. *ret is an array of
@@ -168,6 +192,11 @@ WARM_API int warm_model_load(struct warm_client *c, const char *model, uint64_t 
                              struct warm_error *err);
 /* Unloads a model. Admin only. Returns 1 when it was resident, 0 when it was not. */
 WARM_API int warm_model_unload(struct warm_client *c, const char *model, struct warm_error *err);
+/* One model in detail (NULL = the daemon's default); *ret is one allocation freed with
+ * warm_free. A file the daemon skips is answered too (info.available false, with the
+ * reason, and no metadata). */
+WARM_API int warm_model_show(struct warm_client *c, const char *model,
+                             struct warm_model_details **ret, struct warm_error *err);
 
 /* ---- tokens -------------------------------------------------------------------------- */
 
@@ -213,6 +242,26 @@ enum warm_cache_mode {
     WARM_CACHE_MODE_COUNT
 };
 
+/* Where a request stands before its first token (warm_gen_params.on_progress). */
+enum warm_progress_stage {
+    WARM_PROGRESS_LOAD = 1,     /* the model is being loaded (no token counts yet) */
+    WARM_PROGRESS_PREFILL = 2,  /* the prompt is being computed */
+};
+struct warm_progress {
+    enum warm_progress_stage stage;
+    uint32_t prompt_tokens;     /* the whole prompt (0 while loading) */
+    uint32_t done_tokens;       /* ready: from RAM, from the cache and computed so far */
+    uint32_t ram_tokens, store_tokens;  /* of done_tokens: reused, restored */
+    uint64_t elapsed_usec;      /* since the daemon received the request */
+};
+/* Called on the calling thread as progress events arrive: before a model load, and while
+ * a prompt longer than one batch step is prefilled (the last one has done_tokens ==
+ * prompt_tokens). userdata is the token callback's. */
+typedef void (*warm_progress_fn)(const struct warm_progress *p, void *userdata);
+
+/* keep_alive_usec: as long as the daemon allows (its max_keep_alive). */
+#define WARM_KEEP_ALIVE_FOREVER UINT64_MAX
+
 /* What generate and chat have in common. Zero-initialize, then set what you need. */
 struct warm_gen_params {
     const char *model;          /* NULL or "" = the daemon's default model */
@@ -222,10 +271,15 @@ struct warm_gen_params {
     size_t n_stop;
     enum warm_cache_mode cache_mode;
     const char *cache_namespace; /* NULL or "" = the caller's own */
-    uint64_t keep_alive_usec;   /* 0 = the daemon's default */
+    uint64_t keep_alive_usec;   /* 0 = the daemon's default; WARM_KEEP_ALIVE_FOREVER; more
+                                   than the daemon's cap is capped (summary.warnings) */
     /* Cancellation from another thread or a signal handler: when *cancel becomes
      * non-zero the call is cancelled within about 50 ms and returns -WARM_CANCELLED. */
     const volatile sig_atomic_t *cancel;
+    /* Unload the model once the request is over and nothing else uses it (Ollama's
+     * keep_alive 0); keep_alive_usec is then ignored. */
+    bool unload_after;
+    warm_progress_fn on_progress;   /* NULL = none */
 };
 
 enum warm_stop_reason {
@@ -256,6 +310,8 @@ struct warm_summary {
     uint64_t seed;
     struct warm_rejected *rejected;  /* owned */
     size_t n_rejected;
+    uint64_t keep_alive_usec;   /* how long the model stays loaded (0 with unload_after) */
+    char warnings[512];         /* what the daemon said about the request, one per line */
 };
 WARM_API void warm_summary_done(struct warm_summary *s);
 
@@ -303,8 +359,10 @@ struct warm_cache_entry {
     uint64_t bytes;
     uint64_t last_used_usec;
     char kind[8];               /* "chunk" or "tail" */
+    char model[136];            /* the model's name when the daemon knows it, else "" */
 };
-/* Entries of a namespace, of one model (NULL = all), at most limit (0 = 100). *ret
+/* Entries of a namespace, of one model (NULL = all), at most limit (0 = 100), the most
+ * recently used first. *ret
  * (freed with warm_free) has *ret_n entries. */
 WARM_API int warm_cache_list(struct warm_client *c, const char *namespace_, const char *model,
                              uint32_t limit, struct warm_cache_entry **ret, size_t *ret_n,

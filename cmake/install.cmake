@@ -1,69 +1,62 @@
 # Install rules and the generated packaging files (DESIGN §7; packaging/README.md says
 # what goes where and why). Included last from the root CMakeLists.txt, so every module's
 # targets exist by now; targets that have not landed yet are skipped (if(TARGET ...)).
+#
+# Files that name installed paths are written when they are installed, for the prefix of
+# that installation (cmake/install-paths.cmake): `cmake --install BUILD --prefix P` gives
+# units and a warm.pc that point at P. The build tree's copies in BUILD/packaging/ are
+# for the configured CMAKE_INSTALL_PREFIX.
 include(GNUInstallDirs)
-
-# Where systemd looks for units, sysusers.d and tmpfiles.d: systemd.pc's variables when we
-# install into /usr (Debian 12: /lib/systemd/system, /usr/lib/sysusers.d,
-# /usr/lib/tmpfiles.d; debhelper 13.11 finds units only under lib/systemd/system), else
-# PREFIX/lib/..., which systemd also searches (/usr/local/lib/systemd/system, ...).
-# Paths that depend on the prefix (ExecStart=, the config) are fixed at configure time:
-# configure with -DCMAKE_INSTALL_PREFIX=/usr rather than `cmake --install --prefix`.
-# -DWARM_SYSTEMD_UNITDIR=... (and WARM_SYSUSERSDIR, WARM_TMPFILESDIR) override.
-function(warm_systemd_dir var pcvar fallback)
-  if(NOT DEFINED ${var})
-    set(dir ${fallback})
-    if(CMAKE_INSTALL_PREFIX STREQUAL "/usr")
-      pkg_get_variable(pcdir systemd ${pcvar})
-      if(pcdir)
-        set(dir ${pcdir})
-      endif()
-    endif()
-    set(${var} ${dir} PARENT_SCOPE)  # not cached: it follows CMAKE_INSTALL_PREFIX
-  endif()
-endfunction()
-warm_systemd_dir(WARM_SYSTEMD_UNITDIR systemdsystemunitdir lib/systemd/system)
-warm_systemd_dir(WARM_SYSUSERSDIR sysusersdir lib/sysusers.d)
-warm_systemd_dir(WARM_TMPFILESDIR tmpfilesdir lib/tmpfiles.d)
+include(${CMAKE_CURRENT_LIST_DIR}/install-paths.cmake)
 
 set(_src ${CMAKE_SOURCE_DIR}/packaging)
 set(_pkg ${CMAKE_BINARY_DIR}/packaging)
 
-# ---- units: warmd.service (CPU) and warmd-gpu.service from one template ----------------
-# The GPU lines come from packaging/gpu.conf, the drop-in admins install to switch
-# variants, so the drop-in and the full GPU unit cannot drift apart. warmd-gpu.service is
-# not installed: it exists so `systemd-analyze` can score the GPU variant as one file.
-set(WARMD_BINDIR ${CMAKE_INSTALL_FULL_BINDIR})
-# warmd reads /etc/warmd/warmd.conf; an install elsewhere (/usr/local/etc) names its file.
-set(WARMD_CONFIG ${CMAKE_INSTALL_FULL_SYSCONFDIR}/warmd/warmd.conf)
-set(WARMD_ARGS "")
-if(NOT WARMD_CONFIG STREQUAL "/etc/warmd/warmd.conf")
-  set(WARMD_ARGS " --config=${WARMD_CONFIG}")
-endif()
-set(WARMD_DATADIR ${CMAKE_INSTALL_FULL_DATADIR}/warmd)
-set(WARMD_DOCDIR ${CMAKE_INSTALL_FULL_DOCDIR})
-set(WARMD_STATE_DIR /var/lib/warmd)          # StateDirectory=warmd; config.c's default
-set(WARMD_MODELS_DIR /var/lib/warmd/models)  # config.c's default models_dir
-set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${_src}/gpu.conf)
-file(STRINGS ${_src}/gpu.conf _gpu_lines)
-set(_gpu_devices "")
-foreach(line IN LISTS _gpu_lines)
-  if(NOT line MATCHES "^(#|\\[|$)")
-    string(APPEND _gpu_devices "${line}\n")
-  endif()
+# ---- what the install-time scripts need: BUILD/install-vars.cmake ----------------------
+# systemd.pc's directories are read now (the install-time scripts cannot run pkg-config);
+# -DWARM_SYSTEMD_UNITDIR=... (WARM_SYSUSERSDIR, WARM_TMPFILESDIR) overrides them.
+pkg_get_variable(_pc_unitdir systemd systemdsystemunitdir)
+pkg_get_variable(_pc_sysusersdir systemd sysusersdir)
+pkg_get_variable(_pc_tmpfilesdir systemd tmpfilesdir)
+# libwarm.a's link line for `pkg-config --static --libs warm` (warm.pc.in says why it is
+# not Requires.private); preprocessor flags are no link flags, whatever a .pc says.
+set(_static ${GRPC_STATIC_LDFLAGS} ${PROTOBUFC_STATIC_LDFLAGS})
+list(FILTER _static EXCLUDE REGEX "^-[DI]")
+foreach(dir IN LISTS CMAKE_C_IMPLICIT_LINK_DIRECTORIES)  # -L/usr/lib: the linker's own
+  list(REMOVE_ITEM _static "-L${dir}")
 endforeach()
-string(STRIP "${_gpu_devices}" _gpu_devices)
+list(REMOVE_DUPLICATES _static)
+list(JOIN _static " " _static)
+set(_vars "# Written by cmake/install.cmake at configure time; read by the install scripts.\n")
+foreach(v IN ITEMS
+    "WARM_SOURCE_DIR;${CMAKE_SOURCE_DIR}" "WARM_BINARY_DIR;${CMAKE_BINARY_DIR}"
+    "WARM_CONFIGURED_PREFIX;${CMAKE_INSTALL_PREFIX}" "WARM_VERSION;${PROJECT_VERSION}"
+    "CMAKE_INSTALL_BINDIR;${CMAKE_INSTALL_BINDIR}" "CMAKE_INSTALL_LIBDIR;${CMAKE_INSTALL_LIBDIR}"
+    "CMAKE_INSTALL_INCLUDEDIR;${CMAKE_INSTALL_INCLUDEDIR}"
+    "CMAKE_INSTALL_DATADIR;${CMAKE_INSTALL_DATADIR}" "CMAKE_INSTALL_DOCDIR;${CMAKE_INSTALL_DOCDIR}"
+    "CMAKE_INSTALL_MANDIR;${CMAKE_INSTALL_MANDIR}"
+    "CMAKE_INSTALL_SYSCONFDIR;${CMAKE_INSTALL_SYSCONFDIR}"
+    "WARM_SYSTEMD_PC_UNITDIR;${_pc_unitdir}" "WARM_SYSTEMD_PC_SYSUSERSDIR;${_pc_sysusersdir}"
+    "WARM_SYSTEMD_PC_TMPFILESDIR;${_pc_tmpfilesdir}"
+    "WARM_GIVEN_UNITDIR;${WARM_SYSTEMD_UNITDIR}" "WARM_GIVEN_SYSUSERSDIR;${WARM_SYSUSERSDIR}"
+    "WARM_GIVEN_TMPFILESDIR;${WARM_TMPFILESDIR}"
+    "WARM_PC_LIBS_PRIVATE;${_static}")
+  list(GET v 0 name)
+  list(SUBLIST v 1 -1 value)
+  string(APPEND _vars "set(${name} [==[${value}]==])\n")
+endforeach()
+if(TARGET warmd)
+  string(APPEND _vars "set(WARM_HAVE_WARMD ON)\n")
+endif()
+string(APPEND _vars "include([==[${CMAKE_CURRENT_LIST_DIR}/install-paths.cmake]==])\n")
+file(CONFIGURE OUTPUT ${CMAKE_BINARY_DIR}/install-vars.cmake CONTENT "${_vars}" @ONLY)
 
-set(WARMD_VARIANT_NOTE "CPU variant (no device access). The GPU variant is this unit plus the drop-in
-# ${WARMD_DATADIR}/gpu.conf in /etc/systemd/system/warmd.service.d/ (see that file).")
-set(WARMD_DEVICES "PrivateDevices=yes")
-configure_file(${_src}/warmd.service.in ${_pkg}/warmd.service @ONLY)
-set(WARMD_VARIANT_NOTE "GPU variant, as one file for systemd-analyze: warmd.service plus the drop-in
-# gpu.conf. Not installed; install the drop-in instead.")
-set(WARMD_DEVICES "# GPU: the lines of packaging/gpu.conf\n${_gpu_devices}")
-configure_file(${_src}/warmd.service.in ${_pkg}/warmd-gpu.service @ONLY)
-configure_file(${_src}/gpu.conf ${_pkg}/gpu.conf @ONLY)
-configure_file(${_src}/warmd.socket ${_pkg}/warmd.socket COPYONLY)
+# The build tree's copies, for the configured prefix (and the variables in this scope).
+include(${CMAKE_BINARY_DIR}/install-vars.cmake)
+warm_packaging_render("${CMAKE_INSTALL_PREFIX}" "${_pkg}")
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+  ${_src}/gpu.conf ${_src}/warmd.service.in ${_src}/warmd.socket
+  ${CMAKE_SOURCE_DIR}/client/warm.pc.in ${CMAKE_CURRENT_LIST_DIR}/install-paths.cmake)
 
 # ---- the default config, generated from the daemon's schema table ----------------------
 # Every key commented out with its help and default, so the conffile changes nothing and
@@ -91,17 +84,34 @@ endif()
 # client/CMakeLists.txt installs libwarm, warm.h, warm.pc and warmctl itself.
 if(TARGET warmd)
   install(TARGETS warmd RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-  install(FILES ${_pkg}/warmd.conf DESTINATION ${CMAKE_INSTALL_FULL_SYSCONFDIR}/warmd)
   install(FILES ${_pkg}/warmd.8 DESTINATION ${CMAKE_INSTALL_MANDIR}/man8)
 endif()
 if(TARGET warmctl)
   install(FILES ${_src}/warmctl.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
 endif()
-install(FILES ${_pkg}/warmd.service ${_pkg}/warmd.socket DESTINATION ${WARM_SYSTEMD_UNITDIR})
-install(FILES ${_src}/sysusers.conf DESTINATION ${WARM_SYSUSERSDIR} RENAME warmd.conf)
-install(FILES ${_src}/tmpfiles.conf DESTINATION ${WARM_TMPFILESDIR} RENAME warmd.conf)
-install(FILES ${_pkg}/gpu.conf DESTINATION ${CMAKE_INSTALL_DATADIR}/warmd)
-install(FILES ${_src}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+# Units, sysusers.d, tmpfiles.d, gpu.conf, the conffile: for the prefix of the install.
+install(CODE "include([==[${CMAKE_BINARY_DIR}/install-vars.cmake]==])
+warm_packaging_install(service)")
+# The installed README is for admins and users of the installed files.
+install(FILES ${_src}/README.installed.md DESTINATION ${CMAKE_INSTALL_DOCDIR} RENAME README.md)
+# Tools an admin needs when a model does not load or runs slowly.
+foreach(tool warm-gguf warm-bench)
+  if(TARGET ${tool})
+    install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+    install(FILES ${_src}/${tool}.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+  endif()
+endforeach()
+# The Python client, with the stubs generated from proto/ at build time, for Debian's
+# python3 (its own packages live in PREFIX/lib/python3/dist-packages).
+set(WARM_PYTHON_INSTALL_DIR lib/python3/dist-packages CACHE STRING
+  "where the Python client is installed, below the prefix unless absolute")
+if(TARGET warm_proto_python)
+  install(DIRECTORY ${CMAKE_SOURCE_DIR}/client/python/warm_client
+    DESTINATION ${WARM_PYTHON_INSTALL_DIR} FILES_MATCHING PATTERN "*.py"
+    PATTERN __pycache__ EXCLUDE)
+  install(FILES ${WARM_PYTHON_DIR}/warm/v1/warm_pb2.py ${WARM_PYTHON_DIR}/warm/v1/warm_pb2_grpc.py
+    DESTINATION ${WARM_PYTHON_INSTALL_DIR}/warm/v1)
+endif()
 
 # ---- checks that need no installation (tests/packaging/check-units.sh) -----------------
 if(TARGET warmd)
@@ -109,3 +119,7 @@ if(TARGET warmd)
     COMMAND sh ${CMAKE_SOURCE_DIR}/tests/packaging/check-units.sh ${CMAKE_BINARY_DIR})
   set_tests_properties(packaging-units PROPERTIES LABELS unit TIMEOUT 120 SKIP_RETURN_CODE 77)
 endif()
+# `cmake --install --prefix P` writes units and warm.pc that point at P.
+add_test(NAME packaging-install-prefix
+  COMMAND sh ${CMAKE_SOURCE_DIR}/tests/packaging/check-install-prefix.sh ${CMAKE_BINARY_DIR})
+set_tests_properties(packaging-install-prefix PROPERTIES LABELS unit TIMEOUT 300)

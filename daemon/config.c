@@ -2,10 +2,12 @@
 #include "daemon/config.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -51,7 +53,11 @@ const struct config_key config_keys[] = {
     {"threads", CONFIG_TYPE_U32, OFF(threads), "0", 0, 1024, NULL,
      "compute threads per model; 0 = number of online CPUs"},
     {"ctx_size", CONFIG_TYPE_U32, OFF(ctx_size), "4096", 16, 1048576, NULL,
-     "context size per sequence, tokens"},
+     "context size per sequence, tokens; a model gets at most the context it was trained "
+     "for (unless ctx_above_trained)"},
+    {"ctx_above_trained", CONFIG_TYPE_BOOL, OFF(ctx_above_trained), "no", 0, 0, NULL,
+     "give models the whole ctx_size even past their trained context (quality drops "
+     "there; prompts longer than it get a warning)"},
     {"parallel", CONFIG_TYPE_U32, OFF(parallel), "4", 1, 256, NULL,
      "sequences decoded together per loaded model"},
     {"cache_type_k", CONFIG_TYPE_ENUM, OFF(cache_type_k), "f16", 0, 0,
@@ -341,24 +347,77 @@ static char *trim(char *s) {
 
 #define CONFIG_FILE_MAX (1024 * 1024)
 
-int config_load_file(struct config *c, const char *path, struct err_detail *d) {
+/* The errors of one configuration read, over the main file and its drop-ins: each
+ * "FILE:LINE: message" on a line of its own in d->msg while they fit, so an admin fixes
+ * them all in one go, then how many did not fit. */
+struct config_errors {
+    struct err_detail *d;
+    int code;          /* the first error's code; 0 = none yet */
+    unsigned n;        /* errors seen */
+    unsigned n_shown;  /* of them, lines in d->msg */
+};
+/* Room kept at the end of d->msg for "\n(and 4294967295 more errors)". */
+#define CONFIG_ERRORS_TAIL 32
+
+static void errors_add(struct config_errors *e, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void errors_add(struct config_errors *e, int code, const char *fmt, ...) {
+    if (e->n++ == 0) e->code = code;
+    if (!e->d) return;
+    char line[sizeof e->d->msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (e->n_shown == 0) {
+        err_set(e->d, code, "%s", line);
+        e->n_shown = 1;
+        return;
+    }
+    size_t len = strlen(e->d->msg), n = strlen(line);
+    if (len + 1 + n + CONFIG_ERRORS_TAIL >= sizeof e->d->msg) return;
+    e->d->msg[len] = '\n';
+    memcpy(e->d->msg + len + 1, line, n + 1);
+    e->n_shown++;
+}
+
+/* 0 when no error was seen, else the first error's code (d->msg says how many were left
+ * out). */
+static int errors_finish(struct config_errors *e) {
+    if (e->n == 0) return 0;
+    if (e->d && e->n > e->n_shown) {
+        size_t len = strlen(e->d->msg);
+        snprintf(e->d->msg + len, sizeof e->d->msg - len, "\n(and %u more errors)",
+                 e->n - e->n_shown);
+    }
+    return e->code;
+}
+
+/* Reads one file's `key = value` lines into c; a bad line is an error in e and the next
+ * line is read all the same. Returns -ENOENT when the file does not exist (an error in e
+ * unless optional), another -errno / ERR_CONFIG when it cannot be read, else 0. */
+static int file_load(struct config *c, const char *path, bool optional,
+                     struct config_errors *e) {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
     if (fd < 0) {
-        int e = errno;
-        return err_set(d, -e, "%s: %s", path, strerror(e));
+        int err = errno;
+        if (!(optional && err == ENOENT)) errors_add(e, -err, "%s: %s", path, strerror(err));
+        return -err;
     }
     struct stat st;
     /* Character devices are read as empty (--config /dev/null = no file). */
     if (fstat(fd, &st) < 0 || !(S_ISREG(st.st_mode) || S_ISCHR(st.st_mode)) ||
         st.st_size > CONFIG_FILE_MAX) {
         close(fd);
-        return err_set(d, ERR_CONFIG, "%s: not a regular file of at most %d bytes", path,
-                       CONFIG_FILE_MAX);
+        errors_add(e, ERR_CONFIG, "%s: not a regular file of at most %d bytes", path,
+                   CONFIG_FILE_MAX);
+        return ERR_CONFIG;
     }
     if (S_ISCHR(st.st_mode)) st.st_size = 0;
     _cleanup_free_ char *buf = malloc((size_t)st.st_size + 1);
     if (!buf) {
         close(fd);
+        errors_add(e, -ENOMEM, "%s: out of memory", path);
         return -ENOMEM;
     }
     size_t len = 0;
@@ -370,10 +429,11 @@ int config_load_file(struct config *c, const char *path, struct err_detail *d) {
     }
     close(fd);
     buf[len] = 0;
-    if (memchr(buf, 0, len)) return err_set(d, ERR_CONFIG, "%s: contains a NUL byte", path);
+    if (memchr(buf, 0, len)) {
+        errors_add(e, ERR_CONFIG, "%s: contains a NUL byte", path);
+        return ERR_CONFIG;
+    }
 
-    /* Parse into a copy so a failing file leaves c untouched. */
-    struct config tmp = *c;
     unsigned line = 0;
     for (char *p = buf, *next; p; p = next) {
         line++;
@@ -382,7 +442,10 @@ int config_load_file(struct config *c, const char *path, struct err_detail *d) {
         char *s = trim(p);
         if (*s == 0 || *s == '#') continue;
         char *eq = strchr(s, '=');
-        if (!eq) return err_set(d, ERR_CONFIG, "%s:%u: expected 'key = value'", path, line);
+        if (!eq) {
+            errors_add(e, ERR_CONFIG, "%s:%u: expected 'key = value'", path, line);
+            continue;
+        }
         *eq = 0;
         char *key = trim(s), *val = trim(eq + 1);
         size_t vn = strlen(val);
@@ -390,14 +453,61 @@ int config_load_file(struct config *c, const char *path, struct err_detail *d) {
             val[vn - 1] = 0;
             val++;
         }
-        if (strchr(key, '-') || !key_find(key))
-            return err_set(d, ERR_CONFIG, "%s:%u: unknown key '%s'", path, line, key);
+        if (strchr(key, '-') || !key_find(key)) {
+            errors_add(e, ERR_CONFIG, "%s:%u: unknown key '%s'", path, line, key);
+            continue;
+        }
         struct err_detail kd = {0};
-        int r = config_set(&tmp, key, val, &kd);
-        if (r < 0) return err_set(d, r, "%s:%u: %s", path, line, err_msg(&kd, r));
+        int r = config_set(c, key, val, &kd);
+        if (r < 0) errors_add(e, r, "%s:%u: %s", path, line, err_msg(&kd, r));
     }
+    return 0;
+}
+
+int config_load_file(struct config *c, const char *path, struct err_detail *d) {
+    /* Parse into a copy so a failing file leaves c untouched. */
+    struct config tmp = *c;
+    struct config_errors e = {.d = d};
+    file_load(&tmp, path, false, &e);
+    int r = errors_finish(&e);
+    if (r < 0) return r;
     *c = tmp;
     return 0;
+}
+
+/* Drop-ins: PATH.d/NAME.conf (NAME not starting with '.'), in byte order of NAME. */
+static int dropin_filter(const struct dirent *de) {
+    size_t n = strlen(de->d_name);
+    return de->d_name[0] != '.' && n > 5 && strcmp(de->d_name + n - 5, ".conf") == 0;
+}
+static int dropin_cmp(const struct dirent **a, const struct dirent **b) {
+    return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+/* Reads PATH.d/ *.conf after PATH, so admins (and packages) add settings without editing
+ * the conffile; a later file wins. A missing directory is no error. */
+static void dropins_load(struct config *c, const char *path, struct config_errors *e) {
+    char dir[PATH_MAX];
+    if (snprintf(dir, sizeof dir, "%s.d", path) >= (int)sizeof dir) {
+        errors_add(e, ERR_CONFIG, "%s.d: path too long", path);
+        return;
+    }
+    struct dirent **list = NULL;
+    int n = scandir(dir, &list, dropin_filter, dropin_cmp);
+    if (n < 0) {
+        int err = errno;
+        if (err != ENOENT) errors_add(e, -err, "%s: %s", dir, strerror(err));
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        char file[PATH_MAX];
+        if (snprintf(file, sizeof file, "%s/%s", dir, list[i]->d_name) < (int)sizeof file)
+            file_load(c, file, false, e);
+        else
+            errors_add(e, ERR_CONFIG, "%s/%s: path too long", dir, list[i]->d_name);
+        free(list[i]);
+    }
+    free(list);
 }
 
 /* ---- command line -------------------------------------------------------------------- */
@@ -437,13 +547,14 @@ int config_parse_args(struct config *c, int argc, char **argv, struct config_cmd
     }
     int r = config_init(c, d);
     if (r < 0) return r;
-    if (file) {
-        r = config_load_file(c, file, d);
-        if (r < 0) return r;
-    } else {
-        r = config_load_file(c, CONFIG_DEFAULT_PATH, d);
-        if (r < 0 && r != -ENOENT) return r;
-    }
+    /* The file (--config FILE, else CONFIG_DEFAULT_PATH when it exists), then its
+     * drop-ins; every error in any of them is reported at once. */
+    const char *path = file ? file : CONFIG_DEFAULT_PATH;
+    struct config_errors e = {.d = d};
+    file_load(c, path, !file, &e);
+    dropins_load(c, path, &e);
+    r = errors_finish(&e);
+    if (r < 0) return r;
     /* Pass 2: the overrides, in order. */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -529,8 +640,9 @@ void config_print_help(FILE *f) {
             "             [--help] [--version]\n"
             "\n"
             "warmd keeps LLM models resident and serves them over gRPC on a Unix socket.\n"
-            "Settings come from %s (or --config FILE), then from the\n"
-            "command line (--models-dir=DIR or --models_dir DIR). Keys, with defaults:\n\n",
+            "Settings come from %s (or --config FILE), then from FILE.d/*.conf\n"
+            "in lexical order, then from the command line (--models-dir=DIR or\n"
+            "--models_dir DIR). Keys, with defaults:\n\n",
             CONFIG_DEFAULT_PATH);
     for (size_t i = 0; i < config_n_keys; i++) {
         const struct config_key *k = &config_keys[i];
@@ -560,9 +672,11 @@ static void print_comment(FILE *f, const char *text) {
 
 void config_print_default(FILE *f) {
     fprintf(f, "# %s: warmd's settings, `key = value`; '#' starts a comment.\n"
-               "# Every key is listed with its default, commented out. warmd --KEY=VALUE on the\n"
-               "# command line overrides this file. Generated by warmd --print-default-config.\n",
-            CONFIG_DEFAULT_PATH);
+               "# Every key is listed with its default, commented out. Rather than editing\n"
+               "# this file, put settings in %s.d/*.conf: those files are read\n"
+               "# after it, in lexical order, a later one winning. warmd --KEY=VALUE on the\n"
+               "# command line overrides them all. Generated by warmd --print-default-config.\n",
+            CONFIG_DEFAULT_PATH, CONFIG_DEFAULT_PATH);
     for (size_t i = 0; i < config_n_keys; i++) {
         const struct config_key *k = &config_keys[i];
         fputc('\n', f);

@@ -1,7 +1,9 @@
 /* config — warmd's configuration: one schema table (key, type, default, bounds, help),
- * read from /etc/warmd/warmd.conf (or --config FILE) and then overridden by command-line
- * `--key=value` (dashes or underscores). Unknown keys and bad values are errors that name
- * the file and line (or the option). The same table drives --help and --print-config.
+ * read from /etc/warmd/warmd.conf (or --config FILE), then from the drop-ins FILE.d/NAME.conf
+ * in lexical order, and then overridden by command-line `--key=value` (dashes or
+ * underscores). Unknown keys and bad values are errors that name the file and line (or
+ * the option); every error of the files is reported, not only the first. The same table
+ * drives --help and --print-config.
  *
  * struct config is plain data: no pointers, copyable, nothing to free. */
 #pragma once
@@ -53,6 +55,7 @@ struct config {
     char preload[1024];                    /* models loaded before READY=1, comma-separated */
     uint32_t threads;                      /* 0 = number of online CPUs */
     uint32_t ctx_size;                     /* tokens per sequence */
+    bool ctx_above_trained;                /* ctx_size may exceed a model's trained context */
     uint32_t parallel;                     /* sequences per loaded model */
     int cache_type_k;                      /* enum config_cache_type */
     int cache_type_v;
@@ -121,7 +124,9 @@ int config_init(struct config *c, struct err_detail *d);
  * the key on an unknown key or a bad value; c is unchanged on failure. */
 int config_set(struct config *c, const char *key, const char *value, struct err_detail *d);
 /* Reads `key = value` lines ('#' starts a comment line; blank lines ignored). Errors are
- * "FILE:LINE: message". -ENOENT when the file does not exist (nothing set). */
+ * "FILE:LINE: message", one line each in d, every bad line of the file (as many as d
+ * holds, then "(and N more errors)"); the first error's code is returned and c is
+ * unchanged. -ENOENT when the file does not exist (nothing set). */
 int config_load_file(struct config *c, const char *path, struct err_detail *d);
 /* Environment overrides read once at startup: WARM_ATTN_ROT_DISABLE=1 turns kv_rotation
  * off. */
@@ -132,8 +137,10 @@ struct config_cmdline {
     bool help, version, print_config, print_default_config;
 };
 /* The whole startup sequence: defaults, then the config file (--config FILE, else
- * CONFIG_DEFAULT_PATH if it exists), then every --key=value / --key value, then the
- * environment. --help/--version/--print-config are reported in ret. */
+ * CONFIG_DEFAULT_PATH if it exists), then the drop-ins FILE.d/NAME.conf in byte order of
+ * their names (a missing directory is fine; the errors of all files are reported
+ * together), then every --key=value / --key value, then the environment.
+ * --help/--version/--print-config are reported in ret. */
 int config_parse_args(struct config *c, int argc, char **argv, struct config_cmdline *ret,
                       struct err_detail *d);
 

@@ -539,6 +539,13 @@ static bool accept_one(struct guard *g, uint64_t now) {
     struct err_detail d = {0};
     int r = listener_admit(g->listener, fd, &p, &d);
     if (r < 0) {
+        /* Say why before closing (libwarm tells a refused user so in a sentence, without
+         * retrying): an HTTP/2 GOAWAY, no stream processed, whose debug data names the
+         * policy; nothing of the connection is read. Best effort: a full buffer drops it. */
+        static const char why[] = "warmd: refused by the access policy";
+        uint8_t goaway[9 + 8 + sizeof why - 1] = {0, 0, 8 + sizeof why - 1, H2_GOAWAY};
+        memcpy(goaway + 9 + 8, why, sizeof why - 1);
+        (void)send(fd, goaway, sizeof goaway, MSG_NOSIGNAL | MSG_DONTWAIT);
         close(fd);
         metrics_add(g->metrics, METRIC_CONN_REFUSED, 1);
         char extra[300];

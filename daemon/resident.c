@@ -84,6 +84,26 @@ static ssize_t lru_idle_locked(struct residency *rs) {
     return best;
 }
 
+/* Would evicting every idle and retired model make room for one of `bytes` (lock held)?
+ * 0 when it would, -EBUSY when every slot is busy, ERR_TOO_LARGE when the busy models
+ * leave too little of the memory budget. */
+static int room_possible_locked(struct daemon *d, uint64_t bytes) {
+    struct residency *rs = &d->residency;
+    uint64_t kept = 0;
+    size_t busy = 0;
+    for (size_t i = 0; i < rs->n_loaded; i++) {
+        if (idle(rs->loaded[i])) continue;
+        kept += memory_of(rs->loaded[i]);
+        busy++;
+    }
+    if (kept + bytes > d->memory_budget_bytes) return ERR_TOO_LARGE;
+    return busy < d->config.max_loaded_models && busy < RESIDENT_MAX ? 0 : -EBUSY;
+}
+
+uint32_t residency_ctx_size(const struct config *c, uint32_t n_ctx_train) {
+    return c->ctx_above_trained || !n_ctx_train ? c->ctx_size : MIN(c->ctx_size, n_ctx_train);
+}
+
 static uint64_t keep_alive(const struct config *c, uint64_t want) {
     return MIN(want ? want : c->keep_alive_usec, c->max_keep_alive_usec);
 }
@@ -106,8 +126,13 @@ int residency_acquire(struct daemon *d, const char *name, uint64_t keep_alive_us
     int e = registry_find(&d->registry, name, &m, err);
     if (e < 0) return e;
     /* The file as it is now: a loaded model whose file changed is loaded again (a file
-     * that cannot be opened any more counts as changed; its load then says why). */
-    bool on_disk = registry_stat(&d->registry, name, &m, NULL) >= 0;
+     * that cannot be opened any more counts as changed; its load then says why). A file
+     * that would not load (registry.h checks it as the loader does) is refused here,
+     * before anything loaded is retired or evicted for it. */
+    struct err_detail se = {0};
+    e = registry_stat(&d->registry, name, &m, &se);
+    if (e == ERR_UNSUPPORTED) return err_set(err, e, "%s", se.msg);
+    bool on_disk = e >= 0;
     struct resident *evict[2 * RESIDENT_MAX + 1];
     size_t n_evict = 0;
     bool changed = false;
@@ -135,8 +160,11 @@ int residency_acquire(struct daemon *d, const char *name, uint64_t keep_alive_us
         return e;
     }
     /* Make room: a free slot and the file's size (the weights) within the budget. Idle
-     * models go first; retired ones last, since freeing them ends their streams. */
-    for (;;) {
+     * models go first; retired ones last, since freeing them ends their streams. Nothing
+     * is evicted unless that makes room: a load that would fail anyway (every slot busy,
+     * or too big even then) must not cost the loaded models their place. */
+    int room = room_possible_locked(d, m.size_bytes);
+    for (; room >= 0;) {
         bool no_room = memory_locked(rs) + m.size_bytes > d->memory_budget_bytes;
         if (rs->n_loaded < c->max_loaded_models && !no_room) break;
         ssize_t i = lru_idle_locked(rs);
@@ -150,10 +178,12 @@ int residency_acquire(struct daemon *d, const char *name, uint64_t keep_alive_us
         }
     }
     struct resident *r = NULL;
-    if (rs->n_loaded >= c->max_loaded_models || rs->n_loaded >= RESIDENT_MAX) {
+    if (room != ERR_TOO_LARGE &&
+        (room == -EBUSY || rs->n_loaded >= c->max_loaded_models || rs->n_loaded >= RESIDENT_MAX)) {
         e = err_set(err, -EBUSY, "model '%s' cannot be loaded: all %zu loaded models are busy "
                     "(max_loaded_models = %u)", name, rs->n_loaded, c->max_loaded_models);
-    } else if (memory_locked(rs) + m.size_bytes > d->memory_budget_bytes) {
+    } else if (room == ERR_TOO_LARGE ||
+               memory_locked(rs) + m.size_bytes > d->memory_budget_bytes) {
         e = err_set(err, ERR_TOO_LARGE, "model '%s' (%llu bytes) does not fit the memory "
                     "budget of %llu bytes", name, (unsigned long long)m.size_bytes,
                     (unsigned long long)d->memory_budget_bytes);
@@ -190,8 +220,12 @@ int residency_acquire(struct daemon *d, const char *name, uint64_t keep_alive_us
         close(fd);
     }
     if (e >= 0) {
+        if (residency_ctx_size(c, m.meta.n_ctx_train) < c->ctx_size)
+            log_info("model '%s': context %u tokens, the context it was trained for "
+                     "(ctx_size = %u; ctx_above_trained = yes gives it all)", name,
+                     m.meta.n_ctx_train, c->ctx_size);
         struct runner_params p = {
-            .n_ctx = c->ctx_size,
+            .n_ctx = residency_ctx_size(c, m.meta.n_ctx_train),
             .n_seq = c->parallel,
             .n_threads = (int)d->threads,
             .type_k = (enum kern_type)kern_type_from_name(config_cache_type_names[c->cache_type_k]),
@@ -358,4 +392,12 @@ void residency_done(struct daemon *d) {
     pthread_mutex_unlock(&rs->lock);
     pthread_cond_destroy(&rs->load_done);
     pthread_mutex_destroy(&rs->lock);
+}
+
+uint64_t residency_keep_alive(struct daemon *d, struct resident *r, const uint64_t *set_usec) {
+    pthread_mutex_lock(&d->residency.lock);
+    if (set_usec) r->keep_alive_usec = *set_usec;
+    uint64_t v = r->keep_alive_usec;
+    pthread_mutex_unlock(&d->residency.lock);
+    return v;
 }

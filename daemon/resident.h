@@ -77,5 +77,11 @@ struct residency_info {
 /* What ListModels reports for name. */
 void residency_info(struct daemon *d, const char *name, struct residency_info *ret);
 size_t residency_count(struct daemon *d);
+/* The context per sequence a model trained for n_ctx_train tokens gets: ctx_size, at most
+ * n_ctx_train unless ctx_above_trained (0 = unknown: ctx_size). */
+uint32_t residency_ctx_size(const struct config *c, uint32_t n_ctx_train);
 /* Generation requests queued or running on all loaded models. */
 unsigned residency_queue_depth(struct daemon *d);
+/* The keep-alive of a model the caller holds, after setting it to *set_usec exactly (no
+ * cap; 0 = unloaded by the next tick once idle) when set_usec is not NULL. */
+uint64_t residency_keep_alive(struct daemon *d, struct resident *r, const uint64_t *set_usec);

@@ -99,31 +99,102 @@ static void cache_stats_run(struct rpc_call *c, const ProtobufCMessage *req) {
     rpc_call_reply(c, &r.base);
 }
 
+/* CacheList keeps the `cap` most recently used entries of the walk (a min-heap on
+ * last use, so the walk stays O(n log cap) over a big store), then answers them newest
+ * first. */
+struct list_item {
+    struct store_entry e;       /* e.ns points at ns below */
+    char ns[128];
+};
+
 struct list_ctx {
-    Warm__V1__CacheEntry *entries;
-    char (*strs)[3][128];       /* namespace, fingerprint (unknown: empty), key hex */
+    struct list_item *items;
     size_t n, cap;
 };
 
+/* a is older than b: last use, then namespace and key, so the order is total */
+static bool older(const struct list_item *a, const struct list_item *b) {
+    if (a->e.last_used_usec != b->e.last_used_usec) return a->e.last_used_usec < b->e.last_used_usec;
+    int c = strcmp(a->ns, b->ns);
+    if (c) return c > 0;
+    return memcmp(a->e.key.bytes, b->e.key.bytes, sizeof a->e.key.bytes) > 0;
+}
+
+static void heap_down(struct list_item *h, size_t n, size_t i) {
+    for (;;) {
+        size_t m = i, l = 2 * i + 1, r = l + 1;
+        if (l < n && older(&h[l], &h[m])) m = l;
+        if (r < n && older(&h[r], &h[m])) m = r;
+        if (m == i) return;
+        struct list_item t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+}
+
+static void heap_up(struct list_item *h, size_t i) {
+    while (i && older(&h[i], &h[(i - 1) / 2])) {
+        struct list_item t = h[i];
+        h[i] = h[(i - 1) / 2];
+        h[(i - 1) / 2] = t;
+        i = (i - 1) / 2;
+    }
+}
+
 static int list_cb(const struct store_entry *e, void *userdata) {
     struct list_ctx *l = userdata;
-    if (l->n == l->cap) return -ECANCELED; /* enough: ends the walk, not an error */
-    Warm__V1__CacheEntry *x = &l->entries[l->n];
-    char (*s)[128] = l->strs[l->n];
-    warm__v1__cache_entry__init(x);
-    snprintf(s[0], 128, "%s", e->ns ? e->ns : "");
-    s[1][0] = 0;
-    store_key_to_hex(&e->key, s[2]);
-    x->namespace_ = s[0];
-    x->fingerprint = s[1];
-    x->key = s[2];
-    x->n_tokens = e->n_tokens;
-    x->position = (uint32_t)MIN(e->p0, (uint64_t)UINT32_MAX);
-    x->bytes = e->bytes;
-    x->last_used_usec = e->last_used_usec;
-    x->kind = e->kind == STORE_KIND_TAIL ? "tail" : "chunk";
-    l->n++;
+    struct list_item x = {.e = *e};
+    snprintf(x.ns, sizeof x.ns, "%s", e->ns ? e->ns : "");
+    if (l->n < l->cap) {
+        l->items[l->n] = x;
+        heap_up(l->items, l->n++);
+    } else if (l->cap && older(&l->items[0], &x)) {
+        l->items[0] = x;
+        heap_down(l->items, l->n, 0);
+    }
     return 0;
+}
+
+static int newest_first(const void *a, const void *b) {
+    return older(a, b) ? 1 : older(b, a) ? -1 : 0;
+}
+
+/* The loaded models' fingerprints and names, to name the model of each entry. */
+struct model_names {
+    struct registry_model *list;
+    size_t n;
+    struct hash128 *fp;
+    bool *known;
+};
+
+static void model_names_init(struct daemon *d, struct model_names *m) {
+    *m = (struct model_names){0};
+    if (registry_list(&d->registry, &m->list, &m->n) < 0 || !m->n) return;
+    m->fp = calloc_array(m->n, sizeof *m->fp);
+    m->known = calloc_array(m->n, sizeof *m->known);
+    if (!m->fp || !m->known) {
+        m->n = 0;
+        return;
+    }
+    for (size_t i = 0; i < m->n; i++) {
+        struct residency_info ri;
+        residency_info(d, m->list[i].name, &ri);
+        m->fp[i] = ri.fingerprint;
+        m->known[i] = ri.loaded;
+    }
+}
+
+static const char *model_name_of(const struct model_names *m, struct hash128 fp) {
+    for (size_t i = 0; i < m->n; i++)
+        if (m->known[i] && hash128_eq(m->fp[i], fp)) return m->list[i].name;
+    return "";
+}
+
+static void model_names_done(struct model_names *m) {
+    free(m->list);
+    free(m->fp);
+    free(m->known);
 }
 
 static void cache_list_run(struct rpc_call *c, const ProtobufCMessage *req) {
@@ -135,28 +206,62 @@ static void cache_list_run(struct rpc_call *c, const ProtobufCMessage *req) {
     char own[32];
     const char *ns = ns_of(c, q->namespace_, own);
     struct list_ctx l = {.cap = q->limit ? MIN(q->limit, LIST_MAX) : LIST_DEFAULT};
-    l.entries = calloc_array(l.cap, sizeof *l.entries);
-    l.strs = calloc_array(l.cap, sizeof *l.strs);
+    l.items = calloc_array(l.cap, sizeof *l.items);
+    Warm__V1__CacheEntry *entries = calloc_array(l.cap, sizeof *entries);
     Warm__V1__CacheEntry **ptrs = calloc_array(l.cap, sizeof *ptrs);
+    char (*strs)[2][72] = calloc_array(l.cap, sizeof *strs); /* fingerprint, key hex */
+    struct model_names names;
+    model_names_init(rpc_call_daemon(c), &names);
     struct store_txn *txn = NULL;
-    int e = !l.entries || !l.strs || !ptrs ? -ENOMEM : store_txn_begin(env, STORE_TXN_READ, &txn);
+    int e = !l.items || !entries || !ptrs || !strs ? -ENOMEM
+                                                   : store_txn_begin(env, STORE_TXN_READ, &txn);
     if (e >= 0) e = store_list(txn, ns, list_cb, &l);
-    if (e == -ECANCELED) e = 0;
-    store_txn_abort(txn);
+    if (e >= 0) {
+        qsort(l.items, l.n, sizeof *l.items, newest_first);
+        for (size_t i = 0; i < l.n; i++) {
+            struct list_item *it = &l.items[i];
+            Warm__V1__CacheEntry *x = &entries[i];
+            warm__v1__cache_entry__init(x);
+            /* the model: from the blob's header (a record that does not read is listed
+             * without one; the lookup that meets it refuses it) */
+            struct store_rec rec;
+            struct hash128 fp;
+            strs[i][0][0] = 0;
+            x->model = "";
+            if (store_get(txn, &it->e.key, &rec, NULL) >= 0 &&
+                engine_kv_blob_model(rec.blob, rec.blob_bytes, &fp, NULL) >= 0) {
+                hash128_to_hex(fp, strs[i][0]);
+                x->model = (char *)model_name_of(&names, fp);
+            }
+            store_key_to_hex(&it->e.key, strs[i][1]);
+            x->namespace_ = it->ns;
+            x->fingerprint = strs[i][0];
+            x->key = strs[i][1];
+            x->n_tokens = it->e.n_tokens;
+            x->position = (uint32_t)MIN(it->e.p0, (uint64_t)UINT32_MAX);
+            x->bytes = it->e.bytes;
+            x->last_used_usec = it->e.last_used_usec;
+            x->kind = it->e.kind == STORE_KIND_TAIL ? "tail" : "chunk";
+            ptrs[i] = x;
+        }
+    }
     if (e < 0) {
+        store_txn_abort(txn);
         rpc_call_fail(c, rpc_status_from_err(e) == GRPC_STATUS_RESOURCE_EXHAUSTED
                              ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_UNAVAILABLE,
                       "prompt cache: %s", err_str(e));
     } else {
-        for (size_t i = 0; i < l.n; i++) ptrs[i] = &l.entries[i];
         Warm__V1__CacheListResponse r = WARM__V1__CACHE_LIST_RESPONSE__INIT;
         r.n_entries = l.n;
         r.entries = ptrs;
-        rpc_call_reply(c, &r.base);
+        rpc_call_reply(c, &r.base); /* packed here: the txn (views) is still open */
+        store_txn_abort(txn);
     }
+    model_names_done(&names);
+    free(strs);
     free(ptrs);
-    free(l.strs);
-    free(l.entries);
+    free(entries);
+    free(l.items);
 }
 
 static void cache_purge_run(struct rpc_call *c, const ProtobufCMessage *req) {

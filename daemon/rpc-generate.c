@@ -3,6 +3,7 @@
 #include "daemon/rpc-handlers.h"
 
 #include "daemon/cache.h"
+#include "daemon/log.h"
 
 #include "warm/v1/warm.pb-c.h"
 
@@ -89,6 +90,9 @@ struct gen_job {
     size_t n_pending, cap_pending;
     int stop_hit;               /* index into stop, or -1 */
     uint64_t seed, start_usec, load_usec;
+    uint64_t keep_alive_usec;   /* the model's keep-alive after this request */
+    char warning[256];          /* Summary.warnings (one at most so far); "" = none */
+    char warning_ctx[256];      /* the prompt is past the trained context; "" = not */
 };
 
 static void job_free(struct gen_job *j) {
@@ -156,6 +160,29 @@ static bool job_token(struct runner_job *b, int32_t id, const char *text, size_t
     if (j->n_pending > emit) memmove(j->pending, j->pending + emit, j->n_pending - emit);
     j->n_pending -= emit;
     return e >= 0;
+}
+
+/* Progress of a long prefill (Progress events, stage PREFILL). */
+static void send_progress(struct rpc_call *c, Warm__V1__ProgressStage stage, uint64_t start_usec,
+                          const struct runner_progress *p) {
+    Warm__V1__Progress pr = WARM__V1__PROGRESS__INIT;
+    pr.stage = stage;
+    if (p) {
+        pr.prompt_tokens = p->prompt_tokens;
+        pr.done_tokens = p->done_tokens;
+        pr.ram_tokens = p->ram_tokens;
+        pr.store_tokens = p->store_tokens;
+    }
+    pr.elapsed_usec = time_now_usec() - start_usec;
+    Warm__V1__GenerateEvent ev = WARM__V1__GENERATE_EVENT__INIT;
+    ev.event_case = WARM__V1__GENERATE_EVENT__EVENT_PROGRESS;
+    ev.progress = &pr;
+    (void)rpc_call_send(c, &ev.base); /* a client gone is seen by job_cancelled */
+}
+
+static void job_progress(struct runner_job *b, const struct runner_progress *p) {
+    struct gen_job *j = (struct gen_job *)b;
+    send_progress(j->call, WARM__V1__PROGRESS_STAGE__PROGRESS_STAGE_PREFILL, j->start_usec, p);
 }
 
 static bool job_cancelled(struct runner_job *b) {
@@ -226,6 +253,12 @@ static void job_done(struct runner_job *b, const struct runner_result *res, int 
         sum.decode_usec = res->decode_usec;
         sum.total_usec = time_now_usec() - j->start_usec;
         sum.seed = j->seed;
+        sum.keep_alive_usec = j->keep_alive_usec;
+        char *warnings[2];
+        sum.n_warnings = 0;
+        if (*j->warning) warnings[sum.n_warnings++] = j->warning;
+        if (*j->warning_ctx) warnings[sum.n_warnings++] = j->warning_ctx;
+        sum.warnings = warnings;
         Warm__V1__GenerateEvent ev = WARM__V1__GENERATE_EVENT__INIT;
         ev.event_case = WARM__V1__GENERATE_EVENT__EVENT_SUMMARY;
         ev.summary = &sum;
@@ -236,7 +269,7 @@ static void job_done(struct runner_job *b, const struct runner_result *res, int 
 }
 
 static const struct runner_job_ops gen_job_ops = {
-    .token = job_token, .cancelled = job_cancelled, .done = job_done,
+    .token = job_token, .progress = job_progress, .cancelled = job_cancelled, .done = job_done,
 };
 
 /* The request's sampling (or the documented defaults) as engine parameters. */
@@ -327,7 +360,8 @@ static int chat_prompt_tokens(struct rpc_call *c, const Warm__V1__ChatRequest *q
         engine_chat_detect_gguf(engine_model_gguf(runner_model(res->runner)));
     if (fam == ENGINE_CHAT_NONE) {
         rpc_call_fail(c, GRPC_STATUS_FAILED_PRECONDITION,
-                      "model %s has no supported chat template (recognised: %s); use Generate",
+                      "model %s has no supported chat template (recognised: %s); complete a "
+                      "plain prompt instead",
                       res->name, engine_chat_family_list());
         return -ENOENT;
     }
@@ -370,6 +404,7 @@ static int chat_prompt_tokens(struct rpc_call *c, const Warm__V1__ChatRequest *q
 struct gen_args {
     const char *model;
     uint64_t keep_alive_usec;
+    bool unload_after;
     uint32_t max_tokens;
     const Warm__V1__Sampling *sampling;
     char **stop;
@@ -379,17 +414,68 @@ struct gen_args {
     const Warm__V1__ChatRequest *chat;
 };
 
+/* "2h", "90m", "45s", "1.5s": the largest unit that divides it, as in warmd.conf. */
+static const char *fmt_duration(char buf[32], uint64_t usec) {
+    static const struct {
+        uint64_t usec;
+        const char *unit;
+    } units[] = {{86400000000ULL, "d"}, {3600000000ULL, "h"}, {60000000ULL, "m"},
+                 {1000000ULL, "s"}};
+    for (size_t i = 0; i < ARRAY_SIZE(units); i++)
+        if (usec >= units[i].usec && usec % units[i].usec == 0) {
+            snprintf(buf, 32, "%llu%s", (unsigned long long)(usec / units[i].usec), units[i].unit);
+            return buf;
+        }
+    snprintf(buf, 32, "%.3gs", (double)usec / 1e6);
+    return buf;
+}
+
+/* Keep-alive as Ollama's: 0 = the server's default, UINT64_MAX = as long as the server
+ * allows, unload_after = until the request ends; more than max_keep_alive is capped and
+ * the summary says so. Returns the value to acquire the model with (0 leaves a resident
+ * model's own keep-alive as it is). */
+static uint64_t keep_alive_want(const struct config *cfg, const struct gen_args *q, char *warning,
+                                size_t n_warning) {
+    uint64_t want = q->keep_alive_usec;
+    if (q->unload_after || want == 0) return 0;
+    if (want == UINT64_MAX) return cfg->max_keep_alive_usec;
+    if (want > cfg->max_keep_alive_usec) {
+        char a[32], b[32];
+        snprintf(warning, n_warning,
+                 "keep_alive %s is more than the server's max_keep_alive (%s): the model stays "
+                 "loaded %s after its last use", fmt_duration(a, want),
+                 fmt_duration(b, cfg->max_keep_alive_usec), b);
+    }
+    return MIN(want, cfg->max_keep_alive_usec);
+}
+
 static void generate_start(struct rpc_call *c, const struct gen_args *q) {
     struct daemon *d = rpc_call_daemon(c);
     uint64_t start = time_now_usec(), load_usec = 0;
+    char warning[256] = "";
+    uint64_t keep_alive = keep_alive_want(&d->config, q, warning, sizeof warning);
+    /* A model that has to be loaded first: say so before the wait. */
+    struct registry_model m;
+    if (rpc_model_resolve(c, q->model, &m) < 0) return;
+    struct residency_info ri;
+    residency_info(d, m.name, &ri);
+    if (!ri.loaded)
+        send_progress(c, WARM__V1__PROGRESS_STAGE__PROGRESS_STAGE_LOAD, start, NULL);
     struct resident *res;
-    if (rpc_model_acquire(c, q->model, q->keep_alive_usec, &res, &load_usec) < 0) return;
+    if (rpc_model_acquire(c, m.name, keep_alive, &res, &load_usec) < 0) return;
     struct gen_job *j = calloc(1, sizeof *j);
     if (!j) {
         rpc_call_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         residency_release(d, res);
         return;
     }
+    /* unload_after: a keep-alive of 0, which the next tick applies once the model is
+     * idle (no other request holds it or runs on it) */
+    static const uint64_t none = 0;
+    j->keep_alive_usec = residency_keep_alive(d, res, q->unload_after ? &none : NULL);
+    snprintf(j->warning, sizeof j->warning, "%s", warning);
+    if (*warning)
+        log_info("uid %u, model '%s': %s", rpc_call_peer(c)->uid, res->name, warning);
     j->d = d;
     j->call = c;
     j->stop_hit = -1;
@@ -405,6 +491,15 @@ static void generate_start(struct rpc_call *c, const struct gen_args *q) {
         job_free(j);
         residency_release(d, res);
         return;
+    }
+    /* Only with ctx_above_trained can a prompt be longer than the model was trained for:
+     * it is served, and the caller and the log hear that quality drops past that point. */
+    uint32_t trained = runner_model(res->runner)->hp.n_ctx_train;
+    if (trained && n_prompt > trained) {
+        snprintf(j->warning_ctx, sizeof j->warning_ctx, "the prompt is %zu tokens, past the "
+                 "trained context of %u tokens of model '%s'; output may degrade", n_prompt,
+                 trained, res->name);
+        log_warn("uid %u: %s", rpc_call_peer(c)->uid, j->warning_ctx);
     }
     j->stop = q->n_stop ? calloc_array(q->n_stop, sizeof *j->stop) : NULL;
     for (size_t i = 0; j->stop && i < q->n_stop; i++, j->n_stop++)
@@ -492,7 +587,8 @@ void rpc_generate_generate(struct rpc_call *c, const ProtobufCMessage *req) {
         cache_check(c, q->cache) < 0)
         return;
     generate_start(c, &(struct gen_args){
-        .model = q->model, .keep_alive_usec = q->keep_alive_usec, .max_tokens = q->max_tokens,
+        .model = q->model, .keep_alive_usec = q->keep_alive_usec,
+        .unload_after = q->unload_after, .max_tokens = q->max_tokens,
         .sampling = q->sampling, .stop = q->stop, .n_stop = q->n_stop, .cache = q->cache,
         .generate = q});
 }
@@ -538,7 +634,8 @@ void rpc_generate_chat(struct rpc_call *c, const ProtobufCMessage *req) {
         cache_check(c, q->cache) < 0)
         return;
     generate_start(c, &(struct gen_args){
-        .model = q->model, .keep_alive_usec = q->keep_alive_usec, .max_tokens = q->max_tokens,
+        .model = q->model, .keep_alive_usec = q->keep_alive_usec,
+        .unload_after = q->unload_after, .max_tokens = q->max_tokens,
         .sampling = q->sampling, .stop = q->stop, .n_stop = q->n_stop, .cache = q->cache,
         .chat = q});
 }

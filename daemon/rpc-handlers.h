@@ -9,6 +9,7 @@
 void rpc_info_get_info(struct rpc_call *c, const ProtobufCMessage *req);
 void rpc_info_metrics(struct rpc_call *c, const ProtobufCMessage *req);
 void rpc_models_list(struct rpc_call *c, const ProtobufCMessage *req);
+void rpc_models_show(struct rpc_call *c, const ProtobufCMessage *req);
 void rpc_models_load(struct rpc_call *c, const ProtobufCMessage *req);
 void rpc_models_unload(struct rpc_call *c, const ProtobufCMessage *req);
 void rpc_tokens_tokenize(struct rpc_call *c, const ProtobufCMessage *req);

@@ -43,7 +43,9 @@ void rpc_info_get_info(struct rpc_call *c, const ProtobufCMessage *req) {
     r.models_available = (uint32_t)registry_count(&d->registry);
     r.models_loaded = (uint32_t)residency_count(d);
     /* other users' streams are their activity: admins only */
-    r.active_streams = p->admin ? server_active_calls(d->server) : 0;
+    /* this GetInfo is one of the calls in progress: not counted as a stream */
+    unsigned active = server_active_calls(d->server);
+    r.active_streams = p->admin && active > 0 ? active - 1 : 0;
     r.n_features = d->store ? 2 : 1;
     r.features = features;
     rpc_call_reply(c, &r.base);

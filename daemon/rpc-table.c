@@ -12,6 +12,7 @@ const char rpc_service_name[] = "warm.v1.Warm";
 const struct rpc_method rpc_methods[] = {
     {"GetInfo", &warm__v1__get_info_request__descriptor, false, false, rpc_info_get_info},
     {"ListModels", &warm__v1__list_models_request__descriptor, false, false, rpc_models_list},
+    {"ShowModel", &warm__v1__show_model_request__descriptor, false, false, rpc_models_show},
     {"LoadModel", &warm__v1__load_model_request__descriptor, false, true, rpc_models_load},
     {"UnloadModel", &warm__v1__unload_model_request__descriptor, false, true, rpc_models_unload},
     {"Tokenize", &warm__v1__tokenize_request__descriptor, false, false, rpc_tokens_tokenize},

@@ -304,6 +304,19 @@ static struct slot *slot_pick(struct runner *r, const struct runner_job *j) {
     return best;
 }
 
+/* Tells the job how far its prompt is, when it has more than one step to compute. */
+static void slot_progress(struct slot *s) {
+    const struct runner_job *j = s->job;
+    if (!j->ops->progress || s->res.evaluated_tokens <= PREFILL_STEP) return;
+    const struct runner_progress p = {
+        .prompt_tokens = (uint32_t)j->n_prompt,
+        .done_tokens = s->n_prefilled,
+        .ram_tokens = s->res.ram_tokens,
+        .store_tokens = s->res.store_tokens,
+    };
+    s->job->ops->progress(s->job, &p);
+}
+
 /* Starts j in slot s: keeps the shared prefix, sets up sampler and detokenizer. */
 static void slot_start(struct runner *r, struct slot *s, struct runner_job *j) {
     int32_t seq = (int32_t)(s - r->slots);
@@ -356,6 +369,7 @@ static void slot_start(struct runner *r, struct slot *s, struct runner_job *j) {
     engine_detok_init(&s->dt, r->vocab, ENGINE_DETOK_TEXT_START | ENGINE_DETOK_VALID_UTF8);
     for (size_t i = 0; i < j->n_prompt; i++)
         if (engine_detok_feed(&s->dt, j->prompt[i], r->piece, r->piece_cap) < 0) break;
+    slot_progress(s);
 }
 
 /* Samples the slot's next token from logits and hands it to the job; the slot then
@@ -473,6 +487,7 @@ static void step(struct runner *r) {
                 s->prefill_end_usec = time_now_usec();
                 s->res.prefill_usec = s->prefill_end_usec - s->start_usec - s->res.restore_usec;
             }
+            slot_progress(s);
         }
     }
     /* Logits come in batch order of the tokens that wanted them. */
@@ -622,18 +637,28 @@ int runner_new(const char *name, int fd, const struct runner_params *p, struct r
     cp.type_k = p->type_k;
     cp.type_v = p->type_v;
     cp.kv_rotation = p->kv_rotation;
+    /* an SWA ring keeps a chunk's rows until it is exported (chunks only shrink below) */
+    cp.swa_chunk = p->chunk_tokens ? p->chunk_tokens : 256;
     e = engine_context_new(r->model, &cp, &r->ctx, d);
     if (e < 0) goto fail;
     r->n_ctx = engine_context_params(r->ctx)->n_ctx;
     r->n_slots = cp.n_seq;
     r->memory_bytes = r->model->weight_bytes + engine_context_kv_bytes(r->ctx);
-    /* Chunk records of at most ~4 MiB: C = 256 tokens, halved for big KV rows. */
-    size_t per_token = engine_context_kv_bytes(r->ctx) / ((size_t)r->n_slots * r->n_ctx);
+    struct engine_kv_info kvi;
+    engine_context_kv_info(r->ctx, &kvi);
+    /* Chunk records of at most ~4 MiB: C = 256 tokens, halved for big KV rows. A record
+     * holds the K and V rows of its tokens in every layer that owns KV, SWA layers too:
+     * kv_bytes / n_ctx would undercount, an SWA ring has far fewer cells than n_ctx. */
+    size_t per_token = 0;
+    for (uint32_t il = 0; il < r->model->hp.n_layer; il++) {
+        const struct engine_layer_hparams *l = &r->model->hp.layer[il];
+        if (l->kv_source == (int32_t)il)
+            per_token += kern_row_size(kvi.type_k, (int64_t)l->n_head_kv * l->head_dim_k) +
+                         kern_row_size(kvi.type_v, (int64_t)l->n_head_kv * l->head_dim_v);
+    }
     r->chunk_tokens = p->chunk_tokens ? p->chunk_tokens : 256;
     r->restore_min_tokens = p->restore_min_tokens;
     while (r->chunk_tokens > 16 && r->chunk_tokens * per_token > (4u << 20)) r->chunk_tokens /= 2;
-    struct engine_kv_info kvi;
-    engine_context_kv_info(r->ctx, &kvi);
     r->type_k = (uint32_t)kvi.type_k;
     r->type_v = (uint32_t)kvi.type_v;
     hash128_to_bytes(r->model->fingerprint, r->fingerprint);

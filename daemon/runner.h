@@ -59,10 +59,21 @@ struct runner_result {
     struct runner_rejected rejected[RUNNER_MAX_REJECTED];
 };
 
+/* How far a job's prompt is (runner_job_ops.progress). */
+struct runner_progress {
+    uint32_t prompt_tokens;    /* the whole prompt */
+    uint32_t done_tokens;      /* whose KV is ready: ram + store + computed so far */
+    uint32_t ram_tokens, store_tokens;
+};
+
 struct runner_job_ops {
     /* A sampled token and the new complete UTF-8 text it brings (maybe empty). Return
      * false to stop generating (RUNNER_STOP_CALLER). */
     bool (*token)(struct runner_job *j, int32_t id, const char *text, size_t len);
+    /* Optional (NULL: none). For a prompt whose computed part is longer than one batch
+     * step: called after the RAM and store lookup, after each prefill step and when the
+     * prompt is done (done_tokens == prompt_tokens). */
+    void (*progress)(struct runner_job *j, const struct runner_progress *p);
     /* True when the client is gone: the job ends at once with -ECANCELED. */
     bool (*cancelled)(struct runner_job *j);
     /* Called exactly once, last; the job then belongs to the callee again. err < 0 with

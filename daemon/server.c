@@ -14,6 +14,7 @@
 #include "daemon/daemon.h"
 #include "daemon/log.h"
 #include "daemon/rpc.h"
+#include "daemon/rpc-wire.h"
 
 #include <errno.h>
 #include <grpc/byte_buffer.h>
@@ -457,6 +458,10 @@ int rpc_request_decode(const ProtobufCMessageDescriptor *desc, const uint8_t *da
                  len > max_bytes ? "larger than max_request_bytes"
                  : b->exceeded   ? "malformed protobuf (too many fields for its size)"
                                  : "malformed protobuf");
+        return -EINVAL;
+    }
+    if (rpc_request_nul_check(desc, data, len, err, n_err) < 0) {
+        protobuf_c_message_free_unpacked(msg, &b->a);
         return -EINVAL;
     }
     *ret = msg;

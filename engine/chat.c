@@ -73,6 +73,20 @@ static const struct chat_family families[ENGINE_CHAT_FAMILY_COUNT] = {
         .specials = {{"<s>", SPECIAL_BOS}, {"</s>", SPECIAL_EOS}, {"[INST]", SPECIAL_TEXT_OK},
                      {"[/INST]", SPECIAL_TEXT_OK}},
     },
+    [ENGINE_CHAT_GEMMA4] = {
+        .name = "gemma4", .marker = "<|turn>", .bos = "<bos>",
+        .prefix = {"<|turn>system\n", "<|turn>user\n", "<|turn>model\n"},
+        .suffix = {"<turn|>\n", "<turn|>\n", "<turn|>\n"},
+        .gen_prompt = "<|turn>model\n", .end_of_turn = "<turn|>", .trim = true,
+        .specials = {{"<bos>", SPECIAL_BOS}, {"<|turn>", SPECIAL_REQUIRED},
+                     {"<turn|>", SPECIAL_REQUIRED}},
+    },
+};
+
+/* Detection order: gemma4 before gemma (a Gemma 4 template may mention <start_of_turn>). */
+static const enum engine_chat_family detect_order[ENGINE_CHAT_FAMILY_COUNT] = {
+    ENGINE_CHAT_CHATML, ENGINE_CHAT_LLAMA3, ENGINE_CHAT_GEMMA4, ENGINE_CHAT_GEMMA,
+    ENGINE_CHAT_MISTRAL,
 };
 
 static const char *const role_names[ENGINE_CHAT_ROLE_COUNT] = {"system", "user", "assistant"};
@@ -83,11 +97,12 @@ enum engine_chat_family engine_chat_detect(const char *tmpl, size_t len) {
     if (!tmpl || !len) return ENGINE_CHAT_NONE;
     /* Llama 2 templates use "[INST]" too, with a different system block: not mistral. */
     static const char llama2[] = "<<SYS>>";
-    for (int f = 0; f < ENGINE_CHAT_FAMILY_COUNT; f++) {
+    for (int k = 0; k < ENGINE_CHAT_FAMILY_COUNT; k++) {
+        enum engine_chat_family f = detect_order[k];
         const char *m = families[f].marker;
         if (!memmem(tmpl, len, m, strlen(m))) continue;
         if (f == ENGINE_CHAT_MISTRAL && memmem(tmpl, len, llama2, sizeof llama2 - 1)) break;
-        return (enum engine_chat_family)f;
+        return f;
     }
     return ENGINE_CHAT_NONE;
 }
@@ -107,7 +122,7 @@ const char *engine_chat_end_of_turn(enum engine_chat_family fam) {
     return (unsigned)fam < ENGINE_CHAT_FAMILY_COUNT ? families[fam].end_of_turn : "";
 }
 
-const char *engine_chat_family_list(void) { return "chatml, llama3, gemma, mistral"; }
+const char *engine_chat_family_list(void) { return "chatml, llama3, gemma, mistral, gemma4"; }
 
 int engine_chat_role_parse(const char *name, enum engine_chat_role *ret) {
     for (int r = 0; name && r < ENGINE_CHAT_ROLE_COUNT; r++)

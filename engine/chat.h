@@ -20,6 +20,11 @@
  *                                   as "{system}\n\n"; no generation prompt (the rendering
  *                                   ends with " [/INST]"). Llama 2 templates (they contain
  *                                   "<<SYS>>" as well) are not recognised.
+ *   gemma4   "<|turn>"              <bos> once, then <|turn>{role}\n{content|trim}<turn|>\n,
+ *                                   assistant as "model", a system turn of its own
+ *                                   (<|turn>system\n); generation prompt <|turn>model\n
+ *                                   (Gemma 4's template without thinking; checked before
+ *                                   gemma: some Gemma 4 templates mention <start_of_turn>)
  *
  * Messages: a system message may only come first; gemma and mistral need user and
  * assistant turns to alternate starting with user, and a generation prompt only after a
@@ -43,6 +48,7 @@ enum engine_chat_family {
     ENGINE_CHAT_LLAMA3,
     ENGINE_CHAT_GEMMA,
     ENGINE_CHAT_MISTRAL,
+    ENGINE_CHAT_GEMMA4,
     ENGINE_CHAT_FAMILY_COUNT,
     ENGINE_CHAT_NONE = ENGINE_CHAT_FAMILY_COUNT, /* absent or not recognised */
 };

@@ -14,6 +14,8 @@ void engine_context_params_default(struct engine_context_params *p) {
         .type_k = KERN_TYPE_F16,
         .type_v = KERN_TYPE_F16,
         .kv_rotation = true,
+        .swa_chunk = 256,
+        .swa_full = false,
     };
 }
 
@@ -29,7 +31,10 @@ void engine_context_free(struct engine_context *ctx) {
     free(ctx->att);
     free(ctx->hb);
     free(ctx->hb2);
-    free(ctx->rope_cs);
+    for (int i = 0; i < KV_MAX_STORES; i++) free(ctx->rope_cs[i]);
+    free(ctx->ple);
+    free(ctx->ple_row);
+    free(ctx->pl_g);
     free(ctx->attn_scratch);
     free(ctx->out_x);
     free(ctx->mm_scratch);
@@ -47,11 +52,15 @@ static size_t matmul_scratch_max(const struct engine_model *m, int64_t n_tok, in
     size_t max = kern_matmul_scratch_bytes(m->output.type, m->output.n_in, n_out);
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         const struct engine_layer *l = &m->layers[il];
-        const struct engine_weight *ws[] = {&l->wq, &l->wk, &l->wv, &l->wo,
-                                            &l->w_gate, &l->w_up, &l->w_down};
+        const struct engine_weight *ws[] = {&l->wq,     &l->wk,   &l->wv,      &l->wo,
+                                            &l->w_gate, &l->w_up, &l->w_down,  &l->pl_gate,
+                                            &l->pl_proj};
         for (size_t i = 0; i < ARRAY_SIZE(ws); i++)
-            max = MAX(max, kern_matmul_scratch_bytes(ws[i]->type, ws[i]->n_in, n_tok));
+            if (ws[i]->data)
+                max = MAX(max, kern_matmul_scratch_bytes(ws[i]->type, ws[i]->n_in, n_tok));
     }
+    if (m->pl_model_proj.data)
+        max = MAX(max, kern_matmul_scratch_bytes(m->pl_model_proj.type, m->pl_model_proj.n_in, n_tok));
     return max;
 }
 
@@ -78,39 +87,58 @@ int engine_context_new(const struct engine_model *m, const struct engine_context
     if (!ctx) return -ENOMEM;
     ctx->model = m;
     ctx->params = p;
-    int r = kv_cache_init(&ctx->kv, m, p.type_k, p.type_v, p.n_seq, p.n_ctx, p.kv_rotation, d);
+    /* an SWA ring holds the window, one chunk (exported before its rows leave) and one
+     * batch (DESIGN.md 3.6) */
+    uint32_t ring_extra = p.swa_full ? 0 : p.n_batch + (p.swa_chunk ? p.swa_chunk : 256);
+    int r = kv_cache_init(&ctx->kv, m, p.type_k, p.type_v, p.n_seq, p.n_ctx, p.kv_rotation,
+                          ring_extra, d);
     if (r < 0) goto fail;
     if ((r = kern_pool_new(p.n_threads, &ctx->pool)) < 0) {
         err_set(d, r, "cannot start %d threads", p.n_threads);
         goto fail;
     }
-    ctx->rope = (struct kern_rope_params){
-        .n_dims = hp->n_rot,
-        .neox = hp->rope_kind == ENGINE_ROPE_NEOX,
-        .freq_base = hp->rope_freq_base,
-        .freq_scale = hp->rope_freq_scale,
-        .ext_factor = hp->yarn_ext_factor,
-        .attn_factor = hp->yarn_attn_factor,
-        .beta_fast = hp->yarn_beta_fast,
-        .beta_slow = hp->yarn_beta_slow,
-        .n_ctx_orig = hp->rope_n_ctx_orig,
-        .freq_factors = m->rope_freqs.data,
-    };
+    /* global layers: the file's RoPE (scaling, factors); gemma's SWA layers: their own
+     * base, scale 1, and no frequency factors (gemma4's proportional RoPE is global-only) */
+    for (int s = 0; s < KV_MAX_STORES; s++) {
+        bool swa = s == KV_STORE_SWA;
+        uint32_t n_rot = hp->n_rot;
+        for (uint32_t il = 0; il < hp->n_layer; il++)
+            if (hp->layer[il].swa == swa) n_rot = hp->layer[il].n_rot;
+        ctx->rope[s] = (struct kern_rope_params){
+            .n_dims = n_rot,
+            .neox = hp->rope_kind == ENGINE_ROPE_NEOX,
+            .freq_base = swa ? hp->rope_freq_base_swa : hp->rope_freq_base,
+            .freq_scale = swa ? 1.0f : hp->rope_freq_scale,
+            .ext_factor = swa ? 0.0f : hp->yarn_ext_factor,
+            .attn_factor = swa ? 1.0f : hp->yarn_attn_factor,
+            .beta_fast = hp->yarn_beta_fast,
+            .beta_slow = hp->yarn_beta_slow,
+            .n_ctx_orig = hp->rope_n_ctx_orig,
+            .freq_factors = swa ? NULL : m->rope_freqs.data,
+        };
+    }
 
     size_t nb = p.n_batch;
     ctx->n_out_step = MIN(p.n_batch, p.n_outputs);
-    uint64_t q_dim = (uint64_t)hp->n_head * hp->head_dim_k, att_dim = (uint64_t)hp->n_head * hp->head_dim_v;
+    uint64_t q_dim = (uint64_t)hp->n_head * hp->max_head_dim_k;
+    uint64_t att_dim = (uint64_t)hp->n_head * hp->max_head_dim_v;
+    uint32_t min_kv_heads = hp->n_head;
+    for (uint32_t il = 0; il < hp->n_layer; il++) min_kv_heads = MIN(min_kv_heads, hp->layer[il].n_head_kv);
+    uint64_t n_ple = (uint64_t)hp->n_layer * hp->n_embd_per_layer;
     ctx->x = floats_new(nb, hp->n_embd);
     ctx->xb = floats_new(nb, hp->n_embd);
     ctx->q = floats_new(nb, q_dim);
-    ctx->k = floats_new(nb, (uint64_t)ctx->kv.n_embd_k);
-    ctx->v = floats_new(nb, (uint64_t)ctx->kv.n_embd_v);
+    ctx->k = floats_new(nb, hp->max_n_embd_k);
+    ctx->v = floats_new(nb, MAX(hp->max_n_embd_v, hp->max_n_embd_k)); /* K = V copies K */
     ctx->att = floats_new(nb, att_dim);
-    ctx->hb = floats_new(nb, hp->n_ff);
-    ctx->hb2 = floats_new(nb, hp->n_ff);
-    ctx->rope_cs = floats_new(nb, hp->n_rot);
+    ctx->hb = floats_new(nb, hp->max_n_ff);
+    ctx->hb2 = floats_new(nb, hp->max_n_ff);
+    for (int s = 0; s < KV_MAX_STORES; s++) ctx->rope_cs[s] = floats_new(nb, hp->max_n_rot);
+    ctx->ple = floats_new(n_ple ? nb : 1, MAX(n_ple, 1));
+    ctx->ple_row = floats_new(1, MAX(n_ple, 1));
+    ctx->pl_g = floats_new(nb, MAX(hp->n_embd_per_layer, 1));
     ctx->attn_scratch_floats = (size_t)kern_attn_scratch_floats(
-        (int64_t)ATTN_BLOCK * (hp->n_head / hp->n_head_kv), hp->head_dim_k, hp->head_dim_v);
+        (int64_t)ATTN_BLOCK * (hp->n_head / min_kv_heads), hp->max_head_dim_k, hp->max_head_dim_v);
     ctx->attn_scratch = floats_new((size_t)p.n_threads, ctx->attn_scratch_floats);
     ctx->out_x = floats_new(ctx->n_out_step, hp->n_embd);
     ctx->logits = floats_new(p.n_outputs, hp->n_vocab);
@@ -118,7 +146,8 @@ int engine_context_new(const struct engine_model *m, const struct engine_context
     ctx->mm_scratch = malloc(ctx->mm_scratch_bytes ? ctx->mm_scratch_bytes : 1);
     ctx->seq_next = malloc_array(p.n_seq, sizeof *ctx->seq_next);
     if (!ctx->x || !ctx->xb || !ctx->q || !ctx->k || !ctx->v || !ctx->att || !ctx->hb ||
-        !ctx->hb2 || !ctx->rope_cs || !ctx->attn_scratch || !ctx->out_x || !ctx->logits ||
+        !ctx->hb2 || !ctx->rope_cs[0] || !ctx->rope_cs[1] || !ctx->ple || !ctx->ple_row ||
+        !ctx->pl_g || !ctx->attn_scratch || !ctx->out_x || !ctx->logits ||
         !ctx->mm_scratch || !ctx->seq_next) {
         r = err_set(d, -ENOMEM, "cannot allocate the context's scratch buffers");
         goto fail;
@@ -168,6 +197,10 @@ static int batch_check(struct engine_context *ctx, const struct engine_batch *b,
         if (expect < 0 && (uint32_t)pos > kv->seq_len[seq])
             return err_set(d, ERR_INVALID, "batch token %d: position %d leaves a gap after the "
                            "%u cached positions of sequence %d", i, pos, kv->seq_len[seq], seq);
+        if (expect < 0 && !kv_can_resume(kv, seq, (uint32_t)pos))
+            return err_set(d, ERR_INVALID, "batch token %d: sequence %d cannot continue at "
+                           "position %d: its sliding-window cache no longer holds the %u "
+                           "positions before it", i, seq, pos, kv->store[KV_STORE_SWA].window - 1);
         if (expect >= 0 && pos != expect)
             return err_set(d, ERR_INVALID, "batch token %d: position %d of sequence %d, expected "
                            "%d (consecutive positions)", i, pos, seq, expect);
@@ -187,7 +220,7 @@ int engine_context_decode(struct engine_context *ctx, const struct engine_batch 
     /* a token at position p < len rewrites the tail: the sequence becomes [0, p) first */
     for (int32_t i = b->n_tok - 1; i >= 0; i--) {
         int32_t seq = b->seq ? b->seq[i] : 0;
-        if ((uint32_t)b->pos[i] < ctx->kv.seq_len[seq]) ctx->kv.seq_len[seq] = (uint32_t)b->pos[i];
+        if ((uint32_t)b->pos[i] < ctx->kv.seq_len[seq]) engine_kv_seq_rm(ctx, seq, (uint32_t)b->pos[i]);
     }
     ctx->n_outputs = 0;
     int32_t out_row = 0;
@@ -199,7 +232,8 @@ int engine_context_decode(struct engine_context *ctx, const struct engine_batch 
     for (int32_t i = 0; i < b->n_tok; i++)
         *kv_tok(&ctx->kv, b->seq ? b->seq[i] : 0, b->pos[i]) = b->token[i];
     for (uint32_t s = 0; s < ctx->kv.n_seq; s++)
-        if (ctx->seq_next[s] >= 0) ctx->kv.seq_len[s] = (uint32_t)ctx->seq_next[s];
+        if (ctx->seq_next[s] >= 0)
+            kv_written(&ctx->kv, (int32_t)s, ctx->kv.seq_len[s], (uint32_t)ctx->seq_next[s]);
     return 0;
 }
 

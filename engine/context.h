@@ -27,6 +27,12 @@ struct engine_context_params {
     /* Hadamard rotation of quantized K/V (DESIGN.md 3.4); the caller-facing layer sets it
      * from its config and engine_kv_rotation_env_default(), once. Default true. */
     bool kv_rotation;
+    /* Models with sliding-window layers: the SWA cache is a ring of window + swa_chunk +
+     * n_batch cells per sequence (swa_chunk: the tokens of a state chunk, exported before
+     * their rows leave the ring; 0 = 256). swa_full: the SWA cache holds every position,
+     * as the full one (llama.cpp's --swa-full). */
+    uint32_t swa_chunk;
+    bool swa_full;
 };
 
 /* The defaults above (f16 cache, kv_rotation on). */
@@ -78,9 +84,12 @@ int32_t engine_context_n_outputs(const struct engine_context *ctx);
 
 /* Positions cached for seq (its length); 0 for an unknown seq. */
 uint32_t engine_kv_seq_len(const struct engine_context *ctx, int32_t seq);
-/* Drops positions >= p0 of seq (p0 = 0 clears it). */
+/* Drops positions >= p0 of seq (p0 = 0 clears it). -ENODATA (nothing changed) when the
+ * model's sliding-window ring no longer holds the window before p0, so the sequence
+ * cannot continue there (truncate to 0 or import state instead). */
 int engine_kv_seq_rm(struct engine_context *ctx, int32_t seq, uint32_t p0);
-/* Makes dst a copy of positions [0, p1) of src (p1 is clamped to src's length). */
+/* Makes dst a copy of positions [0, p1) of src (p1 is clamped to src's length);
+ * -ENODATA as engine_kv_seq_rm() when an SWA ring cannot continue at p1. */
 int engine_kv_seq_cp(struct engine_context *ctx, int32_t src, int32_t dst, uint32_t p1);
 /* Context shift: drops positions [p0, p0 + n_discard) of seq and moves the later cells
  * down by n_discard, re-applying RoPE to their cached K (for every K type: dequantize the
@@ -89,19 +98,27 @@ int engine_kv_seq_cp(struct engine_context *ctx, int32_t src, int32_t dst, uint3
 int engine_kv_seq_shift(struct engine_context *ctx, int32_t seq, uint32_t p0, uint32_t n_discard,
                         struct err_detail *d);
 
-/* What the cache of a context is: its types, layers that own KV, and the Hadamard sizes
- * it records (0 = not rotated). */
+/* What the caches of a context are: their types, layers that own KV, and the Hadamard
+ * sizes they record (0 = not rotated). A model with sliding-window layers has two caches
+ * (cache[0] full attention, cache[1] SWA), each with its own rotation decision;
+ * n_rot_k / n_rot_v are those of the first cache that has layers. */
+struct engine_kv_cache_info {
+    uint32_t n_layer_kv, window, n_cells, head_dim_k, head_dim_v;
+    int n_rot_k, n_rot_v;
+};
 struct engine_kv_info {
     enum kern_type type_k, type_v;
     uint32_t n_layer_kv;
     int n_rot_k, n_rot_v;
+    uint32_t n_cache;
+    struct engine_kv_cache_info cache[2];
 };
 void engine_context_kv_info(const struct engine_context *ctx, struct engine_kv_info *ret);
 
 /* ---- KV state blobs (DESIGN.md 3.5) -------------------------------------------------- */
 
 /* The blob format, field by field, and its version policy: engine/kv-state.c. */
-#define ENGINE_KV_STATE_VERSION 1
+#define ENGINE_KV_STATE_VERSION 2
 
 /* Writes the KV state of positions [p0, p1) of seq (0 <= p0 < p1 <= its length) as a blob
  * into buf. With buf == NULL only *ret_size is set (the bytes the blob needs: call this
@@ -134,4 +151,7 @@ int engine_kv_import(struct engine_context *ctx, int32_t seq, const void *blob, 
  * (magic, size, version, structure; ERR_STATE_BAD / ERR_STATE_VERSION as above). The
  * checksums are not verified here: engine_kv_import() does that. */
 int engine_kv_blob_range(const void *blob, size_t n, uint32_t *ret_p0, uint32_t *ret_p1,
+                         struct err_detail *d);
+/* The fingerprint of the model a blob belongs to, after the same checks. */
+int engine_kv_blob_model(const void *blob, size_t n, struct hash128 *ret_fingerprint,
                          struct err_detail *d);

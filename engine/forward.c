@@ -3,7 +3,12 @@
  * Reads like llama2.c's forward(): embedding, then per layer RMSNorm -> Q, K, V -> RoPE ->
  * cache -> attention -> output projection -> residual, RMSNorm -> SwiGLU FFN -> residual,
  * then the final norm and the classifier for the tokens that want logits. Rows are tokens
- * throughout: x is (n, n_embd). Speed lives in kernels/ (kern_matmul, the pool). */
+ * throughout: x is (n, n_embd). Speed lives in kernels/ (kern_matmul, the pool).
+ *
+ * Gemma (notes/gemma.md §A.3, §B.3) adds, where its weights and hparams say so: the
+ * embedding × sqrt(n_embd), norms after attention and FFN, GeGLU, V norm, K = V layers,
+ * per-layer head sizes, sliding-window layers (their own cache and RoPE), the per-layer
+ * embedding branch, the layer output scale and the final soft-cap. */
 #include "engine/forward.h"
 
 #include <math.h>
@@ -51,21 +56,25 @@ struct attention_args {
 };
 
 /* Multi-head attention of the step's tokens over their sequences' cached cells:
- * att[t][h] = softmax(q[t][h] · K[0..pos]ᵀ / sqrt(hd_k)) · V[0..pos]. Work items are
- * (KV head, block of ATTN_BLOCK tokens) dealt round-robin to the threads. An item covers
- * the `group` query heads that share the KV head (GQA: head h reads KV head h / group)
- * for every token of the block, run by run of tokens of one sequence, so each cached row
- * is read once per item. */
+ * att[t][h] = softmax(scale · q[t][h] · K[lo..pos]ᵀ) · V[lo..pos], lo = 0 on global
+ * layers and pos - W + 1 (at least 0) on sliding-window layers. Work items are (KV head,
+ * block of ATTN_BLOCK tokens) dealt round-robin to the threads. An item covers the
+ * `group` query heads that share the KV head (GQA: head h reads KV head h / group) for
+ * every token of the block, run by run of tokens of one sequence, so each cached row is
+ * read once per item. Sizes, store and window are those of the KV the layer reads
+ * (kv_source). */
 static void attention_task(void *arg, int ith, int nth) {
     const struct attention_args *a = arg;
     struct engine_context *ctx = a->ctx;
     const struct engine_batch *b = a->b;
     const struct engine_hparams *hp = &ctx->model->hp;
     const struct kv_cache *kv = &ctx->kv;
-    const int64_t n_head_kv = hp->n_head_kv, hd_k = hp->head_dim_k, hd_v = hp->head_dim_v;
+    const struct kv_store *st = kv_store_of(kv, a->il);
+    const int64_t n_head_kv = st->n_head_kv, hd_k = st->head_dim_k, hd_v = st->head_dim_v;
     const int64_t q_dim = hp->n_head * hd_k, att_dim = hp->n_head * hd_v;
-    const int64_t group = hp->n_head / hp->n_head_kv; /* query heads per KV head */
-    const float scale = 1.0f / sqrtf((float)hd_k);
+    const int64_t group = hp->n_head / n_head_kv; /* query heads per KV head */
+    const float scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hd_k);
+    const int32_t window = (int32_t)st->window;
     float *scratch = ctx->attn_scratch + (size_t)ith * ctx->attn_scratch_floats;
     const int64_t n_blocks = (a->n + ATTN_BLOCK - 1) / ATTN_BLOCK;
 
@@ -73,18 +82,24 @@ static void attention_task(void *arg, int ith, int nth) {
         int64_t h_kv = item % n_head_kv;
         int32_t t_end = (int32_t)MIN((int64_t)a->n, (item / n_head_kv + 1) * ATTN_BLOCK);
         for (int32_t t = (int32_t)(item / n_head_kv * ATTN_BLOCK), t1; t < t_end; t = t1) {
-            /* the run [t, t1) of tokens of one sequence; token i sees cells 0..pos_i */
-            int32_t seq = batch_seq(b, a->t0 + t), n_kv[ATTN_BLOCK];
-            for (t1 = t; t1 < t_end && batch_seq(b, a->t0 + t1) == seq; t1++)
-                n_kv[t1 - t] = b->pos[a->t0 + t1] + 1;
-            /* this KV head's slice of the sequence's cell 0; cells are *_row_bytes apart */
-            const char *k0 = (const char *)kv_k_row(kv, a->il, seq, 0) + kern_row_size(kv->type_k, h_kv * hd_k);
-            const char *v0 = (const char *)kv_v_row(kv, a->il, seq, 0) + kern_row_size(kv->type_v, h_kv * hd_v);
+            /* the run [t, t1) of tokens of one sequence; token i sees cells lo_i..pos_i,
+             * counted from the run's first visible cell p_lo */
+            int32_t seq = batch_seq(b, a->t0 + t), n_kv[ATTN_BLOCK], kv_lo[ATTN_BLOCK];
+            int32_t p_lo = window ? MAX(0, b->pos[a->t0 + t] - window + 1) : 0;
+            for (t1 = t; t1 < t_end && batch_seq(b, a->t0 + t1) == seq; t1++) {
+                int32_t pos = b->pos[a->t0 + t1];
+                n_kv[t1 - t] = pos + 1 - p_lo;
+                kv_lo[t1 - t] = window ? MAX(0, pos - window + 1) - p_lo : 0;
+            }
+            /* this KV head's slice of cell p_lo; the rows that follow are contiguous (a
+             * ring mirrors them) and *_row_bytes apart */
+            const char *k0 = (const char *)kv_k_row(kv, a->il, seq, p_lo) + kern_row_size(kv->type_k, h_kv * hd_k);
+            const char *v0 = (const char *)kv_v_row(kv, a->il, seq, p_lo) + kern_row_size(kv->type_v, h_kv * hd_v);
             const float *q = ctx->q + t * q_dim + h_kv * group * hd_k; /* (run, group, hd_k) */
             float *out = ctx->att + t * att_dim + h_kv * group * hd_v; /* (run, group, hd_v) */
-            kern_attn_head(out, att_dim, q, q_dim, t1 - t, group, n_kv, k0, kv->type_k,
-                           kv->k_row_bytes, v0, kv->type_v, kv->v_row_bytes, hd_k, hd_v, scale,
-                           scratch);
+            kern_attn_head_window(out, att_dim, q, q_dim, t1 - t, group, window ? kv_lo : NULL,
+                                  n_kv, k0, kv->type_k, st->k_row_bytes, v0, kv->type_v,
+                                  st->v_row_bytes, hd_k, hd_v, scale, scratch);
         }
     }
 }
@@ -98,58 +113,97 @@ static void embed(float *x, const struct engine_weight *emb, int32_t token) {
         kern_type_traits(emb->type)->to_f32(x, row, emb->n_in);
 }
 
+/* gemma4 per-layer inputs (notes/gemma.md, PLE steps 1-3), from the scaled embeddings x:
+ * ple[t][l] = (RMSNorm(proj·x_t / sqrt(E), proj_norm)_l + tok_embd_pl[tok]_l · sqrt(P)) / sqrt(2) */
+static void per_layer_inputs(struct engine_context *ctx, const struct engine_batch *b, int32_t t0,
+                             int32_t n) {
+    const struct engine_model *m = ctx->model;
+    const struct engine_hparams *hp = &m->hp;
+    const int64_t P = hp->n_embd_per_layer, LP = (int64_t)hp->n_layer * P;
+    matmul(ctx, ctx->ple, &m->pl_model_proj, ctx->x, n);
+    const float s_proj = 1.0f / sqrtf((float)hp->n_embd), s_tok = sqrtf((float)P);
+    const float s_sum = 1.0f / sqrtf(2.0f);
+    for (int32_t t = 0; t < n; t++) {
+        float *row = ctx->ple + t * LP;
+        embed(ctx->ple_row, &m->pl_tok_embd, b->token[t0 + t]);
+        kern_scale(row, LP, s_proj);
+        for (int64_t l = 0; l < hp->n_layer; l++)
+            kern_rmsnorm(row + l * P, row + l * P, m->pl_proj_norm.data, P, hp->rms_eps);
+        for (int64_t i = 0; i < LP; i++) row[i] = (row[i] + ctx->ple_row[i] * s_tok) * s_sum;
+    }
+}
+
+/* RMSNorm of each of n rows of `width` values in place (w == NULL: no weight). */
+static void norm_rows(float *x, int64_t n, int64_t width, const struct engine_weight *w,
+                      float eps) {
+    for (int64_t i = 0; i < n; i++) kern_rmsnorm(x + i * width, x + i * width, w ? w->data : NULL, width, eps);
+}
+
 void forward_step(struct engine_context *ctx, const struct engine_batch *b, int32_t t0, int32_t n,
                   int32_t *out_row) {
     const struct engine_model *m = ctx->model;
     const struct engine_hparams *hp = &m->hp;
     struct kv_cache *kv = &ctx->kv;
-    const int64_t dim = hp->n_embd, n_ff = hp->n_ff, n_rot = hp->n_rot;
-    const int64_t hd_k = hp->head_dim_k;
-    const int64_t q_dim = hp->n_head * hd_k;                  /* query row */
-    const int64_t k_dim = kv->n_embd_k, v_dim = kv->n_embd_v; /* key / value rows */
+    const int64_t dim = hp->n_embd, P = hp->n_embd_per_layer;
     const float eps = hp->rms_eps;
     float *x = ctx->x, *xb = ctx->xb, *q = ctx->q, *k = ctx->k, *v = ctx->v;
     float *hb = ctx->hb, *hb2 = ctx->hb2;
 
-    /* token embeddings: x (n, dim) */
+    /* token embeddings: x (n, dim), gemma's scaled by sqrt(n_embd) (in f32, as llama.cpp) */
     for (int32_t t = 0; t < n; t++) embed(x + t * dim, &m->tok_embd, b->token[t0 + t]);
+    if (hp->embd_scale) kern_scale(x, n * dim, sqrtf((float)dim));
+    if (P > 0) per_layer_inputs(ctx, b, t0, n);
     /* multiply-adds of one layer's attention: n tokens × n_head × cells × (hd_k + hd_v) */
     int64_t attn_work = 0;
     for (int32_t t = 0; t < n; t++)
-        attn_work += ((int64_t)b->pos[t0 + t] + 1) * hp->n_head * (hd_k + hp->head_dim_v);
-    /* RoPE angles of each token's position: rope_cs (n, n_rot) */
-    for (int32_t t = 0; t < n; t++)
-        kern_rope_cache(ctx->rope_cs + t * n_rot, b->pos[t0 + t], &ctx->rope);
+        attn_work += ((int64_t)b->pos[t0 + t] + 1) * hp->n_head * (hp->max_head_dim_k + hp->max_head_dim_v);
+    /* RoPE angles of each token's position for each kind of layer: rope_cs[s] (n, n_rot) */
+    for (uint32_t s = 0; s < kv->n_store; s++)
+        for (int32_t t = 0; t < n; t++)
+            kern_rope_cache(ctx->rope_cs[s] + t * ctx->rope[s].n_dims, b->pos[t0 + t], &ctx->rope[s]);
 
     for (int il = 0; il < (int)hp->n_layer; il++) {
         const struct engine_layer *l = &m->layers[il];
+        const struct engine_layer_hparams *lh = &hp->layer[il];
+        const int64_t hd_k = lh->head_dim_k, hd_v = lh->head_dim_v;
+        const int64_t q_dim = hp->n_head * hd_k;                                 /* query row */
+        const int64_t k_dim = lh->n_head_kv * hd_k, v_dim = lh->n_head_kv * hd_v; /* key / value rows */
+        const int64_t n_ff = lh->n_ff;
+        /* the RoPE of the KV this layer reads (a shared layer's source is of its kind) */
+        const int kind = kv->store_of[il];
+        const struct kern_rope_params *rope = &ctx->rope[kind];
 
         /* attention RMSNorm: xb (n, dim) */
         for (int32_t t = 0; t < n; t++) kern_rmsnorm(xb + t * dim, x + t * dim, l->attn_norm.data, dim, eps);
 
         /* q (n, n_head × hd_k), k (n, n_head_kv × hd_k), v (n, n_head_kv × hd_v);
-         * a shared-KV layer computes only q and reads the KV of kv_source(il) */
+         * a shared-KV layer computes only q and reads the KV of kv_source(il); a gemma4
+         * layer without attn_v takes V from the raw K projection (K = V) */
         const bool own = kv_owns(kv, il);
         matmul(ctx, q, &l->wq, xb, n);
         add_bias(q, &l->bq, n);
         if (own) {
             matmul(ctx, k, &l->wk, xb, n);
-            matmul(ctx, v, &l->wv, xb, n);
             add_bias(k, &l->bk, n);
-            add_bias(v, &l->bv, n);
+            if (l->wv.data) {
+                matmul(ctx, v, &l->wv, xb, n);
+                add_bias(v, &l->bv, n);
+            } else {
+                memcpy(v, k, (size_t)(n * k_dim) * sizeof *v);
+            }
         }
 
-        /* qwen3: RMSNorm of every query and key head (hd_k values each) */
-        if (l->q_norm.data)
-            for (int64_t i = 0; i < n * hp->n_head; i++) kern_rmsnorm(q + i * hd_k, q + i * hd_k, l->q_norm.data, hd_k, eps);
-        if (own && l->k_norm.data)
-            for (int64_t i = 0; i < n * hp->n_head_kv; i++) kern_rmsnorm(k + i * hd_k, k + i * hd_k, l->k_norm.data, hd_k, eps);
+        /* qwen3, gemma: RMSNorm of every query and key head (hd_k values each); gemma4:
+         * every value head normed without a weight */
+        if (l->q_norm.data) norm_rows(q, n * hp->n_head, hd_k, &l->q_norm, eps);
+        if (own && l->k_norm.data) norm_rows(k, n * lh->n_head_kv, hd_k, &l->k_norm, eps);
+        if (own && hp->v_norm) norm_rows(v, n * lh->n_head_kv, hd_v, NULL, eps);
 
         /* RoPE on the first n_rot values of every query and key head */
         for (int32_t t = 0; t < n; t++) {
-            const float *cs = ctx->rope_cs + t * n_rot;
-            kern_rope_apply(q + t * q_dim, cs, hp->n_head, hd_k, &ctx->rope);
-            if (own) kern_rope_apply(k + t * k_dim, cs, hp->n_head_kv, hd_k, &ctx->rope);
+            const float *cs = ctx->rope_cs[kind] + t * rope->n_dims;
+            kern_rope_apply(q + t * q_dim, cs, hp->n_head, hd_k, rope);
+            if (own) kern_rope_apply(k + t * k_dim, cs, lh->n_head_kv, hd_k, rope);
         }
 
         /* Hadamard rotation (DESIGN.md 3.4), with the sizes of the KV this layer reads:
@@ -161,29 +215,49 @@ void forward_step(struct engine_context *ctx, const struct engine_batch *b, int3
 
         /* store k and v at (sequence, position) in the cache's types */
         if (own)
-            for (int32_t t = 0; t < n; t++) {
-                int32_t seq = batch_seq(b, t0 + t), pos = b->pos[t0 + t];
-                kv_row_store(kv_k_row(kv, il, seq, pos), k + t * k_dim, kv->type_k, k_dim);
-                kv_row_store(kv_v_row(kv, il, seq, pos), v + t * v_dim, kv->type_v, v_dim);
-            }
+            for (int32_t t = 0; t < n; t++)
+                kv_put(kv, il, batch_seq(b, t0 + t), b->pos[t0 + t], k + t * k_dim, v + t * v_dim);
 
         /* attention: att (n, n_head × hd_v), un-rotated by the V rotation (H·H = I) */
         struct attention_args aa = {.ctx = ctx, .b = b, .t0 = t0, .n = n, .il = il};
         pool_run(ctx->pool, attention_task, &aa, attn_work);
-        if (rot_v) kern_hadamard(ctx->att, n * hp->n_head * hp->head_dim_v, rot_v);
+        if (rot_v) kern_hadamard(ctx->att, n * hp->n_head * hd_v, rot_v);
 
-        /* output projection and residual: x += att · Woᵀ */
+        /* output projection and residual: x += att · Woᵀ (gemma: normed first) */
         matmul(ctx, xb, &l->wo, ctx->att, n);
         add_bias(xb, &l->bo, n);
+        if (l->post_attn_norm.data) norm_rows(xb, n, dim, &l->post_attn_norm, eps);
         kern_add(x, xb, n * dim);
 
-        /* FFN: x += W_down · (silu(W_gate · xb) * (W_up · xb)), hidden (n, n_ff) */
+        /* FFN: x += W_down · (act(W_gate · xb) * (W_up · xb)), hidden (n, n_ff); act is
+         * SiLU, or gemma's tanh GELU; gemma norms the result */
         for (int32_t t = 0; t < n; t++) kern_rmsnorm(xb + t * dim, x + t * dim, l->ffn_norm.data, dim, eps);
         matmul(ctx, hb, &l->w_gate, xb, n);
         matmul(ctx, hb2, &l->w_up, xb, n);
-        kern_silu_mul(hb, hb, hb2, n * n_ff);
+        if (hp->ffn_act == ENGINE_FFN_GELU)
+            kern_gelu_mul(hb, hb, hb2, n * n_ff);
+        else
+            kern_silu_mul(hb, hb, hb2, n * n_ff);
         matmul(ctx, xb, &l->w_down, hb, n);
+        if (l->post_ffn_norm.data) norm_rows(xb, n, dim, &l->post_ffn_norm, eps);
         kern_add(x, xb, n * dim);
+
+        /* gemma4 per-layer embedding branch: x += RMSNorm(proj · (gelu(gate · x) ⊙ ple_il)) */
+        if (P > 0) {
+            const int64_t LP = (int64_t)hp->n_layer * P;
+            matmul(ctx, ctx->pl_g, &l->pl_gate, x, n);
+            kern_gelu(ctx->pl_g, ctx->pl_g, n * P);
+            for (int32_t t = 0; t < n; t++) {
+                float *g = ctx->pl_g + t * P;
+                const float *e = ctx->ple + t * LP + il * P;
+                for (int64_t i = 0; i < P; i++) g[i] *= e[i];
+            }
+            matmul(ctx, xb, &l->pl_proj, ctx->pl_g, n);
+            norm_rows(xb, n, dim, &l->pl_post_norm, eps);
+            kern_add(x, xb, n * dim);
+        }
+        /* gemma4: the whole residual stream × the layer's output scale */
+        if (l->out_scale.data) kern_scale(x, n * dim, *(const float *)l->out_scale.data);
     }
 
     /* final RMSNorm of the tokens that want logits: out_x (n_out, dim) */
@@ -191,7 +265,10 @@ void forward_step(struct engine_context *ctx, const struct engine_batch *b, int3
     for (int32_t t = 0; t < n; t++)
         if (batch_wants(b, t0 + t))
             kern_rmsnorm(ctx->out_x + (size_t)n_out++ * dim, x + t * dim, m->output_norm.data, dim, eps);
-    /* classifier: logits (n_out, n_vocab) */
-    if (n_out > 0) matmul(ctx, ctx->logits + (size_t)*out_row * hp->n_vocab, &m->output, ctx->out_x, n_out);
+    /* classifier: logits (n_out, n_vocab), soft-capped where the model says so */
+    float *logits = ctx->logits + (size_t)*out_row * hp->n_vocab;
+    if (n_out > 0) matmul(ctx, logits, &m->output, ctx->out_x, n_out);
+    if (n_out > 0 && hp->final_softcap > 0)
+        kern_softcap(logits, (int64_t)n_out * hp->n_vocab, hp->final_softcap);
     *out_row += n_out;
 }

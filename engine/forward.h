@@ -16,17 +16,22 @@ struct engine_context {
     struct engine_context_params params;
     struct kern_pool *pool;
     struct kv_cache kv;
-    struct kern_rope_params rope;
+    /* RoPE of each store's kind: [KV_STORE_FULL] global layers, [KV_STORE_SWA] SWA layers
+     * (gemma: their own base, scale 1, no frequency factors) */
+    struct kern_rope_params rope[KV_MAX_STORES];
 
     /* Scratch rows, sized for n_batch tokens at creation (float counts per row): */
     float *x;        /* (n_batch, n_embd) the residual stream */
     float *xb;       /* (n_batch, n_embd) normed input / projection output */
-    float *q;        /* (n_batch, n_head × hd_k) */
+    float *q;        /* (n_batch, n_head × hd_k) (the largest hd_k of any layer, here and below) */
     float *k;        /* (n_batch, n_head_kv × hd_k) */
     float *v;        /* (n_batch, n_head_kv × hd_v) */
     float *att;      /* (n_batch, n_head × hd_v) attention output */
     float *hb, *hb2; /* (n_batch, n_ff) FFN hidden */
-    float *rope_cs;  /* (n_batch, n_rot) cos/sin pairs per token */
+    float *rope_cs[KV_MAX_STORES]; /* (n_batch, n_rot of the kind) cos/sin pairs per token */
+    float *ple;      /* (n_batch, n_layer × n_embd_per_layer) gemma4 per-layer inputs */
+    float *ple_row;  /* (n_layer × n_embd_per_layer) one token's per-layer embedding row */
+    float *pl_g;     /* (n_batch, n_embd_per_layer) the per-layer branch's gate */
     float *attn_scratch; /* (n_threads, attn_scratch_floats) for kern_attn_head */
     size_t attn_scratch_floats;
     float *out_x;    /* (n_out_step, n_embd) final hidden states of the tokens with logits */

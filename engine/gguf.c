@@ -111,7 +111,10 @@ static uint32_t *index_probe(const struct name_index *ix, const char *p, uint64_
 
 struct gguf_file {
     const uint8_t *base;
-    uint64_t size;
+    uint64_t size;      /* bytes at base */
+    uint64_t file_size; /* of the file; > size for a metadata-only read (gguf_open_meta) */
+    bool meta_only;     /* tensor data not read: tensor data pointers are NULL */
+    void *own_buf;      /* malloc'd copy of the metadata (gguf_open_meta) */
     void *map; /* NULL when the buffer is borrowed */
     size_t map_size;
     uint32_t version;
@@ -522,14 +525,14 @@ static int check_data(struct gguf_file *f, struct cursor *c) {
             return err_set(c->d, ERR_GGUF_DATA_EOF,
                            "tensor '%s': data (offset %" PRIu64 ", %" PRIu64
                            " bytes) ends past 2^64, the file is %" PRIu64 " bytes",
-                           name, t->offset, t->n_bytes, f->size);
-        if (end > f->size)
+                           name, t->offset, t->n_bytes, f->file_size);
+        if (end > f->file_size)
             return err_set(c->d, ERR_GGUF_DATA_EOF,
                            "tensor '%s': data ends at %" PRIu64
                            " bytes past the end of the file (data at file offset %" PRIu64
                            ", %" PRIu64 " bytes; the file is %" PRIu64 " bytes)",
-                           name, end - f->size, start, t->n_bytes, f->size);
-        t->data = f->base + start;
+                           name, end - f->file_size, start, t->n_bytes, f->file_size);
+        t->data = f->meta_only ? NULL : f->base + start;
         uint64_t padded;
         if (!u64_align_up(t->n_bytes, f->alignment, &padded) || !u64_add(running, padded, &running))
             return err_set(c->d, ERR_GGUF_DATA_EOF, "tensor '%s': padded size overflows", name);
@@ -566,6 +569,7 @@ void gguf_close(struct gguf_file *f) {
     free(f->tensors);
     free(f->tensor_index.slots);
     if (f->map) munmap(f->map, f->map_size);
+    free(f->own_buf);
     free(f);
 }
 
@@ -578,7 +582,7 @@ static int open_buffer(const void *data, size_t size, void *map, struct gguf_fil
         return -ENOMEM;
     }
     f->base = data;
-    f->size = size;
+    f->size = f->file_size = size;
     f->map = map;
     f->map_size = size;
     int r = parse(f, d);
@@ -705,6 +709,65 @@ int gguf_open_copy(const char *path, struct gguf_file **ret, struct err_detail *
                    "still being written?", path, COPY_ATTEMPTS);
 }
 
+/* The metadata of a file is read in growing prefixes: most fit the first read; a big
+ * vocabulary takes a few more; past the cap the file is refused rather than read whole. */
+#define META_FIRST_BYTES (1u << 20)
+#define META_MAX_BYTES (512u << 20)
+
+int gguf_open_meta(int fd, struct gguf_file **ret, struct err_detail *d) {
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        int e = -errno;
+        return err_set(d, e, "stat: %s", err_str(e));
+    }
+    if (!S_ISREG(st.st_mode)) return err_set(d, ERR_INVALID, "not a regular file");
+    uint64_t file_size = (uint64_t)st.st_size;
+    for (uint64_t want = META_FIRST_BYTES;; want *= 8) {
+        size_t size = (size_t)MIN(want, MIN(file_size, (uint64_t)META_MAX_BYTES));
+        uint8_t *buf = malloc(size ? size : 1);
+        if (!buf) return -ENOMEM;
+        int e = read_all(fd, buf, size);
+        if (e < 0) {
+            free(buf);
+            return err_set(d, e, "read: %s", err_str(e));
+        }
+        if (e == 1) { /* it shrank: judge what is there now */
+            free(buf);
+            if (fstat(fd, &st) < 0 || (uint64_t)st.st_size >= file_size)
+                return err_set(d, -EAGAIN, "the file changed while it was being read");
+            file_size = (uint64_t)st.st_size;
+            want = META_FIRST_BYTES / 8; /* start over */
+            continue;
+        }
+        struct gguf_file *f = calloc(1, sizeof *f);
+        if (!f) {
+            free(buf);
+            return -ENOMEM;
+        }
+        f->base = buf;
+        f->size = size;
+        f->file_size = file_size;
+        f->meta_only = true;
+        f->own_buf = buf;
+        struct err_detail attempt = {0};
+        e = parse(f, &attempt);
+        if (e >= 0) {
+            *ret = f;
+            return 0;
+        }
+        gguf_close(f);
+        /* A prefix can fail anywhere (a count checked against the bytes left, a string
+         * cut short); only the whole file, or the cap, gives the verdict. */
+        if (size == file_size || size == META_MAX_BYTES) {
+            if (d) *d = attempt;
+            if (size < file_size && e == ERR_TRUNCATED)
+                return err_set(d, ERR_TOO_LARGE, "the metadata is larger than %u MiB",
+                               META_MAX_BYTES >> 20);
+            return e;
+        }
+    }
+}
+
 /* ---- accessors ----------------------------------------------------------------------- */
 
 uint32_t gguf_version(const struct gguf_file *f) { return f->version; }
@@ -712,10 +775,10 @@ uint64_t gguf_alignment(const struct gguf_file *f) { return f->alignment; }
 uint64_t gguf_data_offset(const struct gguf_file *f) { return f->data_offset; }
 uint64_t gguf_data_end(const struct gguf_file *f) { return f->data_end; }
 uint64_t gguf_trailing_bytes(const struct gguf_file *f) {
-    return f->size > f->data_end ? f->size - f->data_end : 0;
+    return f->file_size > f->data_end ? f->file_size - f->data_end : 0;
 }
 const void *gguf_base(const struct gguf_file *f) { return f->base; }
-uint64_t gguf_size(const struct gguf_file *f) { return f->size; }
+uint64_t gguf_size(const struct gguf_file *f) { return f->file_size; }
 uint64_t gguf_n_kv(const struct gguf_file *f) { return f->n_kv; }
 uint64_t gguf_n_tensors(const struct gguf_file *f) { return f->n_tensors; }
 

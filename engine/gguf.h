@@ -116,6 +116,13 @@ int gguf_open(const char *path, struct gguf_file **ret, struct err_detail *d);
  * and re-read under pressure) and one read of the file. A file whose size, mtime or ctime
  * moves while it is read is read again; -EAGAIN after a few attempts. */
 int gguf_open_copy(const char *path, struct gguf_file **ret, struct err_detail *d);
+/* The metadata and the tensor table of the regular file open at fd (the caller's; read
+ * with pread, not mapped), validated as gguf_open() does, tensor bounds against the file's
+ * size; the tensor data is not read and every tensor's data pointer is NULL. For listing
+ * and checking model files cheaply: it costs the metadata's size in memory (read in
+ * growing prefixes, at most 512 MiB: ERR_TOO_LARGE past that), and a file truncated or
+ * replaced meanwhile cannot fault the reader. */
+int gguf_open_meta(int fd, struct gguf_file **ret, struct err_detail *d);
 /* Same over a caller's buffer (borrowed; must outlive the file). For fuzzing and tests. */
 int gguf_open_mem(const void *data, size_t size, struct gguf_file **ret, struct err_detail *d);
 void gguf_close(struct gguf_file *f);

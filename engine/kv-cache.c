@@ -53,15 +53,36 @@ static int kv_type_check(enum kern_type t, int64_t head_dim, const char *what,
     return 0;
 }
 
+/* Which store layer il's own KV goes to. */
+static int store_kind(const struct engine_hparams *hp, uint32_t il) {
+    return hp->layer[il].swa ? KV_STORE_SWA : KV_STORE_FULL;
+}
+
+/* Sizes store st from its first layer and checks that every other layer of it has the
+ * same K and V rows (a store has one row size and one rotation decision). */
+static int store_shape(struct kv_store *st, const struct engine_layer_hparams *l, uint32_t il,
+                       bool first, struct err_detail *d) {
+    if (first) {
+        st->n_head_kv = l->n_head_kv;
+        st->head_dim_k = l->head_dim_k;
+        st->head_dim_v = l->head_dim_v;
+        return 0;
+    }
+    if (st->n_head_kv != l->n_head_kv || st->head_dim_k != l->head_dim_k ||
+        st->head_dim_v != l->head_dim_v)
+        return err_set(d, ERR_UNSUPPORTED, "layer %u has %u KV heads of %u/%u values, other "
+                       "layers of its kind %lld of %lld/%lld: one cache needs one row size", il,
+                       l->n_head_kv, l->head_dim_k, l->head_dim_v, (long long)st->n_head_kv,
+                       (long long)st->head_dim_k, (long long)st->head_dim_v);
+    return 0;
+}
+
 int kv_cache_init(struct kv_cache *kv, const struct engine_model *m, enum kern_type type_k,
                   enum kern_type type_v, uint32_t n_seq, uint32_t n_ctx, bool rotation,
-                  struct err_detail *d) {
+                  uint32_t ring_extra, struct err_detail *d) {
     memset(kv, 0, sizeof *kv);
     const struct engine_hparams *hp = &m->hp;
     int r;
-    if ((r = kv_type_check(type_k, hp->head_dim_k, "key", d)) < 0 ||
-        (r = kv_type_check(type_v, hp->head_dim_v, "value", d)) < 0)
-        return r;
     if (hp->n_layer_kv_shared >= hp->n_layer)
         return err_set(d, ERR_MODEL_HPARAM, "%u of %u layers share KV: none owns any",
                        hp->n_layer_kv_shared, hp->n_layer);
@@ -70,66 +91,111 @@ int kv_cache_init(struct kv_cache *kv, const struct engine_model *m, enum kern_t
     kv->n_layer = hp->n_layer;
     kv->n_seq = n_seq;
     kv->n_ctx = n_ctx;
-    kv->n_head_kv = hp->n_head_kv;
-    kv->head_dim_k = hp->head_dim_k;
-    kv->head_dim_v = hp->head_dim_v;
-    kv->n_embd_k = (int64_t)hp->n_head_kv * hp->head_dim_k;
-    kv->n_embd_v = (int64_t)hp->n_head_kv * hp->head_dim_v;
-    kv->k_row_bytes = kern_row_size(type_k, kv->n_embd_k);
-    kv->v_row_bytes = kern_row_size(type_v, kv->n_embd_v);
-    /* Every layer of this cache has the model's one K and V head size (the supported
-     * archs have no per-layer sizes), so the per-cache condition of 3.4 reduces to it. */
-    kv->n_rot_k = kv_rot_size_k(type_k, kv->head_dim_k, rotation);
-    kv->n_rot_v = kv_rot_size_v(type_v, kv->head_dim_v, rotation);
     kv->source = calloc_array(hp->n_layer, sizeof *kv->source);
     kv->owner = calloc_array(hp->n_layer, sizeof *kv->owner);
+    kv->store_of = calloc_array(hp->n_layer, sizeof *kv->store_of);
     kv->seq_len = calloc_array(n_seq, sizeof *kv->seq_len);
-    if (!kv->source || !kv->owner || !kv->seq_len) goto nomem;
-    /* the first n_layer - N layers own their KV; the last N read the last owner's */
-    uint32_t n_own = hp->n_layer - hp->n_layer_kv_shared;
+    kv->swa_lo = calloc_array(n_seq, sizeof *kv->swa_lo);
+    if (!kv->source || !kv->owner || !kv->store_of || !kv->seq_len || !kv->swa_lo) goto nomem;
+    /* owners get a slot in the store of their kind; shared layers read kv_source's */
+    kv->n_store = 1;
     for (uint32_t il = 0; il < hp->n_layer; il++) {
-        bool own = il < n_own;
-        kv->source[il] = (int32_t)(own ? il : n_own - 1);
-        kv->owner[il] = own ? (int32_t)kv->n_layer_kv++ : -1;
+        const struct engine_layer_hparams *l = &hp->layer[il];
+        int src = l->kv_source, k = store_kind(hp, (uint32_t)src);
+        struct kv_store *st = &kv->store[k];
+        kv->source[il] = src;
+        kv->store_of[il] = (uint8_t)k;
+        kv->owner[il] = -1;
+        if (src != (int)il) continue;
+        if ((r = store_shape(st, l, il, st->n_layer_kv == 0, d)) < 0) goto fail;
+        kv->owner[il] = (int32_t)st->n_layer_kv++;
+        kv->n_layer_kv++;
+        if (k == KV_STORE_SWA) kv->n_store = 2;
     }
-    kv->k = calloc_array(kv->n_layer_kv, sizeof *kv->k);
-    kv->v = calloc_array(kv->n_layer_kv, sizeof *kv->v);
-    if (!kv->k || !kv->v) goto nomem;
-    size_t cells, kb, vb;
-    if (!size_mul(n_seq, n_ctx, &cells) || !size_mul(cells, kv->k_row_bytes, &kb) ||
-        !size_mul(cells, kv->v_row_bytes, &vb)) {
+    /* an SWA-only model keeps an empty full store 0: store indices stay the kinds */
+    for (uint32_t s = 0; s < kv->n_store; s++) {
+        struct kv_store *st = &kv->store[s];
+        if (st->n_layer_kv == 0) continue;
+        if ((r = kv_type_check(type_k, st->head_dim_k, "key", d)) < 0 ||
+            (r = kv_type_check(type_v, st->head_dim_v, "value", d)) < 0)
+            goto fail;
+        st->window = s == KV_STORE_SWA ? hp->swa_window : 0;
+        st->n_cells = n_ctx;
+        /* the ring: the window, one chunk and one batch (DESIGN.md 3.6) */
+        if (st->window && ring_extra && (uint64_t)st->window + ring_extra < n_ctx)
+            st->n_cells = st->window + ring_extra;
+        st->ring = st->n_cells < n_ctx;
+        st->n_embd_k = st->n_head_kv * st->head_dim_k;
+        st->n_embd_v = st->n_head_kv * st->head_dim_v;
+        st->k_row_bytes = kern_row_size(type_k, st->n_embd_k);
+        st->v_row_bytes = kern_row_size(type_v, st->n_embd_v);
+        /* every layer of this store has its one K and V head size (store_shape), so the
+         * per-cache condition of 3.4 reduces to it */
+        st->n_rot_k = kv_rot_size_k(type_k, st->head_dim_k, rotation);
+        st->n_rot_v = kv_rot_size_v(type_v, st->head_dim_v, rotation);
+        st->layers = calloc_array(st->n_layer_kv, sizeof *st->layers);
+        st->k = calloc_array(st->n_layer_kv, sizeof *st->k);
+        st->v = calloc_array(st->n_layer_kv, sizeof *st->v);
+        if (!st->layers || !st->k || !st->v) goto nomem;
+        size_t rows, kb, vb;
+        if (!size_mul(n_seq, (size_t)st->n_cells * (st->ring ? 2 : 1), &rows) ||
+            !size_mul(rows, st->k_row_bytes, &kb) || !size_mul(rows, st->v_row_bytes, &vb)) {
+            kv_cache_done(kv);
+            return err_set(d, ERR_OVERFLOW, "KV cache of %u sequences x %u positions overflows",
+                           n_seq, n_ctx);
+        }
+        for (uint32_t i = 0; i < st->n_layer_kv; i++) {
+            st->k[i] = calloc(1, kb);
+            st->v[i] = calloc(1, vb);
+            if (!st->k[i] || !st->v[i]) goto nomem;
+        }
+    }
+    for (uint32_t il = 0; il < hp->n_layer; il++)
+        if (kv->owner[il] >= 0) kv->store[kv->store_of[il]].layers[kv->owner[il]] = (int32_t)il;
+    size_t cells;
+    if (!size_mul(n_seq, n_ctx, &cells)) {
         kv_cache_done(kv);
         return err_set(d, ERR_OVERFLOW, "KV cache of %u sequences x %u positions overflows",
                        n_seq, n_ctx);
     }
     kv->tok = calloc_array(cells, sizeof *kv->tok);
     if (!kv->tok) goto nomem;
-    for (uint32_t i = 0; i < kv->n_layer_kv; i++) {
-        kv->k[i] = calloc(1, kb);
-        kv->v[i] = calloc(1, vb);
-        if (!kv->k[i] || !kv->v[i]) goto nomem;
-    }
     return 0;
 nomem:
     kv_cache_done(kv);
     return err_set(d, -ENOMEM, "cannot allocate the KV cache (%u sequences x %u positions)",
                    n_seq, n_ctx);
+fail:
+    kv_cache_done(kv);
+    return r;
 }
 
 void kv_cache_done(struct kv_cache *kv) {
-    for (uint32_t i = 0; kv->k && i < kv->n_layer_kv; i++) free(kv->k[i]);
-    for (uint32_t i = 0; kv->v && i < kv->n_layer_kv; i++) free(kv->v[i]);
-    free(kv->k);
-    free(kv->v);
+    for (uint32_t s = 0; s < KV_MAX_STORES; s++) {
+        struct kv_store *st = &kv->store[s];
+        for (uint32_t i = 0; st->k && i < st->n_layer_kv; i++) free(st->k[i]);
+        for (uint32_t i = 0; st->v && i < st->n_layer_kv; i++) free(st->v[i]);
+        free(st->k);
+        free(st->v);
+        free(st->layers);
+    }
     free(kv->source);
     free(kv->owner);
+    free(kv->store_of);
     free(kv->tok);
     free(kv->seq_len);
+    free(kv->swa_lo);
     memset(kv, 0, sizeof *kv);
 }
 
 size_t kv_cache_bytes(const struct kv_cache *kv) {
-    return (size_t)kv->n_layer_kv * kv->n_seq * kv->n_ctx * (kv->k_row_bytes + kv->v_row_bytes);
+    size_t n = 0;
+    for (uint32_t s = 0; s < kv->n_store; s++) {
+        const struct kv_store *st = &kv->store[s];
+        n += (size_t)st->n_layer_kv * kv->n_seq * st->n_cells * (st->ring ? 2 : 1) *
+             (st->k_row_bytes + st->v_row_bytes);
+    }
+    return n;
 }
 
 void kv_row_store(void *dst, const float *src, enum kern_type t, int64_t n) {
@@ -139,6 +205,71 @@ void kv_row_store(void *dst, const float *src, enum kern_type t, int64_t n) {
         kern_quantize_row(t, dst, src, n);
 }
 
+void kv_put(struct kv_cache *kv, int il, int32_t seq, int32_t pos, const float *k,
+            const float *v) {
+    struct kv_store *st = &kv->store[kv->store_of[il]];
+    char *kr = kv_k_row(kv, il, seq, pos), *vr = kv_v_row(kv, il, seq, pos);
+    kv_row_store(kr, k, kv->type_k, st->n_embd_k);
+    kv_row_store(vr, v, kv->type_v, st->n_embd_v);
+    if (st->ring) { /* the mirror copy, n_cells rows on */
+        memcpy(kr + (size_t)st->n_cells * st->k_row_bytes, kr, st->k_row_bytes);
+        memcpy(vr + (size_t)st->n_cells * st->v_row_bytes, vr, st->v_row_bytes);
+    }
+}
+
+/* Runs of rows [p0, p1) that are contiguous in the first copy (a ring splits at its end). */
+#define FOR_RUNS(st, p0, p1, p, n)                                                         \
+    for (uint32_t p = (p0), n; p < (p1) &&                                                 \
+         (n = (st)->ring ? MIN((p1) - p, (st)->n_cells - p % (st)->n_cells) : (p1) - p, 1); \
+         p += n)
+
+void kv_rows_get(const struct kv_store *st, uint32_t slot, int32_t seq, uint32_t p0, uint32_t p1,
+                 uint8_t *dst_k, uint8_t *dst_v) {
+    FOR_RUNS(st, p0, p1, p, n) {
+        size_t c = kv_cell(st, seq, (int32_t)p);
+        memcpy(dst_k, (const char *)st->k[slot] + c * st->k_row_bytes, n * st->k_row_bytes);
+        memcpy(dst_v, (const char *)st->v[slot] + c * st->v_row_bytes, n * st->v_row_bytes);
+        dst_k += n * st->k_row_bytes;
+        dst_v += n * st->v_row_bytes;
+    }
+}
+
+void kv_rows_set(struct kv_store *st, uint32_t slot, int32_t seq, uint32_t p0, uint32_t p1,
+                 const uint8_t *src_k, const uint8_t *src_v) {
+    /* a ring keeps only the last n_cells of the rows */
+    if (st->ring && p1 - p0 > st->n_cells) {
+        src_k += (size_t)(p1 - p0 - st->n_cells) * st->k_row_bytes;
+        src_v += (size_t)(p1 - p0 - st->n_cells) * st->v_row_bytes;
+        p0 = p1 - st->n_cells;
+    }
+    size_t mk = st->ring ? (size_t)st->n_cells * st->k_row_bytes : 0;
+    size_t mv = st->ring ? (size_t)st->n_cells * st->v_row_bytes : 0;
+    FOR_RUNS(st, p0, p1, p, n) {
+        size_t c = kv_cell(st, seq, (int32_t)p);
+        char *k = (char *)st->k[slot] + c * st->k_row_bytes;
+        char *v = (char *)st->v[slot] + c * st->v_row_bytes;
+        memcpy(k, src_k, n * st->k_row_bytes);
+        memcpy(v, src_v, n * st->v_row_bytes);
+        if (st->ring) {
+            memcpy(k + mk, src_k, n * st->k_row_bytes);
+            memcpy(v + mv, src_v, n * st->v_row_bytes);
+        }
+        src_k += n * st->k_row_bytes;
+        src_v += n * st->v_row_bytes;
+    }
+}
+
+#undef FOR_RUNS
+
+void kv_written(struct kv_cache *kv, int32_t seq, uint32_t p0, uint32_t p1) {
+    (void)p0;
+    kv->seq_len[seq] = p1;
+    const struct kv_store *st = &kv->store[KV_STORE_SWA];
+    /* writing [p0, p1) into a ring evicts the positions n_cells below them */
+    if (kv->n_store > 1 && st->ring && p1 > st->n_cells)
+        kv->swa_lo[seq] = MAX(kv->swa_lo[seq], p1 - st->n_cells);
+}
+
 /* ---- public sequence operations ------------------------------------------------------- */
 
 uint32_t engine_kv_seq_len(const struct engine_context *ctx, int32_t seq) {
@@ -146,10 +277,23 @@ uint32_t engine_kv_seq_len(const struct engine_context *ctx, int32_t seq) {
     return seq >= 0 && (uint32_t)seq < kv->n_seq ? kv->seq_len[seq] : 0;
 }
 
+/* Can seq continue at position p (after truncation to p): does the SWA ring still hold
+ * the rows of [p - W + 1, p)? Always true without a ring. */
+bool kv_can_resume(const struct kv_cache *kv, int32_t seq, uint32_t p) {
+    const struct kv_store *st = &kv->store[KV_STORE_SWA];
+    if (kv->n_store < 2 || p == 0) return true;
+    uint32_t lo = MIN(kv->swa_lo[seq], p), need = p >= st->window ? p - st->window + 1 : 0;
+    return lo <= need;
+}
+
 int engine_kv_seq_rm(struct engine_context *ctx, int32_t seq, uint32_t p0) {
     struct kv_cache *kv = &ctx->kv;
     if (seq < 0 || (uint32_t)seq >= kv->n_seq) return ERR_INVALID;
-    kv->seq_len[seq] = MIN(kv->seq_len[seq], p0);
+    p0 = MIN(kv->seq_len[seq], p0);
+    /* an SWA ring that no longer holds the window before p0 cannot continue there */
+    if (!kv_can_resume(kv, seq, p0)) return -ENODATA;
+    kv->seq_len[seq] = p0;
+    kv->swa_lo[seq] = MIN(kv->swa_lo[seq], p0);
     return 0;
 }
 
@@ -158,33 +302,43 @@ int engine_kv_seq_cp(struct engine_context *ctx, int32_t src, int32_t dst, uint3
     if (src < 0 || (uint32_t)src >= kv->n_seq || dst < 0 || (uint32_t)dst >= kv->n_seq)
         return ERR_INVALID;
     p1 = MIN(p1, kv->seq_len[src]);
+    if (!kv_can_resume(kv, src, p1)) return -ENODATA;
     if (src != dst) {
-        size_t so = (size_t)src * kv->n_ctx, dO = (size_t)dst * kv->n_ctx;
-        for (uint32_t i = 0; i < kv->n_layer_kv; i++) {
-            memcpy((char *)kv->k[i] + dO * kv->k_row_bytes,
-                   (char *)kv->k[i] + so * kv->k_row_bytes, (size_t)p1 * kv->k_row_bytes);
-            memcpy((char *)kv->v[i] + dO * kv->v_row_bytes,
-                   (char *)kv->v[i] + so * kv->v_row_bytes, (size_t)p1 * kv->v_row_bytes);
+        for (uint32_t s = 0; s < kv->n_store; s++) {
+            struct kv_store *st = &kv->store[s];
+            /* a ring copies what it holds of [0, p1), both copies, cell for cell */
+            size_t per_seq = (size_t)st->n_cells * (st->ring ? 2 : 1);
+            size_t n = st->ring ? per_seq : p1;
+            for (uint32_t i = 0; i < st->n_layer_kv; i++) {
+                memcpy((char *)st->k[i] + (size_t)dst * per_seq * st->k_row_bytes,
+                       (char *)st->k[i] + (size_t)src * per_seq * st->k_row_bytes,
+                       n * st->k_row_bytes);
+                memcpy((char *)st->v[i] + (size_t)dst * per_seq * st->v_row_bytes,
+                       (char *)st->v[i] + (size_t)src * per_seq * st->v_row_bytes,
+                       n * st->v_row_bytes);
+            }
         }
+        size_t so = (size_t)src * kv->n_ctx, dO = (size_t)dst * kv->n_ctx;
         memcpy(kv->tok + dO, kv->tok + so, (size_t)p1 * sizeof *kv->tok);
     }
     kv->seq_len[dst] = p1;
+    kv->swa_lo[dst] = MIN(kv->swa_lo[src], p1);
     return 0;
 }
 
 /* ---- context shift ------------------------------------------------------------------- */
 
-/* Re-positions one cached K row (all KV heads) by delta positions, in place (DESIGN.md
- * 3.4): to f32, un-rotate every head blockwise (H·H = I), RoPE by delta, rotate back,
- * store in the cache type. tmp holds n_embd_k floats, cs the RoPE pairs of delta. */
-static void k_row_shift(const struct kv_cache *kv, void *row, float *tmp, const float *cs,
-                        const struct kern_rope_params *rope) {
+/* Re-positions one cached K row (all KV heads) of store st by delta positions, in place
+ * (DESIGN.md 3.4): to f32, un-rotate every head blockwise (H·H = I), RoPE by delta, rotate
+ * back, store in the cache type. tmp holds n_embd_k floats, cs the RoPE pairs of delta. */
+static void k_row_shift(const struct kv_cache *kv, const struct kv_store *st, void *row,
+                        float *tmp, const float *cs, const struct kern_rope_params *rope) {
     const struct kern_type_traits *tt = kern_type_traits(kv->type_k);
-    tt->to_f32(tmp, row, kv->n_embd_k);
-    if (kv->n_rot_k) kern_hadamard(tmp, kv->n_embd_k, kv->n_rot_k);
-    kern_rope_apply(tmp, cs, kv->n_head_kv, kv->head_dim_k, rope);
-    if (kv->n_rot_k) kern_hadamard(tmp, kv->n_embd_k, kv->n_rot_k);
-    kv_row_store(row, tmp, kv->type_k, kv->n_embd_k);
+    tt->to_f32(tmp, row, st->n_embd_k);
+    if (st->n_rot_k) kern_hadamard(tmp, st->n_embd_k, st->n_rot_k);
+    kern_rope_apply(tmp, cs, st->n_head_kv, st->head_dim_k, rope);
+    if (st->n_rot_k) kern_hadamard(tmp, st->n_embd_k, st->n_rot_k);
+    kv_row_store(row, tmp, kv->type_k, st->n_embd_k);
 }
 
 int engine_kv_seq_shift(struct engine_context *ctx, int32_t seq, uint32_t p0, uint32_t n_discard,
@@ -197,28 +351,38 @@ int engine_kv_seq_shift(struct engine_context *ctx, int32_t seq, uint32_t p0, ui
         return err_set(d, ERR_INVALID, "cannot discard [%u, %llu) of the %u positions of "
                        "sequence %d", p0, (unsigned long long)p0 + n_discard, len, seq);
     if (n_discard == 0) return 0;
-    /* RoPE pairs for a rotation by -n_discard positions. kern_rope_cache() scales the
-     * pairs by the attention magnitude factor, which the cached K already carries:
-     * normalize them back to unit length so only the angle changes. */
-    const struct kern_rope_params *rope = &ctx->rope;
-    float *cs = ctx->rope_cs, *tmp = ctx->k;
-    kern_rope_cache(cs, -(int32_t)n_discard, rope);
-    for (int64_t i = 0; i < rope->n_dims; i += 2) {
-        float mag = hypotf(cs[i], cs[i + 1]);
-        if (mag > 0) cs[i] /= mag, cs[i + 1] /= mag;
+    for (uint32_t s = 0; s < kv->n_store; s++)
+        if (kv->store[s].ring)
+            return err_set(d, ERR_UNSUPPORTED, "context shift of a sliding-window ring cache "
+                           "(it holds only the last %u positions)", kv->store[s].n_cells);
+    /* RoPE pairs for a rotation by -n_discard positions, per store (its kind's RoPE).
+     * kern_rope_cache() scales the pairs by the attention magnitude factor, which the
+     * cached K already carries: normalize them back to unit length so only the angle
+     * changes. */
+    float *cs = ctx->rope_cs[0], *tmp = ctx->k;
+    for (uint32_t s = 0; s < kv->n_store; s++) {
+        const struct kv_store *st = &kv->store[s];
+        const struct kern_rope_params *rope = &ctx->rope[s];
+        kern_rope_cache(cs, -(int32_t)n_discard, rope);
+        for (int64_t i = 0; i < rope->n_dims; i += 2) {
+            float mag = hypotf(cs[i], cs[i + 1]);
+            if (mag > 0) cs[i] /= mag, cs[i + 1] /= mag;
+        }
+        size_t base = (size_t)seq * st->n_cells;
+        for (uint32_t i = 0; i < st->n_layer_kv; i++) {
+            char *k = (char *)st->k[i] + base * st->k_row_bytes;
+            char *v = (char *)st->v[i] + base * st->v_row_bytes;
+            for (uint32_t p = p0 + n_discard; p < len; p++) {
+                char *dst = k + (size_t)(p - n_discard) * st->k_row_bytes;
+                memcpy(dst, k + (size_t)p * st->k_row_bytes, st->k_row_bytes);
+                k_row_shift(kv, st, dst, tmp, cs, rope);
+            }
+            memmove(v + (size_t)p0 * st->v_row_bytes,
+                    v + (size_t)(p0 + n_discard) * st->v_row_bytes,
+                    (size_t)(len - p0 - n_discard) * st->v_row_bytes);
+        }
     }
     size_t base = (size_t)seq * kv->n_ctx;
-    for (uint32_t i = 0; i < kv->n_layer_kv; i++) {
-        char *k = (char *)kv->k[i] + base * kv->k_row_bytes;
-        char *v = (char *)kv->v[i] + base * kv->v_row_bytes;
-        for (uint32_t p = p0 + n_discard; p < len; p++) {
-            char *dst = k + (size_t)(p - n_discard) * kv->k_row_bytes;
-            memcpy(dst, k + (size_t)p * kv->k_row_bytes, kv->k_row_bytes);
-            k_row_shift(kv, dst, tmp, cs, rope);
-        }
-        memmove(v + (size_t)p0 * kv->v_row_bytes, v + (size_t)(p0 + n_discard) * kv->v_row_bytes,
-                (size_t)(len - p0 - n_discard) * kv->v_row_bytes);
-    }
     memmove(kv->tok + base + p0, kv->tok + base + p0 + n_discard,
             (size_t)(len - p0 - n_discard) * sizeof *kv->tok);
     kv->seq_len[seq] = len - n_discard;
@@ -231,9 +395,22 @@ void engine_context_kv_info(const struct engine_context *ctx, struct engine_kv_i
         .type_k = kv->type_k,
         .type_v = kv->type_v,
         .n_layer_kv = kv->n_layer_kv,
-        .n_rot_k = kv->n_rot_k,
-        .n_rot_v = kv->n_rot_v,
+        .n_rot_k = kv->store[0].n_layer_kv ? kv->store[0].n_rot_k : kv->store[1].n_rot_k,
+        .n_rot_v = kv->store[0].n_layer_kv ? kv->store[0].n_rot_v : kv->store[1].n_rot_v,
+        .n_cache = kv->n_store,
     };
+    for (uint32_t s = 0; s < kv->n_store; s++) {
+        const struct kv_store *st = &kv->store[s];
+        ret->cache[s] = (struct engine_kv_cache_info){
+            .n_layer_kv = st->n_layer_kv,
+            .window = st->window,
+            .n_cells = st->n_cells,
+            .head_dim_k = (uint32_t)st->head_dim_k,
+            .head_dim_v = (uint32_t)st->head_dim_v,
+            .n_rot_k = st->n_rot_k,
+            .n_rot_v = st->n_rot_v,
+        };
+    }
 }
 
 bool engine_kv_rotation_env_default(void) {

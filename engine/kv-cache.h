@@ -1,39 +1,68 @@
 /* kv-cache — private to the engine: the K and V rows of every sequence, per layer that
  * owns KV, in the cache's stored types.
  *
- * Layout: for each owning layer, K is (n_seq, n_ctx) rows of n_head_kv × head_dim_k values
- * of type_k (row stride k_row_bytes), V the same with head_dim_v and type_v; cell p of
- * sequence s holds position p, and tok records the token id it was computed from.
+ * Caches: a context has one cache (kv_store) per attention kind its model has: store 0
+ * for the full-attention (global) layers, store 1 for the sliding-window (SWA) layers of
+ * a gemma model. Each cache holds the layers of its kind that own KV, all with the same
+ * K and V row sizes, and makes its own rotation decision (DESIGN.md 3.4).
+ *
+ * Layout: for each owning layer of a store, K is n_seq blocks of n_cells rows of
+ * n_head_kv × head_dim_k values of type_k (row stride k_row_bytes), V the same with
+ * head_dim_v and type_v. A full-attention store has n_cells = n_ctx and cell p holds
+ * position p. An SWA store is a ring: n_cells = min(n_ctx, window + ring_extra) cells
+ * per sequence, position p in cell p mod n_cells, and every row written twice (at cell c
+ * and c + n_cells) so that any run of fewer than n_cells positions is contiguous rows,
+ * whatever the wrap: attention reads a window with one pointer and a count. tok records
+ * the token id of every position (for all stores).
  *
  * Shared-KV models (<arch>.attention.shared_kv_layers = N): the last N layers own no KV
- * and read the KV of the last owning layer, kv_source(il). Everything about a layer's KV —
- * its rows, types, head sizes and Hadamard rotation — is looked up through kv_source(il),
- * never from the querying layer's own index.
+ * and read the KV of kv_source(il), the last owning layer of their kind (model.h).
+ * Everything about a layer's KV — its store, rows, types, head sizes, rotation, window —
+ * is looked up through kv_source(il), never from the querying layer's own index.
  *
- * Rotation (DESIGN.md 3.4): n_rot_k / n_rot_v are the sizes of the Hadamard blocks the
- * cached K / V rows were rotated with (0 = not rotated). They are decided once at
+ * Rotation (DESIGN.md 3.4): n_rot_k / n_rot_v of a store are the sizes of the Hadamard
+ * blocks its K / V rows were rotated with (0 = not rotated). They are decided once at
  * creation, recorded here, and are part of the state blob's ABI (kv-state.c). */
 #pragma once
 
 #include "engine/model.h"
 #include "kernels/types.h"
 
+#define KV_STORE_FULL 0
+#define KV_STORE_SWA 1
+#define KV_MAX_STORES 2
+
+/* One cache: the owning layers of one attention kind. */
+struct kv_store {
+    uint32_t n_layer_kv;  /* owning layers in this store */
+    uint32_t window;      /* 0: full attention; else the SWA window W */
+    uint32_t n_cells;     /* cells per sequence (positions for a full store, the ring size) */
+    bool ring;            /* n_cells < n_ctx: positions wrap, rows are mirrored */
+    int64_t n_head_kv;
+    int64_t head_dim_k, head_dim_v;
+    int64_t n_embd_k;     /* n_head_kv × head_dim_k */
+    int64_t n_embd_v;     /* n_head_kv × head_dim_v */
+    size_t k_row_bytes, v_row_bytes;
+    int n_rot_k, n_rot_v; /* Hadamard rotation sizes, 0 = off */
+    int32_t *layers;      /* (n_layer_kv) the model layer of each slot */
+    void **k, **v;        /* (n_layer_kv) each n_seq × (ring ? 2 : 1) × n_cells rows */
+};
+
 struct kv_cache {
     enum kern_type type_k, type_v;
     uint32_t n_layer;      /* layers of the model */
-    uint32_t n_layer_kv;   /* layers that own KV */
+    uint32_t n_layer_kv;   /* layers that own KV, over all stores */
     uint32_t n_seq, n_ctx;
-    int64_t n_head_kv;
-    int64_t n_embd_k;      /* n_head_kv × head_dim_k */
-    int64_t n_embd_v;      /* n_head_kv × head_dim_v */
-    int64_t head_dim_k, head_dim_v;
-    size_t k_row_bytes, v_row_bytes;
+    uint32_t n_store;      /* 1, or 2 when the model has SWA layers */
+    struct kv_store store[KV_MAX_STORES];
     int32_t *source;       /* (n_layer): model layer -> the model layer whose KV it reads */
-    int32_t *owner;        /* (n_layer): slot in k[] / v[] of a layer that owns KV, else -1 */
-    void **k, **v;         /* (n_layer_kv) each (n_seq × n_ctx) rows */
-    int32_t *tok;          /* (n_seq × n_ctx) token id of each cell */
+    uint8_t *store_of;     /* (n_layer): store of the layer's KV (of its source) */
+    int32_t *owner;        /* (n_layer): slot in its store of a layer that owns KV, else -1 */
+    int32_t *tok;          /* (n_seq × n_ctx) token id of each position */
     uint32_t *seq_len;     /* (n_seq) cached positions per sequence */
-    int n_rot_k, n_rot_v;  /* Hadamard rotation sizes, 0 = off */
+    /* (n_seq) per sequence: the first position whose SWA rows the ring still holds,
+     * considering that the rows of [seq_len - n_cells, seq_len) were the last written */
+    uint32_t *swa_lo;
 };
 
 /* The Hadamard sizes DESIGN.md 3.4 gives a cache (0 = no rotation):
@@ -45,10 +74,12 @@ int kv_rot_size_v(enum kern_type t, int64_t head_dim, bool rotation);
 
 /* Sizes and allocates the cache (zeroed). Types: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,
  * q5_1, iq4_nl (block types need head sizes that are multiples of 32). rotation: whether
- * quantized K/V may be Hadamard-rotated (the context parameter kv_rotation). */
+ * quantized K/V may be Hadamard-rotated (the context parameter kv_rotation). ring_extra:
+ * cells an SWA ring holds beyond the window (one chunk and one batch; 0 = the SWA store
+ * holds every position, as a full one). */
 int kv_cache_init(struct kv_cache *kv, const struct engine_model *m, enum kern_type type_k,
                   enum kern_type type_v, uint32_t n_seq, uint32_t n_ctx, bool rotation,
-                  struct err_detail *d);
+                  uint32_t ring_extra, struct err_detail *d);
 void kv_cache_done(struct kv_cache *kv);
 size_t kv_cache_bytes(const struct kv_cache *kv);
 
@@ -60,26 +91,50 @@ static inline int kv_source(const struct kv_cache *kv, int il) {
 static inline bool kv_owns(const struct kv_cache *kv, int il) {
     return kv->owner[il] >= 0;
 }
-/* Rotation sizes of the KV layer il reads (through kv_source; one cache, one size today,
- * but a per-cache lookup is what keeps shared layers right when caches differ). */
+/* The store of the KV layer il reads (through kv_source). */
+static inline const struct kv_store *kv_store_of(const struct kv_cache *kv, int il) {
+    return &kv->store[kv->store_of[il]];
+}
+/* Rotation sizes of the KV layer il reads (through kv_source: its store's decision). */
 static inline int kv_rot_k(const struct kv_cache *kv, int il) {
-    return kv->owner[kv_source(kv, il)] >= 0 ? kv->n_rot_k : 0;
+    return kv_store_of(kv, il)->n_rot_k;
 }
 static inline int kv_rot_v(const struct kv_cache *kv, int il) {
-    return kv->owner[kv_source(kv, il)] >= 0 ? kv->n_rot_v : 0;
+    return kv_store_of(kv, il)->n_rot_v;
 }
-/* K row of (sequence, position) as seen by layer il (through kv_source). */
+/* Row index of position pos of seq in a store's per-layer buffer (the first copy). */
+static inline size_t kv_cell(const struct kv_store *st, int32_t seq, int32_t pos) {
+    size_t per_seq = st->ring ? 2 * (size_t)st->n_cells : st->n_cells;
+    return (size_t)seq * per_seq + (st->ring ? (size_t)pos % st->n_cells : (size_t)pos);
+}
+/* K row of (sequence, position) as seen by layer il (through kv_source). On a ring, the
+ * rows of positions pos .. pos + n_cells - 1 follow this one contiguously. */
 static inline void *kv_k_row(const struct kv_cache *kv, int il, int32_t seq, int32_t pos) {
-    int slot = kv->owner[kv_source(kv, il)];
-    return (char *)kv->k[slot] + ((size_t)seq * kv->n_ctx + (size_t)pos) * kv->k_row_bytes;
+    const struct kv_store *st = kv_store_of(kv, il);
+    return (char *)st->k[kv->owner[kv_source(kv, il)]] + kv_cell(st, seq, pos) * st->k_row_bytes;
 }
 static inline void *kv_v_row(const struct kv_cache *kv, int il, int32_t seq, int32_t pos) {
-    int slot = kv->owner[kv_source(kv, il)];
-    return (char *)kv->v[slot] + ((size_t)seq * kv->n_ctx + (size_t)pos) * kv->v_row_bytes;
+    const struct kv_store *st = kv_store_of(kv, il);
+    return (char *)st->v[kv->owner[kv_source(kv, il)]] + kv_cell(st, seq, pos) * st->v_row_bytes;
 }
-/* Token id cell (seq, pos) was computed from. */
+/* Token id of position pos of seq. */
 static inline int32_t *kv_tok(const struct kv_cache *kv, int32_t seq, int32_t pos) {
     return kv->tok + (size_t)seq * kv->n_ctx + (size_t)pos;
 }
 /* Stores n values of f32 src as row dst of type t. */
 void kv_row_store(void *dst, const float *src, enum kern_type t, int64_t n);
+/* Writes the K and V rows (f32) of (seq, pos) of owning layer il in the store's types,
+ * both copies on a ring. */
+void kv_put(struct kv_cache *kv, int il, int32_t seq, int32_t pos, const float *k,
+            const float *v);
+/* Copies rows [p0, p1) of slot `slot` of store st, K then V, to dst (the store's bytes;
+ * rows must be held) / from src. */
+void kv_rows_get(const struct kv_store *st, uint32_t slot, int32_t seq, uint32_t p0, uint32_t p1,
+                 uint8_t *dst_k, uint8_t *dst_v);
+void kv_rows_set(struct kv_store *st, uint32_t slot, int32_t seq, uint32_t p0, uint32_t p1,
+                 const uint8_t *src_k, const uint8_t *src_v);
+/* Can seq continue at position p: does the SWA ring still hold the rows of [p - W + 1, p)?
+ * (Always true without a ring.) */
+bool kv_can_resume(const struct kv_cache *kv, int32_t seq, uint32_t p);
+/* Bookkeeping after positions [p0, p1) of seq were written (decode or import). */
+void kv_written(struct kv_cache *kv, int32_t seq, uint32_t p0, uint32_t p1);

@@ -1,24 +1,30 @@
 /* KV state blobs: engine_kv_export() / engine_kv_import() (DESIGN.md 3.5).
  *
- * ## Format, version 1 (ENGINE_KV_STATE_VERSION)
+ * ## Format, version 2 (ENGINE_KV_STATE_VERSION)
+ * Version 2 carries one cache ABI record per cache of the context (a model with
+ * sliding-window layers has a full-attention cache and an SWA cache, each with its own
+ * head sizes, rotation and RoPE); version 1 had exactly one record.
  * Little-endian, no padding, every field 4 or 8 bytes wide; offsets in bytes.
  *
  * Fixed header (KVS_FIXED = 40 bytes):
  *   0   magic          4 bytes "WKVS"
- *   4   format_version u32, 1
+ *   4   format_version u32, 2
  *   8   header_bytes   u32, bytes from offset 0 to the range section
  *                      (= 40 + the cache ABI records); lets a reader skip the ABI
- *   12  flags          u32, 0 (no flag is defined in version 1; non-zero is rejected)
+ *   12  flags          u32, 0 (no flag is defined in version 2; non-zero is rejected)
  *   16  fingerprint    16 bytes: the model's XXH3-128, low u64 then high u64
  *   32  arch           u32, enum engine_arch of the model
- *   36  n_cache        u32, caches that follow (1: warmd has one cache per context; an SWA
- *                      model would add its SWA cache as a second record)
- * Cache ABI record, per cache (KVS_CACHE_FIXED = 88 bytes + 4 per model layer):
- *   +0  n_layer        u32, layers of the model (entries of the source map)
- *   +4  n_layer_kv     u32, layers that own KV (and have rows in the payload)
+ *   36  n_cache        u32, cache records that follow: 1, or 2 for a model with SWA
+ *                      layers (the full-attention cache first, then the SWA cache; a
+ *                      model with SWA layers only has just the SWA record)
+ * Cache ABI record, per cache (KVS_CACHE_FIXED = 88 bytes + 4 per model layer), at
+ * 40 + c × (88 + 4 × n_layer) for cache c:
+ *   +0  n_layer        u32, layers of the model (entries of the source map; the same in
+ *                      every record)
+ *   +4  n_layer_kv     u32, layers of this cache that own KV (and have rows in the payload)
  *   +8  type_k         u32, ggml type id of cached K (kern_type)
  *   +12 type_v         u32, same for V
- *   +16 head_dim_k     u32
+ *   +16 head_dim_k     u32, of this cache's layers (gemma4: SWA and global differ)
  *   +20 head_dim_v     u32
  *   +24 n_head_kv      u32
  *   +28 n_rot_k        u32, Hadamard block of K, 0 = not rotated (DESIGN.md 3.4)
@@ -26,8 +32,9 @@
  *   +36 rot_kind       u32, 0 = none (both sizes 0), 1 = normalized Sylvester Hadamard,
  *                      blockwise, applied after RoPE
  *   +40 v_layout       u32, 0 = V as rows of n_head_kv × head_dim_v per position
- *   +44 swa_window     u32, 0 = full attention
- *   +48 rope_dims      u32, rotated values per head
+ *   +44 swa_window     u32, 0 = full attention, else the window W of this SWA cache
+ *   +48 rope_dims      u32, rotated values per head (RoPE fields: this cache's layers'
+ *                      RoPE; an SWA cache has its own base, scale 1, no YaRN)
  *   +52 rope_kind      u32, enum engine_rope_kind (0 adjacent pairs, 1 NeoX halves)
  *   +56 rope_scaling   u32, enum engine_rope_scaling
  *   +60 rope_base      f32
@@ -37,7 +44,9 @@
  *   +76 yarn_beta_fast f32
  *   +80 yarn_beta_slow f32
  *   +84 rope_n_ctx_orig u32
- *   +88 source         i32 × n_layer: the layer whose KV each layer reads (kv_source)
+ *   +88 source         i32 × n_layer: for each layer whose KV is in this cache, the layer
+ *                      whose KV it reads (kv_source); -1 (0xffffffff) for a layer whose
+ *                      KV is in the other cache. Every layer is in exactly one record.
  * Range section (at header_bytes):
  *   +0  p0             u32, first position
  *   +4  p1             u32, one past the last (p0 < p1)
@@ -45,9 +54,15 @@
  *   then payload_bytes u64, payload_xxh3 u64 (XXH3-64 of the payload), header_xxh3 u64
  *   (XXH3-64 of every byte before this field: header, ABI, range and the two fields
  *   before it), then the payload.
- * Payload: per cache, per owning layer in layer order, the K rows of positions [p0, p1)
- * then their V rows, each row the cache's own bytes (n_head_kv × head_dim values of the
- * cache type, rotated when n_rot is not 0): n_layer_kv × (p1 - p0) × (k_row + v_row) bytes.
+ * Payload: per cache in record order, per owning layer in layer order, the K rows of
+ * positions [r0, p1) then their V rows, each row the cache's own bytes (n_head_kv ×
+ * head_dim values of the cache type, rotated when n_rot is not 0): n_layer_kv ×
+ * (p1 - r0) × (k_row + v_row) bytes. r0 = p0 for a full-attention cache; for an SWA
+ * cache of window W, r0 = max(p0, p1 - W + 1): the rows of its tokens that a query at
+ * p1 can still see (a chunk of C < W tokens carries all its rows, so a chain of chunks
+ * carries every SWA row and any chunk end is a resume point, DESIGN.md 3.6; a longer blob
+ * carries the last W - 1, all that continuing at p1 needs). Import writes them into the
+ * SWA ring; when r0 > p0 the ring holds nothing below r0.
  * The blob ends with the payload; trailing bytes are an error.
  *
  * ## Version policy
@@ -104,6 +119,8 @@ static float get_f32(const uint8_t *p) {
 
 /* ---- the cache ABI ----------------------------------------------------------------- */
 
+#define KVS_NO_LAYER 0xffffffffu /* source map entry of a layer whose KV is in another cache */
+
 /* The fields of one cache ABI record, as numbers (the runtime's or a blob's). */
 struct kvs_abi {
     uint32_t n_layer, n_layer_kv, type_k, type_v, head_dim_k, head_dim_v, n_head_kv;
@@ -114,36 +131,52 @@ struct kvs_abi {
     const uint8_t *source_le; /* blob: n_layer little-endian i32 */
 };
 
-static void abi_of(const struct engine_context *ctx, struct kvs_abi *a) {
+/* The runtime's caches that appear in blobs: the stores that have layers, in order. */
+static uint32_t runtime_caches(const struct kv_cache *kv, uint32_t idx[KV_MAX_STORES]) {
+    uint32_t n = 0;
+    for (uint32_t s = 0; s < kv->n_store; s++)
+        if (kv->store[s].n_layer_kv) idx[n++] = s;
+    return n;
+}
+
+static void abi_of(const struct engine_context *ctx, uint32_t s, struct kvs_abi *a) {
     const struct kv_cache *kv = &ctx->kv;
+    const struct kv_store *st = &kv->store[s];
     const struct engine_hparams *hp = &ctx->model->hp;
+    const struct kern_rope_params *rope = &ctx->rope[s];
     *a = (struct kvs_abi){
         .n_layer = kv->n_layer,
-        .n_layer_kv = kv->n_layer_kv,
+        .n_layer_kv = st->n_layer_kv,
         .type_k = (uint32_t)kv->type_k,
         .type_v = (uint32_t)kv->type_v,
-        .head_dim_k = (uint32_t)kv->head_dim_k,
-        .head_dim_v = (uint32_t)kv->head_dim_v,
-        .n_head_kv = (uint32_t)kv->n_head_kv,
-        .n_rot_k = (uint32_t)kv->n_rot_k,
-        .n_rot_v = (uint32_t)kv->n_rot_v,
-        .rot_kind = kv->n_rot_k || kv->n_rot_v ? KVS_ROT_HADAMARD : KVS_ROT_NONE,
+        .head_dim_k = (uint32_t)st->head_dim_k,
+        .head_dim_v = (uint32_t)st->head_dim_v,
+        .n_head_kv = (uint32_t)st->n_head_kv,
+        .n_rot_k = (uint32_t)st->n_rot_k,
+        .n_rot_v = (uint32_t)st->n_rot_v,
+        .rot_kind = st->n_rot_k || st->n_rot_v ? KVS_ROT_HADAMARD : KVS_ROT_NONE,
         .v_layout = 0,
-        .swa_window = 0,
-        .rope_dims = hp->n_rot,
+        .swa_window = st->window,
+        .rope_dims = (uint32_t)rope->n_dims,
         .rope_kind = (uint32_t)hp->rope_kind,
-        .rope_scaling = (uint32_t)hp->rope_scaling,
-        .rope_base = ctx->rope.freq_base,
-        .rope_freq_scale = ctx->rope.freq_scale,
-        .yarn_ext = ctx->rope.ext_factor,
-        .yarn_attn = ctx->rope.attn_factor,
-        .yarn_beta_fast = ctx->rope.beta_fast,
-        .yarn_beta_slow = ctx->rope.beta_slow,
-        .rope_n_ctx_orig = (uint32_t)ctx->rope.n_ctx_orig,
+        .rope_scaling = s == KV_STORE_SWA ? ENGINE_ROPE_SCALING_NONE : (uint32_t)hp->rope_scaling,
+        .rope_base = rope->freq_base,
+        .rope_freq_scale = rope->freq_scale,
+        .yarn_ext = rope->ext_factor,
+        .yarn_attn = rope->attn_factor,
+        .yarn_beta_fast = rope->beta_fast,
+        .yarn_beta_slow = rope->beta_slow,
+        .rope_n_ctx_orig = (uint32_t)rope->n_ctx_orig,
     };
 }
 
-static uint8_t *abi_put(uint8_t *p, const struct kvs_abi *a, const struct kv_cache *kv) {
+/* Source map entry of layer il in the record of store s. */
+static uint32_t map_entry(const struct kv_cache *kv, uint32_t s, uint32_t il) {
+    return kv->store_of[il] == s ? (uint32_t)kv->source[il] : KVS_NO_LAYER;
+}
+
+static uint8_t *abi_put(uint8_t *p, const struct kvs_abi *a, const struct kv_cache *kv,
+                        uint32_t s) {
     const uint32_t u[] = {a->n_layer,    a->n_layer_kv, a->type_k,    a->type_v,
                           a->head_dim_k, a->head_dim_v, a->n_head_kv, a->n_rot_k,
                           a->n_rot_v,    a->rot_kind,   a->v_layout,  a->swa_window,
@@ -153,7 +186,7 @@ static uint8_t *abi_put(uint8_t *p, const struct kvs_abi *a, const struct kv_cac
                        a->yarn_attn, a->yarn_beta_fast,  a->yarn_beta_slow};
     for (size_t i = 0; i < ARRAY_SIZE(f); i++) p = put_f32(p, f[i]);
     p = put_u32(p, a->rope_n_ctx_orig);
-    for (uint32_t il = 0; il < kv->n_layer; il++) p = put_u32(p, (uint32_t)kv->source[il]);
+    for (uint32_t il = 0; il < kv->n_layer; il++) p = put_u32(p, map_entry(kv, s, il));
     return p;
 }
 
@@ -170,13 +203,30 @@ static void abi_get(const uint8_t *p, struct kvs_abi *a) {
     a->source_le = p + 4;
 }
 
-/* Bytes of the blob of n_pos positions of kv; false on overflow. */
-static bool blob_size(const struct kv_cache *kv, uint32_t n_pos, size_t *ret) {
-    size_t payload, rows, tok;
-    if (!size_mul((size_t)kv->n_layer_kv * n_pos, kv->k_row_bytes + kv->v_row_bytes, &payload))
-        return false;
-    rows = KVS_FIXED + KVS_CACHE_FIXED + 4 * (size_t)kv->n_layer;
-    if (!size_mul(n_pos, 4, &tok)) return false;
+/* The first position whose rows a cache with SWA window w carries in a blob of [p0, p1):
+ * all of them without a window, else those a query at p1 - 1 sees, [p1 - w + 1, p1),
+ * but never before p0. */
+static uint32_t rows_from(uint32_t w, uint32_t p0, uint32_t p1) {
+    return w == 0 || p1 - p0 < w ? p0 : p1 - w + 1;
+}
+
+static size_t record_bytes(uint32_t n_layer) {
+    return KVS_CACHE_FIXED + 4 * (size_t)n_layer;
+}
+
+/* Bytes of the blob of [p0, p1) of kv; false on overflow. */
+static bool blob_size(const struct kv_cache *kv, uint32_t p0, uint32_t p1, size_t *ret) {
+    uint32_t idx[KV_MAX_STORES], n_cache = runtime_caches(kv, idx);
+    size_t payload = 0, tok, rows = KVS_FIXED + n_cache * record_bytes(kv->n_layer);
+    for (uint32_t c = 0; c < n_cache; c++) {
+        const struct kv_store *st = &kv->store[idx[c]];
+        size_t b;
+        uint32_t n_pos = p1 - rows_from(st->window, p0, p1);
+        if (!size_mul((size_t)st->n_layer_kv * n_pos, st->k_row_bytes + st->v_row_bytes, &b) ||
+            !size_add(payload, b, &payload))
+            return false;
+    }
+    if (!size_mul(p1 - p0, 4, &tok)) return false;
     return size_add(rows + 8 + 24, tok, &rows) && size_add(rows, payload, ret);
 }
 
@@ -190,8 +240,17 @@ int engine_kv_export(const struct engine_context *ctx, int32_t seq, uint32_t p0,
     if (p0 >= p1 || p1 > kv->seq_len[seq])
         return err_set(d, ERR_INVALID, "range [%u, %u) is not a non-empty part of the %u "
                        "positions of sequence %d", p0, p1, kv->seq_len[seq], seq);
+    uint32_t idx[KV_MAX_STORES], n_cache = runtime_caches(kv, idx);
+    for (uint32_t c = 0; c < n_cache; c++) {
+        const struct kv_store *st = &kv->store[idx[c]];
+        uint32_t from = rows_from(st->window, p0, p1);
+        if (st->window && from < kv->swa_lo[seq])
+            return err_set(d, ERR_INVALID, "the sliding-window rows of positions [%u, %u) are "
+                           "no longer held (sequence %d holds them from %u on)", from, p1, seq,
+                           kv->swa_lo[seq]);
+    }
     size_t size;
-    if (!blob_size(kv, p1 - p0, &size))
+    if (!blob_size(kv, p0, p1, &size))
         return err_set(d, ERR_OVERFLOW, "a blob of %u positions overflows", p1 - p0);
     if (!buf) {
         *ret_size = size;
@@ -204,26 +263,29 @@ int engine_kv_export(const struct engine_context *ctx, int32_t seq, uint32_t p0,
     uint8_t *p = buf;
     memcpy(p, KVS_MAGIC, 4);
     p = put_u32(p + 4, ENGINE_KV_STATE_VERSION);
-    p = put_u32(p, (uint32_t)(KVS_FIXED + KVS_CACHE_FIXED + 4 * (size_t)kv->n_layer));
+    p = put_u32(p, (uint32_t)(KVS_FIXED + n_cache * record_bytes(kv->n_layer)));
     p = put_u32(p, 0);
     p = put_u64(p, ctx->model->fingerprint.lo);
     p = put_u64(p, ctx->model->fingerprint.hi);
     p = put_u32(p, (uint32_t)ctx->model->arch);
-    p = put_u32(p, 1);
-    struct kvs_abi abi;
-    abi_of(ctx, &abi);
-    p = abi_put(p, &abi, kv);
+    p = put_u32(p, n_cache);
+    for (uint32_t c = 0; c < n_cache; c++) {
+        struct kvs_abi abi;
+        abi_of(ctx, idx[c], &abi);
+        p = abi_put(p, &abi, kv, idx[c]);
+    }
     p = put_u32(p, p0);
     p = put_u32(p, p1);
     for (uint32_t pos = p0; pos < p1; pos++) p = put_u32(p, (uint32_t)*kv_tok(kv, seq, (int32_t)pos));
     uint8_t *sums = p;
     uint8_t *payload = sums + 24, *q = payload;
-    size_t base = (size_t)seq * kv->n_ctx + p0, n_pos = p1 - p0;
-    for (uint32_t i = 0; i < kv->n_layer_kv; i++) {
-        memcpy(q, (const char *)kv->k[i] + base * kv->k_row_bytes, n_pos * kv->k_row_bytes);
-        q += n_pos * kv->k_row_bytes;
-        memcpy(q, (const char *)kv->v[i] + base * kv->v_row_bytes, n_pos * kv->v_row_bytes);
-        q += n_pos * kv->v_row_bytes;
+    for (uint32_t c = 0; c < n_cache; c++) {
+        const struct kv_store *st = &kv->store[idx[c]];
+        uint32_t from = rows_from(st->window, p0, p1), n_pos = p1 - from;
+        for (uint32_t i = 0; i < st->n_layer_kv; i++) {
+            kv_rows_get(st, i, seq, from, p1, q, q + (size_t)n_pos * st->k_row_bytes);
+            q += (size_t)n_pos * (st->k_row_bytes + st->v_row_bytes);
+        }
     }
     size_t payload_bytes = (size_t)(q - payload);
     p = put_u64(sums, payload_bytes);
@@ -237,19 +299,58 @@ int engine_kv_export(const struct engine_context *ctx, int32_t seq, uint32_t p0,
 
 /* A parsed blob: views into its bytes, valid while the blob is. */
 struct kvs_view {
-    struct kvs_abi abi;
+    uint32_t n_cache;
+    struct kvs_abi abi[KV_MAX_STORES];
+    size_t k_row_bytes[KV_MAX_STORES], v_row_bytes[KV_MAX_STORES];
     const uint8_t *fingerprint;
     uint32_t arch, p0, p1;
     const uint8_t *tokens;   /* (p1 - p0) little-endian i32 */
     const uint8_t *sums;     /* payload_bytes, payload_xxh3, header_xxh3 */
     const uint8_t *payload;
     size_t payload_bytes;
-    size_t k_row_bytes, v_row_bytes;
 };
 
 static bool kv_type_known(uint32_t t) {
     const struct kern_type_traits *tt = kern_type_traits((int)t);
     return tt && tt->to_f32 && tt->from_f32 && tt->blck_size <= 32;
+}
+
+/* One cache record's own consistency; at is its offset (for messages). */
+static int record_check(const struct kvs_abi *a, size_t at, size_t *k_row, size_t *v_row,
+                        struct err_detail *d) {
+    /* source map: owners read themselves, shared layers read an owner of this cache */
+    uint32_t owners = 0;
+    for (uint32_t il = 0; il < a->n_layer; il++) {
+        uint32_t src = get_u32(a->source_le + 4 * il);
+        if (src == KVS_NO_LAYER) continue;
+        bool ok = src < a->n_layer && get_u32(a->source_le + 4 * src) == src;
+        if (!ok)
+            return err_set(d, ERR_STATE_BAD, "state blob: layer %u reads layer %u (offset %zu), "
+                           "which owns no KV", il, src, at + KVS_CACHE_FIXED + 4 * il);
+        owners += src == il;
+    }
+    if (owners != a->n_layer_kv)
+        return err_set(d, ERR_STATE_BAD, "state blob: n_layer_kv %u, the source map has %u "
+                       "owners", a->n_layer_kv, owners);
+    if (!kv_type_known(a->type_k) || !kv_type_known(a->type_v))
+        return err_set(d, ERR_STATE_BAD, "state blob: unknown cache type ids %u/%u at offset %zu",
+                       a->type_k, a->type_v, at + 8);
+    size_t n_embd_k, n_embd_v;
+    if (!size_mul(a->n_head_kv, a->head_dim_k, &n_embd_k) ||
+        !size_mul(a->n_head_kv, a->head_dim_v, &n_embd_v) || n_embd_k > (1u << 24) ||
+        n_embd_v > (1u << 24))
+        return err_set(d, ERR_STATE_BAD, "state blob: %u heads of %u/%u values", a->n_head_kv,
+                       a->head_dim_k, a->head_dim_v);
+    *k_row = kern_row_size(a->type_k, (int64_t)n_embd_k);
+    *v_row = kern_row_size(a->type_v, (int64_t)n_embd_v);
+    if (*k_row == 0 || *v_row == 0)
+        return err_set(d, ERR_STATE_BAD, "state blob: rows of %zu/%zu values do not fit the "
+                       "cache types' blocks", n_embd_k, n_embd_v);
+    bool rotated = a->n_rot_k || a->n_rot_v;
+    if (a->rot_kind != (rotated ? KVS_ROT_HADAMARD : KVS_ROT_NONE))
+        return err_set(d, ERR_STATE_BAD, "state blob: rotation kind %u with n_rot_k=%u, "
+                       "n_rot_v=%u", a->rot_kind, a->n_rot_k, a->n_rot_v);
+    return 0;
 }
 
 /* Magic, size, version, then the blob's own consistency (no runtime comparison yet). */
@@ -268,62 +369,51 @@ static int blob_parse(const uint8_t *b, size_t n, struct kvs_view *v, struct err
     if (flags != 0)
         return err_set(d, ERR_STATE_BAD, "state blob: flags 0x%x at offset 12 (none defined)",
                        flags);
-    if (n_cache != 1)
-        return err_set(d, ERR_STATE_BAD, "state blob: %u caches at offset 36, expected 1",
+    if (n_cache < 1 || n_cache > KV_MAX_STORES)
+        return err_set(d, ERR_STATE_BAD, "state blob: %u caches at offset 36, expected 1 or 2",
                        n_cache);
+    v->n_cache = n_cache;
     v->fingerprint = b + 16;
     v->arch = get_u32(b + 32);
-    abi_get(b + KVS_FIXED, &v->abi);
-    const struct kvs_abi *a = &v->abi;
-    if (a->n_layer < 1 || a->n_layer > ENGINE_MAX_LAYERS)
+    uint32_t n_layer = get_u32(b + KVS_FIXED);
+    if (n_layer < 1 || n_layer > ENGINE_MAX_LAYERS)
         return err_set(d, ERR_STATE_BAD, "state blob: n_layer %u at offset %d is not in [1, %d]",
-                       a->n_layer, KVS_FIXED, ENGINE_MAX_LAYERS);
-    if (header_bytes != KVS_FIXED + KVS_CACHE_FIXED + 4 * a->n_layer)
+                       n_layer, KVS_FIXED, ENGINE_MAX_LAYERS);
+    size_t rec = record_bytes(n_layer);
+    if (header_bytes != KVS_FIXED + n_cache * rec)
         return err_set(d, ERR_STATE_BAD, "state blob: header_bytes %u at offset 8, the ABI "
-                       "of %u layers makes %u", header_bytes, a->n_layer,
-                       KVS_FIXED + KVS_CACHE_FIXED + 4 * a->n_layer);
+                       "of %u caches of %u layers makes %zu", header_bytes, n_cache, n_layer,
+                       KVS_FIXED + n_cache * rec);
     if (n < (size_t)header_bytes + 8)
         return err_set(d, ERR_STATE_BAD, "state blob truncated at %zu bytes, inside the header "
                        "(%u bytes)", n, header_bytes + 8);
-    /* source map: owners read themselves, shared layers read an owner; n_layer_kv owners */
-    uint32_t owners = 0;
-    for (uint32_t il = 0; il < a->n_layer; il++) {
-        uint32_t src = get_u32(a->source_le + 4 * il);
-        bool ok = src < a->n_layer && get_u32(a->source_le + 4 * src) == src;
-        if (!ok)
-            return err_set(d, ERR_STATE_BAD, "state blob: layer %u reads layer %u (offset %u), "
-                           "which owns no KV", il, src, KVS_FIXED + KVS_CACHE_FIXED + 4 * il);
-        owners += src == il;
+    int r;
+    for (uint32_t c = 0; c < n_cache; c++) {
+        size_t at = KVS_FIXED + c * rec;
+        abi_get(b + at, &v->abi[c]);
+        if (v->abi[c].n_layer != n_layer)
+            return err_set(d, ERR_STATE_BAD, "state blob: cache %u at offset %zu has %u layers, "
+                           "cache 0 %u", c, at, v->abi[c].n_layer, n_layer);
+        if ((r = record_check(&v->abi[c], at, &v->k_row_bytes[c], &v->v_row_bytes[c], d)) < 0)
+            return r;
     }
-    if (owners != a->n_layer_kv)
-        return err_set(d, ERR_STATE_BAD, "state blob: n_layer_kv %u, the source map has %u "
-                       "owners", a->n_layer_kv, owners);
-    if (!kv_type_known(a->type_k) || !kv_type_known(a->type_v))
-        return err_set(d, ERR_STATE_BAD, "state blob: unknown cache type ids %u/%u at offset %d",
-                       a->type_k, a->type_v, KVS_FIXED + 8);
-    size_t n_embd_k, n_embd_v;
-    if (!size_mul(a->n_head_kv, a->head_dim_k, &n_embd_k) ||
-        !size_mul(a->n_head_kv, a->head_dim_v, &n_embd_v) || n_embd_k > (1u << 24) ||
-        n_embd_v > (1u << 24))
-        return err_set(d, ERR_STATE_BAD, "state blob: %u heads of %u/%u values", a->n_head_kv,
-                       a->head_dim_k, a->head_dim_v);
-    v->k_row_bytes = kern_row_size(a->type_k, (int64_t)n_embd_k);
-    v->v_row_bytes = kern_row_size(a->type_v, (int64_t)n_embd_v);
-    if (v->k_row_bytes == 0 || v->v_row_bytes == 0)
-        return err_set(d, ERR_STATE_BAD, "state blob: rows of %zu/%zu values do not fit the "
-                       "cache types' blocks", n_embd_k, n_embd_v);
-    bool rotated = a->n_rot_k || a->n_rot_v;
-    if (a->rot_kind != (rotated ? KVS_ROT_HADAMARD : KVS_ROT_NONE))
-        return err_set(d, ERR_STATE_BAD, "state blob: rotation kind %u with n_rot_k=%u, "
-                       "n_rot_v=%u", a->rot_kind, a->n_rot_k, a->n_rot_v);
+    /* every layer's KV is in exactly one cache */
+    for (uint32_t il = 0; il < n_layer; il++) {
+        uint32_t in = 0;
+        for (uint32_t c = 0; c < n_cache; c++)
+            in += get_u32(v->abi[c].source_le + 4 * il) != KVS_NO_LAYER;
+        if (in != 1)
+            return err_set(d, ERR_STATE_BAD, "state blob: layer %u is in %u of the %u caches' "
+                           "source maps", il, in, n_cache);
+    }
 
-    const uint8_t *r = b + header_bytes;
-    v->p0 = get_u32(r);
-    v->p1 = get_u32(r + 4);
+    const uint8_t *rr = b + header_bytes;
+    v->p0 = get_u32(rr);
+    v->p1 = get_u32(rr + 4);
     if (v->p0 >= v->p1)
         return err_set(d, ERR_STATE_BAD, "state blob: empty range [%u, %u) at offset %u", v->p0,
                        v->p1, header_bytes);
-    size_t n_pos = v->p1 - v->p0, at = (size_t)header_bytes + 8, tok_bytes, expect;
+    size_t n_pos = v->p1 - v->p0, at = (size_t)header_bytes + 8, tok_bytes, expect = 0;
     if (!size_mul(n_pos, 4, &tok_bytes) || tok_bytes > n - at || n - at - tok_bytes < 24)
         return err_set(d, ERR_STATE_BAD, "state blob truncated: %zu positions of tokens at "
                        "offset %zu do not fit in %zu bytes", n_pos, at, n);
@@ -335,9 +425,14 @@ static int blob_parse(const uint8_t *b, size_t n, struct kvs_view *v, struct err
     if (payload_bytes != n - at)
         return err_set(d, ERR_STATE_BAD, "state blob: payload of %llu bytes (offset %zu), but "
                        "%zu bytes follow", (unsigned long long)payload_bytes, at - 24, n - at);
-    if (!size_mul((size_t)a->n_layer_kv * n_pos, v->k_row_bytes + v->v_row_bytes, &expect))
-        return err_set(d, ERR_STATE_BAD, "state blob: %zu positions of %u layers overflow",
-                       n_pos, a->n_layer_kv);
+    for (uint32_t c = 0; c < n_cache; c++) {
+        size_t rows = v->p1 - rows_from(v->abi[c].swa_window, v->p0, v->p1), bytes;
+        if (!size_mul((size_t)v->abi[c].n_layer_kv * rows,
+                      v->k_row_bytes[c] + v->v_row_bytes[c], &bytes) ||
+            !size_add(expect, bytes, &expect))
+            return err_set(d, ERR_STATE_BAD, "state blob: %zu positions of %u layers overflow",
+                           n_pos, v->abi[c].n_layer_kv);
+    }
     if (expect != payload_bytes)
         return err_set(d, ERR_STATE_BAD, "state blob: payload of %llu bytes, its ABI makes "
                        "%zu", (unsigned long long)payload_bytes, expect);
@@ -357,14 +452,14 @@ static int blob_parse(const uint8_t *b, size_t n, struct kvs_view *v, struct err
                        " (blob %g, runtime %g)", (double)blob->field, (double)run->field);
 
 static int abi_compare(const struct kvs_abi *blob, const struct kvs_abi *run,
-                       const struct kv_cache *kv, struct err_detail *d) {
+                       const struct kv_cache *kv, uint32_t s, struct err_detail *d) {
     LAYOUT_U32(n_layer, "n_layer")
     LAYOUT_U32(n_layer_kv, "layers that own KV")
     for (uint32_t il = 0; il < run->n_layer; il++) {
-        uint32_t src = get_u32(blob->source_le + 4 * il);
-        if (src != (uint32_t)kv->source[il])
+        uint32_t src = get_u32(blob->source_le + 4 * il), want = map_entry(kv, s, il);
+        if (src != want)
             return err_set(d, ERR_STATE_LAYOUT, "incompatible cache layout: layer %u reads the "
-                           "KV of layer %u (blob), %d (runtime)", il, src, kv->source[il]);
+                           "KV of layer %d (blob), %d (runtime)", il, (int32_t)src, (int32_t)want);
     }
     LAYOUT_U32(n_head_kv, "n_head_kv")
     LAYOUT_U32(head_dim_k, "key head size")
@@ -410,6 +505,17 @@ int engine_kv_blob_range(const void *blob, size_t n, uint32_t *ret_p0, uint32_t 
     return 0;
 }
 
+int engine_kv_blob_model(const void *blob, size_t n, struct hash128 *ret_fingerprint,
+                         struct err_detail *d) {
+    struct kvs_view v;
+    if (!blob) return err_set(d, ERR_STATE_BAD, "not a state blob: no bytes");
+    int r = blob_parse(blob, n, &v, d);
+    if (r < 0) return r;
+    *ret_fingerprint = (struct hash128){.lo = get_u64(v.fingerprint),
+                                        .hi = get_u64(v.fingerprint + 8)};
+    return 0;
+}
+
 int engine_kv_import(struct engine_context *ctx, int32_t seq, const void *blob, size_t n,
                      const int32_t *tokens, size_t n_tokens, uint32_t *ret_p1,
                      struct err_detail *d) {
@@ -424,9 +530,15 @@ int engine_kv_import(struct engine_context *ctx, int32_t seq, const void *blob, 
     if (get_u64(v.fingerprint) != fp->lo || get_u64(v.fingerprint + 8) != fp->hi ||
         v.arch != (uint32_t)ctx->model->arch)
         return err_set(d, ERR_STATE_MODEL, "state belongs to another model");
-    struct kvs_abi run;
-    abi_of(ctx, &run);
-    if ((r = abi_compare(&v.abi, &run, kv, d)) < 0) return r;
+    uint32_t idx[KV_MAX_STORES], n_cache = runtime_caches(kv, idx);
+    if (v.n_cache != n_cache)
+        return err_set(d, ERR_STATE_LAYOUT, "incompatible cache layout: %u caches (blob %u, "
+                       "runtime %u)", v.n_cache, v.n_cache, n_cache);
+    for (uint32_t c = 0; c < n_cache; c++) {
+        struct kvs_abi run;
+        abi_of(ctx, idx[c], &run);
+        if ((r = abi_compare(&v.abi[c], &run, kv, idx[c], d)) < 0) return r;
+    }
 
     if (seq < 0 || (uint32_t)seq >= kv->n_seq)
         return err_set(d, ERR_INVALID, "sequence %d is not in [0, %u)", seq, kv->n_seq);
@@ -455,17 +567,22 @@ int engine_kv_import(struct engine_context *ctx, int32_t seq, const void *blob, 
     if (get_u64(v.sums + 8) != hash64(v.payload, v.payload_bytes))
         return err_set(d, ERR_STATE_CHECKSUM, "state blob: payload checksum mismatch");
 
-    /* all checked: truncate to p0 and write [p0, p1) */
-    size_t base = (size_t)seq * kv->n_ctx + v.p0, n_pos = v.p1 - v.p0;
+    /* all checked: truncate to p0 and write [p0, p1); an SWA cache gets the rows the blob
+     * carries, and holds nothing below them when they start after p0 */
+    kv->swa_lo[seq] = MIN(kv->swa_lo[seq], v.p0);
     const uint8_t *q = v.payload;
-    for (uint32_t i = 0; i < kv->n_layer_kv; i++) {
-        memcpy((char *)kv->k[i] + base * kv->k_row_bytes, q, n_pos * kv->k_row_bytes);
-        q += n_pos * kv->k_row_bytes;
-        memcpy((char *)kv->v[i] + base * kv->v_row_bytes, q, n_pos * kv->v_row_bytes);
-        q += n_pos * kv->v_row_bytes;
+    for (uint32_t c = 0; c < n_cache; c++) {
+        struct kv_store *st = &kv->store[idx[c]];
+        uint32_t from = rows_from(st->window, v.p0, v.p1), n_pos = v.p1 - from;
+        for (uint32_t i = 0; i < st->n_layer_kv; i++) {
+            kv_rows_set(st, i, seq, from, v.p1, q, q + (size_t)n_pos * st->k_row_bytes);
+            q += (size_t)n_pos * (st->k_row_bytes + st->v_row_bytes);
+        }
+        if (st->window && from > v.p0) kv->swa_lo[seq] = from;
     }
+    size_t base = (size_t)seq * kv->n_ctx + v.p0, n_pos = v.p1 - v.p0;
     for (size_t i = 0; i < n_pos; i++) kv->tok[base + i] = (int32_t)get_u32(v.tokens + 4 * i);
-    kv->seq_len[seq] = v.p1;
+    kv_written(kv, seq, v.p0, v.p1);
     if (ret_p1) *ret_p1 = v.p1;
     return 0;
 }

@@ -20,6 +20,8 @@ static const struct arch_desc arch_table[ENGINE_ARCH_COUNT] = {
     [ENGINE_ARCH_LLAMA] = {.name = "llama", .rope_kind = ENGINE_ROPE_NORM},
     [ENGINE_ARCH_QWEN2] = {.name = "qwen2", .rope_kind = ENGINE_ROPE_NEOX},
     [ENGINE_ARCH_QWEN3] = {.name = "qwen3", .rope_kind = ENGINE_ROPE_NEOX},
+    [ENGINE_ARCH_GEMMA3] = {.name = "gemma3", .rope_kind = ENGINE_ROPE_NEOX},
+    [ENGINE_ARCH_GEMMA4] = {.name = "gemma4", .rope_kind = ENGINE_ROPE_NEOX},
 };
 
 int engine_arch_from_name(const char *name) {
@@ -32,7 +34,7 @@ const char *engine_arch_name(enum engine_arch arch) {
     return (unsigned)arch < ENGINE_ARCH_COUNT ? arch_table[arch].name : "?";
 }
 
-/* Symbolic tensor dimensions, resolved from the hparams. */
+/* Symbolic tensor dimensions, resolved from the hparams (per layer where layers differ). */
 enum dim {
     DIM_ONE,
     DIM_EMBD,     /* n_embd */
@@ -44,10 +46,18 @@ enum dim {
     DIM_HEAD_K,   /* head_dim_k */
     DIM_VOCAB,    /* n_vocab */
     DIM_ROT_HALF, /* n_rot / 2 */
+    DIM_PLE,      /* n_embd_per_layer */
+    DIM_PLE_ALL,  /* n_layer * n_embd_per_layer */
     DIM_COUNT
 };
 
-enum use { USE_NO, USE_REQ, USE_OPT };
+enum use {
+    USE_NO,
+    USE_REQ,
+    USE_OPT,
+    USE_OWN, /* required in a layer that owns KV; may be present (unused) in a shared one */
+    USE_PLE, /* required with per-layer embeddings (n_embd_per_layer > 0), else absent */
+};
 
 enum kind {
     KIND_VEC,    /* 1-D, converted to f32 at load */
@@ -65,40 +75,61 @@ struct tensor_spec {
 
 #define G(f) offsetof(struct engine_model, f)
 #define L(f) offsetof(struct engine_layer, f)
-/*                                    llama    qwen2    qwen3 */
-#define ALL_REQ {USE_REQ, USE_REQ, USE_REQ}
-#define ALL_OPT {USE_OPT, USE_OPT, USE_OPT}
+/*                 llama    qwen2    qwen3    gemma3   gemma4 */
+#define ALL_REQ {USE_REQ, USE_REQ, USE_REQ, USE_REQ, USE_REQ}
+#define ALL_OPT {USE_OPT, USE_OPT, USE_OPT, USE_OPT, USE_OPT}
+#define GEMMA_REQ {USE_NO, USE_NO, USE_NO, USE_REQ, USE_REQ}
+#define GEMMA4_PLE {USE_NO, USE_NO, USE_NO, USE_NO, USE_PLE}
 
 static const struct tensor_spec global_specs[] = {
     {"token_embd.weight", G(tok_embd), KIND_ROWS, DIM_EMBD, DIM_VOCAB, ALL_REQ},
     {"output_norm.weight", G(output_norm), KIND_VEC, DIM_EMBD, DIM_ONE, ALL_REQ},
     {"output.weight", G(output), KIND_MATMUL, DIM_EMBD, DIM_VOCAB, ALL_OPT},
     {"rope_freqs.weight", G(rope_freqs), KIND_VEC, DIM_ROT_HALF, DIM_ONE,
-     {USE_OPT, USE_NO, USE_NO}},
+     {USE_OPT, USE_NO, USE_NO, USE_NO, USE_OPT}},
+    {"per_layer_token_embd.weight", G(pl_tok_embd), KIND_ROWS, DIM_PLE_ALL, DIM_VOCAB, GEMMA4_PLE},
+    {"per_layer_model_proj.weight", G(pl_model_proj), KIND_MATMUL, DIM_EMBD, DIM_PLE_ALL,
+     GEMMA4_PLE},
+    {"per_layer_proj_norm.weight", G(pl_proj_norm), KIND_VEC, DIM_PLE, DIM_ONE, GEMMA4_PLE},
 };
 
 static const struct tensor_spec layer_specs[] = {
     {"attn_norm.weight", L(attn_norm), KIND_VEC, DIM_EMBD, DIM_ONE, ALL_REQ},
     {"attn_q.weight", L(wq), KIND_MATMUL, DIM_EMBD, DIM_Q, ALL_REQ},
-    {"attn_k.weight", L(wk), KIND_MATMUL, DIM_EMBD, DIM_K, ALL_REQ},
-    {"attn_v.weight", L(wv), KIND_MATMUL, DIM_EMBD, DIM_V, ALL_REQ},
+    {"attn_k.weight", L(wk), KIND_MATMUL, DIM_EMBD, DIM_K,
+     {USE_REQ, USE_REQ, USE_REQ, USE_REQ, USE_OWN}},
+    /* gemma4: a layer without attn_v takes V from the raw K projection (K = V) */
+    {"attn_v.weight", L(wv), KIND_MATMUL, DIM_EMBD, DIM_V,
+     {USE_REQ, USE_REQ, USE_REQ, USE_REQ, USE_OPT}},
     {"attn_output.weight", L(wo), KIND_MATMUL, DIM_O, DIM_EMBD, ALL_REQ},
-    {"attn_q.bias", L(bq), KIND_VEC, DIM_Q, DIM_ONE, {USE_OPT, USE_REQ, USE_NO}},
-    {"attn_k.bias", L(bk), KIND_VEC, DIM_K, DIM_ONE, {USE_OPT, USE_REQ, USE_NO}},
-    {"attn_v.bias", L(bv), KIND_VEC, DIM_V, DIM_ONE, {USE_OPT, USE_REQ, USE_NO}},
-    {"attn_output.bias", L(bo), KIND_VEC, DIM_EMBD, DIM_ONE, {USE_OPT, USE_NO, USE_NO}},
-    {"attn_q_norm.weight", L(q_norm), KIND_VEC, DIM_HEAD_K, DIM_ONE, {USE_NO, USE_NO, USE_REQ}},
-    {"attn_k_norm.weight", L(k_norm), KIND_VEC, DIM_HEAD_K, DIM_ONE, {USE_NO, USE_NO, USE_REQ}},
+    {"attn_q.bias", L(bq), KIND_VEC, DIM_Q, DIM_ONE, {USE_OPT, USE_REQ, USE_NO, USE_NO, USE_NO}},
+    {"attn_k.bias", L(bk), KIND_VEC, DIM_K, DIM_ONE, {USE_OPT, USE_REQ, USE_NO, USE_NO, USE_NO}},
+    {"attn_v.bias", L(bv), KIND_VEC, DIM_V, DIM_ONE, {USE_OPT, USE_REQ, USE_NO, USE_NO, USE_NO}},
+    {"attn_output.bias", L(bo), KIND_VEC, DIM_EMBD, DIM_ONE,
+     {USE_OPT, USE_NO, USE_NO, USE_NO, USE_NO}},
+    {"attn_q_norm.weight", L(q_norm), KIND_VEC, DIM_HEAD_K, DIM_ONE,
+     {USE_NO, USE_NO, USE_REQ, USE_REQ, USE_REQ}},
+    {"attn_k_norm.weight", L(k_norm), KIND_VEC, DIM_HEAD_K, DIM_ONE,
+     {USE_NO, USE_NO, USE_REQ, USE_REQ, USE_OWN}},
+    {"post_attention_norm.weight", L(post_attn_norm), KIND_VEC, DIM_EMBD, DIM_ONE, GEMMA_REQ},
     {"ffn_norm.weight", L(ffn_norm), KIND_VEC, DIM_EMBD, DIM_ONE, ALL_REQ},
     {"ffn_gate.weight", L(w_gate), KIND_MATMUL, DIM_EMBD, DIM_FF, ALL_REQ},
     {"ffn_up.weight", L(w_up), KIND_MATMUL, DIM_EMBD, DIM_FF, ALL_REQ},
     {"ffn_down.weight", L(w_down), KIND_MATMUL, DIM_FF, DIM_EMBD, ALL_REQ},
+    {"post_ffw_norm.weight", L(post_ffn_norm), KIND_VEC, DIM_EMBD, DIM_ONE, GEMMA_REQ},
+    {"inp_gate.weight", L(pl_gate), KIND_MATMUL, DIM_EMBD, DIM_PLE, GEMMA4_PLE},
+    {"proj.weight", L(pl_proj), KIND_MATMUL, DIM_PLE, DIM_EMBD, GEMMA4_PLE},
+    {"post_norm.weight", L(pl_post_norm), KIND_VEC, DIM_EMBD, DIM_ONE, GEMMA4_PLE},
+    {"layer_output_scale.weight", L(out_scale), KIND_VEC, DIM_ONE, DIM_ONE,
+     {USE_NO, USE_NO, USE_NO, USE_NO, USE_OPT}},
 };
 
 #undef G
 #undef L
 #undef ALL_REQ
 #undef ALL_OPT
+#undef GEMMA_REQ
+#undef GEMMA4_PLE
 
 /* ---- hparams ------------------------------------------------------------------------- */
 
@@ -224,15 +255,125 @@ static int hp_rope_scaling(const struct gguf_file *f, const char *arch, struct e
     return 0;
 }
 
+/* Reads <arch>.<suffix>: a scalar (the same for every layer) or an array of one integer
+ * (or bool) per layer, each in [lo, hi], into vals[n_layer]; absent: def when !required. */
+static int hp_layers_u32(const struct gguf_file *f, const char *arch, const char *suffix,
+                         uint32_t n_layer, bool required, uint32_t def, uint64_t lo, uint64_t hi,
+                         uint32_t *vals, struct err_detail *d) {
+    char key[128];
+    if (kv_key(key, sizeof key, arch, suffix) < 0)
+        return err_set(d, ERR_MODEL_ARCH, "architecture name '%s' too long", arch);
+    const struct gguf_kv *kv = gguf_find_kv(f, key);
+    if (!kv || kv->type != GGUF_TYPE_ARRAY) {
+        uint32_t v;
+        int r = hp_u32(f, arch, suffix, required, def, lo, hi, &v, d);
+        if (r < 0) return r;
+        for (uint32_t il = 0; il < n_layer; il++) vals[il] = v;
+        return 0;
+    }
+    /* integer and bool element types; the signed ones are read sign-extended */
+    static const struct {
+        enum gguf_type t;
+        bool is_signed;
+    } elems[] = {{GGUF_TYPE_UINT8, false},  {GGUF_TYPE_INT8, true},  {GGUF_TYPE_UINT16, false},
+                 {GGUF_TYPE_INT16, true},   {GGUF_TYPE_UINT32, false}, {GGUF_TYPE_INT32, true},
+                 {GGUF_TYPE_UINT64, false}, {GGUF_TYPE_INT64, true},  {GGUF_TYPE_BOOL, false}};
+    int e = -1;
+    for (size_t i = 0; i < ARRAY_SIZE(elems); i++)
+        if (elems[i].t == kv->arr_type) e = (int)i;
+    if (e < 0 || kv->n != n_layer)
+        return err_set(d, ERR_MODEL_HPARAM, "key '%s' at offset %llu: an array of %llu %s, "
+                       "expected one integer per layer (%u)", key, (unsigned long long)kv->offset,
+                       (unsigned long long)kv->n, gguf_type_name(kv->arr_type), n_layer);
+    size_t w = gguf_type_size(kv->arr_type);
+    for (uint32_t il = 0; il < n_layer; il++) {
+        uint64_t u = 0;
+        memcpy(&u, (const char *)kv->data + (size_t)il * w, w); /* little-endian host */
+        if (elems[e].is_signed && w < 8 && (u >> (8 * w - 1)) & 1) u |= ~0ull << (8 * w);
+        if ((int64_t)u < 0 || u < lo || u > hi)
+            return err_set(d, ERR_MODEL_HPARAM, "key '%s' at offset %llu: element %u (%lld) is "
+                           "out of range [%llu, %llu]", key, (unsigned long long)kv->offset, il,
+                           (long long)u, (unsigned long long)lo, (unsigned long long)hi);
+        vals[il] = (uint32_t)u;
+    }
+    return 0;
+}
+
+/* Gemma's sliding-window layout (notes/gemma.md §A.4, §B.3): gemma3 reads a scalar period
+ * P (default 6; layer il is SWA iff il mod P < P - 1; an array is ignored, as llama.cpp's
+ * scalar reader does), gemma4 one flag per layer (a scalar is copied to every layer). No
+ * window (absent or 0): no SWA layer. */
+static int hp_swa(const struct gguf_file *f, enum engine_arch arch, struct engine_hparams *hp,
+                  struct err_detail *d) {
+    const char *a = arch_table[arch].name;
+    uint32_t flags[ENGINE_MAX_LAYERS] = {0};
+    int r = hp_u32(f, a, "attention.sliding_window", arch == ENGINE_ARCH_GEMMA4, 0, 0,
+                   INT32_MAX, &hp->swa_window, d);
+    if (r < 0) return r;
+    if (arch == ENGINE_ARCH_GEMMA3) {
+        char key[128];
+        kv_key(key, sizeof key, a, "attention.sliding_window_pattern");
+        const struct gguf_kv *kv = gguf_find_kv(f, key);
+        uint32_t period = 6;
+        if (kv && kv->type != GGUF_TYPE_ARRAY &&
+            (r = hp_u32(f, a, "attention.sliding_window_pattern", false, 6, 0, UINT32_MAX,
+                        &period, d)) < 0)
+            return r;
+        for (uint32_t il = 0; il < hp->n_layer; il++)
+            flags[il] = period == 0 || il % period < period - 1;
+    } else if (arch == ENGINE_ARCH_GEMMA4) {
+        if ((r = hp_layers_u32(f, a, "attention.sliding_window_pattern", hp->n_layer, false, 0,
+                               0, UINT32_MAX, flags, d)) < 0)
+            return r;
+    }
+    for (uint32_t il = 0; il < hp->n_layer; il++)
+        hp->layer[il].swa = hp->swa_window > 0 && flags[il] != 0;
+    return 0;
+}
+
+/* kv_source(il) (notes/gemma.md §B.1, the Hugging Face rule): a layer that owns no KV reads
+ * the KV of the last owning layer of its own kind (SWA or global); a file where no such
+ * layer exists, or where it has other KV heads or head sizes, is refused. */
+static int hp_kv_sources(struct engine_hparams *hp, const char *a, struct err_detail *d) {
+    uint32_t n_own = hp->n_layer - hp->n_layer_kv_shared;
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        struct engine_layer_hparams *l = &hp->layer[il];
+        l->kv_source = (int32_t)il;
+        if (il < n_own) continue;
+        l->kv_source = -1;
+        for (uint32_t j = 0; j < n_own; j++)
+            if (hp->layer[j].swa == l->swa) l->kv_source = (int32_t)j;
+        if (l->kv_source < 0)
+            return err_set(d, ERR_MODEL_HPARAM, "%s.attention.shared_kv_layers %u: layer %u (%s) "
+                           "reads shared KV, but none of the layers 0..%u that own KV is %s",
+                           a, hp->n_layer_kv_shared, il, l->swa ? "sliding-window" : "global",
+                           n_own - 1, l->swa ? "sliding-window" : "global");
+        const struct engine_layer_hparams *s = &hp->layer[l->kv_source];
+        if (s->n_head_kv != l->n_head_kv || s->head_dim_k != l->head_dim_k ||
+            s->head_dim_v != l->head_dim_v || s->n_rot != l->n_rot)
+            return err_set(d, ERR_MODEL_HPARAM, "layer %u reads the KV of layer %d, which has "
+                           "%u KV heads of %u/%u values (layer %u: %u of %u/%u)", il,
+                           l->kv_source, s->n_head_kv, s->head_dim_k, s->head_dim_v, il,
+                           l->n_head_kv, l->head_dim_k, l->head_dim_v);
+    }
+    return 0;
+}
+
 static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct engine_hparams *hp,
                         struct err_detail *d) {
     const char *a = arch_table[arch].name;
+    const bool gemma = arch == ENGINE_ARCH_GEMMA3 || arch == ENGINE_ARCH_GEMMA4;
+    const bool gemma4 = arch == ENGINE_ARCH_GEMMA4;
     int r;
     memset(hp, 0, sizeof *hp);
     hp->rope_kind = arch_table[arch].rope_kind;
     /* The mixture-of-experts variants of these archs have their own tensors. */
     uint32_t n_expert = 0;
     if ((r = hp_u32(f, a, "expert_count", false, 0, 0, UINT32_MAX, &n_expert, d)) < 0) return r;
+    if (n_expert > 0 && gemma4)
+        return err_set(d, ERR_MODEL_ARCH, "gemma4.expert_count = %u: Gemma 4 mixture-of-experts "
+                       "models (26B-A4B: routed experts beside the dense MLP) are not supported, "
+                       "only the dense ones (E2B, E4B, 31B)", n_expert);
     if (n_expert > 0)
         return err_set(d, ERR_MODEL_ARCH, "%s.expert_count = %u: mixture-of-experts models are "
                        "not supported", a, n_expert);
@@ -240,15 +381,29 @@ static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct
     if ((r = hp_u32(f, a, "context_length", true, 0, 1, UINT32_MAX, &hp->n_ctx_train, d)) < 0 ||
         (r = hp_u32(f, a, "embedding_length", true, 0, 1, 1u << 20, &hp->n_embd, d)) < 0 ||
         (r = hp_u32(f, a, "block_count", true, 0, 1, ENGINE_MAX_LAYERS, &hp->n_layer, d)) < 0 ||
-        (r = hp_u32(f, a, "feed_forward_length", true, 0, 1, 1u << 24, &hp->n_ff, d)) < 0 ||
-        (r = hp_u32(f, a, "attention.head_count", true, 0, 1, 1u << 16, &hp->n_head, d)) < 0 ||
-        (r = hp_u32(f, a, "attention.head_count_kv", false, hp->n_head, 1, hp->n_head,
-                    &hp->n_head_kv, d)) < 0)
+        (r = hp_u32(f, a, "attention.head_count", true, 0, 1, 1u << 16, &hp->n_head, d)) < 0)
         return r;
-    if (hp->n_head % hp->n_head_kv != 0)
-        return err_set(d, ERR_MODEL_HPARAM, "%s.attention.head_count %u is not a multiple of "
-                       "%s.attention.head_count_kv %u", a, hp->n_head, a, hp->n_head_kv);
-    /* head sizes default to n_embd / n_head (llama.cpp), which must then divide evenly */
+    uint32_t vals[ENGINE_MAX_LAYERS];
+    const uint32_t L = hp->n_layer;
+    if ((r = hp_layers_u32(f, a, "feed_forward_length", L, true, 0, 1, 1u << 24, vals, d)) < 0)
+        return r;
+    for (uint32_t il = 0; il < L; il++) hp->layer[il].n_ff = vals[il];
+    if ((r = hp_layers_u32(f, a, "attention.head_count_kv", L, false, hp->n_head, 1, hp->n_head,
+                           vals, d)) < 0)
+        return r;
+    for (uint32_t il = 0; il < L; il++) {
+        hp->layer[il].n_head_kv = vals[il];
+        if (hp->n_head % vals[il] != 0)
+            return err_set(d, ERR_MODEL_HPARAM, "%s.attention.head_count %u is not a multiple of "
+                           "%s.attention.head_count_kv %u (layer %u)", a, hp->n_head, a, vals[il],
+                           il);
+    }
+    hp->n_head_kv = hp->layer[0].n_head_kv;
+    hp->n_ff = hp->layer[0].n_ff;
+    if ((r = hp_swa(f, arch, hp, d)) < 0) return r;
+
+    /* head sizes default to n_embd / n_head (llama.cpp), which must then divide evenly;
+     * gemma4 gives SWA layers their own (key_length_swa, required) */
     uint32_t hd_default = hp->n_embd / hp->n_head;
     if ((r = hp_u32(f, a, "attention.key_length", false, hd_default, 1, 1u << 16,
                     &hp->head_dim_k, d)) < 0 ||
@@ -258,39 +413,102 @@ static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct
     if (hp->head_dim_k == 0 || hp->head_dim_v == 0)
         return err_set(d, ERR_MODEL_HPARAM, "%s.embedding_length %u < %s.attention.head_count %u "
                        "and no attention.key_length", a, hp->n_embd, a, hp->n_head);
+    uint32_t hd_k_swa = hp->head_dim_k, hd_v_swa = hp->head_dim_v;
+    if (gemma4) {
+        if ((r = hp_u32(f, a, "attention.key_length_swa", true, 0, 1, 1u << 16, &hd_k_swa, d)) < 0 ||
+            (r = hp_u32(f, a, "attention.value_length_swa", true, 0, 1, 1u << 16, &hd_v_swa, d)) < 0)
+            return r;
+        if (hp->head_dim_k != hp->head_dim_v || hd_k_swa != hd_v_swa)
+            return err_set(d, ERR_MODEL_HPARAM, "gemma4 needs key_length = value_length (%u, %u) "
+                           "and key_length_swa = value_length_swa (%u, %u)", hp->head_dim_k,
+                           hp->head_dim_v, hd_k_swa, hd_v_swa);
+    }
     if ((r = hp_u32(f, a, "rope.dimension_count", false, hp->head_dim_k, 2, hp->head_dim_k,
                     &hp->n_rot, d)) < 0)
         return r;
-    if (hp->n_rot % 2 != 0)
-        return err_set(d, ERR_MODEL_HPARAM, "%s.rope.dimension_count %u is odd", a, hp->n_rot);
+    uint32_t n_rot_swa = hp->n_rot;
+    if (gemma4 && (r = hp_u32(f, a, "rope.dimension_count_swa", false, hd_k_swa, 2, hd_k_swa,
+                              &n_rot_swa, d)) < 0)
+        return r;
+    if (hp->n_rot % 2 != 0 || n_rot_swa % 2 != 0)
+        return err_set(d, ERR_MODEL_HPARAM, "%s.rope.dimension_count %u (SWA %u) is odd", a,
+                       hp->n_rot, n_rot_swa);
+    for (uint32_t il = 0; il < L; il++) {
+        struct engine_layer_hparams *l = &hp->layer[il];
+        l->head_dim_k = l->swa ? hd_k_swa : hp->head_dim_k;
+        l->head_dim_v = l->swa ? hd_v_swa : hp->head_dim_v;
+        l->n_rot = l->swa ? n_rot_swa : hp->n_rot;
+        hp->max_n_ff = MAX(hp->max_n_ff, l->n_ff);
+        hp->max_head_dim_k = MAX(hp->max_head_dim_k, l->head_dim_k);
+        hp->max_head_dim_v = MAX(hp->max_head_dim_v, l->head_dim_v);
+        hp->max_n_embd_k = MAX(hp->max_n_embd_k, l->n_head_kv * l->head_dim_k);
+        hp->max_n_embd_v = MAX(hp->max_n_embd_v, l->n_head_kv * l->head_dim_v);
+        hp->max_n_rot = MAX(hp->max_n_rot, l->n_rot);
+    }
     if ((r = hp_u32(f, a, "attention.shared_kv_layers", false, 0, 0, hp->n_layer - 1,
                     &hp->n_layer_kv_shared, d)) < 0)
         return r;
+    if ((r = hp_kv_sources(hp, a, d)) < 0) return r;
     if ((r = hp_f32(f, a, "attention.layer_norm_rms_epsilon", true, 0, 1e-30f, 1.0f, &hp->rms_eps,
                     d)) < 0 ||
         (r = hp_f32(f, a, "rope.freq_base", false, 10000.0f, 1e-3f, 1e12f, &hp->rope_freq_base,
-                    d)) < 0)
+                    d)) < 0 ||
+        (r = hp_f32(f, a, "rope.freq_base_swa", false, 10000.0f, 1e-3f, 1e12f,
+                    &hp->rope_freq_base_swa, d)) < 0)
+        return r;
+
+    if (gemma) {
+        /* gemma3: 1/sqrt(head_dim), but 1/sqrt(n_embd/n_head) for the 62-layer 27B, which
+         * llama.cpp tells by its layer count (query_pre_attn_scalar is not in the file);
+         * gemma4: 1 (its Q/K norms set the scale) */
+        hp->attn_scale = gemma4 ? 1.0f
+                         : hp->n_layer == 62 ? 1.0f / sqrtf((float)hp->n_embd / (float)hp->n_head)
+                                             : 1.0f / sqrtf((float)hp->head_dim_k);
+        /* gemma3 has no cap unless the key sets one; gemma4 keeps 30 when it is absent */
+        if ((r = hp_f32(f, a, "final_logit_softcapping", false, gemma4 ? 30.0f : 0.0f, 0, 1e6f,
+                        &hp->final_softcap, d)) < 0)
+            return r;
+        hp->embd_scale = true;
+        hp->ffn_act = ENGINE_FFN_GELU;
+        hp->v_norm = gemma4;
+    }
+    if (gemma4 && (r = hp_u32(f, a, "embedding_length_per_layer_input", true, 0, 0, 1u << 16,
+                              &hp->n_embd_per_layer, d)) < 0)
         return r;
     return hp_rope_scaling(f, a, hp, d);
 }
 
 /* ---- tensors ------------------------------------------------------------------------- */
 
-static int64_t dim_value(const struct engine_hparams *hp, enum dim dim) {
+/* The value of dim in layer il (il < 0: a global tensor, sized by the global layers). */
+static int64_t dim_value(const struct engine_hparams *hp, int il, enum dim dim) {
+    struct engine_layer_hparams g = {.n_head_kv = hp->n_head_kv, .head_dim_k = hp->head_dim_k,
+                                     .head_dim_v = hp->head_dim_v, .n_ff = hp->n_ff};
+    const struct engine_layer_hparams *l = il < 0 ? &g : &hp->layer[il];
     switch (dim) { /* a mapping of symbols, not a type ladder */
     case DIM_ONE: return 1;
     case DIM_EMBD: return hp->n_embd;
-    case DIM_Q: return (int64_t)hp->n_head * hp->head_dim_k;
-    case DIM_K: return (int64_t)hp->n_head_kv * hp->head_dim_k;
-    case DIM_V: return (int64_t)hp->n_head_kv * hp->head_dim_v;
-    case DIM_O: return (int64_t)hp->n_head * hp->head_dim_v;
-    case DIM_FF: return hp->n_ff;
-    case DIM_HEAD_K: return hp->head_dim_k;
+    case DIM_Q: return (int64_t)hp->n_head * l->head_dim_k;
+    case DIM_K: return (int64_t)l->n_head_kv * l->head_dim_k;
+    case DIM_V: return (int64_t)l->n_head_kv * l->head_dim_v;
+    case DIM_O: return (int64_t)hp->n_head * l->head_dim_v;
+    case DIM_FF: return l->n_ff;
+    case DIM_HEAD_K: return l->head_dim_k;
     case DIM_VOCAB: return hp->n_vocab;
     case DIM_ROT_HALF: return hp->n_rot / 2;
+    case DIM_PLE: return hp->n_embd_per_layer;
+    case DIM_PLE_ALL: return (int64_t)hp->n_layer * hp->n_embd_per_layer;
     case DIM_COUNT: break;
     }
     return -1;
+}
+
+/* How a spec's use applies to layer il (il < 0: global) of the model. */
+static enum use use_resolve(const struct engine_hparams *hp, int il, enum use use) {
+    if (use == USE_OWN)
+        return il >= 0 && hp->layer[il].kv_source != il ? USE_OPT : USE_REQ;
+    if (use == USE_PLE) return hp->n_embd_per_layer > 0 ? USE_REQ : USE_NO;
+    return use;
 }
 
 static bool kind_accepts(enum kind kind, int type) {
@@ -301,21 +519,44 @@ static bool kind_accepts(enum kind kind, int type) {
     return true;
 }
 
+/* Copies a type's name in upper case, as model cards and file names spell it ("Q4_K"). */
+static void type_upper(char *dst, size_t n, int type) {
+    size_t i = 0;
+    for (const char *p = kern_type_name(type); *p && i + 1 < n; p++)
+        dst[i++] = (char)(*p >= 'a' && *p <= 'z' ? *p - 'a' + 'A' : *p);
+    dst[i] = 0;
+}
+
+/* ERR_MODEL_TENSOR_TYPE naming the tensor, its type and the types this kind of tensor may
+ * have (from the kernels' table, so the list never goes stale). */
+static int type_refuse(enum kind kind, const char *name, int type, struct err_detail *d) {
+    char list[256] = "", one[16];
+    size_t n = 0;
+    for (int t = 0; t < KERN_TYPE_COUNT && n < sizeof list; t++) {
+        if (!kind_accepts(kind, t)) continue;
+        type_upper(one, sizeof one, t);
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", n ? ", " : "", one);
+    }
+    type_upper(one, sizeof one, type);
+    return err_set(d, ERR_MODEL_TENSOR_TYPE, "tensor '%s' is %s, which warmd does not support "
+                   "%s; supported: %s", name, one, kind == KIND_VEC ? "for this tensor" : "yet",
+                   list);
+}
+
 /* Looks up one tensor, checks type and shape, fills w (data still in the file's type). */
 static int tensor_bind(const struct gguf_file *f, const struct engine_hparams *hp,
-                       const struct tensor_spec *s, const char *name, enum use use,
+                       const struct tensor_spec *s, int il, const char *name, enum use use,
                        struct engine_weight *w, struct err_detail *d) {
     memset(w, 0, sizeof *w);
+    use = use_resolve(hp, il, use);
     if (use == USE_NO) return 0;
     const struct gguf_tensor *t = gguf_find_tensor(f, name);
     if (!t) {
         if (use == USE_OPT) return 0;
         return err_set(d, ERR_MODEL_TENSOR_MISSING, "tensor '%s' is missing", name);
     }
-    if (!kind_accepts(s->kind, t->type))
-        return err_set(d, ERR_MODEL_TENSOR_TYPE, "tensor '%s': type %s is not supported here",
-                       name, kern_type_name(t->type));
-    int64_t ne0 = dim_value(hp, s->ne0), ne1 = dim_value(hp, s->ne1);
+    if (!kind_accepts(s->kind, t->type)) return type_refuse(s->kind, name, t->type, d);
+    int64_t ne0 = dim_value(hp, il, s->ne0), ne1 = dim_value(hp, il, s->ne1);
     bool ok = t->ne[0] == ne0 && t->ne[1] == ne1 && t->ne[2] == 1 && t->ne[3] == 1;
     if (!ok)
         return err_set(d, ERR_MODEL_TENSOR_SHAPE,
@@ -342,7 +583,8 @@ static struct engine_weight *spec_weight(struct engine_model *m, const struct te
 /* Is name a tensor the recipe of m's arch uses? */
 static bool tensor_expected(const struct engine_model *m, const char *name) {
     for (size_t i = 0; i < ARRAY_SIZE(global_specs); i++)
-        if (global_specs[i].use[m->arch] != USE_NO && strcmp(name, global_specs[i].name) == 0)
+        if (use_resolve(&m->hp, -1, global_specs[i].use[m->arch]) != USE_NO &&
+            strcmp(name, global_specs[i].name) == 0)
             return true;
     unsigned il;
     int n = 0;
@@ -351,7 +593,8 @@ static bool tensor_expected(const struct engine_model *m, const char *name) {
     snprintf(canon, sizeof canon, "blk.%u.", il);
     if (strncmp(name, canon, strlen(canon)) != 0) return false; /* "blk.01." is not "blk.1." */
     for (size_t i = 0; i < ARRAY_SIZE(layer_specs); i++)
-        if (layer_specs[i].use[m->arch] != USE_NO && strcmp(name + n, layer_specs[i].name) == 0)
+        if (use_resolve(&m->hp, (int)il, layer_specs[i].use[m->arch]) != USE_NO &&
+            strcmp(name + n, layer_specs[i].name) == 0)
             return true;
     return false;
 }
@@ -376,15 +619,16 @@ static int tensors_bind(struct engine_model *m, struct err_detail *d) {
 
     for (size_t i = 0; i < ARRAY_SIZE(global_specs); i++) {
         const struct tensor_spec *s = &global_specs[i];
-        if ((r = tensor_bind(f, &m->hp, s, s->name, s->use[m->arch], spec_weight(m, s, -1), d)) < 0)
+        if ((r = tensor_bind(f, &m->hp, s, -1, s->name, s->use[m->arch], spec_weight(m, s, -1),
+                             d)) < 0)
             return r;
     }
     for (uint32_t il = 0; il < m->hp.n_layer; il++)
         for (size_t i = 0; i < ARRAY_SIZE(layer_specs); i++) {
             const struct tensor_spec *s = &layer_specs[i];
             snprintf(name, sizeof name, "blk.%u.%s", il, s->name);
-            if ((r = tensor_bind(f, &m->hp, s, name, s->use[m->arch], spec_weight(m, s, (int)il),
-                                 d)) < 0)
+            if ((r = tensor_bind(f, &m->hp, s, (int)il, name, s->use[m->arch],
+                                 spec_weight(m, s, (int)il), d)) < 0)
                 return r;
         }
     for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
@@ -401,7 +645,14 @@ static int tensors_bind(struct engine_model *m, struct err_detail *d) {
                            "serve as the tied classifier", kern_type_name(m->tok_embd.type));
         m->output = m->tok_embd;
     }
-    if (m->rope_freqs.data) {
+    /* gemma4: the frequency divisors of the global layers' proportional RoPE */
+    bool has_global = false;
+    for (uint32_t il = 0; il < m->hp.n_layer; il++) has_global |= !m->hp.layer[il].swa;
+    /* (by name: a file opened for its metadata only has no tensor data) */
+    if (m->arch == ENGINE_ARCH_GEMMA4 && has_global && !gguf_find_tensor(f, "rope_freqs.weight"))
+        return err_set(d, ERR_MODEL_TENSOR_MISSING, "tensor 'rope_freqs.weight' is missing (gemma4 "
+                       "global layers need it)");
+    if (m->rope_freqs.data && m->arch != ENGINE_ARCH_GEMMA4) {
         if (m->hp.rope_scaling != ENGINE_ROPE_SCALING_NONE)
             return err_set(d, ERR_MODEL_HPARAM, "rope_freqs.weight together with RoPE scaling "
                            "'%s'", rope_scaling_names[m->hp.rope_scaling]);
@@ -460,16 +711,11 @@ void engine_model_free(struct engine_model *m) {
     free(m);
 }
 
-int engine_model_load_gguf(struct gguf_file *f, const struct engine_model_params *params,
-                           struct engine_model **ret, struct err_detail *d) {
+/* The architecture, hparams and tensors of m->file into m: everything the loader checks,
+ * without reading tensor data. */
+static int model_bind(struct engine_model *m, struct err_detail *d) {
+    const struct gguf_file *f = m->file;
     int r;
-    struct engine_model *m = calloc(1, sizeof *m);
-    if (!m) {
-        gguf_close(f);
-        return -ENOMEM;
-    }
-    m->file = f;
-
     struct gguf_str arch;
     const struct gguf_kv *kv = gguf_find_kv(f, "general.architecture");
     if (!kv) {
@@ -498,7 +744,43 @@ int engine_model_load_gguf(struct gguf_file *f, const struct engine_model_params
         r = -ENOMEM;
         goto fail;
     }
-    if ((r = tensors_bind(m, d)) < 0) goto fail;
+    r = tensors_bind(m, d);
+fail:
+    return r;
+}
+
+int engine_model_check(const struct gguf_file *f, struct engine_model_facts *ret,
+                       struct err_detail *d) {
+    struct engine_model *m = calloc(1, sizeof *m);
+    if (!m) return -ENOMEM;
+    m->file = (struct gguf_file *)f; /* read only; not closed below */
+    int r = model_bind(m, d);
+    if (r >= 0 && ret)
+        *ret = (struct engine_model_facts){
+            .arch = m->arch, .arch_name = m->arch_name, .n_ctx_train = m->hp.n_ctx_train,
+            .n_layer = m->hp.n_layer, .n_embd = m->hp.n_embd, .n_head = m->hp.n_head,
+            .n_head_kv = m->hp.n_head_kv, .head_dim_k = m->hp.head_dim_k,
+            .head_dim_v = m->hp.head_dim_v, .n_vocab = m->hp.n_vocab,
+        };
+    m->file = NULL;
+    engine_model_free(m);
+    return r;
+}
+
+int engine_model_load_gguf(struct gguf_file *f, const struct engine_model_params *params,
+                           struct engine_model **ret, struct err_detail *d) {
+    int r;
+    struct engine_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        gguf_close(f);
+        return -ENOMEM;
+    }
+    m->file = f;
+    if (gguf_n_tensors(f) && !gguf_tensor_at(f, 0)->data) { /* gguf_open_meta's: no data */
+        r = err_set(d, ERR_INVALID, "the file was opened without its tensor data");
+        goto fail;
+    }
+    if ((r = model_bind(m, d)) < 0) goto fail;
     if ((r = vectors_convert(m)) < 0) goto fail;
     m->weight_bytes = weight_bytes_per_token(m);
     if (params && params->fingerprint)

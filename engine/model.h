@@ -26,13 +26,15 @@ enum engine_arch {
     ENGINE_ARCH_LLAMA,
     ENGINE_ARCH_QWEN2,
     ENGINE_ARCH_QWEN3,
+    ENGINE_ARCH_GEMMA3,
+    ENGINE_ARCH_GEMMA4,
     ENGINE_ARCH_COUNT
 };
 
 /* How RoPE pairs the values of a head. */
 enum engine_rope_kind {
     ENGINE_ROPE_NORM, /* adjacent pairs (x[2i], x[2i+1]): llama */
-    ENGINE_ROPE_NEOX, /* halves (x[i], x[i + n_rot/2]): qwen2, qwen3 */
+    ENGINE_ROPE_NEOX, /* halves (x[i], x[i + n_rot/2]): qwen2, qwen3, gemma3, gemma4 */
     ENGINE_ROPE_KIND_COUNT
 };
 
@@ -42,6 +44,26 @@ enum engine_rope_scaling {
     ENGINE_ROPE_SCALING_YARN,
     ENGINE_ROPE_SCALING_LLAMA3, /* per-frequency divisors from the rope_freqs.weight tensor */
     ENGINE_ROPE_SCALING_COUNT
+};
+
+/* The feed-forward activation of gate · x (the up branch is not activated). */
+enum engine_ffn_act {
+    ENGINE_FFN_SILU, /* SwiGLU: llama, qwen */
+    ENGINE_FFN_GELU, /* GeGLU with the tanh GELU: gemma */
+};
+
+/* What a layer is, where it differs from other layers (notes/gemma.md): gemma layers are
+ * sliding-window (SWA) or global, and gemma4 gives each kind its own head size, KV head
+ * count and RoPE; the FFN width may vary per layer. Filled for every arch. */
+struct engine_layer_hparams {
+    bool swa;            /* queries see only the last swa_window positions */
+    uint32_t n_head_kv;
+    uint32_t head_dim_k, head_dim_v;
+    uint32_t n_ff;
+    uint32_t n_rot;      /* RoPE dims of this layer's kind */
+    /* kv_source(il): the layer whose KV this one reads (il itself when it owns KV); for a
+     * shared-KV layer the last owning layer of the same kind, checked at load */
+    int32_t kv_source;
 };
 
 struct engine_hparams {
@@ -71,6 +93,19 @@ struct engine_hparams {
     /* <arch>.attention.shared_kv_layers (default 0, < n_layer): the last this many layers
      * own no KV and read the KV of the last layer that does (engine/kv-cache.h) */
     uint32_t n_layer_kv_shared;
+
+    /* gemma (notes/gemma.md §A, §B.3); the other archs keep the neutral values */
+    uint32_t swa_window;       /* <arch>.attention.sliding_window, 0 = no SWA layer */
+    float rope_freq_base_swa;  /* RoPE base of SWA layers (their scale is 1) */
+    float attn_scale;          /* q·k multiplier; 0 = 1/sqrt(the layer's head_dim_k) */
+    float final_softcap;       /* logits = c·tanh(logits/c) when c > 0 */
+    bool embd_scale;           /* token embeddings × sqrt(n_embd) */
+    bool v_norm;               /* V heads RMS-normed without a weight (gemma4) */
+    enum engine_ffn_act ffn_act;
+    uint32_t n_embd_per_layer; /* gemma4 per-layer embeddings (PLE) width, 0 = none */
+    /* the largest per-layer values, for sizing scratch: */
+    uint32_t max_n_ff, max_head_dim_k, max_head_dim_v, max_n_embd_k, max_n_embd_v, max_n_rot;
+    struct engine_layer_hparams layer[ENGINE_MAX_LAYERS];
 };
 
 /* A weight: n_out rows of n_in values of `type` (kern_matmul's layout; GGUF ne[0] = n_in,
@@ -88,10 +123,16 @@ struct engine_layer {
     struct engine_weight wq, wk, wv, wo;   /* (n_head*hd_k, n_embd) (n_head_kv*hd_k, n_embd)
                                             * (n_head_kv*hd_v, n_embd) (n_embd, n_head*hd_v) */
     struct engine_weight bq, bk, bv, bo;   /* biases of the same rows, optional */
-    struct engine_weight q_norm, k_norm;   /* (hd_k): qwen3's per-head RMSNorm */
+    struct engine_weight q_norm, k_norm;   /* (hd_k): qwen3's / gemma's per-head RMSNorm */
+    struct engine_weight post_attn_norm;   /* (n_embd) gemma: norm of the attention output */
     struct engine_weight ffn_norm;         /* (n_embd) */
     struct engine_weight w_gate, w_up;     /* (n_ff, n_embd) */
     struct engine_weight w_down;           /* (n_embd, n_ff) */
+    struct engine_weight post_ffn_norm;    /* (n_embd) gemma: norm of the FFN output */
+    struct engine_weight pl_gate;          /* (n_embd_per_layer, n_embd) gemma4 PLE gate */
+    struct engine_weight pl_proj;          /* (n_embd, n_embd_per_layer) */
+    struct engine_weight pl_post_norm;     /* (n_embd) */
+    struct engine_weight out_scale;        /* (1) gemma4: the layer's output × this */
 };
 
 struct engine_model {
@@ -103,7 +144,11 @@ struct engine_model {
     struct engine_weight tok_embd;    /* (n_vocab, n_embd), any type with to_f32 */
     struct engine_weight output_norm; /* (n_embd) */
     struct engine_weight output;      /* (n_vocab, n_embd): output.weight or tok_embd */
-    struct engine_weight rope_freqs;  /* (n_rot/2) divisors of each frequency, optional */
+    struct engine_weight rope_freqs;  /* (n_rot/2) divisors of each frequency, optional
+                                       * (gemma4: of the global layers only) */
+    struct engine_weight pl_tok_embd;   /* (n_vocab, n_layer × n_embd_per_layer) gemma4 PLE */
+    struct engine_weight pl_model_proj; /* (n_layer × n_embd_per_layer, n_embd) */
+    struct engine_weight pl_proj_norm;  /* (n_embd_per_layer) */
     struct engine_layer *layers;      /* n_layer */
 
     struct gguf_file *file; /* owned; the weights point into its mapping */
@@ -129,6 +174,19 @@ int engine_model_load(const char *path, const struct engine_model_params *params
 int engine_model_load_gguf(struct gguf_file *f, const struct engine_model_params *params,
                            struct engine_model **ret, struct err_detail *d);
 void engine_model_free(struct engine_model *m);
+
+/* What engine_model_check() learns of a file. */
+struct engine_model_facts {
+    enum engine_arch arch;
+    const char *arch_name; /* static */
+    uint32_t n_ctx_train, n_layer, n_embd, n_head, n_head_kv, head_dim_k, head_dim_v, n_vocab;
+};
+/* Validates f as engine_model_load_gguf() does (architecture, hparams, each tensor's
+ * presence, type and shape) without reading tensor data or keeping anything, so it also
+ * takes a gguf_open_meta() file: for a caller that must know a file will load before it
+ * makes room for it. f stays the caller's. *ret (may be NULL) on success only. */
+int engine_model_check(const struct gguf_file *f, struct engine_model_facts *ret,
+                       struct err_detail *d);
 
 /* The architecture id of a name ("llama"), < 0 (ERR_MODEL_ARCH) when unknown. */
 int engine_arch_from_name(const char *name);

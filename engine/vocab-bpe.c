@@ -1,4 +1,4 @@
-/* Byte-level BPE ("gpt2" vocabularies).
+/* Byte-level BPE ("gpt2" vocabularies), and Gemma 4's SPM-style BPE ("gemma4").
  *
  * Each pre-tokenizer piece is mapped byte by byte to the GPT-2 alphabet (every byte is one
  * printable code point: the printable Latin-1 bytes stand for themselves, the other 68 are
@@ -6,6 +6,11 @@
  * adjacent pair with the lowest rank in tokenizer.ggml.merges is joined (ties: leftmost),
  * until no adjacent pair is a merge. Each final symbol is a token; one that is not (a
  * vocabulary without some merge result) falls back to one token per byte, or unk.
+ *
+ * "gemma4" (notes/gemma.md §B.3, as llama.cpp's gemma4 tokenizer): the text is split into
+ * runs of newlines and runs of anything else (no word-level pre-split), each space becomes
+ * U+2581, the symbols are the raw UTF-8 characters (no byte alphabet), merged by rank the
+ * same way; a final symbol that is not a token falls back to its bytes' <0xHH> tokens.
  *
  * Symbols are substrings of the mapped piece, so a candidate pair is looked up by hashing
  * bytes in place. Cost: O(n log n) in the piece length, a heap of candidate pairs. */
@@ -93,31 +98,55 @@ static int emit_fallback(const struct engine_vocab *v, const char *p, size_t n,
     return 0;
 }
 
+/* gemma4: one <0xHH> token per byte, else unk. */
+static int emit_byte_tokens(const struct engine_vocab *v, const char *p, size_t n,
+                            struct vocab_out *out) {
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = v->byte_token[(uint8_t)p[i]];
+        if (id < 0) id = v->unk;
+        int r = id >= 0 ? vocab_out_push(out, id) : 0;
+        if (r < 0) return r;
+    }
+    return 0;
+}
+
 static int bpe_word(const struct engine_vocab *v, const char *piece, size_t len,
                     struct vocab_out *out, struct vocab_scratch *s) {
-    /* map to the byte alphabet: at most 2 bytes per byte */
-    int r = vocab_grow((void **)&s->buf, &s->buf_cap, 2 * len, 1);
+    const bool raw = v->kind == ENGINE_VOCAB_GEMMA4;
+    /* map to the byte alphabet (at most 2 bytes per byte), or (gemma4) spaces to U+2581 */
+    int r = vocab_grow((void **)&s->buf, &s->buf_cap, 3 * len, 1);
     if (r < 0) return r;
     size_t n = 0;
     for (size_t i = 0; i < len; i++) {
         uint8_t b = (uint8_t)piece[i];
-        memcpy(s->buf + n, v->byte_utf8[b], v->byte_utf8_len[b]);
-        n += v->byte_utf8_len[b];
+        if (raw && b == ' ') {
+            memcpy(s->buf + n, "\xe2\x96\x81", 3);
+            n += 3;
+        } else if (raw) {
+            s->buf[n++] = (char)b;
+        } else {
+            memcpy(s->buf + n, v->byte_utf8[b], v->byte_utf8_len[b]);
+            n += v->byte_utf8_len[b];
+        }
     }
     if (vocab_pre_ignore_merges(v->pre)) {
         int32_t id = vocab_token_find(v, s->buf, n);
         if (id >= 0) return vocab_out_push(out, id);
     }
-    r = vocab_grow(&s->sym, &s->sym_cap, len, sizeof(struct bpe_sym));
+    r = vocab_grow(&s->sym, &s->sym_cap, n, sizeof(struct bpe_sym));
     if (r < 0) return r;
+    /* one symbol per character of the mapped piece (a byte that is not UTF-8: alone) */
     struct bpe_sym *sym = s->sym;
-    size_t off = 0;
-    for (size_t i = 0; i < len; i++) {
-        uint32_t cl = v->byte_utf8_len[(uint8_t)piece[i]];
-        sym[i] =
-            (struct bpe_sym){(int32_t)i - 1, i + 1 < len ? (int32_t)i + 1 : -1, (uint32_t)off, cl};
+    size_t n_sym = 0;
+    for (size_t off = 0; off < n;) {
+        size_t cl = vocab_utf8_len((const uint8_t *)s->buf + off, n - off);
+        if (!cl) cl = 1;
+        sym[n_sym] = (struct bpe_sym){(int32_t)n_sym - 1, -1, (uint32_t)off, (uint32_t)cl};
+        if (n_sym) sym[n_sym - 1].next = (int32_t)n_sym;
+        n_sym++;
         off += cl;
     }
+    len = n_sym;
     struct bpe_work w = {.v = v, .buf = s->buf, .sym = sym, .s = s};
     for (size_t i = 1; i < len; i++)
         if ((r = pair_try(&w, (int32_t)i - 1, (int32_t)i)) < 0) return r;
@@ -139,8 +168,9 @@ static int bpe_word(const struct engine_vocab *v, const char *piece, size_t len,
     }
     for (int32_t i = 0; i >= 0; i = sym[i].next) {
         int32_t id = vocab_token_find(v, s->buf + sym[i].off, sym[i].len);
-        r = id >= 0 ? vocab_out_push(out, id)
-                    : emit_fallback(v, s->buf + sym[i].off, sym[i].len, out);
+        r = id >= 0  ? vocab_out_push(out, id)
+            : raw    ? emit_byte_tokens(v, s->buf + sym[i].off, sym[i].len, out)
+                     : emit_fallback(v, s->buf + sym[i].off, sym[i].len, out);
         if (r < 0) return r;
     }
     return 0;
@@ -148,6 +178,16 @@ static int bpe_word(const struct engine_vocab *v, const char *piece, size_t len,
 
 int vocab_bpe_encode(const struct engine_vocab *v, const char *text, size_t len,
                      struct vocab_out *out, struct vocab_scratch *s) {
+    if (v->kind == ENGINE_VOCAB_GEMMA4) { /* runs of newlines and of everything else */
+        for (size_t i = 0; i < len;) {
+            size_t j = i + 1;
+            while (j < len && (text[j] == '\n') == (text[i] == '\n')) j++;
+            int r = bpe_word(v, text + i, j - i, out, s);
+            if (r < 0) return r;
+            i = j;
+        }
+        return 0;
+    }
     struct vocab_span *spans;
     size_t n;
     int r = vocab_pre_split(v, text, len, s, &spans, &n);

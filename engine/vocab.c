@@ -49,6 +49,7 @@ static const char *const eog_texts[] = {
     "<|return|>",
     "<|call|>",
     "<end_of_utterance>",
+    "<turn|>", /* Gemma 4's end of turn */
 };
 #define N_EOT_TEXTS 8 /* the first 8 of eog_texts may serve as EOT */
 
@@ -58,6 +59,7 @@ static const struct {
 } model_table[] = {
     {"llama", ENGINE_VOCAB_SPM},
     {"gpt2", ENGINE_VOCAB_BPE},
+    {"gemma4", ENGINE_VOCAB_GEMMA4},
 };
 
 /* ---- small helpers ------------------------------------------------------------------ */
@@ -412,6 +414,8 @@ static int load_specials(struct engine_vocab *v, const struct gguf_file *f, stru
     if ((r = read_bool(f, KEY_ADD_BOS, &v->add_bos, d)) < 0) return r;
     if ((r = read_bool(f, KEY_ADD_EOS, &v->add_eos, d)) < 0) return r;
     if ((r = read_bool(f, KEY_ADD_SPACE, &v->add_space_prefix, d)) < 0) return r;
+    /* llama.cpp adds BOS to every Gemma 4 prompt, whatever the file says (#21500) */
+    if (v->kind == ENGINE_VOCAB_GEMMA4 && v->bos >= 0) v->add_bos = true;
     if (v->add_bos && v->bos < 0)
         return err_set(d, ERR_VOCAB, "%s is set but there is no tokenizer.ggml.bos_token_id",
                        KEY_ADD_BOS);
@@ -561,7 +565,7 @@ static int vocab_load_all(struct engine_vocab *v, const struct gguf_file *f, str
     while (k < ARRAY_SIZE(model_table) && !gguf_str_eq(model, model_table[k].name)) k++;
     if (k == ARRAY_SIZE(model_table)) {
         char b[48];
-        return err_set(d, ERR_UNSUPPORTED, "%s: '%s' is not supported (llama, gpt2)", KEY_MODEL,
+        return err_set(d, ERR_UNSUPPORTED, "%s: '%s' is not supported (llama, gpt2, gemma4)", KEY_MODEL,
                        shown(model.ptr, model.len, b));
     }
     v->kind = model_table[k].kind;
@@ -576,6 +580,7 @@ static int vocab_load_all(struct engine_vocab *v, const struct gguf_file *f, str
         r = r == 0 ? vocab_pre_load(v, pre.ptr, pre.len, d) : vocab_pre_load(v, NULL, 0, d);
         if (r < 0) return r;
     }
+    if (v->kind == ENGINE_VOCAB_GEMMA4 && (r = load_merges(v, f, d)) < 0) return r;
     if ((r = load_specials(v, f, d)) < 0) return r;
     if ((r = build_pieces(v, d)) < 0) return r;
     return build_specials(v);

@@ -41,6 +41,9 @@
 enum engine_vocab_kind {
     ENGINE_VOCAB_SPM, /* "llama": merge by score over U+2581-escaped text, <0xHH> fallback */
     ENGINE_VOCAB_BPE, /* "gpt2": regex pre-split, GPT-2 byte alphabet, merge by rank */
+    /* "gemma4": split at newline runs, spaces as U+2581, merge raw UTF-8 by rank, <0xHH>
+     * fallback; BOS always added (llama.cpp does so for every Gemma 4 file) */
+    ENGINE_VOCAB_GEMMA4,
     ENGINE_VOCAB_KIND_COUNT
 };
 

@@ -2,6 +2,7 @@
 #include "kernels/ops.h"
 
 #include "base/base.h"
+#include "kernels/cpu/x86-attn.h"
 
 #include <math.h>
 #include <string.h>
@@ -289,13 +290,17 @@ int64_t kern_attn_scratch_floats(int64_t n_query, int64_t head_dim_k, int64_t he
     return KERN_ATTN_TILE * (2 * head_dim_k + head_dim_v + 1) + n_query * (2 + head_dim_v);
 }
 
-/* one clone per vector width, picked at load time by CPU features (ifunc) */
-KERN_CLONES
-void kern_attn_head(float *out, int64_t out_stride, const float *q, int64_t q_stride,
-                    int64_t n_tok, int64_t n_group, const int32_t *n_kv, const void *k,
-                    enum kern_type kt, size_t k_stride, const void *v, enum kern_type vt,
-                    size_t v_stride, int64_t head_dim_k, int64_t head_dim_v, float scale,
-                    float *scratch) {
+/* The body of kern_attn_head() and kern_attn_head_window() (kv_lo NULL: every key from
+ * 0), inlined into each clone of both. */
+static inline __attribute__((always_inline)) void
+attn_head(float *out, int64_t out_stride, const float *q, int64_t q_stride, int64_t n_tok,
+          int64_t n_group, const int32_t *kv_lo, const int32_t *n_kv, const void *k,
+          enum kern_type kt, size_t k_stride, const void *v, enum kern_type vt, size_t v_stride,
+          int64_t head_dim_k, int64_t head_dim_v, float scale, float *scratch) {
+    /* SIMD levels: int8 dots against quantized K blocks, f32 tiles (kernels/cpu/x86-attn.c) */
+    if (kern_attn_q_head(out, out_stride, q, q_stride, n_tok, n_group, kv_lo, n_kv, k, kt,
+                         k_stride, v, vt, v_stride, head_dim_k, head_dim_v, scale, scratch))
+        return;
     const int64_t n_query = n_tok * n_group;
     float *kt_f32 = scratch;                                 /* (TILE, head_dim_k) */
     float *vt_f32 = kt_f32 + KERN_ATTN_TILE * head_dim_k;    /* (TILE, head_dim_v) */
@@ -304,12 +309,13 @@ void kern_attn_head(float *out, int64_t out_stride, const float *q, int64_t q_st
     float *l = m + n_query;                                  /* (n_query) running sum */
     float *acc = l + n_query;                                /* (n_query, head_dim_v) */
     float *kT = acc + n_query * head_dim_v;                  /* (head_dim_k, TILE) */
-    int64_t max_kv = 0;
+    int64_t max_kv = 0, min_lo = kv_lo ? INT64_MAX : 0;
     for (int64_t t = 0; t < n_tok; t++) max_kv = MAX(max_kv, (int64_t)n_kv[t]);
+    for (int64_t t = 0; kv_lo && t < n_tok; t++) min_lo = MIN(min_lo, (int64_t)kv_lo[t]);
     for (int64_t i = 0; i < n_query; i++) m[i] = -INFINITY, l[i] = 0;
     memset(acc, 0, (size_t)(n_query * head_dim_v) * sizeof *acc);
 
-    for (int64_t j0 = 0; j0 < max_kv; j0 += KERN_ATTN_TILE) {
+    for (int64_t j0 = min_lo; j0 < max_kv; j0 += KERN_ATTN_TILE) {
         int64_t jn = MIN((int64_t)KERN_ATTN_TILE, max_kv - j0);
         rows_to_f32(kt_f32, (const char *)k + (size_t)j0 * k_stride, k_stride, kt, jn, head_dim_k);
         rows_to_f32(vt_f32, (const char *)v + (size_t)j0 * v_stride, v_stride, vt, jn, head_dim_v);
@@ -320,23 +326,25 @@ void kern_attn_head(float *out, int64_t out_stride, const float *q, int64_t q_st
                 kT[d * KERN_ATTN_TILE + j] = j < jn ? kt_f32[j * head_dim_k + d] : 0.0f;
         for (int64_t t = 0; t < n_tok; t++) {
             int64_t nk = MIN(jn, (int64_t)n_kv[t] - j0); /* this token's keys in the tile */
-            for (int64_t g = 0; nk > 0 && g < n_group; g++) {
+            /* its first key in the tile (a window starts later); dots from a multiple of 16 */
+            int64_t ja = kv_lo ? MIN(nk, MAX((int64_t)0, (int64_t)kv_lo[t] - j0)) : 0;
+            for (int64_t g = 0; nk > ja && g < n_group; g++) {
                 const int64_t i = t * n_group + g;
                 const float *qi = q + t * q_stride + g * head_dim_k;
                 float *ai = acc + i * head_dim_v;
                 float tile_max = -INFINITY;
-                for (int64_t j = 0; j < nk; j += 16) {
+                for (int64_t j = ja / 16 * 16; j < nk; j += 16) {
                     float d16[16];
                     dot16_keys(d16, qi, kT + j, head_dim_k);
-                    for (int64_t e = 0; e < 16 && j + e < nk; e++) {
+                    for (int64_t e = MAX((int64_t)0, ja - j); e < 16 && j + e < nk; e++) {
                         s[j + e] = scale * d16[e];
                         tile_max = MAX(tile_max, s[j + e]);
                     }
                 }
                 /* online softmax: rescale what was summed under the old max */
                 float m_new = MAX(m[i], tile_max), c = expf(m[i] - m_new), sum = 0;
-                attn_exp_sub(s, nk, m_new); /* now the weights p_j */
-                for (int64_t j = 0; j < nk; j++) sum += s[j];
+                attn_exp_sub(s + ja, nk - ja, m_new); /* now the weights p_j */
+                for (int64_t j = ja; j < nk; j++) sum += s[j];
                 /* ai = ai·c + Σ_j p_j·V_j, 16 columns at a time over all the tile's keys: the
                  * 16 partial sums stay in a register (added key by key into ai they went
                  * through memory, a store-to-load chain per key); each column's additions
@@ -346,7 +354,7 @@ void kern_attn_head(float *out, int64_t out_stride, const float *q, int64_t q_st
                     attn_v16 a16, vj;
                     memcpy(&a16, ai + d0, sizeof(a16));
                     a16 *= c;
-                    for (int64_t j = 0; j < nk; j++) {
+                    for (int64_t j = ja; j < nk; j++) {
                         memcpy(&vj, vt_f32 + j * head_dim_v + d0, sizeof(vj));
                         a16 += s[j] * vj;
                     }
@@ -354,7 +362,7 @@ void kern_attn_head(float *out, int64_t out_stride, const float *q, int64_t q_st
                 }
                 for (int64_t d = d0; d < head_dim_v; d++) {
                     float a = ai[d] * c;
-                    for (int64_t j = 0; j < nk; j++) a += s[j] * vt_f32[j * head_dim_v + d];
+                    for (int64_t j = ja; j < nk; j++) a += s[j] * vt_f32[j * head_dim_v + d];
                     ai[d] = a;
                 }
                 l[i] = l[i] * c + sum;
@@ -369,4 +377,50 @@ void kern_attn_head(float *out, int64_t out_stride, const float *q, int64_t q_st
             float *o = out + t * out_stride + g * head_dim_v;
             for (int64_t d = 0; d < head_dim_v; d++) o[d] = acc[i * head_dim_v + d] * inv;
         }
+}
+
+/* one clone per vector width, picked at load time by CPU features (ifunc) */
+KERN_CLONES
+void kern_attn_head(float *out, int64_t out_stride, const float *q, int64_t q_stride,
+                    int64_t n_tok, int64_t n_group, const int32_t *n_kv, const void *k,
+                    enum kern_type kt, size_t k_stride, const void *v, enum kern_type vt,
+                    size_t v_stride, int64_t head_dim_k, int64_t head_dim_v, float scale,
+                    float *scratch) {
+    attn_head(out, out_stride, q, q_stride, n_tok, n_group, NULL, n_kv, k, kt, k_stride, v, vt,
+              v_stride, head_dim_k, head_dim_v, scale, scratch);
+}
+
+KERN_CLONES
+void kern_attn_head_window(float *out, int64_t out_stride, const float *q, int64_t q_stride,
+                           int64_t n_tok, int64_t n_group, const int32_t *kv_lo,
+                           const int32_t *n_kv, const void *k, enum kern_type kt,
+                           size_t k_stride, const void *v, enum kern_type vt, size_t v_stride,
+                           int64_t head_dim_k, int64_t head_dim_v, float scale, float *scratch) {
+    attn_head(out, out_stride, q, q_stride, n_tok, n_group, kv_lo, n_kv, k, kt, k_stride, v, vt,
+              v_stride, head_dim_k, head_dim_v, scale, scratch);
+}
+
+/* ---- gemma ops ----------------------------------------------------------------------- */
+
+/* GELU, tanh form: 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))) */
+static inline float gelu_tanh(float x) {
+    const float c = 0.7978845608028654f; /* sqrt(2/π) */
+    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+}
+
+void kern_gelu_mul(float *y, const float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = gelu_tanh(g[i]) * u[i];
+}
+
+void kern_gelu(float *y, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = gelu_tanh(x[i]);
+}
+
+void kern_softcap(float *x, int64_t n, float cap) {
+    const float inv = 1.0f / cap;
+    for (int64_t i = 0; i < n; i++) x[i] = cap * tanhf(x[i] * inv);
+}
+
+void kern_scale(float *x, int64_t n, float s) {
+    for (int64_t i = 0; i < n; i++) x[i] *= s;
 }

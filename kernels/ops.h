@@ -29,6 +29,15 @@ void kern_softmax(float *x, int64_t n);
 void kern_silu_mul(float *y, const float *g, const float *u, int64_t n);
 /* y += x */
 void kern_add(float *y, const float *x, int64_t n);
+/* y = gelu(g) * u   (GeGLU, the tanh GELU 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))));
+ * y may equal g or u */
+void kern_gelu_mul(float *y, const float *g, const float *u, int64_t n);
+/* y = gelu(x), the same tanh GELU; y may equal x */
+void kern_gelu(float *y, const float *x, int64_t n);
+/* x = cap · tanh(x / cap) in place (gemma's logit soft-capping) */
+void kern_softcap(float *x, int64_t n, float cap);
+/* x *= s */
+void kern_scale(float *x, int64_t n, float s);
 
 /* ---- RoPE ---------------------------------------------------------------------------- */
 
@@ -88,10 +97,20 @@ int64_t kern_attn_scratch_floats(int64_t n_query, int64_t head_dim_k, int64_t he
  * Cache types: f32, f16, bf16 and the 32-value block types q8_0, q4_0, q4_1, q5_0, q5_1,
  * iq4_nl (any other type with a to_f32 goes through it); the tiles of these are decoded
  * inline, so each vector clone (AVX-512, AVX2, baseline) vectorizes the decoding with the
- * dot products. Head sizes must be multiples of the types' block sizes. scratch holds
+ * dot products. On SIMD dispatch levels (not "ref") heads whose sizes are multiples of 32
+ * go through kernels/cpu/x86-attn.c instead: a block-type K meets the query quantized to
+ * q8_0 there (integer dots; scores move by <= amax/254 per query value). Head sizes must
+ * be multiples of the types' block sizes. scratch holds
  * kern_attn_scratch_floats(n_tok · n_group, head_dim_k, head_dim_v) floats. */
 void kern_attn_head(float *out, int64_t out_stride, const float *q, int64_t q_stride,
                     int64_t n_tok, int64_t n_group, const int32_t *n_kv, const void *k,
                     enum kern_type kt, size_t k_stride, const void *v, enum kern_type vt,
                     size_t v_stride, int64_t head_dim_k, int64_t head_dim_v, float scale,
                     float *scratch);
+/* kern_attn_head() where token t sees only keys kv_lo[t] <= j < n_kv[t] (a sliding
+ * window); kv_lo == NULL is kern_attn_head(). */
+void kern_attn_head_window(float *out, int64_t out_stride, const float *q, int64_t q_stride,
+                           int64_t n_tok, int64_t n_group, const int32_t *kv_lo,
+                           const int32_t *n_kv, const void *k, enum kern_type kt,
+                           size_t k_stride, const void *v, enum kern_type vt, size_t v_stride,
+                           int64_t head_dim_k, int64_t head_dim_v, float scale, float *scratch);

@@ -58,6 +58,16 @@ static const struct kern_type_traits type_table[KERN_TYPE_COUNT] = {
                         .is_quantized = true, .to_f32 = kern_ref_q6_K_to_f32,
                         .from_f32 = kern_ref_q6_K_from_f32,
                         .vec_dot_type = KERN_TYPE_Q8_0, .vec_dot = kern_ref_dot_q6_K_q8_0},
+    [KERN_TYPE_Q2_K] = {.name = "q2_K", .blck_size = QK_K, .type_size = sizeof(struct block_q2_K),
+                        .is_quantized = true, CONV(q2_K), .vec_dot_type = KERN_TYPE_Q8_0,
+                        .vec_dot = kern_ref_dot_q2_K_q8_0},
+    [KERN_TYPE_Q3_K] = {.name = "q3_K", .blck_size = QK_K, .type_size = sizeof(struct block_q3_K),
+                        .is_quantized = true, CONV(q3_K), .vec_dot_type = KERN_TYPE_Q8_0,
+                        .vec_dot = kern_ref_dot_q3_K_q8_0},
+    [KERN_TYPE_IQ4_XS] = {.name = "iq4_xs", .blck_size = QK_K,
+                          .type_size = sizeof(struct block_iq4_xs), .is_quantized = true,
+                          CONV(iq4_xs), .vec_dot_type = KERN_TYPE_Q8_0,
+                          .vec_dot = kern_ref_dot_iq4_xs_q8_0},
     [KERN_TYPE_Q8_K] = {.name = "q8_K", .blck_size = QK_K, .type_size = sizeof(struct block_q8_K),
                         .is_quantized = true, .to_f32 = kern_ref_q8_K_to_f32},
     [KERN_TYPE_I8] = {.name = "i8", .blck_size = 1, .type_size = sizeof(int8_t)},
@@ -65,6 +75,15 @@ static const struct kern_type_traits type_table[KERN_TYPE_COUNT] = {
     [KERN_TYPE_I32] = {.name = "i32", .blck_size = 1, .type_size = sizeof(int32_t)},
     [KERN_TYPE_I64] = {.name = "i64", .blck_size = 1, .type_size = sizeof(int64_t)},
     [KERN_TYPE_F64] = {.name = "f64", .blck_size = 1, .type_size = sizeof(double)},
+    /* Size-only rows of the i-quants warmd has no kernels for (ggml's block sizes): a GGUF
+     * reader can list such files, the model loader names the type it refuses. */
+    [KERN_TYPE_IQ2_XXS] = {.name = "iq2_xxs", .blck_size = QK_K, .type_size = 66, .is_quantized = true},
+    [KERN_TYPE_IQ2_XS] = {.name = "iq2_xs", .blck_size = QK_K, .type_size = 74, .is_quantized = true},
+    [KERN_TYPE_IQ3_XXS] = {.name = "iq3_xxs", .blck_size = QK_K, .type_size = 98, .is_quantized = true},
+    [KERN_TYPE_IQ1_S] = {.name = "iq1_s", .blck_size = QK_K, .type_size = 50, .is_quantized = true},
+    [KERN_TYPE_IQ3_S] = {.name = "iq3_s", .blck_size = QK_K, .type_size = 110, .is_quantized = true},
+    [KERN_TYPE_IQ2_S] = {.name = "iq2_s", .blck_size = QK_K, .type_size = 82, .is_quantized = true},
+    [KERN_TYPE_IQ1_M] = {.name = "iq1_m", .blck_size = QK_K, .type_size = 56, .is_quantized = true},
 };
 
 const struct kern_type_traits *kern_type_traits(int t) {

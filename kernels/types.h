@@ -16,16 +16,26 @@ enum kern_type {
     KERN_TYPE_Q5_1 = 7,
     KERN_TYPE_Q8_0 = 8,
     KERN_TYPE_Q8_1 = 9,
+    KERN_TYPE_Q2_K = 10,
+    KERN_TYPE_Q3_K = 11,
     KERN_TYPE_Q4_K = 12,
     KERN_TYPE_Q5_K = 13,
     KERN_TYPE_Q6_K = 14,
     KERN_TYPE_Q8_K = 15,
+    KERN_TYPE_IQ2_XXS = 16, /* size only (no kernels): the reader sizes, the loader refuses */
+    KERN_TYPE_IQ2_XS = 17,
+    KERN_TYPE_IQ3_XXS = 18,
+    KERN_TYPE_IQ1_S = 19,
     KERN_TYPE_IQ4_NL = 20,
+    KERN_TYPE_IQ3_S = 21,
+    KERN_TYPE_IQ2_S = 22,
+    KERN_TYPE_IQ4_XS = 23,
     KERN_TYPE_I8 = 24,
     KERN_TYPE_I16 = 25,
     KERN_TYPE_I32 = 26,
     KERN_TYPE_I64 = 27,
     KERN_TYPE_F64 = 28,
+    KERN_TYPE_IQ1_M = 29,
     KERN_TYPE_BF16 = 30,
     KERN_TYPE_COUNT = 31
 };
@@ -60,6 +70,16 @@ struct block_q4_K { kern_f16 d, dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; 
 struct block_q5_K { kern_f16 d, dmin; uint8_t scales[12]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; };
 struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; kern_f16 d; };
 struct block_q8_K { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; };
+/* x = d·(sc_g & 15)·q - dmin·(sc_g >> 4), q 2 bits, one scale byte per group g of 16;
+ * value v: bits 2k of qs[32h + l] (h = v/128, k = (v%128)/32, l = v%32) */
+struct block_q2_K { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4]; kern_f16 d, dmin; };
+/* x = d·(sc_g - 32)·(q - 4·!hbit), q 2 bits placed as in q2_K, hbit = bit 4h+k of
+ * hmask[l]; 16 6-bit scales: low 4 bits in the nibbles of bytes 0..7 (g < 8 low, else
+ * high nibble of byte g-8), top 2 bits at bits 2·(g/4) of byte 8 + g%4 */
+struct block_q3_K { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4]; uint8_t scales[12]; kern_f16 d; };
+/* x = d·(ls_j - 32)·kern_iq4nl_values[q] per sub-block j of 32 (nibbles as iq4_nl);
+ * ls_j 6 bits: low 4 in nibble j%2 of scales_l[j/2], top 2 at bits 2j of scales_h */
+struct block_iq4_xs { kern_f16 d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; };
 
 static_assert(sizeof(struct block_q8_0) == 34, "block_q8_0 size");
 static_assert(sizeof(struct block_q4_0) == 18, "block_q4_0 size");
@@ -72,6 +92,9 @@ static_assert(sizeof(struct block_q4_K) == 144, "block_q4_K size");
 static_assert(sizeof(struct block_q5_K) == 176, "block_q5_K size");
 static_assert(sizeof(struct block_q6_K) == 210, "block_q6_K size");
 static_assert(sizeof(struct block_q8_K) == 292, "block_q8_K size");
+static_assert(sizeof(struct block_q2_K) == 84, "block_q2_K size");
+static_assert(sizeof(struct block_q3_K) == 110, "block_q3_K size");
+static_assert(sizeof(struct block_iq4_xs) == 136, "block_iq4_xs size");
 
 typedef void (*kern_to_f32_fn)(float *dst, const void *src, int64_t n);
 typedef void (*kern_from_f32_fn)(void *dst, const float *src, int64_t n);

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <grp.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,9 @@
 #define DEFAULT_TIMEOUT_USEC (600ULL * 1000000ULL)
 /* How often a stream waiting for the next event looks at the cancel flag. */
 #define CANCEL_POLL_MSEC 50
+/* How long the probe waits for the daemon's first bytes (its HTTP/2 SETTINGS, sent at once
+ * to a peer it serves) before it stops waiting and lets gRPC find out. */
+#define PROBE_WAIT_MSEC 5000
 
 /* ---- errors -------------------------------------------------------------------------- */
 
@@ -108,8 +112,43 @@ int lw_socket_probe(const char *path, struct warm_error *err) {
     if (fd < 0) return lw_fail(err, WARM_NOT_RUNNING, "socket(AF_UNIX): %s", strerror(errno));
     int r = connect(fd, (const struct sockaddr *)&sa, sizeof sa);
     int e = errno;
+    if (r == 0) {
+        /* warmd greets a peer it serves with its HTTP/2 SETTINGS, and one its access
+         * policy refuses with a GOAWAY naming the policy, then closes: telling them apart
+         * here means a refused user costs the daemon one refusal (one log line), not one
+         * for this probe, one for gRPC's connection and one for the probe explaining it. */
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        char buf[128];
+        ssize_t got = poll(&pfd, 1, PROBE_WAIT_MSEC) == 1
+                          ? recv(fd, buf, sizeof buf - 1, MSG_PEEK | MSG_DONTWAIT)
+                          : 1;
+        e = errno;
+        close(fd);
+        if (got > 0 && memmem(buf, (size_t)got, "access policy", 13))
+            return lw_fail(err, WARM_SOCKET_ACCESS,
+                           "warmd at %s does not serve uid %u: its access policy (allowed_uids, "
+                           "allowed_groups in warmd.conf) leaves this user out; ask the "
+                           "administrator to add you", path, (unsigned)getuid());
+        if (got > 0 || (got < 0 && e != ECONNRESET)) return 0;
+        return lw_fail(err, WARM_NOT_RUNNING,
+                       "warmd at %s closed the connection without answering: it is stopping, "
+                       "or its access policy (allowed_uids, allowed_groups in warmd.conf) "
+                       "refuses uid %u", path, (unsigned)getuid());
+    }
     close(fd);
-    if (r == 0) return 0;
+    struct stat st;
+    bool is_dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    bool is_file = !is_dir && e != ENOENT && stat(path, &st) == 0 && !S_ISSOCK(st.st_mode);
+    if (is_dir)
+        return lw_fail(err, WARM_NOT_RUNNING,
+                       "%s is a directory, not warmd's socket: point --socket / WARM_SOCKET at "
+                       "the socket itself (its 'socket' setting in warmd.conf, default %s)",
+                       path, WARM_DEFAULT_SOCKET);
+    if (is_file || e == ENOTSOCK)
+        return lw_fail(err, WARM_NOT_RUNNING,
+                       "%s is not a socket (a regular file or another kind of file): point "
+                       "--socket / WARM_SOCKET at warmd's socket (its 'socket' setting in "
+                       "warmd.conf, default %s)", path, WARM_DEFAULT_SOCKET);
     if (e == ENOENT || e == ENOTDIR)
         return lw_fail(err, WARM_NOT_RUNNING, "warmd is not running: no socket at %s; %s", path,
                        start_hint);
@@ -117,10 +156,7 @@ int lw_socket_probe(const char *path, struct warm_error *err) {
         return lw_fail(err, WARM_NOT_RUNNING,
                        "warmd is not running: nothing listens on %s (a stale socket); %s", path,
                        start_hint);
-    if (e == ENOTSOCK)
-        return lw_fail(err, WARM_NOT_RUNNING, "%s is not a socket; %s", path, start_hint);
     if (e == EACCES || e == EPERM) {
-        struct stat st;
         if (stat(path, &st) < 0)
             return lw_fail(err, WARM_SOCKET_ACCESS,
                            "permission denied on a directory above %s: ask the administrator "

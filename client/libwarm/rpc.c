@@ -111,10 +111,15 @@ static void model_from(struct warm_model_info *dst, const Warm__V1__ModelInfo *s
         .loaded = src->loaded,
         .memory_bytes = src->memory_bytes,
         .keep_alive_left_usec = src->keep_alive_left_usec,
+        .available = src->available,
+        .n_params = src->n_params,
+        .trained_context = src->trained_context,
     };
     lw_copy(dst->name, sizeof dst->name, src->name);
     lw_copy(dst->fingerprint, sizeof dst->fingerprint, src->fingerprint);
     lw_copy(dst->architecture, sizeof dst->architecture, src->architecture);
+    lw_copy(dst->unavailable_reason, sizeof dst->unavailable_reason, src->unavailable_reason);
+    lw_copy(dst->quantization, sizeof dst->quantization, src->quantization);
 }
 
 WARM_API int warm_models_list(struct warm_client *c, struct warm_model_info **ret, size_t *ret_n,
@@ -159,6 +164,61 @@ WARM_API int warm_model_load(struct warm_client *c, const char *model, uint64_t 
         }
     }
     if (ret_load_usec) *ret_load_usec = q->load_usec;
+    UNPACKED_FREE(m);
+    return 0;
+}
+
+WARM_API int warm_model_show(struct warm_client *c, const char *model,
+                             struct warm_model_details **ret, struct warm_error *err) {
+    Warm__V1__ShowModelRequest req = WARM__V1__SHOW_MODEL_REQUEST__INIT;
+    req.model = str_in(model);
+    ProtobufCMessage *m;
+    int r = lw_call_unary(c, "ShowModel", &req.base, &warm__v1__show_model_response__descriptor,
+                          &m, err);
+    if (r < 0) return r;
+    const Warm__V1__ShowModelResponse *q = (const Warm__V1__ShowModelResponse *)m;
+    /* one block: the struct, the entries, then their strings */
+    size_t strings = 0;
+    for (size_t i = 0; i < q->n_metadata; i++)
+        strings += strlen(q->metadata[i]->key) + strlen(q->metadata[i]->type) +
+                   strlen(q->metadata[i]->value) + 3;
+    size_t head = sizeof(struct warm_model_details) + q->n_metadata * sizeof(struct warm_metadata_entry);
+    struct warm_model_details *d = calloc(1, head + strings);
+    if (!d) {
+        UNPACKED_FREE(m);
+        return lw_fail(err, WARM_NO_MEMORY, "out of memory");
+    }
+    if (q->model) model_from(&d->info, q->model);
+    lw_copy(d->chat_template, sizeof d->chat_template, q->chat_template);
+    d->n_layer = q->n_layer;
+    d->n_embd = q->n_embd;
+    d->n_head = q->n_head;
+    d->n_head_kv = q->n_head_kv;
+    d->head_dim_k = q->head_dim_k;
+    d->head_dim_v = q->head_dim_v;
+    d->n_vocab = q->n_vocab;
+    d->ctx_size = q->ctx_size;
+    d->parallel = q->parallel;
+    d->cache_chunk_tokens = q->cache_chunk_tokens;
+    lw_copy(d->cache_type_k, sizeof d->cache_type_k, q->cache_type_k);
+    lw_copy(d->cache_type_v, sizeof d->cache_type_v, q->cache_type_v);
+    d->rotate_k = q->rotate_k;
+    d->rotate_v = q->rotate_v;
+    struct warm_metadata_entry *e = (struct warm_metadata_entry *)(d + 1);
+    char *p = (char *)(e + q->n_metadata);
+    for (size_t i = 0; i < q->n_metadata; i++) {
+        const char *src[3] = {q->metadata[i]->key, q->metadata[i]->type, q->metadata[i]->value};
+        const char **dst[3] = {&e[i].key, &e[i].type, &e[i].value};
+        for (int k = 0; k < 3; k++) {
+            size_t n = strlen(src[k]) + 1;
+            memcpy(p, src[k], n);
+            *dst[k] = p;
+            p += n;
+        }
+    }
+    d->n_metadata = q->n_metadata;
+    d->metadata = e;
+    *ret = d;
     UNPACKED_FREE(m);
     return 0;
 }
@@ -294,6 +354,7 @@ static int gen_parts_init(struct gen_parts *p, const struct warm_gen_params *par
 
 struct stream_ctx {
     warm_token_fn on_token;
+    warm_progress_fn on_progress;
     void *userdata;
     struct warm_summary summary;
     bool have_summary;
@@ -306,6 +367,24 @@ static int on_event(const ProtobufCMessage *msg, void *userdata) {
     if (ev->event_case == WARM__V1__GENERATE_EVENT__EVENT_TOKEN && ev->token) {
         const char *text = ev->token->text ? ev->token->text : "";
         return x->on_token ? x->on_token(ev->token->id, text, strlen(text), x->userdata) : 0;
+    }
+    if (ev->event_case == WARM__V1__GENERATE_EVENT__EVENT_PROGRESS && ev->progress) {
+        const Warm__V1__Progress *p = ev->progress;
+        /* stages this library does not know yet are not passed on */
+        if (x->on_progress && (p->stage == WARM__V1__PROGRESS_STAGE__PROGRESS_STAGE_LOAD ||
+                               p->stage == WARM__V1__PROGRESS_STAGE__PROGRESS_STAGE_PREFILL)) {
+            const struct warm_progress wp = {
+                .stage = p->stage == WARM__V1__PROGRESS_STAGE__PROGRESS_STAGE_LOAD
+                             ? WARM_PROGRESS_LOAD : WARM_PROGRESS_PREFILL,
+                .prompt_tokens = p->prompt_tokens,
+                .done_tokens = p->done_tokens,
+                .ram_tokens = p->ram_tokens,
+                .store_tokens = p->store_tokens,
+                .elapsed_usec = p->elapsed_usec,
+            };
+            x->on_progress(&wp, x->userdata);
+        }
+        return 0;
     }
     if (ev->event_case != WARM__V1__GENERATE_EVENT__EVENT_SUMMARY || !ev->summary) return 0;
     const Warm__V1__Summary *q = ev->summary;
@@ -327,8 +406,15 @@ static int on_event(const ProtobufCMessage *msg, void *userdata) {
         .decode_usec = q->decode_usec,
         .total_usec = q->total_usec,
         .seed = q->seed,
+        .keep_alive_usec = q->keep_alive_usec,
     };
     lw_copy(s->stop_string, sizeof s->stop_string, q->stop_string);
+    for (size_t i = 0, at = 0; i < q->n_warnings && at + 1 < sizeof s->warnings; i++) {
+        lw_copy(s->warnings + at, sizeof s->warnings - at, q->warnings[i]);
+        at += strlen(s->warnings + at);
+        if (i + 1 < q->n_warnings && at + 1 < sizeof s->warnings) s->warnings[at++] = '\n';
+        s->warnings[at] = '\0';
+    }
     if (q->n_rejected) {
         s->rejected = calloc(q->n_rejected, sizeof *s->rejected);
         if (!s->rejected) {
@@ -349,7 +435,8 @@ static int on_event(const ProtobufCMessage *msg, void *userdata) {
 static int stream_run(struct warm_client *c, const char *method, const ProtobufCMessage *req,
                       const struct warm_gen_params *params, warm_token_fn on_token, void *userdata,
                       struct warm_summary *ret_summary, struct warm_error *err) {
-    struct stream_ctx x = {.on_token = on_token, .userdata = userdata};
+    struct stream_ctx x = {.on_token = on_token, .on_progress = params->on_progress,
+                           .userdata = userdata};
     int r = lw_call_stream(c, method, req, &warm__v1__generate_event__descriptor, on_event, &x,
                            params->cancel, err);
     if (x.out_of_memory) r = lw_fail(err, WARM_NO_MEMORY, "out of memory");
@@ -381,6 +468,7 @@ WARM_API int warm_generate(struct warm_client *c, const struct warm_gen_params *
     req.n_stop = params->n_stop;
     req.cache = &parts.cache;
     req.keep_alive_usec = params->keep_alive_usec;
+    req.unload_after = params->unload_after;
     return stream_run(c, "Generate", &req.base, params, on_token, userdata, ret_summary, err);
 }
 
@@ -422,6 +510,7 @@ WARM_API int warm_chat(struct warm_client *c, const struct warm_gen_params *para
     req.cache = &parts.cache;
     req.keep_alive_usec = params->keep_alive_usec;
     req.continue_last = (flags & WARM_CHAT_CONTINUE_LAST) != 0;
+    req.unload_after = params->unload_after;
     r = stream_run(c, "Chat", &req.base, params, on_token, userdata, ret_summary, err);
     free(msgs);
     free(ptrs);
@@ -484,6 +573,7 @@ WARM_API int warm_cache_list(struct warm_client *c, const char *namespace_, cons
         lw_copy(v[i].fingerprint, sizeof v[i].fingerprint, e->fingerprint);
         lw_copy(v[i].key, sizeof v[i].key, e->key);
         lw_copy(v[i].kind, sizeof v[i].kind, e->kind);
+        lw_copy(v[i].model, sizeof v[i].model, e->model);
     }
     *ret_n = q->n_entries;
     *ret = v;

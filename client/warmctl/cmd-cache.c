@@ -20,8 +20,8 @@ static const char cache_usage[] =
     "\n"
     "  stats [--namespace NS]                 entries, bytes, budget, hits, misses\n"
     "  ls [--namespace NS] [--model M] [--limit N]\n"
-    "                                          the entries, newest use first as the daemon\n"
-    "                                          lists them\n"
+    "                                          the N (default 100) most recently used\n"
+    "                                          entries, newest first, with their model\n"
     "  purge [--namespace NS] [--model M]     remove entries (NS '*' = all; admin)\n"
     "  check [--state-dir DIR | --path DIR] [--config FILE]\n"
     "                                          open the store read-only, offline (no daemon),\n"
@@ -51,7 +51,7 @@ static int cache_parse(struct ctl *ctl, int argc, char **argv, struct cache_args
         {0}};
     optind = 0;
     int opt, r;
-    while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((opt = ctl_getopt(ctl, argc, argv, "", opts)) != -1) {
         switch (opt) {
         case OPT_NAMESPACE: a->ns = optarg; break;
         case OPT_MODEL: a->model = optarg; break;
@@ -60,7 +60,7 @@ static int cache_parse(struct ctl *ctl, int argc, char **argv, struct cache_args
         case OPT_CONFIG: a->config = optarg; break;
         case OPT_LIMIT:
             if (ctl_parse_u32(optarg, &a->limit) < 0)
-                return ctl_usage_error(ctl, cache_usage, "--limit: '%s' is not a count", optarg);
+                return ctl_bad_value(ctl, argv, "a count");
             break;
         default:
             if ((r = ctl_common_option(ctl, opt, cache_usage)) >= 0) return r;
@@ -123,6 +123,7 @@ static int cache_ls(struct ctl *ctl, const struct cache_args *a) {
             json_object_begin(&j, NULL);
             json_str(&j, "namespace", v[i].namespace_);
             json_str(&j, "fingerprint", v[i].fingerprint);
+            json_str(&j, "model", v[i].model);
             json_str(&j, "key", v[i].key);
             json_str(&j, "kind", v[i].kind);
             json_u64(&j, "position", v[i].position);
@@ -136,13 +137,17 @@ static int cache_ls(struct ctl *ctl, const struct cache_args *a) {
     } else if (!n) {
         printf("no cache entries\n");
     } else {
-        printf("%-5s %8s %7s %10s  %-19s  %-16s  %s\n", "KIND", "POSITION", "TOKENS", "BYTES",
-               "LAST USED", "NAMESPACE", "KEY");
+        printf("%-19s  %-16s  %-5s %8s %7s %10s  %-16s  %s\n", "LAST USED", "MODEL", "KIND",
+               "POSITION", "TOKENS", "BYTES", "NAMESPACE", "KEY");
         for (size_t i = 0; i < n; i++) {
-            char b[32], t[32];
-            printf("%-5s %8u %7u %10s  %-19s  %-16s  %s\n", v[i].kind, v[i].position, v[i].n_tokens,
-                   ctl_fmt_bytes(b, v[i].bytes), fmt_time(t, v[i].last_used_usec), v[i].namespace_,
-                   v[i].key);
+            char b[32], t[32], m[sizeof v[i].model];
+            /* a model the daemon cannot name: the start of its fingerprint */
+            if (*v[i].model) snprintf(m, sizeof m, "%s", v[i].model);
+            else if (*v[i].fingerprint) snprintf(m, sizeof m, "?%.12s", v[i].fingerprint);
+            else snprintf(m, sizeof m, "-");
+            printf("%-19s  %-16s  %-5s %8u %7u %10s  %-16s  %s\n", fmt_time(t, v[i].last_used_usec),
+                   m, v[i].kind, v[i].position, v[i].n_tokens, ctl_fmt_bytes(b, v[i].bytes),
+                   v[i].namespace_, v[i].key);
         }
     }
     warm_free(v);
@@ -337,5 +342,9 @@ int ctl_cmd_cache(struct ctl *ctl, int argc, char **argv) {
         if (r >= 0) return r;
         return cache_commands[i].fn(ctl, &a);
     }
-    return ctl_usage_error(ctl, cache_usage, "unknown cache command '%s'", argv[1]);
+    const char *names[sizeof cache_commands / sizeof cache_commands[0]];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) names[i] = cache_commands[i].name;
+    const char *near = ctl_closest(argv[1], names, sizeof names / sizeof names[0]);
+    return ctl_usage_error(ctl, cache_usage, "unknown cache command '%s'%s%s%s", argv[1],
+                           near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
 }

@@ -12,6 +12,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/stat.h>
+
+#include <editline/readline.h>
 
 #define MAX_STOP 16
 
@@ -90,7 +93,8 @@ enum {
     "      --stop TEXT          stop before TEXT (repeatable, at most 16)\n"                 \
     "      --cache use|skip|refresh   prompt cache mode (default use); --no-cache = skip\n"  \
     "      --namespace NS       cache namespace (default: your own, uid:<uid>)\n"            \
-    "      --keep-alive DUR     keep the model loaded DUR after this request (30s, 10m)\n"   \
+    "      --keep-alive DUR     keep the model loaded DUR after this request (30s, 10m;\n"  \
+    "                           0 = unload it after; -1 or forever = as long as allowed)\n"\
     "  -v, --verbose            print the summary (cache reuse, timings) on stderr\n"
 
 struct gen_opts {
@@ -104,46 +108,76 @@ struct gen_opts {
 static const char *const cache_mode_names[WARM_CACHE_MODE_COUNT] = {
     [WARM_CACHE_USE] = "use", [WARM_CACHE_SKIP] = "skip", [WARM_CACHE_REFRESH] = "refresh"};
 
-/* Handles one generation option; returns -1 when opt is not one, 0 when handled, or an
- * exit code for a bad value. */
-static int gen_option(struct ctl *ctl, struct gen_opts *g, int opt, const char *usage) {
+/* What a value of opt must be, for messages; NULL for options without a value. */
+static const char *value_kind(int opt) {
+    switch (opt) {
+    case 'n': case OPT_TOP_K: case OPT_SEED: case OPT_REPEAT_LAST_N: return "a number";
+    case 't': case OPT_TOP_P: case OPT_MIN_P: case OPT_REPEAT_PENALTY:
+    case OPT_FREQUENCY_PENALTY: case OPT_PRESENCE_PENALTY: return "a number";
+    case OPT_CACHE: return "one of use, skip, refresh";
+    case OPT_KEEP_ALIVE: return "a duration (30s, 10m, 2h; 0 = unload after; -1 or forever)";
+    default: return NULL;
+    }
+}
+
+/* Sets one generation option from its text value (chat's /set too); -1 when opt is not
+ * one, -EINVAL for a bad value, -E2BIG for one stop string too many, else 0. */
+static int gen_value(struct gen_opts *g, int opt, const char *value) {
     struct warm_sampling *s = &g->sampling;
-    int bad = 0;
     if (!g->have_sampling && ((opt >= OPT_TOP_K && opt <= OPT_GREEDY) || opt == 't')) {
         *s = warm_sampling_default();
         g->have_sampling = true;
     }
     switch (opt) {
-    case 'n': bad = ctl_parse_u32(optarg, &g->params.max_tokens); break;
-    case 't': bad = ctl_parse_float(optarg, &s->temperature); break;
-    case OPT_TOP_K: bad = ctl_parse_i32(optarg, &s->top_k); break;
-    case OPT_TOP_P: bad = ctl_parse_float(optarg, &s->top_p); break;
-    case OPT_MIN_P: bad = ctl_parse_float(optarg, &s->min_p); break;
-    case OPT_SEED: bad = ctl_parse_u64(optarg, &s->seed); break;
-    case OPT_REPEAT_PENALTY: bad = ctl_parse_float(optarg, &s->repeat_penalty); break;
-    case OPT_REPEAT_LAST_N: bad = ctl_parse_i32(optarg, &s->repeat_last_n); break;
-    case OPT_FREQUENCY_PENALTY: bad = ctl_parse_float(optarg, &s->frequency_penalty); break;
-    case OPT_PRESENCE_PENALTY: bad = ctl_parse_float(optarg, &s->presence_penalty); break;
-    case OPT_GREEDY: s->temperature = 0; break;
+    case 'n': return ctl_parse_u32(value, &g->params.max_tokens);
+    case 't': return ctl_parse_float(value, &s->temperature);
+    case OPT_TOP_K: return ctl_parse_i32(value, &s->top_k);
+    case OPT_TOP_P: return ctl_parse_float(value, &s->top_p);
+    case OPT_MIN_P: return ctl_parse_float(value, &s->min_p);
+    case OPT_SEED: return ctl_parse_u64(value, &s->seed);
+    case OPT_REPEAT_PENALTY: return ctl_parse_float(value, &s->repeat_penalty);
+    case OPT_REPEAT_LAST_N: return ctl_parse_i32(value, &s->repeat_last_n);
+    case OPT_FREQUENCY_PENALTY: return ctl_parse_float(value, &s->frequency_penalty);
+    case OPT_PRESENCE_PENALTY: return ctl_parse_float(value, &s->presence_penalty);
+    case OPT_GREEDY: s->temperature = 0; return 0;
     case OPT_STOP:
-        if (g->params.n_stop == MAX_STOP)
-            return ctl_usage_error(ctl, usage, "--stop: at most %d stop strings", MAX_STOP);
-        g->stop[g->params.n_stop++] = optarg;
-        break;
-    case OPT_CACHE: {
-        bad = -EINVAL;
+        if (g->params.n_stop == MAX_STOP) return -E2BIG;
+        g->stop[g->params.n_stop++] = value;
+        return 0;
+    case OPT_CACHE:
         for (int m = 0; m < WARM_CACHE_MODE_COUNT; m++)
-            if (strcmp(optarg, cache_mode_names[m]) == 0) g->params.cache_mode = m, bad = 0;
-        break;
+            if (strcmp(value, cache_mode_names[m]) == 0) {
+                g->params.cache_mode = m;
+                return 0;
+            }
+        return -EINVAL;
+    case OPT_NO_CACHE: g->params.cache_mode = WARM_CACHE_SKIP; return 0;
+    case OPT_NAMESPACE: g->params.cache_namespace = value; return 0;
+    case OPT_KEEP_ALIVE: {
+        uint64_t v;
+        if (ctl_parse_duration(value, &v) < 0) return -EINVAL;
+        /* 0 as in Ollama: unload the model when this request is over */
+        g->params.keep_alive_usec = v;
+        g->params.unload_after = v == 0;
+        return 0;
     }
-    case OPT_NO_CACHE: g->params.cache_mode = WARM_CACHE_SKIP; break;
-    case OPT_NAMESPACE: g->params.cache_namespace = optarg; break;
-    case OPT_KEEP_ALIVE: bad = ctl_parse_duration(optarg, &g->params.keep_alive_usec); break;
-    case 'v': g->verbose = true; break;
+    case 'v': g->verbose = true; return 0;
     default: return -1;
     }
-    if (bad < 0) return ctl_usage_error(ctl, usage, "bad value '%s'", optarg);
-    return 0;
+}
+
+/* Handles one generation option of argv; -1 when opt is not one, 0 when handled, or an
+ * exit code for a bad value. */
+static int gen_option(struct ctl *ctl, struct gen_opts *g, int opt, char **argv,
+                      const char *usage) {
+    int r = gen_value(g, opt, optarg);
+    if (r == -E2BIG) return ctl_usage_error(ctl, usage, "--stop: at most %d stop strings", MAX_STOP);
+    if (r == -EINVAL) return ctl_bad_value(ctl, argv, value_kind(opt));
+    return r;
+}
+
+static bool gen_greedy(const struct gen_opts *g) {
+    return g->have_sampling && g->sampling.temperature == 0;
 }
 
 static void gen_opts_finish(struct gen_opts *g) {
@@ -164,8 +198,8 @@ static int gen_parse(struct ctl *ctl, struct gen_opts *g, int argc, char **argv,
     opts[n] = (struct option){0};
     optind = 0;
     int opt;
-    while ((opt = getopt_long(argc, argv, "n:t:v", opts, NULL)) != -1) {
-        int r = gen_option(ctl, g, opt, usage);
+    while ((opt = ctl_getopt(ctl, argc, argv, "n:t:v", opts)) != -1) {
+        int r = gen_option(ctl, g, opt, argv, usage);
         if (r == 0) continue;
         if (r > 0) return r;
         if (extra_fn && opt >= OPT_SYSTEM && opt <= OPT_PLAIN) {
@@ -186,6 +220,9 @@ struct sink {
     struct ctl *ctl;
     bool quiet;                 /* bench: time the tokens, print nothing */
     bool at_line_start;         /* the last byte written was a newline (or nothing) */
+    bool show_progress;         /* a terminal, not --json: draw the progress line */
+    bool progress_shown;        /* a progress line is on stderr now */
+    const char *model;          /* for the progress line */
     /* The reply as text, for chat's history. */
     char *text;
     size_t len, cap;
@@ -195,12 +232,47 @@ struct sink {
     uint32_t n_tokens;
 };
 
+/* Progress goes to a terminal only: stdout and stderr both one, and no --json. */
+static bool progress_wanted(const struct ctl *ctl) {
+    return !ctl->json && isatty(STDOUT_FILENO) && isatty(STDERR_FILENO);
+}
+
+static void progress_clear(struct sink *k) {
+    if (!k->progress_shown) return;
+    fputs("\r\033[K", stderr);
+    fflush(stderr);
+    k->progress_shown = false;
+}
+
+static void sink_progress(const struct warm_progress *p, void *userdata) {
+    struct sink *k = userdata;
+    if (!k->show_progress || k->quiet) return;
+    char line[200];
+    if (p->stage == WARM_PROGRESS_LOAD) {
+        snprintf(line, sizeof line, "loading model %s ...", k->model ? k->model : "");
+    } else if (p->done_tokens >= p->prompt_tokens) {
+        progress_clear(k);
+        return;
+    } else {
+        int n = snprintf(line, sizeof line, "prompt: %u of %u tokens (%u%%)", p->done_tokens,
+                         p->prompt_tokens,
+                         p->prompt_tokens ? (unsigned)(100ull * p->done_tokens / p->prompt_tokens) : 0);
+        if (p->store_tokens || p->ram_tokens)
+            snprintf(line + n, sizeof line - (size_t)n, ", %u restored from the cache, %u reused",
+                     p->store_tokens, p->ram_tokens);
+    }
+    fprintf(stderr, "\r\033[K%s", line);
+    fflush(stderr);
+    k->progress_shown = true;
+}
+
 static int sink_token(int32_t id, const char *text, size_t len, void *userdata) {
     struct sink *k = userdata;
     uint64_t t = now_usec();
     if (!k->n_tokens++) k->t_first = t;
     k->t_last = t;
     if (k->quiet) return 0;
+    progress_clear(k);
     if (k->ctl->json) {
         struct json j;
         json_begin(&j, stdout);
@@ -239,8 +311,9 @@ static void sink_reset(struct sink *k) {
     k->at_line_start = true;
 }
 
-/* After a stream: the newline of human output and the summary. */
-static void sink_finish(struct sink *k, const struct warm_summary *s, bool verbose) {
+/* After a stream: the newline of human output, the daemon's warnings and the summary. */
+static void sink_finish(struct sink *k, const struct warm_summary *s, bool verbose, bool greedy) {
+    progress_clear(k);
     if (k->ctl->json) {
         struct json j;
         json_begin(&j, stdout);
@@ -250,7 +323,12 @@ static void sink_finish(struct sink *k, const struct warm_summary *s, bool verbo
     }
     if (!k->at_line_start) fputc('\n', stdout);
     fflush(stdout);
-    if (verbose) ctl_print_summary(s);
+    for (const char *w = s->warnings; *w;) {
+        size_t n = strcspn(w, "\n");
+        fprintf(stderr, "%s %s: warmd: %.*s\n", k->ctl->prog, k->ctl->command, (int)n, w);
+        w += n + (w[n] == '\n');
+    }
+    if (verbose) ctl_print_summary(s, greedy);
 }
 
 /* ---- run ----------------------------------------------------------------------------- */
@@ -259,7 +337,8 @@ static const char run_usage[] =
     "Usage: warmctl run MODEL PROMPT|- [OPTIONS]\n"
     "\n"
     "Completes PROMPT (or standard input with '-') with MODEL and prints the tokens as they\n"
-    "arrive. Ctrl-C cancels. With --json: one {\"token\": {\"id\", \"text\"}} line per token,\n"
+    "arrive. Ctrl-C cancels. On a terminal, a line on stderr shows the model loading and a\n"
+    "long prompt's progress. With --json: one {\"token\": {\"id\", \"text\"}} line per token,\n"
     "then one {\"summary\": {...}} line.\n"
     "\n" GEN_OPTIONS_HELP;
 
@@ -274,6 +353,11 @@ int ctl_cmd_run(struct ctl *ctl, int argc, char **argv) {
     if (strcmp(prompt, "-") == 0) {
         size_t len;
         if (ctl_read_all("-", &input, &len) < 0) return ctl_fail_msg(ctl, "cannot read standard input");
+        if (strlen(input) != len) {
+            free(input);
+            return ctl_fail_msg(ctl, "standard input holds a NUL byte at offset %zu; the prompt "
+                                "must be text", strlen(input));
+        }
         if (len && input[len - 1] == '\n') input[len - 1] = '\0';
         prompt = input;
     }
@@ -283,12 +367,15 @@ int ctl_cmd_run(struct ctl *ctl, int argc, char **argv) {
         return r;
     }
     catch_sigint();
-    struct sink k = {.ctl = ctl, .at_line_start = true};
+    struct sink k = {.ctl = ctl, .at_line_start = true, .show_progress = progress_wanted(ctl),
+                     .model = g.params.model};
+    g.params.on_progress = sink_progress;
     struct warm_summary s;
     struct warm_error err;
     r = warm_generate(c, &g.params, prompt, NULL, 0, sink_token, &k, &s, &err);
     free(input);
     free(k.text);
+    progress_clear(&k);
     if (r < 0) {
         if (!ctl->json && !k.at_line_start) fputc('\n', stdout);
         if (err.code == WARM_CANCELLED && interrupted) {
@@ -297,7 +384,7 @@ int ctl_cmd_run(struct ctl *ctl, int argc, char **argv) {
         }
         return ctl_fail(ctl, &err);
     }
-    sink_finish(&k, &s, g.verbose);
+    sink_finish(&k, &s, g.verbose, gen_greedy(&g));
     warm_summary_done(&s);
     return CTL_EXIT_OK;
 }
@@ -307,18 +394,42 @@ int ctl_cmd_run(struct ctl *ctl, int argc, char **argv) {
 static const char chat_usage[] =
     "Usage: warmctl chat MODEL [--system TEXT] [--wait DURATION] [OPTIONS]\n"
     "\n"
-    "Talks with MODEL: each line you type is a user message; the reply streams back. The\n"
-    "whole conversation is sent each turn and the daemon resumes it from its prompt cache,\n"
-    "also after a restart: when warmd goes away mid-chat, warmctl waits up to --wait\n"
-    "(default 30s) for it to come back and resends the turn.\n"
-    "Lines '/exit' (or end of input) quit, '/reset' forgets the conversation.\n"
-    "Ctrl-C stops the current reply. With --json: each turn's token and summary lines.\n"
+    "Talks with MODEL: each line you type is a user message; the reply streams back. On a\n"
+    "terminal the line can be edited and earlier lines come back with the arrow keys (the\n"
+    "history is kept in $XDG_STATE_HOME/warmctl/chat_history). The whole conversation is\n"
+    "sent each turn and the daemon resumes it from its prompt cache, also after a restart:\n"
+    "when warmd goes away mid-chat, warmctl waits up to --wait (default 30s) for it to come\n"
+    "back and resends the turn. Ctrl-C stops the current reply; Ctrl-D or /bye leaves.\n"
+    "With --json: each turn's token and summary lines.\n"
+    "\n"
+    "In the chat:\n"
+    "  /help                this list\n"
+    "  /bye                 leave (also /exit, /quit, end of input)\n"
+    "  /clear               forget the conversation (the --system message stays)\n"
+    "  /set                 show the sampling settings\n"
+    "  /set NAME VALUE      change one: temperature, top-k, top-p, min-p, seed,\n"
+    "                       repeat-penalty, repeat-last-n, frequency-penalty,\n"
+    "                       presence-penalty, max-tokens; '/set greedy' for temperature 0\n"
+    "  \"\"\"                  start and end a message of several lines (or end a line with\n"
+    "                       '\\' to go on on the next one)\n"
     "\n"
     "      --system TEXT        a system message at the start of the conversation\n"
     "      --wait DURATION      how long to wait for a restarted daemon (default 30s)\n"
     "      --plain              for models without a chat template (base models): send the\n"
     "                           conversation as a plain 'User:' / 'Assistant:' transcript\n"
-    "                           with Generate instead of Chat\n" GEN_OPTIONS_HELP;
+    "                           instead of through the model's template\n" GEN_OPTIONS_HELP;
+
+static const char chat_help[] =
+    "  /help              this list\n"
+    "  /bye               leave (also /exit, /quit, Ctrl-D)\n"
+    "  /clear             forget the conversation (the --system message stays)\n"
+    "  /set               show the sampling settings\n"
+    "  /set NAME VALUE    temperature, top-k, top-p, min-p, seed, repeat-penalty,\n"
+    "                     repeat-last-n, frequency-penalty, presence-penalty, max-tokens\n"
+    "  /set greedy        temperature 0\n"
+    "  \"\"\"                start and end a message of several lines; a line ending in '\\'\n"
+    "                     goes on on the next one\n"
+    "  Ctrl-C             stop the current reply\n";
 
 struct chat_extra {
     const char *system;
@@ -365,7 +476,8 @@ static void history_truncate(struct history *h, size_t n) {
 
 /* Waits until the daemon answers again (a restart), reconnecting; false on timeout. */
 static bool reconnect(struct ctl *ctl, uint64_t wait_usec) {
-    uint64_t end = now_usec() + wait_usec;
+    uint64_t now = now_usec();
+    uint64_t end = wait_usec > UINT64_MAX - now ? UINT64_MAX : now + wait_usec;
     fprintf(stderr, "[warmd went away; waiting for it to come back]\n");
     warm_disconnect(ctl->client);
     ctl->client = NULL;
@@ -423,6 +535,200 @@ static int chat_turn(struct ctl *ctl, const struct gen_opts *g, const struct his
     return r;
 }
 
+/* ---- chat: reading what the user types ----------------------------------------------- */
+
+/* Where the line history lives: $XDG_STATE_HOME/warmctl/chat_history, else
+ * ~/.local/state/warmctl/chat_history (directories made as needed); "" when neither. */
+static void history_path(char *buf, size_t size) {
+    const char *state = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+    char dir[4096];
+    buf[0] = '\0';
+    if (state && *state) snprintf(dir, sizeof dir, "%s/warmctl", state);
+    else if (home && *home) snprintf(dir, sizeof dir, "%s/.local/state/warmctl", home);
+    else return;
+    /* mkdir -p, best effort: a chat without history is still a chat */
+    for (char *p = dir + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        (void)mkdir(dir, 0700);
+        *p = '/';
+    }
+    (void)mkdir(dir, 0700);
+    snprintf(buf, size, "%s/chat_history", dir);
+}
+
+struct reader {
+    bool edit;                  /* a terminal: libedit with history */
+    char history_file[4200];
+    char *line;                 /* getline's buffer */
+    size_t line_cap;
+};
+
+static void reader_init(struct reader *rd, bool tty) {
+    *rd = (struct reader){.edit = tty};
+    if (!tty) return;
+    using_history();
+    stifle_history(1000);
+    history_path(rd->history_file, sizeof rd->history_file);
+    if (*rd->history_file) (void)read_history(rd->history_file);
+}
+
+static void reader_done(struct reader *rd) {
+    if (rd->edit && *rd->history_file) (void)write_history(rd->history_file);
+    free(rd->line);
+}
+
+/* One line without its newline, malloc'd; NULL at the end of input. *ret_interrupted:
+ * Ctrl-C at the prompt (the line is then NULL and reading goes on). */
+static char *reader_line(struct reader *rd, const char *prompt, bool *ret_interrupted) {
+    *ret_interrupted = false;
+    interrupted = 0;
+    if (rd->edit) {
+        char *l = readline(prompt);
+        if (!l && interrupted) *ret_interrupted = true;
+        return l;
+    }
+    ssize_t got = getline(&rd->line, &rd->line_cap, stdin);
+    if (got < 0) {
+        if (interrupted && !feof(stdin)) {
+            clearerr(stdin);
+            *ret_interrupted = true;
+        }
+        return NULL;
+    }
+    if (got && rd->line[got - 1] == '\n') rd->line[--got] = '\0';
+    return strdup(rd->line);
+}
+
+/* Appends line (and a newline before it when buf is not empty) to *buf. */
+static int buf_append(char **buf, size_t *len, const char *line, size_t n) {
+    size_t need = *len + n + 2;
+    char *nb = realloc(*buf, need);
+    if (!nb) return -ENOMEM;
+    *buf = nb;
+    if (*len) nb[(*len)++] = '\n';
+    memcpy(nb + *len, line, n);
+    *len += n;
+    nb[*len] = '\0';
+    return 0;
+}
+
+/* The next message: one line, or the lines between triple quotes (""" ... """), or lines
+ * ending in a backslash joined. NULL at the end of input (what was typed of an unfinished
+ * message is returned first) or after Ctrl-C (*ret_interrupted). */
+static char *read_message(struct reader *rd, bool prompts, bool *ret_interrupted) {
+    static const char quotes[] = "\"\"\"";
+    char *msg = NULL;
+    size_t len = 0;
+    bool quoted = false, more = false;
+    for (;;) {
+        char *l = reader_line(rd, !prompts ? "" : quoted || more ? "... " : ">>> ", ret_interrupted);
+        if (!l) {
+            if (*ret_interrupted) {
+                free(msg);
+                return NULL;
+            }
+            return msg;
+        }
+        if (rd->edit && *l) add_history(l);
+        size_t n = strlen(l);
+        const char *body = l;
+        bool end = true;
+        if (!quoted && !more && strncmp(l, quotes, 3) == 0) {
+            quoted = true;
+            body += 3, n -= 3;
+            if (n == 0) { /* the opening line alone */
+                free(l);
+                continue;
+            }
+        }
+        if (quoted) {
+            end = n >= 3 && strcmp(body + n - 3, quotes) == 0;
+            if (end) n -= 3;
+        } else if (n && body[n - 1] == '\\') {
+            n--;
+            more = true;
+            end = false;
+        }
+        /* the closing quotes alone end the message without another line */
+        int r = end && quoted && n == 0 && msg ? 0 : buf_append(&msg, &len, body, n);
+        free(l);
+        if (r < 0) {
+            free(msg);
+            return NULL;
+        }
+        if (end) return msg ? msg : strdup("");
+    }
+}
+
+/* /set NAME VALUE: the generation option of that name. */
+static const struct {
+    const char *name;
+    int opt;
+} set_names[] = {
+    {"temperature", 't'}, {"top-k", OPT_TOP_K}, {"top-p", OPT_TOP_P}, {"min-p", OPT_MIN_P},
+    {"seed", OPT_SEED}, {"repeat-penalty", OPT_REPEAT_PENALTY},
+    {"repeat-last-n", OPT_REPEAT_LAST_N}, {"frequency-penalty", OPT_FREQUENCY_PENALTY},
+    {"presence-penalty", OPT_PRESENCE_PENALTY}, {"max-tokens", 'n'}, {"greedy", OPT_GREEDY},
+};
+
+static void show_settings(const struct gen_opts *g) {
+    struct warm_sampling s = g->have_sampling ? g->sampling : warm_sampling_default();
+    char seed[32] = "random", max[32] = "no limit";
+    if (s.seed) snprintf(seed, sizeof seed, "%" PRIu64, s.seed);
+    if (g->params.max_tokens) snprintf(max, sizeof max, "%u", g->params.max_tokens);
+    fprintf(stderr,
+            "temperature %g, top-k %d, top-p %g, min-p %g, repeat-penalty %g, repeat-last-n %d, "
+            "frequency-penalty %g, presence-penalty %g, seed %s, max-tokens %s\n",
+            (double)s.temperature, s.top_k, (double)s.top_p, (double)s.min_p,
+            (double)s.repeat_penalty, s.repeat_last_n, (double)s.frequency_penalty,
+            (double)s.presence_penalty, seed, max);
+}
+
+/* Handles "/set ..." (args: what follows "/set"). */
+static void chat_set(struct gen_opts *g, char *args) {
+    char *save, *name = strtok_r(args, " \t", &save), *value = strtok_r(NULL, "", &save);
+    while (value && (*value == ' ' || *value == '\t')) value++;
+    if (!name) {
+        show_settings(g);
+        return;
+    }
+    int opt = -1;
+    const char *names[sizeof set_names / sizeof set_names[0]];
+    for (size_t i = 0; i < sizeof set_names / sizeof set_names[0]; i++) {
+        names[i] = set_names[i].name;
+        if (strcmp(name, set_names[i].name) == 0) opt = set_names[i].opt;
+    }
+    if (opt < 0) {
+        const char *near = ctl_closest(name, names, sizeof names / sizeof names[0]);
+        fprintf(stderr, "/set: unknown setting '%s'%s%s%s; /help lists them\n", name,
+                near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "");
+        return;
+    }
+    if (opt != OPT_GREEDY && (!value || !*value)) {
+        fprintf(stderr, "/set %s: give a value\n", name);
+        return;
+    }
+    struct gen_opts before = *g;
+    if (gen_value(g, opt, value ? value : "") < 0) {
+        *g = before;
+        fprintf(stderr, "/set %s: '%s' is not %s\n", name, value, value_kind(opt));
+        return;
+    }
+    gen_opts_finish(g);
+    fprintf(stderr, "[%s set]\n", name);
+}
+
+/* A model without a chat template: what to do instead, in the user's words. */
+static int no_template(struct ctl *ctl, const char *model, const struct warm_error *err) {
+    struct warm_error e = {.code = err->code};
+    snprintf(e.message, sizeof e.message,
+             "model '%s' has no chat template warmd supports; use `warmctl chat --plain %s` "
+             "(a plain User:/Assistant: transcript) or `warmctl run %s PROMPT`", model, model,
+             model);
+    return ctl_fail(ctl, &e);
+}
+
 int ctl_cmd_chat(struct ctl *ctl, int argc, char **argv) {
     static const struct option extra[] = {{"system", required_argument, NULL, OPT_SYSTEM},
                                           {"wait", required_argument, NULL, OPT_WAIT},
@@ -435,39 +741,61 @@ int ctl_cmd_chat(struct ctl *ctl, int argc, char **argv) {
     g.params.model = argv[optind];
     if (!ctl_client(ctl, &r)) return r;
     catch_sigint();
-    bool tty = isatty(STDIN_FILENO);
+    bool tty = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO) && !ctl->json;
     struct history h = {0};
     int ret = CTL_EXIT_OK;
     if (x.system && history_add(&h, "system", x.system) < 0) return ctl_fail_msg(ctl, "out of memory");
-    size_t n_keep = h.n;        /* /reset keeps the system message */
-    struct sink k = {.ctl = ctl, .at_line_start = true};
-    char *line = NULL;
-    size_t line_cap = 0;
+    size_t n_keep = h.n;        /* /clear keeps the system message */
+    struct sink k = {.ctl = ctl, .at_line_start = true, .show_progress = progress_wanted(ctl),
+                     .model = g.params.model};
+    g.params.on_progress = sink_progress;
+    struct reader rd;
+    reader_init(&rd, tty);
+    if (tty)
+        printf("Chatting with %s through warmd at %s. Type /help for help, /bye or Ctrl-D to "
+               "leave.\n", g.params.model, warm_client_socket(ctl->client));
     for (;;) {
-        if (tty && !ctl->json) {
-            fputs(">>> ", stdout);
-            fflush(stdout);
-        }
-        interrupted = 0;
-        ssize_t got = getline(&line, &line_cap, stdin);
-        if (got < 0) {
-            if (interrupted && !feof(stdin)) {
-                clearerr(stdin);
+        bool intr;
+        char *line = read_message(&rd, tty, &intr);
+        if (!line) {
+            if (intr) {
                 fputc('\n', stdout);
                 continue;
             }
             break;
         }
-        if (got && line[got - 1] == '\n') line[--got] = '\0';
-        if (!*line) continue;
-        if (strcmp(line, "/exit") == 0 || strcmp(line, "/quit") == 0) break;
-        if (strcmp(line, "/reset") == 0) {
-            history_truncate(&h, n_keep);
-            if (!ctl->json) fprintf(stderr, "[conversation forgotten]\n");
+        if (!*line) {
+            free(line);
+            continue;
+        }
+        if (line[0] == '/' && !strchr(line, '\n')) {
+            char *cmd = line + 1, *args = cmd + strcspn(cmd, " \t");
+            if (*args) *args++ = '\0';
+            bool done = false;
+            if (strcmp(cmd, "bye") == 0 || strcmp(cmd, "exit") == 0 || strcmp(cmd, "quit") == 0) {
+                done = true;
+            } else if (strcmp(cmd, "clear") == 0 || strcmp(cmd, "reset") == 0) {
+                history_truncate(&h, n_keep);
+                if (!ctl->json) fprintf(stderr, "[conversation forgotten]\n");
+            } else if (strcmp(cmd, "help") == 0 || strcmp(cmd, "?") == 0) {
+                fputs(chat_help, stderr);
+            } else if (strcmp(cmd, "set") == 0) {
+                chat_set(&g, args);
+            } else {
+                static const char *const cmds[] = {"help", "bye", "clear", "set"};
+                const char *near = ctl_closest(cmd, cmds, 4);
+                fprintf(stderr, "unknown command '/%s'%s%s%s; /help lists them (a message that "
+                        "starts with '/': begin it with a space)\n", cmd,
+                        near ? " (did you mean '/" : "", near ? near : "", near ? "'?)" : "");
+            }
+            free(line);
+            if (done) break;
             continue;
         }
         size_t n_before = h.n;
-        if (history_add(&h, "user", line) < 0) {
+        r = history_add(&h, "user", line);
+        free(line);
+        if (r < 0) {
             ret = ctl_fail_msg(ctl, "out of memory");
             break;
         }
@@ -476,11 +804,16 @@ int ctl_cmd_chat(struct ctl *ctl, int argc, char **argv) {
         for (;;) {
             sink_reset(&k);
             r = chat_turn(ctl, &g, &h, x.plain, &k, &s, &err);
-            if (r >= 0 || (err.code != WARM_UNAVAILABLE && err.code != WARM_NOT_RUNNING)) break;
+            /* a daemon restarting may refuse for a moment what it served before */
+            if (r >= 0 || (err.code != WARM_UNAVAILABLE && err.code != WARM_NOT_RUNNING &&
+                           err.code != WARM_SOCKET_ACCESS))
+                break;
+            progress_clear(&k);
             if (!ctl->json && !k.at_line_start) fputc('\n', stdout);
             if (!reconnect(ctl, x.wait_usec)) break;
         }
         if (r < 0) {
+            progress_clear(&k);
             if (!ctl->json && !k.at_line_start) fputc('\n', stdout);
             if (err.code == WARM_CANCELLED && interrupted) {
                 /* Keep what was said so far: the next turn continues the conversation. */
@@ -489,13 +822,15 @@ int ctl_cmd_chat(struct ctl *ctl, int argc, char **argv) {
                 fprintf(stderr, "[stopped]\n");
                 continue;
             }
-            ret = ctl_fail(ctl, &err);
-            if (err.code == WARM_UNIMPLEMENTED && !x.plain)
-                fprintf(stderr, "%s chat: --plain talks to base models through Generate\n",
-                        ctl->prog);
+            if (!x.plain && (err.code == WARM_UNIMPLEMENTED ||
+                             (err.code == WARM_FAILED_PRECONDITION &&
+                              strstr(err.message, "chat template"))))
+                ret = no_template(ctl, g.params.model, &err);
+            else
+                ret = ctl_fail(ctl, &err);
             break;
         }
-        sink_finish(&k, &s, g.verbose);
+        sink_finish(&k, &s, g.verbose, gen_greedy(&g));
         warm_summary_done(&s);
         const char *reply = k.text ? k.text : "";
         while (x.plain && (*reply == ' ' || *reply == '\n')) reply++;
@@ -508,7 +843,7 @@ int ctl_cmd_chat(struct ctl *ctl, int argc, char **argv) {
         for (size_t n = strlen(last); x.plain && n && (last[n - 1] == ' ' || last[n - 1] == '\n');)
             last[--n] = '\0';
     }
-    free(line);
+    reader_done(&rd);
     free(k.text);
     history_truncate(&h, 0);
     free(h.v);
@@ -538,7 +873,8 @@ static int bench_option(struct ctl *ctl, int opt, void *data) {
     struct bench_extra *x = data;
     uint32_t *dst = opt == OPT_PROMPT_TOKENS ? &x->prompt_tokens : opt == OPT_REPS ? &x->reps : NULL;
     if (dst && (ctl_parse_u32(optarg, dst) < 0 || *dst == 0))
-        return ctl_usage_error(ctl, bench_usage, "bad value '%s'", optarg);
+        return ctl_usage_error(ctl, bench_usage, "--%s: '%s' is not a number above 0",
+                               opt == OPT_PROMPT_TOKENS ? "prompt-tokens" : "reps", optarg);
     return 0;
 }
 

@@ -1,4 +1,4 @@
-/* cmd-info — status, metrics, models, load, unload. */
+/* cmd-info — status, metrics, load, unload. */
 #include "warmctl.h"
 
 #include <inttypes.h>
@@ -13,7 +13,7 @@ static int simple_options(struct ctl *ctl, int argc, char **argv, const char *us
     static const struct option opts[] = {CTL_COMMON_OPTIONS, {0}};
     optind = 0;
     int opt;
-    while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((opt = ctl_getopt(ctl, argc, argv, "", opts)) != -1) {
         int r = ctl_common_option(ctl, opt, usage);
         if (r >= 0) return r;
     }
@@ -83,8 +83,9 @@ int ctl_cmd_status(struct ctl *ctl, int argc, char **argv) {
     printf("engine:   %u threads, context %u tokens, %u parallel sequences, KV %s/%s, "
            "rotation %s\n", in.threads, in.ctx_size, in.parallel, in.cache_type_k,
            in.cache_type_v, in.kv_rotation ? "on" : "off");
-    printf("cache:    budget %s, keep-alive cap %s\n", ctl_fmt_bytes(k, in.cache_max_bytes),
+    printf("keep-alive: at most %s (longer requests are capped)\n",
            ctl_fmt_usec(a, in.max_keep_alive_usec));
+    printf("cache:    budget %s\n", ctl_fmt_bytes(k, in.cache_max_bytes));
     printf("features: %s\n", in.features);
     return CTL_EXIT_OK;
 }
@@ -135,57 +136,7 @@ int ctl_cmd_metrics(struct ctl *ctl, int argc, char **argv) {
 
 /* ---- models -------------------------------------------------------------------------- */
 
-static void json_model(struct json *j, const char *key, const struct warm_model_info *m) {
-    json_object_begin(j, key);
-    json_str(j, "name", m->name);
-    json_u64(j, "size_bytes", m->size_bytes);
-    json_u64(j, "modified_usec", m->modified_usec);
-    json_bool(j, "loaded", m->loaded);
-    json_str(j, "fingerprint", m->fingerprint);
-    json_str(j, "architecture", m->architecture);
-    json_u64(j, "memory_bytes", m->memory_bytes);
-    json_u64(j, "keep_alive_left_usec", m->keep_alive_left_usec);
-    json_object_end(j);
-}
-
-static const char models_usage[] =
-    "Usage: warmctl models [--json]\n"
-    "\n"
-    "Lists the models of the daemon's models directory (*.gguf; the name is the file stem):\n"
-    "size, whether it is loaded, its architecture, memory and remaining keep-alive.\n";
-
-int ctl_cmd_models(struct ctl *ctl, int argc, char **argv) {
-    int r = simple_options(ctl, argc, argv, models_usage, 0, 0);
-    if (r >= 0) return r;
-    struct warm_client *c = ctl_client(ctl, &r);
-    if (!c) return r;
-    struct warm_error err;
-    struct warm_model_info *v;
-    size_t n;
-    if (warm_models_list(c, &v, &n, &err) < 0) return ctl_fail(ctl, &err);
-    if (ctl->json) {
-        struct json j;
-        json_begin(&j, stdout);
-        json_array_begin(&j, "models");
-        for (size_t i = 0; i < n; i++) json_model(&j, NULL, &v[i]);
-        json_array_end(&j);
-        json_end(&j);
-    } else if (n == 0) {
-        printf("no models: put *.gguf files into the daemon's models_dir (see 'warmd --help')\n");
-    } else {
-        printf("%-32s %10s  %-6s  %-8s %10s  %s\n", "NAME", "SIZE", "LOADED", "ARCH", "MEMORY",
-               "KEEP-ALIVE");
-        for (size_t i = 0; i < n; i++) {
-            char a[32], b[32], k[32];
-            printf("%-32s %10s  %-6s  %-8s %10s  %s\n", v[i].name, ctl_fmt_bytes(a, v[i].size_bytes),
-                   v[i].loaded ? "yes" : "no", *v[i].architecture ? v[i].architecture : "-",
-                   v[i].loaded ? ctl_fmt_bytes(b, v[i].memory_bytes) : "-",
-                   v[i].loaded ? ctl_fmt_usec(k, v[i].keep_alive_left_usec) : "-");
-        }
-    }
-    warm_free(v);
-    return CTL_EXIT_OK;
-}
+/* (models: cmd-models.c) */
 
 static const char load_usage[] =
     "Usage: warmctl load MODEL [--keep-alive DURATION] [--json]\n"
@@ -200,10 +151,10 @@ int ctl_cmd_load(struct ctl *ctl, int argc, char **argv) {
     uint64_t keep_alive = 0;
     optind = 0;
     int opt, r;
-    while ((opt = getopt_long(argc, argv, "k:", opts, NULL)) != -1) {
+    while ((opt = ctl_getopt(ctl, argc, argv, "k:", opts)) != -1) {
         if (opt == 'k') {
             if (ctl_parse_duration(optarg, &keep_alive) < 0)
-                return ctl_usage_error(ctl, load_usage, "--keep-alive: '%s' is not a duration", optarg);
+                return ctl_bad_value(ctl, argv, "a duration (30s, 10m, 2h, -1 or forever)");
         } else if ((r = ctl_common_option(ctl, opt, load_usage)) >= 0) {
             return r;
         }
@@ -216,10 +167,19 @@ int ctl_cmd_load(struct ctl *ctl, int argc, char **argv) {
     struct warm_model_info m;
     uint64_t load_usec;
     if (warm_model_load(c, model, keep_alive, &m, &load_usec, &err) < 0) return ctl_fail(ctl, &err);
+    /* the daemon caps what is asked without an error: say so (forever means the cap) */
+    struct warm_info in;
+    if (keep_alive && keep_alive != WARM_KEEP_ALIVE_FOREVER && warm_info_get(c, &in, &err) >= 0 &&
+        keep_alive > in.max_keep_alive_usec) {
+        char a[32], b[32];
+        fprintf(stderr, "%s load: keep-alive %s is more than warmd allows (max_keep_alive %s): "
+                "capped\n", ctl->prog, ctl_fmt_usec(a, keep_alive),
+                ctl_fmt_usec(b, in.max_keep_alive_usec));
+    }
     if (ctl->json) {
         struct json j;
         json_begin(&j, stdout);
-        json_model(&j, "model", &m);
+        ctl_json_model(&j, "model", &m);
         json_u64(&j, "load_usec", load_usec);
         json_end(&j);
     } else {

@@ -25,7 +25,7 @@ int ctl_cmd_tokenize(struct ctl *ctl, int argc, char **argv) {
     bool pieces = false;
     optind = 0;
     int opt, r;
-    while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((opt = ctl_getopt(ctl, argc, argv, "", opts)) != -1) {
         if (opt == 'a') flags |= WARM_TOKENIZE_ADD_SPECIAL;
         else if (opt == 'p') flags |= WARM_TOKENIZE_PARSE_SPECIAL;
         else if (opt == 'P') pieces = true;

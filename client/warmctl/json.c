@@ -115,14 +115,19 @@ void json_str(struct json *j, const char *key, const char *s) {
     json_strn(j, key, s, strlen(s));
 }
 
+/* Integers a JSON reader's double holds exactly: |v| <= 2^53. Larger ones (seeds,
+ * fingerprints of counters) are written as decimal strings so no reader rounds them. */
+#define JSON_EXACT_MAX (1ULL << 53)
+
 void json_u64(struct json *j, const char *key, uint64_t v) {
     sep(j, key);
-    fprintf(j->f, "%" PRIu64, v);
+    fprintf(j->f, v > JSON_EXACT_MAX ? "\"%" PRIu64 "\"" : "%" PRIu64, v);
 }
 
 void json_i64(struct json *j, const char *key, int64_t v) {
     sep(j, key);
-    fprintf(j->f, "%" PRId64, v);
+    bool exact = v >= -(int64_t)JSON_EXACT_MAX && v <= (int64_t)JSON_EXACT_MAX;
+    fprintf(j->f, exact ? "%" PRId64 : "\"%" PRId64 "\"", v);
 }
 
 void json_bool(struct json *j, const char *key, bool v) {

@@ -24,6 +24,8 @@ void json_array_end(struct json *j);
 void json_str(struct json *j, const char *key, const char *s);
 /* n bytes; invalid UTF-8 bytes become U+FFFD so the output stays valid JSON. */
 void json_strn(struct json *j, const char *key, const char *s, size_t n);
+/* Integers: numbers up to 2^53 in magnitude (what a double holds exactly), decimal
+ * strings beyond ("18446744073709551615"), so JavaScript and Python readers lose nothing. */
 void json_u64(struct json *j, const char *key, uint64_t v);
 void json_i64(struct json *j, const char *key, int64_t v);
 void json_bool(struct json *j, const char *key, bool v);

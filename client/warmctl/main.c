@@ -14,6 +14,7 @@ struct command {
 static const struct command commands[] = {
     {"status", ctl_cmd_status, "daemon version, uptime, configuration, who you are to it"},
     {"models", ctl_cmd_models, "list the models of the models directory"},
+    {"show", ctl_cmd_show, "a model in detail: metadata, chat template, cache settings"},
     {"load", ctl_cmd_load, "load a model now and keep it resident (admin)"},
     {"unload", ctl_cmd_unload, "unload a model (admin)"},
     {"run", ctl_cmd_run, "complete a prompt, printing tokens as they arrive"},
@@ -73,8 +74,13 @@ int main(int argc, char **argv) {
             i++;
             break;
         } else {
-            fprintf(stderr, "warmctl: unknown option '%s'\n\n", a);
-            usage(stderr);
+            static const char *const globals[] = {"--json", "--socket", "--help", "--version"};
+            char word[64];
+            snprintf(word, sizeof word, "%.*s", (int)strcspn(a, "="), a);
+            const char *near = ctl_closest(word, globals, sizeof globals / sizeof globals[0]);
+            fprintf(stderr, "warmctl: unknown option '%s'", word);
+            if (near) fprintf(stderr, "; did you mean '%s'?", near);
+            fprintf(stderr, "\nTry 'warmctl --help'.\n");
             return CTL_EXIT_USAGE;
         }
     }
@@ -94,7 +100,11 @@ int main(int argc, char **argv) {
         warm_disconnect(ctl.client);
         return r;
     }
-    fprintf(stderr, "warmctl: unknown command '%s'\n\n", name);
-    usage(stderr);
+    const char *names[sizeof commands / sizeof commands[0]];
+    for (size_t k = 0; k < sizeof commands / sizeof commands[0]; k++) names[k] = commands[k].name;
+    const char *near = ctl_closest(name, names, sizeof names / sizeof names[0]);
+    fprintf(stderr, "warmctl: unknown command '%s'", name);
+    if (near) fprintf(stderr, "; did you mean '%s'?", near);
+    fprintf(stderr, "\nTry 'warmctl --help' for the commands.\n");
     return CTL_EXIT_USAGE;
 }

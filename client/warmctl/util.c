@@ -22,21 +22,127 @@ int ctl_common_option(struct ctl *ctl, int opt, const char *usage) {
         fputs(usage, stdout);
         return CTL_EXIT_OK;
     default:
-        /* getopt_long already named the bad option. */
-        fputs(usage, stderr);
+        /* ctl_getopt (or getopt_long) already named the bad option. */
+        (void)usage;
+        fprintf(stderr, "Try '%s %s --help'.\n", ctl->prog, ctl->command);
         return CTL_EXIT_USAGE;
     }
 }
 
 int ctl_usage_error(struct ctl *ctl, const char *usage, const char *fmt, ...) {
+    (void)usage; /* a pointer to --help, not the whole text: the message is what matters */
     fprintf(stderr, "%s %s: ", ctl->prog, ctl->command);
     va_list ap;
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
-    fputs("\n\n", stderr);
-    fputs(usage, stderr);
+    fprintf(stderr, "\nTry '%s %s --help'.\n", ctl->prog, ctl->command);
     return CTL_EXIT_USAGE;
+}
+
+/* ---- "did you mean" ------------------------------------------------------------------ */
+
+/* Edit distance of a and b (insertions, deletions, substitutions and swaps of two
+ * neighbours), capped at 9 for words longer than 62 bytes. */
+static unsigned edit_distance(const char *a, const char *b) {
+    size_t n = strlen(a), m = strlen(b);
+    if (n > 62 || m > 62) return 9;
+    unsigned d[64][64];
+    for (size_t i = 0; i <= n; i++) d[i][0] = (unsigned)i;
+    for (size_t j = 0; j <= m; j++) d[0][j] = (unsigned)j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            unsigned v = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < v) v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+        }
+    return d[n][m];
+}
+
+const char *ctl_closest(const char *word, const char *const *names, size_t n) {
+    const char *best = NULL;
+    unsigned best_d = strlen(word) <= 4 ? 2 : 3; /* what counts as a typo */
+    for (size_t i = 0; i < n; i++) {
+        if (!names[i]) continue;
+        unsigned dist = edit_distance(word, names[i]);
+        if (dist < best_d) {
+            best = names[i];
+            best_d = dist;
+        }
+    }
+    return best;
+}
+
+/* The option as the user wrote it ("-n", "--max-tokens") for the value in optarg. */
+static const char *typed_option(char buf[64], char **argv) {
+    const char *a = argv[optind - 1];
+    if (a == optarg && optind >= 2) a = argv[optind - 2];
+    size_t n = strlen(a);
+    if (optarg >= a && optarg <= a + n) n = (size_t)(optarg - a);
+    if (n && a[n - 1] == '=') n--;
+    if (n >= 64) n = 63;
+    memcpy(buf, a, n);
+    buf[n] = '\0';
+    return buf;
+}
+
+int ctl_bad_value(struct ctl *ctl, char **argv, const char *what) {
+    char name[64];
+    fprintf(stderr, "%s %s: %s: '%s' is not %s\n", ctl->prog, ctl->command,
+            typed_option(name, argv), optarg, what);
+    fprintf(stderr, "Try '%s %s --help'.\n", ctl->prog, ctl->command);
+    return CTL_EXIT_USAGE;
+}
+
+int ctl_getopt(struct ctl *ctl, int argc, char **argv, const char *shortopts,
+               const struct option *longopts) {
+    char sopts[64];
+    snprintf(sopts, sizeof sopts, ":%s", shortopts); /* ':' = a missing value is ':' */
+    opterr = 0;
+    int opt = getopt_long(argc, argv, sopts, longopts, NULL);
+    if (opt != '?' && opt != ':') return opt;
+    const char *a = optind > 0 && optind <= argc ? argv[optind - 1] : "";
+    char word[64];
+    if (strncmp(a, "--", 2) == 0) {
+        size_t n = strcspn(a + 2, "=");
+        snprintf(word, sizeof word, "%.*s", (int)(n < 63 ? n : 63), a + 2);
+    } else if (optopt > 0 && optopt < 128) {
+        snprintf(word, sizeof word, "%c", optopt);
+    } else {
+        snprintf(word, sizeof word, "%s", a);
+    }
+    bool is_long = strncmp(a, "--", 2) == 0;
+    if (opt == ':') {
+        fprintf(stderr, "%s %s: %s%s needs a value\n", ctl->prog, ctl->command,
+                is_long ? "--" : "-", word);
+    } else {
+        const char *names[64];
+        size_t n = 0, n_prefix = 0;
+        char prefixed[256] = "";
+        for (const struct option *o = longopts; o->name && n < 64; o++) {
+            names[n++] = o->name;
+            if (is_long && strncmp(o->name, word, strlen(word)) == 0) {
+                size_t at = strlen(prefixed);
+                snprintf(prefixed + at, sizeof prefixed - at, "%s--%s", n_prefix++ ? ", " : "",
+                         o->name);
+            }
+        }
+        if (n_prefix > 1) {
+            fprintf(stderr, "%s %s: '--%s' is ambiguous: %s\n", ctl->prog, ctl->command, word,
+                    prefixed);
+        } else {
+            const char *near = is_long ? ctl_closest(word, names, n) : NULL;
+            fprintf(stderr, "%s %s: unknown option '%s%s'", ctl->prog, ctl->command,
+                    is_long ? "--" : "-", word);
+            if (near) fprintf(stderr, "; did you mean '--%s'?", near);
+            fputc('\n', stderr);
+        }
+    }
+    return '?';
 }
 
 static int exit_for(int code) {
@@ -136,6 +242,10 @@ static const struct {
 };
 
 int ctl_parse_duration(const char *s, uint64_t *ret_usec) {
+    if (s && (strcmp(s, "-1") == 0 || strcmp(s, "forever") == 0)) {
+        *ret_usec = WARM_KEEP_ALIVE_FOREVER;
+        return 0;
+    }
     if (!s || *s < '0' || *s > '9') return -EINVAL;
     char *end;
     errno = 0;
@@ -227,6 +337,14 @@ void ctl_json_summary(struct json *j, const char *key, const struct warm_summary
     json_u64(j, "decode_usec", s->decode_usec);
     json_u64(j, "total_usec", s->total_usec);
     json_u64(j, "seed", s->seed);
+    json_u64(j, "keep_alive_usec", s->keep_alive_usec);
+    json_array_begin(j, "warnings");
+    for (const char *w = s->warnings; *w;) {
+        size_t n = strcspn(w, "\n");
+        json_strn(j, NULL, w, n);
+        w += n + (w[n] == '\n');
+    }
+    json_array_end(j);
     json_array_begin(j, "rejected");
     for (size_t i = 0; i < s->n_rejected; i++) {
         json_object_begin(j, NULL);
@@ -239,10 +357,12 @@ void ctl_json_summary(struct json *j, const char *key, const struct warm_summary
     json_object_end(j);
 }
 
-void ctl_print_summary(const struct warm_summary *s) {
+void ctl_print_summary(const struct warm_summary *s, bool greedy) {
     char a[32], b[32], c[32];
+    fputc('[', stderr);
+    if (s->load_usec) fprintf(stderr, "model loaded in %s; ", ctl_fmt_usec(a, s->load_usec));
     fprintf(stderr,
-            "[prompt %u tokens: %u from RAM, %u from the cache, %u computed in %s; "
+            "prompt %u tokens: %u from RAM, %u from the cache, %u computed in %s; "
             "%u generated in %s",
             s->prompt_tokens, s->ram_tokens, s->store_tokens, s->evaluated_tokens,
             ctl_fmt_usec(a, s->prefill_usec), s->generated_tokens, ctl_fmt_usec(b, s->decode_usec));
@@ -250,7 +370,10 @@ void ctl_print_summary(const struct warm_summary *s) {
         fprintf(stderr, " (%.1f tokens/s)", (s->generated_tokens - 1) * 1e6 / s->decode_usec);
     fprintf(stderr, "; stop: %s", warm_stop_reason_name(s->stop_reason));
     if (s->stop_reason == WARM_STOP_STOP_STRING) fprintf(stderr, " '%s'", s->stop_string);
-    fprintf(stderr, "; total %s; seed %" PRIu64 "]\n", ctl_fmt_usec(c, s->total_usec), s->seed);
+    fprintf(stderr, "; total %s", ctl_fmt_usec(c, s->total_usec));
+    /* greedy decoding draws no random numbers: a seed would only suggest it mattered */
+    if (!greedy) fprintf(stderr, "; seed %" PRIu64, s->seed);
+    fputs("]\n", stderr);
     for (size_t i = 0; i < s->n_rejected; i++)
         fprintf(stderr, "[cache entry at token %u not used: %s]\n", s->rejected[i].position,
                 s->rejected[i].message);

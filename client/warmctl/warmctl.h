@@ -40,9 +40,20 @@ enum { CTL_OPT_SOCKET = 0x1000, CTL_OPT_JSON, CTL_OPT_HELP };
 /* Handles a common option or an error from getopt_long. Returns -1 to go on, otherwise
  * the exit code (usage printed for --help: 0, for a bad option: 2). */
 int ctl_common_option(struct ctl *ctl, int opt, const char *usage);
-/* Prints usage (a command's help text) and returns CTL_EXIT_USAGE with a message. */
+/* Prints "warmctl CMD: <message>" and a pointer to --help (not the whole usage); returns
+ * CTL_EXIT_USAGE. */
 int ctl_usage_error(struct ctl *ctl, const char *usage, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* getopt_long that names a bad option itself: "unknown option '--max-token'; did you mean
+ * '--max-tokens'?", "'--top' is ambiguous: ...", "--stop needs a value"; returns '?' then. */
+int ctl_getopt(struct ctl *ctl, int argc, char **argv, const char *shortopts,
+               const struct option *longopts);
+/* For a value the option's parser refused: "warmctl run: -n: 'abc' is not a number" (the
+ * option as written, from argv and optarg); returns CTL_EXIT_USAGE. */
+int ctl_bad_value(struct ctl *ctl, char **argv, const char *what);
+/* The name of names[0..n) (NULL entries skipped) closest to word when it looks like a typo
+ * of it, else NULL. */
+const char *ctl_closest(const char *word, const char *const *names, size_t n);
 
 /* The connection, made on first use. On failure prints the error and returns NULL with
  * *ret_exit set. */
@@ -58,7 +69,8 @@ int ctl_parse_u32(const char *s, uint32_t *ret);
 int ctl_parse_u64(const char *s, uint64_t *ret);
 int ctl_parse_i32(const char *s, int32_t *ret);
 int ctl_parse_float(const char *s, float *ret);
-/* "30s", "5m", "1h", "250ms", "2d", a bare number = seconds. */
+/* "30s", "5m", "1h", "250ms", "2d", a bare number = seconds; "-1" or "forever" =
+ * WARM_KEEP_ALIVE_FOREVER. */
 int ctl_parse_duration(const char *s, uint64_t *ret_usec);
 
 /* Human formatting into buf (returned). */
@@ -70,12 +82,18 @@ int ctl_read_all(const char *path, char **ret, size_t *ret_len);
 
 /* Summary of a generation, shared by run, chat and bench. */
 void ctl_json_summary(struct json *j, const char *key, const struct warm_summary *s);
-void ctl_print_summary(const struct warm_summary *s);
+/* -v's summary line on stderr: load time (when the request loaded the model), prompt
+ * reuse, timings, stop reason, and the seed unless the run was greedy. */
+void ctl_print_summary(const struct warm_summary *s, bool greedy);
+
+/* A model as JSON (an object under key; NULL inside arrays). */
+void ctl_json_model(struct json *j, const char *key, const struct warm_model_info *m);
 
 /* The commands: argc/argv start at the command's name. */
 int ctl_cmd_status(struct ctl *ctl, int argc, char **argv);
 int ctl_cmd_metrics(struct ctl *ctl, int argc, char **argv);
 int ctl_cmd_models(struct ctl *ctl, int argc, char **argv);
+int ctl_cmd_show(struct ctl *ctl, int argc, char **argv);
 int ctl_cmd_load(struct ctl *ctl, int argc, char **argv);
 int ctl_cmd_unload(struct ctl *ctl, int argc, char **argv);
 int ctl_cmd_tokenize(struct ctl *ctl, int argc, char **argv);

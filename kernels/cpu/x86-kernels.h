@@ -28,8 +28,14 @@
 
 /* k-quants (q4_K, q5_K, q6_K) are handled as their 32-value sub-blocks: q4_K/q5_K like
  * q4_1 (scale d·sc_j, offset -dmin·m_j, q8_1 activations), q6_K like q5_0 with 6-bit
- * codes (OFF 32) and one scale per 16 values, hence two scales (da, db) per block. */
-enum wkind { WK_Q8_0, WK_Q4_0, WK_Q4_1, WK_Q5_0, WK_Q5_1, WK_IQ4_NL, WK_Q4_K, WK_Q5_K, WK_Q6_K };
+ * codes (OFF 32) and one scale per 16 values, hence two scales (da, db) per block.
+ * q3_K is q6_K's shape with 3-bit codes (OFF 4), iq4_xs iq4_nl's with a scale per
+ * sub-block; q2_K has an offset per 16 values, so its term is Σ over each half of
+ * m_half·(d_x·Σq_x), the half sums taken per step (xstep.xsum) next to the codes' dot. */
+enum wkind {
+    WK_Q8_0, WK_Q4_0, WK_Q4_1, WK_Q5_0, WK_Q5_1, WK_IQ4_NL, WK_Q4_K, WK_Q5_K, WK_Q6_K,
+    WK_Q2_K, WK_Q3_K, WK_IQ4_XS
+};
 
 enum {
     PACK_BLOCKS = 64, /* blocks of 4 rows unpacked at a time: 8 KiB of codes */
@@ -38,18 +44,24 @@ enum {
 /* bytes per weight block (per super-block of 8 blocks for k-quants), offset of the codes'
  * zero, whether it carries m */
 X86_INLINE size_t wk_bytes(int k) {
-    static const size_t b[] = {34, 18, 20, 22, 24, 18, 144, 176, 210};
+    static const size_t b[] = {34, 18, 20, 22, 24, 18, 144, 176, 210, 84, 110, 136};
     return b[k];
 }
 X86_INLINE int wk_off(int k) {
-    static const int o[] = {128, 8, 0, 16, 0, 128, 0, 0, 32};
+    static const int o[] = {128, 8, 0, 16, 0, 128, 0, 0, 32, 0, 4, 128};
     return o[k];
 }
 X86_INLINE bool wk_is_k(int k) { return k >= WK_Q4_K; }
 X86_INLINE bool wk_has_m(int k) {
     return k == WK_Q4_1 || k == WK_Q5_1 || k == WK_Q4_K || k == WK_Q5_K;
 }
-X86_INLINE bool wk_signed(int k) { return !X86_VNNI && (k == WK_Q8_0 || k == WK_IQ4_NL); }
+X86_INLINE bool wk_signed(int k) {
+    return !X86_VNNI && (k == WK_Q8_0 || k == WK_IQ4_NL || k == WK_IQ4_XS);
+}
+/* an offset per 16 values (q2_K) */
+X86_INLINE bool wk_has_m2(int k) { return k == WK_Q2_K; }
+/* k-quants with a super-block decode kernel (kdirect_body) */
+X86_INLINE bool wk_kdirect(int k) { return k == WK_Q4_K || k == WK_Q5_K || k == WK_Q6_K; }
 
 X86_INLINE float f16_load(const uint8_t *p) {
     uint16_t h;
@@ -91,6 +103,15 @@ X86_INLINE __m256i qh_unpack(const uint8_t *qh) {
     return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 
+/* 32 nibbles (value order) through the iq4_nl table: signed values (S) or +128 (U). */
+X86_INLINE __m256i iq4_lookup(__m256i nib, const bool sgn) {
+    const __m128i tbl =
+        sgn ? _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+            : _mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129, (char)141, (char)153,
+                            (char)166, (char)181, (char)197, (char)217, (char)241);
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(tbl), nib);
+}
+
 /* Unpacks weight block wb of kind K into 32 codes (U) or signed values (S) in value
  * order, its d and its m. */
 X86_INLINE __m256i wblock_unpack(const uint8_t *wb, const int K, float *ret_d, float *ret_m) {
@@ -105,14 +126,8 @@ X86_INLINE __m256i wblock_unpack(const uint8_t *wb, const int K, float *ret_d, f
     case WK_Q4_1: return nibbles_unpack(wb + 4);
     case WK_Q5_0: return _mm256_or_si256(nibbles_unpack(wb + 6), qh_unpack(wb + 2));
     case WK_Q5_1: return _mm256_or_si256(nibbles_unpack(wb + 8), qh_unpack(wb + 4));
-    default: { /* WK_IQ4_NL: codes through the 16-entry table (+128 in U mode) */
-        const __m128i tbl =
-            wk_signed(K)
-                ? _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
-                : _mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129, (char)141, (char)153,
-                                (char)166, (char)181, (char)197, (char)217, (char)241);
-        return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(tbl), nibbles_unpack(wb + 2));
-    }
+    default: /* WK_IQ4_NL: codes through the 16-entry table (+128 in U mode) */
+        return iq4_lookup(nibbles_unpack(wb + 2), wk_signed(K));
     }
 }
 
@@ -127,11 +142,48 @@ X86_INLINE void k4_scale_min(int j, const uint8_t *s, int *ret_sc, int *ret_m) {
     }
 }
 
+/* q3_K's 6-bit scale g (0..15) minus 32 (see kernels/types.h). */
+X86_INLINE int k3_scale(const uint8_t *s, int g) {
+    int lo = g < 8 ? s[g] & 0x0f : s[g - 8] >> 4;
+    return (lo | ((s[8 + g % 4] >> (2 * (g / 4))) & 3) << 4) - 32;
+}
+
 /* Sub-block j (0..7) of k-quant super-block sb: codes in value order, the scales of its
- * two halves and its offset m (x = da|db · q + m). */
+ * two halves and its offset m (x = da|db · q + m); q2_K: the offsets of its halves
+ * (m, mb), others: mb = m. */
 X86_INLINE __m256i kblock_unpack(const uint8_t *sb, int j, const int K, float *ret_da, float *ret_db,
-                                 float *ret_m) {
+                                 float *ret_m, float *ret_mb) {
     const __m256i low4 = _mm256_set1_epi8(0x0f);
+    if (K == WK_Q2_K || K == WK_Q3_K) { /* 2-bit planes: sub-block j = plane j%4 of half j/4 */
+        const uint8_t *qs = sb + (K == WK_Q2_K ? 16 : 32) + 32 * (j / 4);
+        __m256i q = _mm256_loadu_si256((const __m256i *)qs);
+        q = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * (j % 4))), _mm256_set1_epi8(3));
+        if (K == WK_Q2_K) { /* scales[16] | qs[64] | d | dmin */
+            float d = f16_load(sb + 80), dmin = f16_load(sb + 82);
+            int s0 = sb[2 * j], s1 = sb[2 * j + 1];
+            *ret_da = d * (float)(s0 & 0x0f);
+            *ret_db = d * (float)(s1 & 0x0f);
+            *ret_m = -dmin * (float)(s0 >> 4);
+            *ret_mb = -dmin * (float)(s1 >> 4);
+            return q;
+        }
+        /* q3_K: hmask[32] | qs[64] | scales[12] | d; u = low 2 bits + 4·hbit = code + 4 */
+        float d = f16_load(sb + 108);
+        __m256i hb = _mm256_loadu_si256((const __m256i *)sb);
+        hb = _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(j)), _mm256_set1_epi8(1));
+        *ret_da = d * (float)k3_scale(sb + 96, 2 * j);
+        *ret_db = d * (float)k3_scale(sb + 96, 2 * j + 1);
+        *ret_m = *ret_mb = 0.0f;
+        return _mm256_or_si256(q, _mm256_slli_epi16(hb, 2));
+    }
+    if (K == WK_IQ4_XS) { /* d | scales_h | scales_l[4] | qs[128] */
+        uint16_t sh;
+        memcpy(&sh, sb + 2, sizeof(sh));
+        int ls = ((sb[4 + j / 2] >> (4 * (j % 2))) & 0x0f) | ((sh >> (2 * j)) & 3) << 4;
+        *ret_da = *ret_db = f16_load(sb) * (float)(ls - 32);
+        *ret_m = *ret_mb = 0.0f;
+        return iq4_lookup(nibbles_unpack(sb + 8 + 16 * j), wk_signed(K));
+    }
     if (K == WK_Q6_K) { /* ql[128] | qh[64] | scales[16] | d */
         float d = f16_load(sb + 208);
         int h = j / 4, k = j % 4;
@@ -142,14 +194,14 @@ X86_INLINE __m256i kblock_unpack(const uint8_t *sb, int j, const int K, float *r
         const int8_t *sc = (const int8_t *)(sb + 192) + 8 * h + 2 * k;
         *ret_da = d * (float)sc[0];
         *ret_db = d * (float)sc[1];
-        *ret_m = 0.0f;
+        *ret_m = *ret_mb = 0.0f;
         return _mm256_or_si256(q, _mm256_slli_epi16(hb, 4));
     }
     /* q4_K: d | dmin | scales[12] | qs[128];  q5_K: ... | qh[32] | qs[128] */
     int sc, mn;
     k4_scale_min(j, sb + 4, &sc, &mn);
     *ret_da = *ret_db = f16_load(sb) * (float)sc;
-    *ret_m = -f16_load(sb + 2) * (float)mn;
+    *ret_m = *ret_mb = -f16_load(sb + 2) * (float)mn;
     const uint8_t *qs = sb + (K == WK_Q4_K ? 16 : 48) + 32 * (j / 2);
     __m256i q = _mm256_loadu_si256((const __m256i *)qs);
     q = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(4 * (j % 2))), low4);
@@ -163,10 +215,12 @@ X86_INLINE __m256i kblock_unpack(const uint8_t *sb, int j, const int K, float *r
 
 /* Block j of a weight row, any kind. */
 X86_INLINE __m256i block_unpack(const uint8_t *row, int64_t j, const int K, float *ret_da,
-                                float *ret_db, float *ret_m) {
-    if (wk_is_k(K)) return kblock_unpack(row + (j / 8) * wk_bytes(K), (int)(j % 8), K, ret_da, ret_db, ret_m);
+                                float *ret_db, float *ret_m, float *ret_mb) {
+    if (wk_is_k(K))
+        return kblock_unpack(row + (j / 8) * wk_bytes(K), (int)(j % 8), K, ret_da, ret_db, ret_m, ret_mb);
     __m256i u = wblock_unpack(row + j * wk_bytes(K), K, ret_da, ret_m);
     *ret_db = *ret_da;
+    *ret_mb = *ret_m;
     return u;
 }
 
@@ -304,10 +358,11 @@ X86_INLINE float vq_hsum(vq a) { return hsum256(a); }
 #endif
 
 /* One token's view of step j (s blocks): codes, the -OFF·Σx correction, d and s. The
- * s lanes are scaled by 1/8 (exact): every block's m·s lands in 8 lanes. */
+ * s lanes are scaled by 1/8 (exact): every block's m·s lands in 8 lanes. q2_K: xsum =
+ * d·Σx per 4 codes (lanes as the codes' dot, so its halves meet their offsets). */
 struct xstep {
     vi q, corr;
-    vq d, s;
+    vq d, s, xsum;
 };
 
 X86_INLINE void xstep_load(struct xstep *xs, const uint8_t *xrow, int64_t nb, int64_t j, int s,
@@ -319,14 +374,17 @@ X86_INLINE void xstep_load(struct xstep *xs, const uint8_t *xrow, int64_t nb, in
     if (wk_has_m(K) && need_s) xs->s = vq_load(d + nb, s);
     if (!wk_signed(K) && wk_off(K))
         xs->corr = vi_sub32(vi_zero(), vi_dot(vi_zero(), vi_set1_8(wk_off(K)), xs->q));
+    if (wk_has_m2(K)) xs->xsum = vq_mul(vq_cvt(vi_dot(vi_zero(), vi_set1_8(1), xs->q)), xs->d);
 }
 
-/* acc += Σ over the step's blocks of d_w·d_x·(u·x) (+ m·s when with_m) */
-X86_INLINE vq step_acc(vq acc, vi u, vq dw, vq mw, const struct xstep *xs, const int K,
+/* acc += Σ over the step's blocks of d_w·d_x·(u·x) (+ m·s when with_m; + the per-half
+ * offsets mh (lanes as dw) times xsum for q2_K) */
+X86_INLINE vq step_acc(vq acc, vi u, vq dw, vq mw, vq mh, const struct xstep *xs, const int K,
                        const bool with_m) {
     vi p = wk_signed(K) ? vi_dot(vi_zero(), vi_abs8(u), vi_sign8(xs->q, u)) : vi_dot(xs->corr, u, xs->q);
     acc = vq_fma(vq_cvt(p), vq_mul(dw, xs->d), acc);
     if (wk_has_m(K) && with_m) acc = vq_fma(mw, xs->s, acc);
+    if (wk_has_m2(K)) acc = vq_fma(mh, xs->xsum, acc);
     return acc;
 }
 
@@ -336,16 +394,19 @@ struct wpack {
     _Alignas(64) uint8_t codes[4][PACK_BLOCKS][32];
     _Alignas(16) float d[4][PACK_BLOCKS][2]; /* scales of the two halves of each block */
     _Alignas(64) float m[4][PACK_BLOCKS];     /* offsets m of the blocks */
+    _Alignas(16) float mh[4][PACK_BLOCKS][2]; /* q2_K: offsets of the two halves */
 };
 
 X86_INLINE void wpack_fill(struct wpack *p, const uint8_t *w, size_t wst, int64_t j0, int64_t nbk,
                            const int K) {
     for (int r = 0; r < 4; r++)
         for (int64_t j = 0; j < nbk; j++) {
-            float m;
-            __m256i u = block_unpack(w + r * wst, j0 + j, K, &p->d[r][j][0], &p->d[r][j][1], &m);
+            float m, mb;
+            __m256i u = block_unpack(w + r * wst, j0 + j, K, &p->d[r][j][0], &p->d[r][j][1], &m, &mb);
             _mm256_store_si256((__m256i *)p->codes[r][j], u);
             p->m[r][j] = m;
+            p->mh[r][j][0] = m;
+            p->mh[r][j][1] = mb;
         }
 }
 
@@ -367,8 +428,9 @@ X86_INLINE void packed_body(float *y, int64_t ys, const struct wpack *p, int64_t
         for (int r = 0; r < 4; r++) {
             vi u = vi_load(p->codes[r][j], s);
             vq dw = vq_halves(p->d[r][j], s);
+            vq mh = wk_has_m2(K) ? vq_halves(p->mh[r][j], s) : vq_zero();
 #pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) acc[r][t] = step_acc(acc[r][t], u, dw, vq_zero(), &xs[t], K, false);
+            for (int t = 0; t < NT; t++) acc[r][t] = step_acc(acc[r][t], u, dw, vq_zero(), mh, &xs[t], K, false);
         }
     }
 #pragma GCC unroll 4
@@ -406,31 +468,34 @@ X86_INLINE void direct_body(float *y, const uint8_t *w, size_t wst, const uint8_
              * prefetcher (following each row's own stream) would fetch too late */
             _mm_prefetch((const char *)wb + 4 * wst, _MM_HINT_T0);
             vi u;
-            vq dw, mw = vq_zero();
+            vq dw, mw = vq_zero(), mh = vq_zero();
 #if X86_W512
             if (s == 2 && !wk_is_k(K)) {
                 u = wblock2_unpack(wb, wbs, K, &dw, &mw);
             } else {
                 /* scales stay in registers: a vector load of scalars just stored would
                  * stall on store forwarding */
-                float da0, db0, m0, da1 = 0.0f, db1 = 0.0f, m1 = 0.0f;
-                __m256i u0 = block_unpack(w + r * wst, j, K, &da0, &db0, &m0);
+                float da0, db0, m0, mb0, da1 = 0.0f, db1 = 0.0f, m1 = 0.0f, mb1 = 0.0f;
+                __m256i u0 = block_unpack(w + r * wst, j, K, &da0, &db0, &m0, &mb0);
                 if (s == 2) {
-                    u = vi_from2(u0, block_unpack(w + r * wst, j + 1, K, &da1, &db1, &m1));
+                    u = vi_from2(u0, block_unpack(w + r * wst, j + 1, K, &da1, &db1, &m1, &mb1));
                 } else {
                     u = _mm512_zextsi256_si512(u0);
                 }
                 const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
                 dw = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_setr_ps(da0, db0, da1, db1)));
                 mw = vq_pair(m0 * 0.125f, m1 * 0.125f);
+                if (wk_has_m2(K))
+                    mh = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_setr_ps(m0, mb0, m1, mb1)));
             }
 #else
-            float da, db, m0;
-            u = block_unpack(w + r * wst, j, K, &da, &db, &m0);
+            float da, db, m0, mb0;
+            u = block_unpack(w + r * wst, j, K, &da, &db, &m0, &mb0);
             dw = _mm256_set_m128(_mm_set1_ps(db), _mm_set1_ps(da));
             mw = _mm256_set1_ps(m0 * 0.125f);
+            if (wk_has_m2(K)) mh = _mm256_set_m128(_mm_set1_ps(mb0), _mm_set1_ps(m0));
 #endif
-            acc[r] = step_acc(acc[r], u, dw, mw, &xs, K, true);
+            acc[r] = step_acc(acc[r], u, dw, mw, mh, &xs, K, true);
         }
     }
 #pragma GCC unroll 4
@@ -524,7 +589,7 @@ X86_INLINE void kdirect_body(float *y, const uint8_t *w, size_t wst, const uint8
                     dw = _mm512_permutexvar_ps(idx, scale);
                     mw = _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(mins));
                 }
-                acc[r] = step_acc(acc[r], u, dw, mw, &xs, K, true);
+                acc[r] = step_acc(acc[r], u, dw, mw, vq_zero(), &xs, K, true);
             }
         }
     }
@@ -537,7 +602,7 @@ X86_INLINE void kdirect_body(float *y, const uint8_t *w, size_t wst, const uint8
 X86_INLINE void any_direct_body(float *y, const uint8_t *w, size_t wst, const uint8_t *xrow,
                                 int64_t nb, const int NR, const int K) {
 #if X86_W512
-    if (wk_is_k(K)) {
+    if (wk_kdirect(K)) {
         kdirect_body(y, w, wst, xrow, nb, NR, K);
         return;
     }
@@ -583,6 +648,9 @@ X86_QTILE(iq4_nl, WK_IQ4_NL)
 X86_QTILE(q4_K, WK_Q4_K)
 X86_QTILE(q5_K, WK_Q5_K)
 X86_QTILE(q6_K, WK_Q6_K)
+X86_QTILE(q2_K, WK_Q2_K)
+X86_QTILE(q3_K, WK_Q3_K)
+X86_QTILE(iq4_xs, WK_IQ4_XS)
 #undef X86_QTILE
 
 /* ---- float weights × f32 activations ------------------------------------------------- */
@@ -804,6 +872,9 @@ void X86_SFX(kern_impl_fill)(struct kern_impl *impl) {
     impl->tile[KERN_TYPE_Q4_K] = X86_SFX(tile_q4_K);
     impl->tile[KERN_TYPE_Q5_K] = X86_SFX(tile_q5_K);
     impl->tile[KERN_TYPE_Q6_K] = X86_SFX(tile_q6_K);
+    impl->tile[KERN_TYPE_Q2_K] = X86_SFX(tile_q2_K);
+    impl->tile[KERN_TYPE_Q3_K] = X86_SFX(tile_q3_K);
+    impl->tile[KERN_TYPE_IQ4_XS] = X86_SFX(tile_iq4_xs);
     impl->from_f32[KERN_TYPE_Q8_0] = X86_SFX(quant_q8_0);
     impl->from_f32[KERN_TYPE_Q8_1] = X86_SFX(quant_q8_1);
     impl->from_f32[KERN_TYPE_F16] = X86_SFX(quant_f16);

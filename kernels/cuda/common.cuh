@@ -98,6 +98,9 @@ __host__ __device__ static inline int type_block_bytes(int t) {
     case KERN_TYPE_Q4_K: return 144;
     case KERN_TYPE_Q5_K: return 176;
     case KERN_TYPE_Q6_K: return 210;
+    case KERN_TYPE_Q2_K: return 84;
+    case KERN_TYPE_Q3_K: return 110;
+    case KERN_TYPE_IQ4_XS: return 136;
     default: return 0;
     }
 }
@@ -105,6 +108,7 @@ __host__ __device__ static inline int type_block_values(int t) {
     switch (t) {
     case KERN_TYPE_F32: case KERN_TYPE_F16: case KERN_TYPE_BF16: return 1;
     case KERN_TYPE_Q4_K: case KERN_TYPE_Q5_K: case KERN_TYPE_Q6_K: return 256;
+    case KERN_TYPE_Q2_K: case KERN_TYPE_Q3_K: case KERN_TYPE_IQ4_XS: return 256;
     default: return type_block_bytes(t) ? 32 : 0;
     }
 }
@@ -303,6 +307,56 @@ template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q6_K>(const uint8_t 
     }
 }
 
+/* q2_K: unit j = 2-bit plane j%4 of the 32-byte quarter j/4 of qs; x = d·(sc&15)·q -
+ * dmin·(sc>>4), one scale byte per 16 values */
+template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q2_K>(const uint8_t *row, int64_t u, float *v) {
+    const uint8_t *b = row + (u / 8) * 84;
+    int j = (int)(u % 8);
+    const uint8_t *q = b + 16 + (j / 4) * 32;
+    const int shift = 2 * (j % 4);
+    float d = d_f16(ld16(b + 80)), dmin = d_f16(ld16(b + 82));
+    const int s0 = b[2 * j], s1 = b[2 * j + 1];
+    const float d0 = d * (float)(s0 & 15), m0 = dmin * (float)(s0 >> 4);
+    const float d1 = d * (float)(s1 & 15), m1 = dmin * (float)(s1 >> 4);
+#pragma unroll
+    for (int l = 0; l < 32; l++) {
+        int x = (q[l] >> shift) & 3;
+        v[l] = l < 16 ? d0 * (float)x - m0 : d1 * (float)x - m1;
+    }
+}
+/* q3_K: q2_K's planes at byte 32, the high bit j of hmask[l] (clear: code - 4), 6-bit
+ * scales minus 32 (low nibbles in bytes 96..103, top bits in 104..107) */
+__device__ __forceinline__ int q3k_scale(const uint8_t *s, int g) {
+    int lo = g < 8 ? s[g] & 0x0f : s[g - 8] >> 4;
+    return (lo | ((s[8 + g % 4] >> (2 * (g / 4))) & 3) << 4) - 32;
+}
+template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q3_K>(const uint8_t *row, int64_t u, float *v) {
+    const uint8_t *b = row + (u / 8) * 110;
+    int j = (int)(u % 8);
+    const uint8_t *q = b + 32 + (j / 4) * 32;
+    const int shift = 2 * (j % 4);
+    float d = d_f16(ld16(b + 108));
+    const float d0 = d * (float)q3k_scale(b + 96, 2 * j), d1 = d * (float)q3k_scale(b + 96, 2 * j + 1);
+#pragma unroll
+    for (int l = 0; l < 32; l++) {
+        int x = ((q[l] >> shift) & 3) - (((b[l] >> j) & 1) ? 0 : 4);
+        v[l] = (l < 16 ? d0 : d1) * (float)x;
+    }
+}
+/* iq4_xs: unit j = iq4_nl nibbles at byte 8 + 16j with scale d·(ls_j - 32) */
+template <> __device__ __forceinline__ void deq32<KERN_TYPE_IQ4_XS>(const uint8_t *row, int64_t u, float *v) {
+    const uint8_t *b = row + (u / 8) * 136;
+    int j = (int)(u % 8);
+    const int ls = ((b[4 + j / 2] >> (4 * (j % 2))) & 0x0f) | ((ld16(b + 2) >> (2 * j)) & 3) << 4;
+    const float dl = d_f16(ld16(b)) * (float)(ls - 32);
+    const uint8_t *q = b + 8 + 16 * j;
+#pragma unroll
+    for (int l = 0; l < 16; l++) {
+        v[l] = dl * (float)d_iq4nl[q[l] & 0x0f];
+        v[l + 16] = dl * (float)d_iq4nl[q[l] >> 4];
+    }
+}
+
 /* Calls F.template operator()<T>() with the compile-time type T of runtime type t;
  * returns -EOPNOTSUPP for a type without a decoder. The one place types are dispatched. */
 template <typename F> static inline int type_dispatch(int t, F &&f) {
@@ -319,6 +373,9 @@ template <typename F> static inline int type_dispatch(int t, F &&f) {
     case KERN_TYPE_Q4_K: return f.template operator()<KERN_TYPE_Q4_K>();
     case KERN_TYPE_Q5_K: return f.template operator()<KERN_TYPE_Q5_K>();
     case KERN_TYPE_Q6_K: return f.template operator()<KERN_TYPE_Q6_K>();
+    case KERN_TYPE_Q2_K: return f.template operator()<KERN_TYPE_Q2_K>();
+    case KERN_TYPE_Q3_K: return f.template operator()<KERN_TYPE_Q3_K>();
+    case KERN_TYPE_IQ4_XS: return f.template operator()<KERN_TYPE_IQ4_XS>();
     default: return -EOPNOTSUPP;
     }
 }

@@ -196,3 +196,69 @@ float kern_ref_dot_q6_K_q8_0(const void *w, const void *x, int64_t n) {
     }
     return s;
 }
+
+/* q2_K / q3_K / iq4_xs against q8_0 blocks, one per sub-block of 32. q2_K's offset has a
+ * min per 16 values, so its term needs Σ a_x over each half (exact in int): d_x·(d·sc·Σ q·a
+ * - dmin·m·Σ a). */
+float kern_ref_dot_q2_K_q8_0(const void *w, const void *x, int64_t n) {
+    const struct block_q2_K *a = w;
+    const struct block_q8_0 *b = x;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        float d = kern_fp16_to_fp32(a[i].d), dmin = kern_fp16_to_fp32(a[i].dmin);
+        for (int j = 0; j < 8; j++, b++) {
+            const uint8_t *q = a[i].qs + 32 * (j / 4);
+            int shift = 2 * (j % 4);
+            float sub = 0.0f;
+            for (int half = 0; half < 2; half++) {
+                int sqa = 0, sa = 0, sc = a[i].scales[2 * j + half];
+                for (int l = 16 * half; l < 16 * half + 16; l++) {
+                    sqa += ((q[l] >> shift) & 3) * b->qs[l];
+                    sa += b->qs[l];
+                }
+                sub += d * (float)(sc & 0x0f) * (float)sqa - dmin * (float)(sc >> 4) * (float)sa;
+            }
+            s += kern_fp16_to_fp32(b->d) * sub;
+        }
+    }
+    return s;
+}
+
+float kern_ref_dot_q3_K_q8_0(const void *w, const void *x, int64_t n) {
+    const struct block_q3_K *a = w;
+    const struct block_q8_0 *b = x;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        float d = kern_fp16_to_fp32(a[i].d);
+        for (int j = 0; j < 8; j++, b++) {
+            const uint8_t *q = a[i].qs + 32 * (j / 4);
+            int shift = 2 * (j % 4), sum[2] = {0, 0};
+            for (int l = 0; l < 32; l++) {
+                int v = ((q[l] >> shift) & 3) - (((a[i].hmask[l] >> j) & 1) ? 0 : 4);
+                sum[l / 16] += v * b->qs[l];
+            }
+            s += d * kern_fp16_to_fp32(b->d) *
+                 ((float)kern_ref_q3_K_scale(a[i].scales, 2 * j) * (float)sum[0] +
+                  (float)kern_ref_q3_K_scale(a[i].scales, 2 * j + 1) * (float)sum[1]);
+        }
+    }
+    return s;
+}
+
+float kern_ref_dot_iq4_xs_q8_0(const void *w, const void *x, int64_t n) {
+    const struct block_iq4_xs *a = w;
+    const struct block_q8_0 *b = x;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        float d = kern_fp16_to_fp32(a[i].d);
+        for (int j = 0; j < 8; j++, b++) {
+            const uint8_t *qs = a[i].qs + 16 * j;
+            int sum = 0;
+            for (int l = 0; l < 16; l++)
+                sum += kern_iq4nl_values[qs[l] & 0x0f] * b->qs[l] +
+                       kern_iq4nl_values[qs[l] >> 4] * b->qs[l + 16];
+            s += d * (float)kern_ref_iq4_xs_scale(&a[i], j) * kern_fp16_to_fp32(b->d) * (float)sum;
+        }
+    }
+    return s;
+}

@@ -35,6 +35,9 @@ REF_TILE(iq4_nl, kern_ref_dot_iq4_nl_q8_0)
 REF_TILE(q4_K, kern_ref_dot_q4_K_q8_1)
 REF_TILE(q5_K, kern_ref_dot_q5_K_q8_1)
 REF_TILE(q6_K, kern_ref_dot_q6_K_q8_0)
+REF_TILE(q2_K, kern_ref_dot_q2_K_q8_0)
+REF_TILE(q3_K, kern_ref_dot_q3_K_q8_0)
+REF_TILE(iq4_xs, kern_ref_dot_iq4_xs_q8_0)
 #undef REF_TILE
 
 void kern_impl_fill_ref(struct kern_impl *impl) {
@@ -54,6 +57,9 @@ void kern_impl_fill_ref(struct kern_impl *impl) {
                 [KERN_TYPE_Q4_K] = tile_ref_q4_K,
                 [KERN_TYPE_Q5_K] = tile_ref_q5_K,
                 [KERN_TYPE_Q6_K] = tile_ref_q6_K,
+                [KERN_TYPE_Q2_K] = tile_ref_q2_K,
+                [KERN_TYPE_Q3_K] = tile_ref_q3_K,
+                [KERN_TYPE_IQ4_XS] = tile_ref_iq4_xs,
             },
     };
     for (int t = 0; t < KERN_TYPE_COUNT; t++) {

@@ -273,38 +273,48 @@ static float iq4nl_fit(const float *x, const float *w, float id, float *ret_sumq
 
 /* ggml's rule: start from d = -max / values[0] (= max / 127), refit by weighted least
  * squares, then try the inverse scales (k + values[0]) / max for k in -7..7 and keep the
- * fit with the lowest weighted error; the codes are then chosen at the kept scale. */
-void kern_ref_iq4_nl_from_f32(void *dst, const float *src, int64_t n) {
+ * fit with the lowest weighted error; the codes are then chosen at the kept scale.
+ * Returns the scale of the 32 values at x (0 for an all-zero block). */
+static float iq4nl_scale(const float *x) {
     enum { NTRY = 7 };
+    float w[QK4_NL];
+    float max;
+    float amax = block_absmax(x, QK4_NL, &max);
+    if (amax < 1e-15f) return 0.0f;
+    for (int j = 0; j < QK4_NL; j++) w[j] = x[j] * x[j];
+
+    float sumq2;
+    float d = -max / (float)kern_iq4nl_values[0];
+    float sumqx = iq4nl_fit(x, w, 1.0f / d, &sumq2);
+    d = sumqx / sumq2;
+    float best = d * sumqx;
+    for (int k = -NTRY; k <= NTRY; k++) {
+        float id = (float)(k + kern_iq4nl_values[0]) / max;
+        sumqx = iq4nl_fit(x, w, id, &sumq2);
+        if (sumq2 > 0.0f && sumqx * sumqx > best * sumq2) {
+            d = sumqx / sumq2;
+            best = d * sumqx;
+        }
+    }
+    return d;
+}
+
+/* The 16 code bytes of 32 values at inverse scale id (low nibble j, high j + 16). */
+static void iq4nl_codes(uint8_t *qs, const float *x, float id) {
+    for (int j = 0; j < QK4_NL / 2; j++) {
+        int q0 = iq4nl_nearest(id * x[j]), q1 = iq4nl_nearest(id * x[j + QK4_NL / 2]);
+        qs[j] = (uint8_t)(q0 | q1 << 4);
+    }
+}
+
+void kern_ref_iq4_nl_from_f32(void *dst, const float *src, int64_t n) {
     struct block_iq4_nl *b = dst;
     for (int64_t i = 0; i < n / QK4_NL; i++, src += QK4_NL) {
-        float w[QK4_NL];
-        float max;
-        float amax = block_absmax(src, QK4_NL, &max);
+        float d = iq4nl_scale(src);
         memset(b[i].qs, 0, sizeof(b[i].qs));
-        b[i].d = kern_fp32_to_fp16(0.0f);
-        if (amax < 1e-15f) continue;
-        for (int j = 0; j < QK4_NL; j++) w[j] = src[j] * src[j];
-
-        float sumq2;
-        float d = -max / (float)kern_iq4nl_values[0];
-        float sumqx = iq4nl_fit(src, w, 1.0f / d, &sumq2);
-        d = sumqx / sumq2;
-        float best = d * sumqx;
-        for (int k = -NTRY; k <= NTRY; k++) {
-            float id = (float)(k + kern_iq4nl_values[0]) / max;
-            sumqx = iq4nl_fit(src, w, id, &sumq2);
-            if (sumq2 > 0.0f && sumqx * sumqx > best * sumq2) {
-                d = sumqx / sumq2;
-                best = d * sumqx;
-            }
-        }
         b[i].d = kern_fp32_to_fp16(d);
-        float id = d != 0.0f ? 1.0f / d : 0.0f;
-        for (int j = 0; j < QK4_NL / 2; j++) {
-            int q0 = iq4nl_nearest(id * src[j]), q1 = iq4nl_nearest(id * src[j + QK4_NL / 2]);
-            b[i].qs[j] = (uint8_t)(q0 | q1 << 4);
-        }
+        if (d == 0.0f) continue;
+        iq4nl_codes(b[i].qs, src, 1.0f / d);
     }
 }
 void kern_ref_iq4_nl_to_f32(float *dst, const void *src, int64_t n) {
@@ -499,6 +509,158 @@ void kern_ref_q6_K_from_f32(void *dst, const float *src, int64_t n) {
             uint8_t *b = &ql[64 * h + 32 * (k % 2) + l];
             *b |= (uint8_t)((q & 0x0f) << (4 * (k / 2)));
             qh[32 * h + l] |= (uint8_t)((q >> 4) << (2 * k));
+        }
+    }
+}
+
+/* ---- q2_K, q3_K, iq4_xs ---------------------------------------------------------------
+ * q2_K and q3_K place value v of a super-block at bits 2k of qs[32h + l] (h = v/128, k =
+ * (v%128)/32, l = v%32): each 32-byte quarter of qs holds 128 values as four bit planes. */
+
+static int k2_code(const uint8_t *qs, int v) {
+    return (qs[32 * (v / 128) + v % 32] >> (2 * ((v % 128) / 32))) & 3;
+}
+static void k2_code_set(uint8_t *qs, int v, int q) {
+    qs[32 * (v / 128) + v % 32] |= (uint8_t)(q << (2 * ((v % 128) / 32)));
+}
+
+void kern_ref_q2_K_to_f32(float *dst, const void *src, int64_t n) {
+    const struct block_q2_K *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++, dst += QK_K) {
+        float d = kern_fp16_to_fp32(b[i].d), dmin = kern_fp16_to_fp32(b[i].dmin);
+        for (int v = 0; v < QK_K; v++) {
+            int sc = b[i].scales[v / 16];
+            dst[v] = d * (float)(sc & 0x0f) * (float)k2_code(b[i].qs, v) - dmin * (float)(sc >> 4);
+        }
+    }
+}
+
+/* As q4_K's rule on groups of 16 with 4-bit sc_g, m_g and 4 levels: an offset m_g that
+ * reaches the group's minimum and a scale that reaches its maximum, both rounded up. */
+void kern_ref_q2_K_from_f32(void *dst, const float *src, int64_t n) {
+    struct block_q2_K *b = dst;
+    for (int64_t i = 0; i < n / QK_K; i++, src += QK_K) {
+        float off[16], need[16], omax = 0.0f, nmax = 0.0f;
+        for (int g = 0; g < 16; g++) {
+            float lo, hi;
+            block_minmax(src + 16 * g, 16, &lo, &hi);
+            off[g] = lo < 0.0f ? -lo : 0.0f;
+            need[g] = hi > 0.0f ? hi : 0.0f;
+            if (off[g] > omax) omax = off[g];
+        }
+        b[i].dmin = fp16_round_up(omax / 15.0f);
+        float dmin = kern_fp16_to_fp32(b[i].dmin);
+        int m[16], sc[16];
+        for (int g = 0; g < 16; g++) {
+            m[g] = dmin > 0.0f ? (int)clampf(ceilf(off[g] / dmin), 0.0f, 15.0f) : 0;
+            need[g] += dmin * (float)m[g];
+            if (need[g] > nmax) nmax = need[g];
+        }
+        b[i].d = fp16_round_up(nmax / 45.0f);
+        float d = kern_fp16_to_fp32(b[i].d);
+        for (int g = 0; g < 16; g++) {
+            sc[g] = d > 0.0f ? (int)clampf(ceilf(need[g] / (3.0f * d)), 0.0f, 15.0f) : 0;
+            b[i].scales[g] = (uint8_t)(sc[g] | m[g] << 4);
+        }
+        memset(b[i].qs, 0, sizeof(b[i].qs));
+        for (int v = 0; v < QK_K; v++) {
+            float step = d * (float)sc[v / 16], base = dmin * (float)m[v / 16];
+            int q = step > 0.0f ? (int)clampf(roundf((src[v] + base) / step), 0.0f, 3.0f) : 0;
+            k2_code_set(b[i].qs, v, q);
+        }
+    }
+}
+
+int kern_ref_q3_K_scale(const uint8_t *s, int g) {
+    int lo = g < 8 ? s[g] & 0x0f : s[g - 8] >> 4;
+    return (lo | ((s[8 + g % 4] >> (2 * (g / 4))) & 3) << 4) - 32;
+}
+
+/* q - 4·!hbit: codes -4..3 */
+static int k3_code(const struct block_q3_K *b, int v) {
+    int hbit = (b->hmask[v % 32] >> (v / 32)) & 1;
+    return k2_code(b->qs, v) - (hbit ? 0 : 4);
+}
+
+void kern_ref_q3_K_to_f32(float *dst, const void *src, int64_t n) {
+    const struct block_q3_K *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++, dst += QK_K) {
+        float d = kern_fp16_to_fp32(b[i].d);
+        for (int v = 0; v < QK_K; v++)
+            dst[v] = d * (float)kern_ref_q3_K_scale(b[i].scales, v / 16) * (float)k3_code(&b[i], v);
+    }
+}
+
+/* As q6_K's rule with codes -4..3: per group of 16 the value of largest magnitude maps to
+ * -4, the group scales share d = max|scale| / 31 (rounded up) as 6-bit signed steps. */
+void kern_ref_q3_K_from_f32(void *dst, const float *src, int64_t n) {
+    struct block_q3_K *b = dst;
+    for (int64_t i = 0; i < n / QK_K; i++, src += QK_K) {
+        float scale[16], smax = 0.0f;
+        for (int g = 0; g < 16; g++) {
+            float max;
+            block_absmax(src + 16 * g, 16, &max);
+            scale[g] = max / -4.0f;
+            if (fabsf(scale[g]) > smax) smax = fabsf(scale[g]);
+        }
+        memset(&b[i], 0, sizeof(b[i]));
+        b[i].d = fp16_round_up(smax / 31.0f);
+        float d = kern_fp16_to_fp32(b[i].d);
+        int sc[16];
+        for (int g = 0; g < 16; g++) {
+            sc[g] = d > 0.0f ? (int)clampf(roundf(scale[g] / d), -32.0f, 31.0f) : 0;
+            int u = sc[g] + 32;
+            b[i].scales[g % 8] |= (uint8_t)((u & 0x0f) << (4 * (g / 8)));
+            b[i].scales[8 + g % 4] |= (uint8_t)((u >> 4) << (2 * (g / 4)));
+        }
+        for (int v = 0; v < QK_K; v++) {
+            float step = d * (float)sc[v / 16];
+            int q = step != 0.0f ? (int)clampf(roundf(src[v] / step), -4.0f, 3.0f) : 0;
+            k2_code_set(b[i].qs, v, (q + 4) & 3);
+            if (q >= 0) b[i].hmask[v % 32] |= (uint8_t)(1u << (v / 32));
+        }
+    }
+}
+
+int kern_ref_iq4_xs_scale(const struct block_iq4_xs *b, int j) {
+    return (((b->scales_l[j / 2] >> (4 * (j % 2))) & 0x0f) | ((b->scales_h >> (2 * j)) & 3) << 4) - 32;
+}
+
+void kern_ref_iq4_xs_to_f32(float *dst, const void *src, int64_t n) {
+    const struct block_iq4_xs *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        float d = kern_fp16_to_fp32(b[i].d);
+        for (int j = 0; j < QK_K / 32; j++, dst += 32) {
+            float dl = d * (float)kern_ref_iq4_xs_scale(&b[i], j);
+            const uint8_t *qs = b[i].qs + 16 * j;
+            for (int l = 0; l < 16; l++) {
+                dst[l] = dl * (float)kern_iq4nl_values[qs[l] & 0x0f];
+                dst[l + 16] = dl * (float)kern_iq4nl_values[qs[l] >> 4];
+            }
+        }
+    }
+}
+
+/* Each sub-block's iq4_nl scale, then the super-block's d puts the one of largest
+ * magnitude at ls - 32 = -32, the others round to the nearest step; the codes are chosen
+ * at the stored scale. */
+void kern_ref_iq4_xs_from_f32(void *dst, const float *src, int64_t n) {
+    struct block_iq4_xs *b = dst;
+    for (int64_t i = 0; i < n / QK_K; i++, src += QK_K) {
+        float dj[8], dmax = 0.0f;
+        for (int j = 0; j < 8; j++) {
+            dj[j] = iq4nl_scale(src + 32 * j);
+            if (fabsf(dj[j]) > fabsf(dmax)) dmax = dj[j];
+        }
+        memset(&b[i], 0, sizeof(b[i]));
+        b[i].d = kern_fp32_to_fp16(dmax / -32.0f);
+        float d = kern_fp16_to_fp32(b[i].d);
+        for (int j = 0; j < 8; j++) {
+            int ls = d != 0.0f ? (int)clampf(roundf(dj[j] / d), -32.0f, 31.0f) : 0;
+            b[i].scales_l[j / 2] |= (uint8_t)(((ls + 32) & 0x0f) << (4 * (j % 2)));
+            b[i].scales_h |= (uint16_t)(((ls + 32) >> 4) << (2 * j));
+            float dl = d * (float)ls;
+            iq4nl_codes(b[i].qs + 16 * j, src + 32 * j, dl != 0.0f ? 1.0f / dl : 0.0f);
         }
     }
 }

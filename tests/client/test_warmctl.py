@@ -5,12 +5,18 @@ store made by warm-client-mkstore (clean, then with a damaged blob)."""
 
 import json
 import os
+import pty
+import select
 import signal
+import sys
 import subprocess
 import time
 import unittest
 
 from client_harness import BIN, MODEL, WARMCTL, ClientTest, main, pb
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+from warmd_harness import metric  # noqa: E402
 
 TEST_BIN = os.environ.get("WARM_TEST_BIN", os.path.join(BIN, "..", "tests"))
 MKSTORE = os.path.join(TEST_BIN, "warm-client-mkstore")
@@ -50,7 +56,7 @@ class WarmctlOffline(ClientTest):
         r = self.run_ctl("frobnicate", rc=EXIT_USAGE)
         self.assertIn("unknown command 'frobnicate'", r.err)
         r = self.run_ctl("run", "m", "p", "--temperature", "hot", rc=EXIT_USAGE)
-        self.assertIn("bad value 'hot'", r.err)
+        self.assertIn("--temperature: 'hot' is not a number", r.err)
         r = self.run_ctl("run", "m", rc=EXIT_USAGE)
         self.assertIn("give MODEL and PROMPT", r.err)
         r = self.run_ctl("load", "m", "--keep-alive", "soon", rc=EXIT_USAGE)
@@ -58,6 +64,47 @@ class WarmctlOffline(ClientTest):
         self.run_ctl("cache", rc=EXIT_USAGE)
         self.run_ctl("cache", "shred", rc=EXIT_USAGE)
         self.run_ctl("models", "--bogus", rc=EXIT_USAGE)
+
+    def test_errors_name_the_option(self):
+        """Issue 17 item 13: a bad value names its option, without the whole usage; typos
+        of commands and options get a suggestion."""
+        r = self.run_ctl("run", "m", "p", "-n", "abc", rc=EXIT_USAGE)
+        self.assertEqual(r.err, "warmctl run: -n: 'abc' is not a number\n"
+                                "Try 'warmctl run --help'.\n")
+        r = self.run_ctl("run", "m", "p", "--max-tokens=abc", rc=EXIT_USAGE)
+        self.assertIn("warmctl run: --max-tokens: 'abc' is not a number", r.err)
+        r = self.run_ctl("run", "m", "p", "--temprature", "1", rc=EXIT_USAGE)
+        self.assertIn("unknown option '--temprature'; did you mean '--temperature'?", r.err)
+        self.assertNotIn("Usage:", r.err)
+        r = self.run_ctl("run", "m", "p", "--top", "3", rc=EXIT_USAGE)
+        self.assertIn("'--top' is ambiguous: --top-k, --top-p", r.err)
+        r = self.run_ctl("run", "m", "p", "--stop", rc=EXIT_USAGE)
+        self.assertIn("--stop needs a value", r.err)
+        r = self.run_ctl("stauts", rc=EXIT_USAGE)
+        self.assertIn("unknown command 'stauts'; did you mean 'status'?", r.err)
+        self.assertNotIn("Commands:", r.err)
+        r = self.run_ctl("--jsn", "status", rc=EXIT_USAGE)
+        self.assertIn("unknown option '--jsn'; did you mean '--json'?", r.err)
+        r = self.run_ctl("cache", "lss", rc=EXIT_USAGE)
+        self.assertIn("unknown cache command 'lss'; did you mean 'ls'?", r.err)
+        r = self.run_ctl("cache", "ls", "--limt", "3", rc=EXIT_USAGE)
+        self.assertIn("did you mean '--limit'?", r.err)
+        r = self.run_ctl("cache", "ls", "--limit", "many", rc=EXIT_USAGE)
+        self.assertIn("warmctl cache ls: --limit: 'many' is not a count", r.err)
+        r = self.run_ctl("load", "m", "--keep-alive", "soon", rc=EXIT_USAGE)
+        self.assertIn("--keep-alive: 'soon' is not a duration", r.err)
+        for args in (["run", "m", "p", "-n", "abc"], ["stauts"], ["models", "--bogus"]):
+            self.assertNotIn("Usage:", self.run_ctl(*args, rc=EXIT_USAGE).err, args)
+
+    def test_socket_that_is_not_a_socket(self):
+        r = self.run_ctl("--socket", self.tmp, "status", rc=EXIT_UNREACHABLE)
+        self.assertIn(f"{self.tmp} is a directory, not warmd's socket", r.err)
+        path = os.path.join(self.tmp, "warmd.conf")
+        with open(path, "w") as f:
+            f.write("# not a socket\n")
+        r = self.run_ctl("--socket", path, "status", rc=EXIT_UNREACHABLE)
+        self.assertIn(f"{path} is not a socket", r.err)
+        self.assertNotIn("stale socket", r.err)
 
     def test_not_running(self):
         sock = os.path.join(self.tmp, "absent.sock")
@@ -349,7 +396,7 @@ class Warmctl(ClientTest):
             self.assertIn("does not support it yet", r.err)
             self.assertIn("--plain", r.err)
             self.assertEqual(r.events()[-1]["error"]["code"], "UNIMPLEMENTED")
-        elif r.rc == EXIT_FAILED and "no supported chat template" in r.err:
+        elif r.rc == EXIT_FAILED and "has no chat template" in r.err:
             # stories260K has no chat template: Chat refuses it, --plain still works
             self.assertEqual(r.events()[-1]["error"]["code"], "FAILED_PRECONDITION")
         else:
@@ -446,6 +493,213 @@ class Warmctl(ClientTest):
                          .json()["error"]["code"], "SOCKET_ACCESS")
 
 
+class Pty:
+    """A command on a pseudo-terminal: what a person at a terminal sees and types."""
+
+    def __init__(self, argv, env):
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: nothing but exec
+            os.execve(argv[0], argv, env)
+        self.out, self.mark = b"", 0
+
+    def _read(self, end):
+        r, _, _ = select.select([self.fd], [], [], 0.2)
+        if not r:
+            return time.monotonic() < end
+        try:
+            data = os.read(self.fd, 65536)
+        except OSError:  # EIO: the other side closed
+            data = b""
+        self.out += data
+        return bool(data)
+
+    def expect(self, text, timeout=120):
+        want, end = text.encode(), time.monotonic() + timeout
+        while want not in self.out[self.mark:]:
+            if not self._read(end):
+                raise AssertionError(f"{text!r} not seen; output:\n{self.out!r}")
+        self.mark = self.out.index(want, self.mark) + len(want)
+
+    def send(self, text):
+        os.write(self.fd, text.encode())
+
+    def wait(self, timeout=120):
+        end = time.monotonic() + timeout
+        while self._read(end):
+            pass
+        _, status = os.waitpid(self.pid, 0)
+        os.close(self.fd)
+        return os.waitstatus_to_exitcode(status)
+
+
+# About 280 tokens: a prefill of several steps (progress events), for stories260K.
+LONG = " ".join(["Once upon a time there was a little dog named Tom."] * 20)
+
+
+class WarmctlNewcomer(ClientTest):
+    """Issue 17 items 11-15 as a person at a terminal meets them."""
+
+    config = "threads = 1\nmax_keep_alive = 1h\nkeep_alive = 5m\n"
+
+    def pty(self, *args, env=None):
+        e = dict(os.environ, TERM="xterm", **(env or {}))
+        e.pop("WARM_SOCKET", None)
+        return Pty([WARMCTL, "--socket", self.d.socket, *map(str, args)], e)
+
+    def wait_writes(self):
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            if "warmd_cache_write_queue 0\n" in self.ctl("metrics").out:
+                return
+            time.sleep(0.05)
+        self.fail("the cache writer did not drain")
+
+    def test_run_shows_progress_on_a_terminal_only(self):
+        self.start()
+        p = self.pty("run", MODEL, LONG, "-n", "4", "--greedy", "--no-cache")
+        p.expect("loading model stories")
+        p.expect("prompt: ")
+        p.expect(" tokens (")
+        self.assertEqual(p.wait(), 0, p.out)
+        # The line is erased before the reply: the last progress text is followed by the
+        # erase sequence, and the reply's text comes after it.
+        last = p.out.rindex(b"prompt: ")
+        self.assertIn(b"\r\x1b[K", p.out[last:])
+        # Not a terminal, or --json: no progress text anywhere.
+        r = self.ctl("run", MODEL, LONG, "-n", "4", "--greedy", "--no-cache")
+        self.assertNotIn("prompt: ", r.err + r.out)
+        p = self.pty("run", MODEL, LONG, "-n", "4", "--greedy", "--no-cache", "--json")
+        self.assertEqual(p.wait(), 0, p.out)
+        self.assertNotIn(b"prompt: ", p.out)
+        self.assertNotIn(b"\x1b[K", p.out)
+
+    def test_verbose_summary_load_time_and_seed(self):
+        self.start()
+        r = self.ctl("run", MODEL, "Once", "-n", "3", "--greedy", "-v")
+        self.assertIn("model loaded in ", r.err)
+        self.assertNotIn("seed", r.err)  # greedy: no seed to repeat
+        r = self.ctl("run", MODEL, "Once", "-n", "3", "--temperature", "1", "--seed", "7", "-v")
+        self.assertNotIn("model loaded in ", r.err)  # resident now
+        self.assertIn("seed 7]", r.err)
+        # Seeds above 2^53 survive a JSON reader: written as strings; small ones as numbers.
+        s = summaries_of(self.ctl("run", MODEL, "Once", "-n", "1", "--temperature", "1",
+                                  "--seed", str(2**64 - 1), "--json").events())[0]
+        self.assertEqual(s["seed"], str(2**64 - 1))
+        s = summaries_of(self.ctl("run", MODEL, "Once", "-n", "1", "--temperature", "1",
+                                  "--seed", str(2**53), "--json").events())[0]
+        self.assertEqual(s["seed"], 2**53)
+
+    def test_keep_alive_like_ollama(self):
+        self.start()
+        loaded = lambda: self.ctl("models", "--json").json()["models"][0]["loaded"]
+        r = self.ctl("run", MODEL, "Once", "-n", "1", "--keep-alive", "2h")
+        self.assertIn("warmctl run: warmd: keep_alive 2h is more than the server's "
+                      "max_keep_alive (1h)", r.err)
+        s = summaries_of(self.ctl("run", MODEL, "Once", "-n", "1", "--keep-alive", "forever",
+                                  "--json").events())[0]
+        self.assertEqual(s["keep_alive_usec"], 3600 * 10**6)
+        self.assertEqual(s["warnings"], [])
+        s = summaries_of(self.ctl("run", MODEL, "Once", "-n", "1", "--keep-alive", "-1",
+                                  "--json").events())[0]
+        self.assertEqual(s["keep_alive_usec"], 3600 * 10**6)
+        self.assertTrue(loaded())
+        r = self.ctl("load", MODEL, "--keep-alive", "2h")
+        self.assertIn("keep-alive 2h00m is more than warmd allows (max_keep_alive 60m00s): "
+                      "capped", r.err)
+        # 0: unloaded once the request is over.
+        self.ctl("run", MODEL, "Once", "-n", "1", "--keep-alive", "0")
+        end = time.monotonic() + 120
+        while loaded() and time.monotonic() < end:
+            time.sleep(0.05)
+        self.assertFalse(loaded())
+
+    def test_status_counts_other_streams_only(self):
+        self.start()
+        r = self.ctl("status")
+        self.assertIn("streams:  0 active", r.out)
+        cache = next(l for l in r.out.splitlines() if l.startswith("cache:"))
+        self.assertNotIn("keep-alive", cache)
+        self.assertIn("keep-alive: at most 60m00s", r.out)
+        if self.ctl("status", "--json").json()["peer"]["admin"]:
+            self.assertEqual(self.ctl("status", "--json").json()["active_streams"], 0)
+
+    def test_cache_ls_newest_first_with_model(self):
+        self.start()
+        for prompt in ("Once upon a time there was a cat", LONG, "Tom and Lily went out"):
+            self.ctl("run", MODEL, prompt, "-n", "1")
+            self.wait_writes()
+            time.sleep(0.002)  # distinct last-use stamps between the prompts
+        fp = self.ctl("models", "--json").json()["models"][0]["fingerprint"]
+        entries = self.ctl("cache", "ls", "--json").json()["entries"]
+        self.assertGreaterEqual(len(entries), 4)
+        used = [e["last_used_usec"] for e in entries]
+        self.assertEqual(used, sorted(used, reverse=True))
+        self.assertEqual({e["model"] for e in entries}, {MODEL})
+        self.assertEqual({e["fingerprint"] for e in entries}, {fp})
+        lines = self.ctl("cache", "ls").out.splitlines()
+        self.assertEqual(lines[0].split()[:4], ["LAST", "USED", "MODEL", "KIND"])
+        self.assertTrue(all(l.split()[2] == MODEL for l in lines[1:]), lines)
+
+    def test_chat_without_template_says_what_to_do(self):
+        self.start()
+        r = self.ctl("chat", MODEL, "-n", "2", stdin="Hi\n", rc=EXIT_FAILED)
+        self.assertIn(f"use `warmctl chat --plain {MODEL}`", r.err)
+        self.assertIn(f"`warmctl run {MODEL} PROMPT`", r.err)
+        for rpc in ("Generate", "Chat(", "FAILED_PRECONDITION"):
+            self.assertNotIn(rpc, r.err)
+
+    def test_chat_on_a_terminal(self):
+        self.start()
+        state = os.path.join(self.tmp, "state")
+        p = self.pty("chat", MODEL, "--plain", "--greedy", "-n", "4", "-v",
+                     env={"XDG_STATE_HOME": state})
+        try:
+            p.expect(f"Chatting with {MODEL}")
+            p.expect("/bye or Ctrl-D to leave")
+            p.expect(">>> ")
+            p.send("/help\r")
+            p.expect("/clear")
+            p.expect(">>> ")
+            p.send("/set temperature 0.5\r")
+            p.expect("[temperature set]")
+            p.send("/set\r")
+            p.expect("temperature 0.5")
+            p.send("/set tempreture 1\r")
+            p.expect("did you mean 'temperature'?")
+            p.send("/greedy\r")
+            p.expect("unknown command '/greedy'")
+            p.expect(">>> ")
+            # A message of several lines between triple quotes is one turn.
+            p.send('"""\r')
+            p.expect("... ")
+            p.send("Once upon a time\r")
+            p.expect("... ")
+            p.send('there was a dog"""\r')
+            p.expect("generated in")
+            p.expect(">>> ")
+            # Line editing: a typo taken back with backspace.
+            p.send("Tomm\x7f went home\r")
+            p.expect("generated in")
+            p.expect(">>> ")
+            p.send("/clear\r")
+            p.expect("[conversation forgotten]")
+            p.send("/bye\r")
+            self.assertEqual(p.wait(), 0, p.out)
+        finally:
+            if p.pid:
+                try:
+                    os.kill(p.pid, signal.SIGKILL)
+                    os.waitpid(p.pid, 0)
+                except (ProcessLookupError, ChildProcessError):
+                    pass
+        self.assertEqual(p.out.count(b"generated in"), 2, p.out)
+        with open(os.path.join(state, "warmctl", "chat_history"), encoding="utf-8") as f:
+            hist = f.read().replace("\\040", " ")  # libedit's file escapes spaces
+        self.assertIn("Tom went home", hist)
+        self.assertIn("/help", hist)
+        self.assertNotIn("Tomm", hist)
+
+
 class WarmctlPolicy(ClientTest):
     config = "threads = 1\nallowed_uids = root\n"
 
@@ -453,12 +707,21 @@ class WarmctlPolicy(ClientTest):
     def test_refused_by_policy(self):
         d = self.start()
         os.chmod(d.socket, 0o666)
+        refused = lambda: metric(self.ctl("metrics").out, "warmd_connections_refused_total")
+        before, log_before = refused(), self.d.text().count("refused connection: uid 65534")
         r = self.ctl("status", user=65534, rc=None)
         if r.rc == 126:
             self.skipTest("nobody cannot run the build's warmctl here")
-        self.assertEqual(r.rc, EXIT_FAILED, r)
-        self.assertIn("closed the connection", r.err)
+        # A plain sentence, exit 3 like every "cannot reach warmd", and one refusal (one
+        # log line) for one refused command: not one per connection warmctl tried.
+        self.assertEqual(r.rc, EXIT_UNREACHABLE, r)
+        self.assertIn(f"warmd at {d.socket} does not serve uid 65534", r.err)
         self.assertIn("allowed_uids", r.err)
+        self.assertNotIn("UNAVAILABLE", r.err)
+        self.assertEqual(refused() - before, 1)
+        self.assertEqual(self.d.text().count("refused connection: uid 65534") - log_before, 1)
+        self.assertEqual(self.ctl("status", "--json", user=65534, rc=EXIT_UNREACHABLE)
+                         .json()["error"]["code"], "SOCKET_ACCESS")
 
 
 if __name__ == "__main__":

@@ -88,15 +88,18 @@ static void random_row(uint8_t *row, int t, int64_t n) {
         uint8_t *blk = row + (size_t)b * tr->type_size;
         kern_f16 d = kern_fp32_to_fp16(0.001f + 0.01f * (float)(rng_u32() % 100) / 100.0f);
         kern_f16 dmin = kern_fp32_to_fp16(0.002f * (float)(rng_u32() % 100) / 100.0f);
-        memcpy(blk + (t == KERN_TYPE_Q6_K ? 208 : 0), &d, 2);
-        if (t != KERN_TYPE_Q6_K) memcpy(blk + 2, &dmin, 2);
+        /* byte offsets of d (and dmin) in each layout; iq4_xs has no dmin */
+        int d_at = t == KERN_TYPE_Q6_K ? 208 : t == KERN_TYPE_Q3_K ? 108 : t == KERN_TYPE_Q2_K ? 80 : 0;
+        memcpy(blk + d_at, &d, 2);
+        if (t != KERN_TYPE_Q6_K && t != KERN_TYPE_Q3_K && t != KERN_TYPE_IQ4_XS)
+            memcpy(blk + d_at + 2, &dmin, 2);
     }
 }
 
 static const int weight_types[] = {
     KERN_TYPE_F32,  KERN_TYPE_F16,  KERN_TYPE_BF16, KERN_TYPE_Q8_0,   KERN_TYPE_Q4_0,
     KERN_TYPE_Q4_1, KERN_TYPE_Q5_0, KERN_TYPE_Q5_1, KERN_TYPE_IQ4_NL, KERN_TYPE_Q4_K,
-    KERN_TYPE_Q5_K, KERN_TYPE_Q6_K,
+    KERN_TYPE_Q5_K, KERN_TYPE_Q6_K, KERN_TYPE_Q2_K, KERN_TYPE_Q3_K, KERN_TYPE_IQ4_XS,
 };
 static const int kv_types[] = {
     KERN_TYPE_F32,  KERN_TYPE_F16,  KERN_TYPE_BF16, KERN_TYPE_Q8_0,   KERN_TYPE_Q4_0,

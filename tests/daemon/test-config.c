@@ -205,6 +205,112 @@ TEST(cmdline) {
     ASSERT_TRUE(cl.help);
 }
 
+/* Drop-ins: FILE.d/NAME.conf after FILE, in byte order of NAME (so "9-" sorts after
+ * "20-"), hidden and non-.conf names ignored, the command line still last. */
+TEST(dropins) {
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/main.conf.d", test_tmpdir());
+    ASSERT_OK(mkdir(dir, 0755) == 0 ? 0 : -errno);
+    char *main_conf = strdup(write_file("main.conf", "threads = 2\nctx_size = 512\n"));
+    ASSERT_TRUE(main_conf != NULL);
+    ASSERT_TRUE(write_file("main.conf.d/10-a.conf", "threads = 3\nparallel = 8\n") != NULL);
+    ASSERT_TRUE(write_file("main.conf.d/20-b.conf", "threads = 5\n") != NULL);
+    ASSERT_TRUE(write_file("main.conf.d/9-z.conf", "parallel = 2\n") != NULL);
+    ASSERT_TRUE(write_file("main.conf.d/.hidden.conf", "threads = 99\n") != NULL);
+    ASSERT_TRUE(write_file("main.conf.d/notes.txt", "threads = 98\n") != NULL);
+    ASSERT_TRUE(write_file("main.conf.d/20-b.conf.dpkg-old", "threads = 97\n") != NULL);
+
+    struct config c;
+    struct config_cmdline cl;
+    struct err_detail d = {0};
+    char *argv[] = {"warmd", "--config", main_conf, NULL};
+    ASSERT_OK_D(config_parse_args(&c, 3, argv, &cl, &d), &d);
+    ASSERT_EQ(c.ctx_size, 512);   /* the main file, not overridden */
+    ASSERT_EQ(c.threads, 5);      /* 20-b.conf after 10-a.conf after the main file */
+    ASSERT_EQ(c.parallel, 2);     /* 9-z.conf after 10-a.conf */
+    char *over[] = {"warmd", "--config", main_conf, "--threads=7", NULL};
+    ASSERT_OK_D(config_parse_args(&c, 4, over, &cl, &d), &d);
+    ASSERT_EQ(c.threads, 7);
+
+    /* A bad drop-in is an error naming its file and line. */
+    const char *bad = write_file("main.conf.d/30-bad.conf", "\nfrobnicate = 1\n");
+    ASSERT_TRUE(bad != NULL);
+    char want[8192];
+    snprintf(want, sizeof want, "%s:2: unknown key 'frobnicate'", bad);
+    ASSERT_ERR(config_parse_args(&c, 3, argv, &cl, &d), ERR_CONFIG);
+    ASSERT_STREQ(d.msg, want);
+    ASSERT_OK(unlink(bad) == 0 ? 0 : -errno);
+
+    /* A file without a drop-in directory is fine (--config /dev/null looks for
+     * /dev/null.d); a drop-in "directory" that is a file is an error. */
+    char *devnull[] = {"warmd", "--config", "/dev/null", NULL};
+    ASSERT_OK_D(config_parse_args(&c, 3, devnull, &cl, &d), &d);
+    ASSERT_EQ(c.threads, 0);
+    char *lone = strdup(write_file("lone.conf", "threads = 4\n"));
+    ASSERT_TRUE(write_file("lone.conf.d", "threads = 1\n") != NULL);
+    char *notdir[] = {"warmd", "--config", lone, NULL};
+    ASSERT_ERR(config_parse_args(&c, 3, notdir, &cl, &d), -ENOTDIR);
+    ASSERT_TRUE(strstr(d.msg, "lone.conf.d: Not a directory") != NULL);
+    free(lone);
+    free(main_conf);
+}
+
+/* Every error of a configuration is reported with its file and line, not only the first:
+ * within one file, and across the main file and its drop-ins. */
+TEST(many_errors) {
+    struct config c;
+    struct err_detail d = {0};
+    ASSERT_OK(config_init(&c, NULL));
+    const char *path = write_file("three.conf", "threads = 2\n"
+                                                "frobnicate = 1\n"
+                                                "# fine\n"
+                                                "ctx_size = 1\n"
+                                                "parallel 3\n"
+                                                "parallel = 3\n");
+    ASSERT_TRUE(path != NULL);
+    char want[16384];
+    snprintf(want, sizeof want,
+             "%s:2: unknown key 'frobnicate'\n"
+             "%s:4: ctx_size: '1' out of range [16, 1048576]\n"
+             "%s:5: expected 'key = value'", path, path, path);
+    ASSERT_ERR(config_load_file(&c, path, &d), ERR_CONFIG);
+    ASSERT_STREQ(d.msg, want);
+    ASSERT_EQ(c.threads, 0);      /* a failing file changes nothing */
+    ASSERT_EQ(c.parallel, 4);
+
+    /* Main file and drop-in together. */
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/both.conf.d", test_tmpdir());
+    ASSERT_OK(mkdir(dir, 0755) == 0 ? 0 : -errno);
+    char *both = strdup(write_file("both.conf", "threads = x\n"));
+    const char *drop = write_file("both.conf.d/50-local.conf", "ok = no\n");
+    ASSERT_TRUE(both != NULL && drop != NULL);
+    snprintf(want, sizeof want,
+             "%s:1: threads: 'x' is not a non-negative integer\n"
+             "%s:1: unknown key 'ok'", both, drop);
+    struct config_cmdline cl;
+    char *argv[] = {"warmd", "--config", both, NULL};
+    ASSERT_ERR(config_parse_args(&c, 3, argv, &cl, &d), ERR_CONFIG);
+    ASSERT_STREQ(d.msg, want);
+    free(both);
+
+    /* More errors than the message holds: whole lines while they fit, then the count of
+     * the rest; shown + rest = every bad line. */
+    char text[100 * 16] = "";
+    for (int i = 0; i < 100; i++) strcat(text, "nokey\n");
+    path = write_file("hundred.conf", text);
+    ASSERT_ERR(config_load_file(&c, path, &d), ERR_CONFIG);
+    unsigned shown = 0, rest = 0;
+    for (const char *p = d.msg; (p = strstr(p, ": expected 'key = value'")); p++) shown++;
+    const char *tail = strstr(d.msg, "\n(and ");
+    ASSERT_TRUE(tail != NULL);
+    ASSERT_EQ(sscanf(tail, "\n(and %u more errors)", &rest), 1);
+    ASSERT_TRUE(shown >= 2);
+    ASSERT_EQ(shown + rest, 100);
+    snprintf(want, sizeof want, "%s:%u: expected 'key = value'\n(and", path, shown);
+    ASSERT_TRUE(strstr(d.msg, want) != NULL);   /* the lines shown are the first ones */
+}
+
 TEST(env_rotation) {
     struct config c;
     ASSERT_OK(config_init(&c, NULL));
@@ -268,26 +374,47 @@ TEST(model_names) {
     ASSERT_OK(registry_name_check(longname, NULL));
 }
 
+/* Copies the file at src to path (a real model for the registry's checks). */
+static int copy_file(const char *src, const char *path) {
+    FILE *in = fopen(src, "rb"), *out = fopen(path, "wb");
+    char buf[65536];
+    size_t n;
+    int r = in && out ? 0 : -errno;
+    while (r == 0 && (n = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, n, out) != n) r = -EIO;
+    if (in) fclose(in);
+    if (out && fclose(out) != 0 && r == 0) r = -EIO;
+    return r;
+}
+
 TEST(model_dir) {
+    const char *model = test_shared_path("stories260K.gguf");
+    if (!model) SKIP("../shared/models/stories260K.gguf is absent");
     char dir[4096], outside[4096], path[4200];
     snprintf(dir, sizeof dir, "%s/models", test_tmpdir());
     snprintf(outside, sizeof outside, "%s/outside.gguf", test_tmpdir());
     ASSERT_OK(mkdir(dir, 0755) == 0 ? 0 : -errno);
-    ASSERT_TRUE(write_file("models/good.gguf", "GGUF rest of a model") != NULL);
+    snprintf(path, sizeof path, "%s/good.gguf", dir);
+    ASSERT_OK(copy_file(model, path));
+    snprintf(path, sizeof path, "%s/Upper.GGUF", dir);
+    ASSERT_OK(copy_file(model, path));
+    ASSERT_TRUE(write_file("models/fake.gguf", "GGUF rest of a model") != NULL);
     ASSERT_TRUE(write_file("models/notgguf.gguf", "NOPE") != NULL);
     ASSERT_TRUE(write_file("models/readme.txt", "GGUF") != NULL);
-    ASSERT_TRUE(write_file("outside.gguf", "GGUF outside") != NULL);
-    snprintf(path, sizeof path, "%s/escape.gguf", dir);
-    ASSERT_OK(symlink(outside, path) == 0 ? 0 : -errno);          /* out of the directory */
+    ASSERT_TRUE(write_file("models/bad name.gguf", "GGUF") != NULL);
+    ASSERT_OK(copy_file(model, outside));
+    snprintf(path, sizeof path, "%s/linked.gguf", dir);
+    ASSERT_OK(symlink(outside, path) == 0 ? 0 : -errno); /* ours: followed out of the dir */
     snprintf(path, sizeof path, "%s/alias.gguf", dir);
-    ASSERT_OK(symlink("good.gguf", path) == 0 ? 0 : -errno);       /* stays inside: fine */
+    ASSERT_OK(symlink("good.gguf", path) == 0 ? 0 : -errno);
     snprintf(path, sizeof path, "%s/null.gguf", dir);
     ASSERT_OK(symlink("/dev/zero", path) == 0 ? 0 : -errno);
+    snprintf(path, sizeof path, "%s/magic.gguf", dir);
+    ASSERT_OK(symlink("/proc/self/fd/0", path) == 0 ? 0 : -errno);
     snprintf(path, sizeof path, "%s/fifo.gguf", dir);
     ASSERT_OK(mkfifo(path, 0644) == 0 ? 0 : -errno);
     snprintf(path, sizeof path, "%s/dir.gguf", dir);
     ASSERT_OK(mkdir(path, 0755) == 0 ? 0 : -errno);
-    snprintf(path, sizeof path, "%s/.hidden.gguf", dir);
     ASSERT_TRUE(write_file("models/.hidden.gguf", "GGUF") != NULL);
     /* A 1 TiB sparse file with a GGUF magic. */
     snprintf(path, sizeof path, "%s/sparse.gguf", dir);
@@ -296,6 +423,7 @@ TEST(model_dir) {
     ASSERT_EQ(write(fd, "GGUF", 4), 4);
     int tr = ftruncate(fd, 1ll << 40);
     close(fd);
+    (void)tr;
 
     struct registry r;
     struct err_detail d = {0};
@@ -305,13 +433,36 @@ TEST(model_dir) {
     struct registry_model *list = NULL;
     size_t count = 0;
     ASSERT_OK(registry_list(&r, &list, &count));
-    ASSERT_EQ(count, 2);
-    ASSERT_EQ(n, 2);
-    ASSERT_STREQ(list[0].name, "alias");
-    ASSERT_STREQ(list[1].name, "good");
-    ASSERT_EQ(list[1].size_bytes, 20);
+    /* every *.gguf but the hidden one is listed; four are served */
+    static const struct {
+        const char *name, *reason; /* NULL: available */
+    } want[] = {
+        {"Upper", NULL},
+        {"alias", NULL},
+        {"bad name", "the file name is not a model name"},
+        {"dir", "not a regular file"},
+        {"fake", "malformed GGUF"},
+        {"fifo", "not a regular file"},
+        {"good", NULL},
+        {"linked", NULL},
+        {"magic", "symlink to '/proc/self/fd/0' cannot be followed"},
+        {"notgguf", "not a GGUF file: it starts with 'NOPE'"},
+        {"null", "symlink to '/dev/zero' does not point to a regular file"},
+        {"sparse", "sparse file"},
+    };
+    ASSERT_EQ(count, ARRAY_SIZE(want));
+    ASSERT_EQ(n, 4);
+    ASSERT_EQ(registry_count(&r), 4);
+    for (size_t i = 0; i < count; i++) {
+        ASSERT_STREQ(list[i].name, want[i].name);
+        ASSERT_EQ(list[i].available, want[i].reason == NULL);
+        if (want[i].reason && !strstr(list[i].reason, want[i].reason))
+            TEST_FAIL_("%s: reason '%s' lacks '%s'", list[i].name, list[i].reason, want[i].reason);
+    }
+    ASSERT_STREQ(list[0].meta.architecture, "llama");
+    ASSERT_EQ(list[0].meta.n_ctx_train, 2048);
+    ASSERT_STREQ(list[0].meta.quantization, "F32 100%");
     free(list);
-    (void)tr;
 
     struct registry_model m;
     ASSERT_OK(registry_find(&r, "good", &m, &d));
@@ -319,19 +470,33 @@ TEST(model_dir) {
     ASSERT_OK(registry_open(&r, "alias", &mfd, &d));
     ASSERT_TRUE(mfd >= 0);
     close(mfd);
-    /* Missing, escaping, device, FIFO, directory and sparse get the same answer. */
-    static const char *const hidden[] = {"missing", "escape", "null", "fifo", "dir", "sparse",
-                                         "notgguf"};
-    for (size_t i = 0; i < ARRAY_SIZE(hidden); i++) {
-        ASSERT_ERR(registry_open(&r, hidden[i], &mfd, &d), ERR_NOT_FOUND);
-        char want[256];
-        snprintf(want, sizeof want, "model '%s' not found in the models directory", hidden[i]);
-        ASSERT_STREQ(d.msg, want);
-    }
+    ASSERT_OK(registry_open(&r, "linked", &mfd, &d));
+    close(mfd);
+    /* a skipped file says why; a name not in the directory, what is close to it */
+    ASSERT_ERR(registry_open(&r, "notgguf", &mfd, &d), ERR_UNSUPPORTED);
+    ASSERT_STREQ(d.msg, "model 'notgguf' is not available: not a GGUF file: it starts with "
+                        "'NOPE', not 'GGUF'");
+    ASSERT_ERR(registry_find(&r, "bad name", &m, &d), ERR_UNSUPPORTED);
+    ASSERT_ERR(registry_find(&r, "god", &m, &d), ERR_NOT_FOUND);
+    ASSERT_STREQ(d.msg, "model 'god' not found in the models directory; did you mean 'good'?");
+    ASSERT_ERR(registry_find(&r, "missing", &m, &d), ERR_NOT_FOUND);
+    ASSERT_STREQ(d.msg, "model 'missing' not found in the models directory");
+    ASSERT_ERR(registry_find(&r, ".hidden", &m, &d), ERR_INVALID);
     ASSERT_ERR(registry_find(&r, "../outside", &m, &d), ERR_INVALID);
     /* A file added later is found without an explicit rescan. */
-    ASSERT_TRUE(write_file("models/late.gguf", "GGUF") != NULL);
+    snprintf(path, sizeof path, "%s/late.gguf", dir);
+    ASSERT_OK(copy_file(model, path));
     ASSERT_OK(registry_find(&r, "late", &m, &d));
+    /* and one fixed later too */
+    snprintf(path, sizeof path, "%s/notgguf.gguf", dir);
+    ASSERT_OK(copy_file(model, path));
+    ASSERT_OK(registry_find(&r, "notgguf", &m, &d));
+    /* two files, one name: neither is served */
+    snprintf(path, sizeof path, "%s/late.GGUF", dir);
+    ASSERT_OK(copy_file(model, path));
+    ASSERT_OK(registry_scan(&r, &d));
+    ASSERT_ERR(registry_find(&r, "late", &m, &d), ERR_UNSUPPORTED);
+    ASSERT_TRUE(strstr(d.msg, "'late.GGUF' and 'late.gguf' both name this model") != NULL);
     registry_done(&r);
 
     /* A missing directory is an error naming it, and an empty list. */
@@ -340,6 +505,18 @@ TEST(model_dir) {
     ASSERT_TRUE(strstr(d.msg, "/nonexistent/warmd-models") != NULL);
     ASSERT_EQ(registry_count(&r), 0);
     registry_done(&r);
+}
+
+TEST(model_name_suggestions) {
+    static const char *const names[] = {"qwen3-0.6b", "llama3.2-1b", "stories260K", "gemma3"};
+    const size_t n = ARRAY_SIZE(names);
+    ASSERT_STREQ(registry_suggest("stories260k", names, n), "stories260K"); /* case */
+    ASSERT_STREQ(registry_suggest("storeis260K", names, n), "stories260K"); /* a swap */
+    ASSERT_STREQ(registry_suggest("gema3", names, n), "gemma3");           /* a letter out */
+    ASSERT_STREQ(registry_suggest("qwen3", names, n), "qwen3-0.6b");       /* a prefix */
+    ASSERT_TRUE(registry_suggest("mistral", names, n) == NULL);
+    ASSERT_TRUE(registry_suggest("ab", names, n) == NULL);
+    ASSERT_TRUE(registry_suggest("x", NULL, 0) == NULL);
 }
 
 TEST(utf8) {
@@ -396,5 +573,6 @@ TEST(status_map) {
     }
 }
 
-TEST_MAIN(T(defaults), T(values), T(file), T(print_roundtrip), T(cmdline), T(env_rotation),
-          T(policy), T(model_names), T(model_dir), T(utf8), T(metrics_text), T(status_map))
+TEST_MAIN(T(defaults), T(values), T(file), T(print_roundtrip), T(cmdline), T(dropins),
+          T(many_errors), T(env_rotation),
+          T(policy), T(model_names), T(model_dir), T(model_name_suggestions), T(utf8), T(metrics_text), T(status_map))

@@ -27,7 +27,7 @@ def collect(stream):
         if ev.HasField("token"):
             if ev.token.id >= 0:
                 ids.append(ev.token.id)
-        else:
+        elif ev.HasField("summary"):
             summary = ev.summary
     return ids, summary
 
@@ -205,7 +205,7 @@ class CacheTest(DaemonTest):
         want, _ = self.gen(d, P)
         self.assertEqual(d.stop(), 0)
         out = subprocess.run([PATCH, "--store", os.path.join(d.tmp, "cache"),
-                              "--set-version", "99"], capture_output=True, text=True, timeout=60)
+                              "--set-version", "1"], capture_output=True, text=True, timeout=60)
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertRegex(out.stdout, r"patched [1-9]\d* records")
         d = self.restart(d)
@@ -214,7 +214,7 @@ class CacheTest(DaemonTest):
         self.assertEqual((s.store_tokens, s.evaluated_tokens), (0, len(P)), s)
         self.assertGreaterEqual(len(s.rejected), 1, s)
         self.assertEqual(s.rejected[0].reason, "state_version")
-        self.assertIn("incompatible state version (blob 99, runtime 1)", s.rejected[0].message)
+        self.assertIn("incompatible state version (blob 1, runtime 2)", s.rejected[0].message)
         d = self.restart(d)
         ids, s = self.gen(d, P)
         self.assertEqual(ids, want)

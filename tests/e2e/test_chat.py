@@ -139,7 +139,7 @@ class ChatTest(DaemonTest):
         e = self.assertCode(lambda: self.st.Chat(pb.ChatRequest(
             model="stories", messages=[pb.ChatMessage(role="user", content="hi")])),
             C.FAILED_PRECONDITION, "no supported chat template")
-        self.assertIn("use Generate", e.details())
+        self.assertIn("complete a plain prompt", e.details())
         self.assertIn("chatml, llama3, gemma, mistral", e.details())
 
 

@@ -38,7 +38,7 @@ def collect(stream):
         if ev.HasField("token"):
             if ev.token.id >= 0:
                 ids.append(ev.token.id)
-        else:
+        elif ev.HasField("summary"):
             summary = ev.summary
     return ids, summary
 

@@ -265,7 +265,7 @@ class GenerateTest(DaemonTest):
             f.write(open(MODEL, "rb").read()[:5000])  # truncated
         st = d.stub()
         e = self.assertCode(lambda: collect(st.Generate(pb.GenerateRequest(
-            model="broken", prompt="x"))), C.FAILED_PRECONDITION, "cannot be loaded")
+            model="broken", prompt="x"))), C.FAILED_PRECONDITION, "is not available")
         self.assertIsNotNone(e)
         self.assertEqual(len(collect(st.Generate(pb.GenerateRequest(
             model="stories", prompt="x", max_tokens=2)))[0]), 2)

@@ -38,7 +38,9 @@ if action == "raw":
         out["connect"] = 0
         s.settimeout(10)
         try:
-            out["first_bytes"] = len(s.recv(4096))
+            data = s.recv(4096)
+            out["first_bytes"] = len(data)
+            out["first_hex"] = data.hex()
         except OSError as e:
             out["first_bytes"] = -e.errno
     print(json.dumps(out)); sys.exit(0)
@@ -145,7 +147,13 @@ class PeerTest(DaemonTest):
         before = self.metrics()
         out = self.as_user(f"wtb{TAG}", "raw")
         self.assertEqual(out["connect"], 0)
-        self.assertEqual(out["first_bytes"], 0, "the server must not even send its preface")
+        # No HTTP/2 preface (SETTINGS), nothing of gRPC: only a GOAWAY that says why, so a
+        # client can tell the person instead of retrying.
+        frame = bytes.fromhex(out["first_hex"])
+        self.assertGreaterEqual(len(frame), 17, out)
+        self.assertEqual(frame[3], 7, "a GOAWAY frame, not the server preface")
+        self.assertEqual(int.from_bytes(frame[:3], "big"), len(frame) - 9)
+        self.assertIn(b"refused by the access policy", frame[17:])
         out = self.as_user(f"wtb{TAG}", "info,load")
         self.assertEqual(out["info"][0], "UNAVAILABLE")
         self.assertEqual(out["load"][0], "UNAVAILABLE")

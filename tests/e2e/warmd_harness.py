@@ -151,20 +151,26 @@ class Daemon:
 
 
 def write_model(path, payload=b""):
-    """A file the registry lists: it starts with the GGUF magic."""
-    with open(path, "wb") as f:
-        f.write(b"GGUF\x03\x00\x00\x00" + payload)
+    """A small model the registry serves (warm-mkmodel's; the registry reads and checks
+    every file as the loader would), payload appended as trailing bytes (GGUF readers
+    ignore them)."""
+    subprocess.run([os.path.join(BIN, "warm-mkmodel"), "--arch", "llama", "--n-embd", "16",
+                    "--n-layer", "1", "--n-head", "1", "--n-ff", "16", "--n-vocab", "260",
+                    "-o", path], check=True, capture_output=True, timeout=120)
+    with open(path, "ab") as f:
+        f.write(payload)
 
 
 def collect(stream):
-    """Drains a Generate/Chat stream: (token ids, text, summary event)."""
+    """Drains a Generate/Chat stream: (token ids, text, summary event); progress events
+    are left out."""
     ids, text, summary = [], "", None
     for ev in stream:
         if ev.HasField("token"):
             if ev.token.id >= 0:
                 ids.append(ev.token.id)
             text += ev.token.text
-        else:
+        elif ev.HasField("summary"):
             summary = ev.summary
     return ids, text, summary
 

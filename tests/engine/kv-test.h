@@ -87,9 +87,17 @@ static inline uint64_t kvt_seq_hash(const struct engine_context *ctx) {
     const struct kv_cache *kv = &ctx->kv;
     uint32_t len = kv->seq_len[0];
     uint64_t h = hash64(&len, sizeof len);
-    for (uint32_t i = 0; i < kv->n_layer_kv; i++) {
-        h ^= hash64(kv->k[i], (size_t)len * kv->k_row_bytes) * (2 * i + 3);
-        h ^= hash64(kv->v[i], (size_t)len * kv->v_row_bytes) * (2 * i + 5);
+    for (uint32_t s = 0; s < kv->n_store; s++) {
+        const struct kv_store *st = &kv->store[s];
+        /* a window's rows: those a query at len - 1 sees (a ring holds no others) */
+        uint32_t from = st->window && len >= st->window ? len - st->window + 1 : 0;
+        for (uint32_t i = 0; i < st->n_layer_kv; i++)
+            for (uint32_t p = from; p < len; p++) {
+                size_t c = kv_cell(st, 0, (int32_t)p);
+                uint64_t w = 2 * (i + 8 * s) + 3;
+                h ^= hash64((const char *)st->k[i] + c * st->k_row_bytes, st->k_row_bytes) * w * (p + 1);
+                h ^= hash64((const char *)st->v[i] + c * st->v_row_bytes, st->v_row_bytes) * (w + 2) * (p + 1);
+            }
     }
     return h ^ hash64(kv->tok, (size_t)len * sizeof *kv->tok);
 }

@@ -39,6 +39,17 @@ static const char tmpl_llama2[] =
     "{% if messages[0]['role'] == 'system' %}{% set system_message = '<<SYS>>\\n' + "
     "messages[0]['content'] + '\\n<</SYS>>\\n\\n' %}{% endif %}{% for message in messages %}"
     "{{ bos_token + '[INST] ' + message['content'] + ' [/INST]' }}{% endfor %}";
+/* the parts of Gemma 4's template (google-gemma-4-31B-it.jinja) that name its markers */
+static const char tmpl_gemma4[] =
+    "{{- bos_token -}}{%- if messages[0]['role'] in ['system', 'developer'] -%}"
+    "{{- '<|turn>system\n' -}}{{- messages[0]['content'] | trim -}}{{- '<turn|>\n' -}}"
+    "{%- endif -%}{%- for message in loop_messages -%}{%- set role = 'model' if "
+    "message['role'] == 'assistant' else message['role'] -%}{{- '<|turn>' + role + '\n' }}"
+    "{{- message['content'] | trim -}}{{- '<turn|>\n' -}}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|turn>model\n' -}}{%- endif -%}";
+/* a Gemma 4 template whose comment names Gemma 3's marker: still gemma4 */
+static const char tmpl_gemma4_legacy[] =
+    "{# legacy: <start_of_turn> #}{{- '<|turn>' + role + '\n' }}{{- '<turn|>\n' }}";
 static const char tmpl_unknown[] =
     "{% for message in messages %}{{ '### ' + message['role'] | upper + ':\\n' + "
     "message['content'] + '\\n\\n' }}{% endfor %}{% if add_generation_prompt %}"
@@ -52,6 +63,7 @@ TEST(detect) {
         {tmpl_chatml, ENGINE_CHAT_CHATML},   {tmpl_llama3, ENGINE_CHAT_LLAMA3},
         {tmpl_gemma, ENGINE_CHAT_GEMMA},     {tmpl_mistral, ENGINE_CHAT_MISTRAL},
         {tmpl_llama2, ENGINE_CHAT_NONE},     {tmpl_unknown, ENGINE_CHAT_NONE},
+        {tmpl_gemma4, ENGINE_CHAT_GEMMA4},   {tmpl_gemma4_legacy, ENGINE_CHAT_GEMMA4},
         {"", ENGINE_CHAT_NONE},
     };
     for (size_t i = 0; i < ARRAY_SIZE(cases); i++)
@@ -63,6 +75,8 @@ TEST(detect) {
     ASSERT_STREQ(engine_chat_end_of_turn(ENGINE_CHAT_LLAMA3), "<|eot_id|>");
     ASSERT_STREQ(engine_chat_end_of_turn(ENGINE_CHAT_GEMMA), "<end_of_turn>");
     ASSERT_STREQ(engine_chat_end_of_turn(ENGINE_CHAT_MISTRAL), "</s>");
+    ASSERT_STREQ(engine_chat_end_of_turn(ENGINE_CHAT_GEMMA4), "<turn|>");
+    ASSERT_STREQ(engine_chat_family_name(ENGINE_CHAT_GEMMA4), "gemma4");
 }
 
 /* A 1 MiB template of Jinja loops: only searched, never run. The marker at the very end
@@ -115,6 +129,11 @@ TEST(render_exact) {
                               "<start_of_turn>user\nAnd?<end_of_turn>\n"
                               "<start_of_turn>model\n",
         [ENGINE_CHAT_MISTRAL] = "<s>[INST] You are terse.\n\nHi [/INST]Hello.</s>[INST] And? [/INST]",
+        [ENGINE_CHAT_GEMMA4] = "<bos><|turn>system\nYou are terse.<turn|>\n"
+                               "<|turn>user\nHi<turn|>\n"
+                               "<|turn>model\nHello.<turn|>\n"
+                               "<|turn>user\nAnd?<turn|>\n"
+                               "<|turn>model\n",
     };
     char buf[1024];
     for (int f = 0; f < ENGINE_CHAT_FAMILY_COUNT; f++) {

@@ -3,9 +3,13 @@
 #include "test.h"
 
 #include "engine/gguf.h"
+#include "engine/model.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -194,6 +198,91 @@ TEST(stories260k_mem) {
     ASSERT_TRUE(t && t->offset == 1170944 && (const uint8_t *)t->data == buf + 14176 + 1170944);
     gguf_close(f);
     free(buf);
+}
+
+/* ---- metadata-only reads (gguf_open_meta) ---------------------------------------------- */
+
+static int open_meta_path(const char *path, struct gguf_file **ret, struct err_detail *d) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    int r = gguf_open_meta(fd, ret, d);
+    close(fd);
+    return r;
+}
+
+/* Writes the first n bytes of buf to a file in the test's directory; returns its path. */
+static const char *prefix_file(const uint8_t *buf, size_t n, const char *name) {
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", test_tmpdir(), name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(buf, 1, n, f) != n) abort();
+    fclose(f);
+    return path;
+}
+
+/* The metadata and tensor table read by pread equal the mapped file's; tensor data is
+ * not read; files bigger than the first read (vocabularies of several MiB) and truncated
+ * files get the verdicts gguf_open gives. */
+TEST(open_meta) {
+    const char *path = test_shared_path("stories260K.gguf");
+    if (!path) SKIP("../shared/models/stories260K.gguf is absent");
+    struct gguf_file *f = NULL, *m = NULL;
+    struct err_detail d = {0};
+    ASSERT_OK_D(gguf_open(path, &f, &d), &d);
+    ASSERT_OK_D(open_meta_path(path, &m, &d), &d);
+    ASSERT_EQ(gguf_n_kv(m), gguf_n_kv(f));
+    ASSERT_EQ(gguf_n_tensors(m), gguf_n_tensors(f));
+    ASSERT_EQ(gguf_size(m), gguf_size(f));
+    ASSERT_EQ(gguf_data_end(m), gguf_data_end(f));
+    for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const struct gguf_tensor *a = gguf_tensor_at(f, i), *b = gguf_tensor_at(m, i);
+        ASSERT_TRUE(a->name.len == b->name.len && !memcmp(a->name.ptr, b->name.ptr, a->name.len));
+        ASSERT_EQ(a->offset, b->offset);
+        ASSERT_EQ(a->n_bytes, b->n_bytes);
+        ASSERT_EQ(a->type, b->type);
+        ASSERT_TRUE(b->data == NULL);
+    }
+    uint32_t ctx;
+    ASSERT_OK(gguf_get_u32(m, "llama.context_length", &ctx, NULL));
+    ASSERT_EQ(ctx, 2048);
+    /* the loader's checks run on it; loading it (no weights) is refused */
+    struct engine_model_facts facts;
+    ASSERT_OK_D(engine_model_check(m, &facts, &d), &d);
+    ASSERT_EQ(facts.n_layer, 5);
+    ASSERT_EQ(facts.n_vocab, 512);
+    struct engine_model *model = NULL;
+    ASSERT_ERR(engine_model_load_gguf(m, NULL, &model, NULL), ERR_INVALID); /* closes m */
+    gguf_close(f);
+
+    /* cut inside the tensor data, and inside the metadata: the same codes as gguf_open */
+    uint8_t *buf;
+    size_t size;
+    read_whole(path, &buf, &size);
+    ASSERT_TRUE(buf != NULL);
+    const size_t cuts[] = {size - 1000, 14000, 2000, 100, 3, 0};
+    for (size_t i = 0; i < ARRAY_SIZE(cuts); i++) {
+        const char *cut = prefix_file(buf, cuts[i], "cut.gguf");
+        struct err_detail d1 = {0}, d2 = {0};
+        int r1 = gguf_open(cut, &f, &d1), r2 = open_meta_path(cut, &m, &d2);
+        ASSERT_TRUE(r1 < 0);
+        ASSERT_EQ(r2, r1);
+        ASSERT_STREQ(d2.msg, d1.msg);
+    }
+    free(buf);
+
+    /* metadata of several MiB: read in growing prefixes */
+    const char *big = test_shared_path("vocab/ggml-vocab-deepseek-llm.gguf");
+    if (!big) SKIP("the vocabulary files are absent");
+    ASSERT_OK_D(gguf_open(big, &f, &d), &d);
+    ASSERT_OK_D(open_meta_path(big, &m, &d), &d);
+    ASSERT_TRUE(gguf_size(m) > (2u << 20));
+    const struct gguf_kv *ka = gguf_find_kv(f, "tokenizer.ggml.merges");
+    const struct gguf_kv *kb = gguf_find_kv(m, "tokenizer.ggml.merges");
+    ASSERT_TRUE(ka && kb && ka->n == kb->n && ka->n == 99757);
+    struct gguf_str la = gguf_kv_str(ka, ka->n - 1), lb = gguf_kv_str(kb, kb->n - 1);
+    ASSERT_TRUE(la.len == lb.len && !memcmp(la.ptr, lb.ptr, la.len));
+    gguf_close(m);
+    gguf_close(f);
 }
 
 /* ---- vocab-only files ---------------------------------------------------------------- */
@@ -616,6 +705,6 @@ TEST(warm_gguf_tool) {
     if (!seen) SKIP("../shared/models/*.gguf are absent");
 }
 
-TEST_MAIN(T(stories260k), T(stories260k_mem), T(vocab_files), T(open_errors),
+TEST_MAIN(T(stories260k), T(stories260k_mem), T(open_meta), T(vocab_files), T(open_errors),
           T(writer_copies_shared_files_exactly), T(writer_roundtrip), T(writer_v2_and_empty),
           T(writer_save_fails_cleanly), T(warm_gguf_tool))

@@ -212,6 +212,9 @@ static void round_trip(float *y, const float *x, enum kern_type t, int64_t n) {
     kern_type_traits(t)->to_f32(y, buf, n);
 }
 
+/* kern_attn_head with a block-type K vs the naive f32 reference (see its use) */
+#define ATTN_TOL_Q8_QUERY 2e-3
+
 static const enum kern_type cache_types[] = {
     KERN_TYPE_F32,  KERN_TYPE_F16,  KERN_TYPE_BF16, KERN_TYPE_Q8_0,   KERN_TYPE_Q4_0,
     KERN_TYPE_Q4_1, KERN_TYPE_Q5_0, KERN_TYPE_Q5_1, KERN_TYPE_IQ4_NL,
@@ -238,7 +241,10 @@ TEST(attention_every_cache_type) {
         for (size_t i = 0; i < ARRAY_SIZE(out); i++) max_err = fmax(max_err, fabs(out[i] - ref[i]));
         printf("  K %-6s V %-6s: max |kernel - naive| = %.2e\n", kern_type_name(tk),
                kern_type_name(tv), max_err);
-        ASSERT_TRUE(max_err <= 1e-5);
+        /* a block-type K meets the query quantized to q8_0 on SIMD levels
+         * (kernels/cpu/x86-attn.h): each score moves by <= scale·Σ_b amax_b/254·Σ|K| (~0.02
+         * here), the output by about that fraction of |V| <= 1 (seen: 3.7e-4) */
+        ASSERT_TRUE(max_err <= (kern_type_traits(tk)->is_quantized ? ATTN_TOL_Q8_QUERY : 1e-5));
     }
 }
 
@@ -332,7 +338,7 @@ TEST(shared_kv_layers) {
     }
     /* memory: one layer of KV, not three */
     struct engine_context *c2 = kvt_ctx(m, KERN_TYPE_Q8_0, KERN_TYPE_F16, true, 32, NULL);
-    ASSERT_EQ(engine_context_kv_bytes(c2), 32 * (kv->k_row_bytes + kv->v_row_bytes));
+    ASSERT_EQ(engine_context_kv_bytes(c2), 32 * (kv->store[0].k_row_bytes + kv->store[0].v_row_bytes));
     /* decoding reads the source's rows: same result twice, and batch = one by one */
     int32_t prompt[6] = {1, 270, 271, 272, 273, 274}, g1[8], g2[8];
     ASSERT_OK(kvt_decode(c, prompt, 0, 6));
@@ -443,19 +449,19 @@ static double shift_error(const struct engine_model *m, enum kern_type tk, enum 
     struct err_detail d = {0};
     if (engine_kv_seq_shift(a, 0, P0, DISCARD, &d) < 0) return INFINITY;
     const struct kv_cache *ka = &a->kv, *kb = &b->kv;
-    *ret_n_rot = ka->n_rot_k;
+    *ret_n_rot = ka->store[0].n_rot_k;
     if (ka->seq_len[0] != (uint32_t)n_kept) return INFINITY;
     static float ra[1024], rb[1024];
     double num = 0, den = 0;
     for (int p = 0; p < n_kept; p++) {
         if (*kv_tok(ka, 0, p) != kept[p]) return INFINITY;
-        kern_type_traits(tk)->to_f32(ra, kv_k_row(ka, 0, 0, p), ka->n_embd_k);
-        kern_type_traits(tk)->to_f32(rb, kv_k_row(kb, 0, 0, p), kb->n_embd_k);
-        for (int64_t i = 0; i < ka->n_embd_k; i++) {
+        kern_type_traits(tk)->to_f32(ra, kv_k_row(ka, 0, 0, p), ka->store[0].n_embd_k);
+        kern_type_traits(tk)->to_f32(rb, kv_k_row(kb, 0, 0, p), kb->store[0].n_embd_k);
+        for (int64_t i = 0; i < ka->store[0].n_embd_k; i++) {
             num += ((double)ra[i] - rb[i]) * (ra[i] - rb[i]);
             den += (double)rb[i] * rb[i];
         }
-        if (memcmp(kv_v_row(ka, 0, 0, p), kv_v_row(kb, 0, 0, p), ka->v_row_bytes) != 0) return INFINITY;
+        if (memcmp(kv_v_row(ka, 0, 0, p), kv_v_row(kb, 0, 0, p), ka->store[0].v_row_bytes) != 0) return INFINITY;
     }
     /* and the shifted sequence keeps decoding */
     int32_t g[4];

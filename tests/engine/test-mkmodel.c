@@ -335,7 +335,10 @@ TEST(tied_and_options) {
 
     /* refusals: exit 2 for bad arguments, 1 for shapes the type cannot hold */
     ASSERT_EQ(mkmodel("--arch gpt2", path), 2);
-    ASSERT_EQ(mkmodel("--arch llama --type q4_K", path), 2);
+    ASSERT_EQ(mkmodel("--arch llama --type q9_K", path), 2);
+    /* 256-value types need n_in a multiple of 256 (the default n_embd is not) */
+    ASSERT_EQ(mkmodel("--arch llama --type q4_K", path), 1);
+    ASSERT_TRUE(log_contains("is not a multiple of q4_K's block size 256"));
     ASSERT_EQ(mkmodel("--arch llama --n-head 4 --n-head-kv 3", path), 2);
     ASSERT_TRUE(log_contains("multiple of --n-head-kv"));
     ASSERT_EQ(mkmodel("--arch qwen2 --n-embd 64 --n-head 4 --head-dim 32", path), 2);

@@ -21,6 +21,7 @@ struct spec {
     const char *extra;        /* tensor added */
     const char *wrong_shape;  /* tensor written with one more row */
     const char *wrong_type;   /* tensor written as q8_0 (norms) or i32 */
+    int wrong_type_id;        /* != 0: wrong_type is written as this type instead */
     const char *rope_scaling; /* rope.scaling.type */
     float rope_factor;
     bool rope_freqs;
@@ -44,7 +45,8 @@ static int add_tensor(struct gguf_writer *w, const struct spec *s, const char *n
     if (s->wrong_shape && !strcmp(s->wrong_shape, name)) ne1 += 1;
     enum kern_type type = KERN_TYPE_F32;
     if (s->wrong_type && !strcmp(s->wrong_type, name))
-        type = ne1 == 1 ? KERN_TYPE_Q8_0 : KERN_TYPE_I32;
+        type = s->wrong_type_id ? (enum kern_type)s->wrong_type_id
+               : ne1 == 1 ? KERN_TYPE_Q8_0 : KERN_TYPE_I32;
     size_t n = kern_row_size(type, ne0) * (size_t)ne1;
     uint8_t *data = calloc(1, n);
     if (!data) return -ENOMEM;
@@ -337,10 +339,35 @@ TEST(tensor_validation) {
     ASSERT_LOAD_FAILS(s, ERR_MODEL_TENSOR_SHAPE, "expected [64, 40]");
     s = spec_default("llama");
     s.wrong_type = "blk.0.attn_q.weight"; /* i32 matrix */
-    ASSERT_LOAD_FAILS(s, ERR_MODEL_TENSOR_TYPE, "'blk.0.attn_q.weight': type i32");
+    ASSERT_LOAD_FAILS(s, ERR_MODEL_TENSOR_TYPE, "'blk.0.attn_q.weight' is I32");
     s = spec_default("llama");
     s.wrong_type = "blk.0.ffn_norm.weight"; /* a quantized norm weight */
     ASSERT_LOAD_FAILS(s, ERR_MODEL_TENSOR_TYPE, "'blk.0.ffn_norm.weight'");
+}
+
+/* A ggml type the reader can size but warmd has no kernels for: the file opens (warm-gguf
+ * lists it) and the loader names the tensor, its type and what it supports instead. */
+TEST(known_type_without_kernels) {
+    struct spec s = spec_default("llama");
+    s.n_embd = 256;
+    s.head_dim = 64;
+    s.wrong_type = "blk.0.attn_q.weight";
+    s.wrong_type_id = KERN_TYPE_IQ2_XS;
+    char path[512];
+    snprintf(path, sizeof path, "%s/iq2xs.gguf", test_tmpdir());
+    ASSERT_OK(build(&s, path));
+    struct err_detail d = {0};
+    struct gguf_file *f = NULL;
+    ASSERT_OK_D(gguf_open(path, &f, &d), &d);
+    const struct gguf_tensor *t = gguf_find_tensor(f, "blk.0.attn_q.weight");
+    ASSERT_TRUE(t != NULL);
+    ASSERT_EQ(t->type, KERN_TYPE_IQ2_XS);
+    ASSERT_EQ(t->n_bytes, (uint64_t)74 * 256); /* 256 rows of one 74-byte block */
+    gguf_close(f);
+    ASSERT_LOAD_FAILS(s, ERR_MODEL_TENSOR_TYPE,
+                      "tensor 'blk.0.attn_q.weight' is IQ2_XS, which warmd does not support "
+                      "yet; supported: F32, F16, Q4_0");
+    ASSERT_LOAD_FAILS(s, ERR_MODEL_TENSOR_TYPE, "Q4_K, Q5_K, Q6_K");
 }
 
 TEST(hparam_validation) {
@@ -392,4 +419,5 @@ TEST(truncated_files) {
 
 TEST_MAIN(T(stories260k), T(arch_table), T(archs_load), T(rope_scaling_hparams),
           T(block_count_out_of_range), T(architecture_key), T(tensor_validation),
+          T(known_type_without_kernels),
           T(hparam_validation), T(truncated_files))

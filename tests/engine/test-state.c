@@ -19,6 +19,7 @@ enum { PROMPT = 12, EXPORT_AT = 7, GEN = 32, MATRIX_CTX = 64 };
 
 struct matrix_stats {
     int run, passed, vacuous, not_applicable, failed;
+    int rot_differ; /* cases whose full and SWA caches both rotate, with different sizes */
 };
 
 static const int32_t matrix_prompt[PROMPT] = {1, 260, 275, 281, 263, 290, 266, 270, 284, 261, 299, 272};
@@ -66,28 +67,34 @@ static bool matrix_case(const struct engine_model *m, enum kern_type tk, enum ke
         snprintf(why, why_n, "generation differs at token %d (%d, restored %d)", i, ref[i], got[i]);
         goto out;
     }
-    /* the other rotation setting */
+    /* the other rotation setting: the first cache (full, then SWA) whose rotation differs
+     * names the refusal */
     struct engine_kv_info ir, ic;
     engine_context_kv_info(r, &ir);
     engine_context_kv_info(c, &ic);
     if (kvt_decode(c, matrix_prompt, 0, 3) < 0) goto out;
     uint64_t before = kvt_seq_hash(c);
     e = engine_kv_import(c, 0, blob, size, matrix_prompt, PROMPT, NULL, &d);
-    *ret_vacuous = ir.n_rot_k == ic.n_rot_k && ir.n_rot_v == ic.n_rot_v;
+    const struct engine_kv_cache_info *cr = NULL, *cc = NULL;
+    for (uint32_t k = 0; !cr && k < ir.n_cache; k++)
+        if (ir.cache[k].n_layer_kv && (ir.cache[k].n_rot_k != ic.cache[k].n_rot_k ||
+                                       ir.cache[k].n_rot_v != ic.cache[k].n_rot_v))
+            cr = &ir.cache[k], cc = &ic.cache[k];
+    *ret_vacuous = cr == NULL;
     if (*ret_vacuous) {
         if (e < 0) {
             snprintf(why, why_n, "same ABI, import refused: %s", err_msg(&d, e));
             goto out;
         }
     } else {
-        int want = ir.n_rot_k != ic.n_rot_k ? ERR_STATE_KEY_ROT : ERR_STATE_VALUE_ROT;
+        int want = cr->n_rot_k != cc->n_rot_k ? ERR_STATE_KEY_ROT : ERR_STATE_VALUE_ROT;
         char msg[128];
         if (want == ERR_STATE_KEY_ROT)
             snprintf(msg, sizeof msg, "incompatible key rotation (blob n_rot_k=%d, runtime %d)",
-                     ir.n_rot_k, ic.n_rot_k);
+                     cr->n_rot_k, cc->n_rot_k);
         else
             snprintf(msg, sizeof msg, "incompatible value rotation (blob n_rot_v=%d, runtime %d)",
-                     ir.n_rot_v, ic.n_rot_v);
+                     cr->n_rot_v, cc->n_rot_v);
         if (e != want || strcmp(d.msg, msg) != 0 || kvt_seq_hash(c) != before ||
             engine_kv_seq_len(c, 0) != 3) {
             snprintf(why, why_n, "rotation crossing: %.100s, expected %.100s", e < 0 ? d.msg : "accepted", msg);
@@ -122,6 +129,11 @@ static void matrix_model(const char *name, const char *path, const int (*pairs)[
                 s.not_applicable++;
                 continue;
             }
+            struct engine_kv_info pi;
+            engine_context_kv_info(probe, &pi);
+            s.rot_differ += pi.n_cache == 2 && pi.cache[0].n_layer_kv && pi.cache[1].n_layer_kv &&
+                            pi.cache[0].n_rot_k && pi.cache[1].n_rot_k &&
+                            pi.cache[0].n_rot_k != pi.cache[1].n_rot_k;
             engine_context_free(probe);
             bool vacuous = false;
             char why[256];
@@ -141,11 +153,15 @@ static void matrix_model(const char *name, const char *path, const int (*pairs)[
     if (s.not_applicable)
         printf(", %d not applicable (quantized cache needs a head size multiple of 32)\n",
                s.not_applicable);
+    if (s.rot_differ)
+        printf("  %-12s %d cases with the full and SWA caches rotating with different sizes\n",
+               name, s.rot_differ);
     total->run += s.run;
     total->passed += s.passed;
     total->vacuous += s.vacuous;
     total->not_applicable += s.not_applicable;
     total->failed += s.failed;
+    total->rot_differ += s.rot_differ;
     engine_model_free(m);
 }
 
@@ -163,6 +179,12 @@ static const struct matrix_model matrix_models[] = {
     {"qwen3-h128", "--arch qwen3 --n-embd 128 --n-layer 2 --n-head 2 --n-head-kv 1 --head-dim 128 --n-ff 128 --n-vocab 300 --seed 16"},
     {"qwen3-h32", "--arch qwen3 --n-embd 128 --n-layer 2 --n-head 4 --n-head-kv 2 --head-dim 32 --n-ff 128 --n-vocab 300 --seed 17"},
     {"shared-kv", "--arch qwen3 --n-embd 128 --n-layer 3 --n-head 2 --head-dim 64 --n-ff 128 --n-vocab 300 --shared-kv-layers 1 --seed 18"},
+    /* window 8: the export point (7) is inside the first window, the rest of the prompt
+     * and the generation run far past it, through the SWA ring */
+    {"gemma3", "--arch gemma3 --n-embd 128 --n-layer 4 --n-head 2 --n-head-kv 1 --head-dim 64 --n-ff 128 --n-vocab 300 --window 8 --swa-pattern 2 --seed 19"},
+    {"gemma4", "--arch gemma4 --n-embd 128 --n-layer 5 --n-head 2 --head-dim 64 --n-ff 128 --n-vocab 300 --window 8 --swa-pattern 10110 --shared-kv-layers 2 --ple 16 --seed 20"},
+    /* SWA heads of 64, global heads of 128: the two caches rotate with different sizes */
+    {"gemma4-mixed", "--arch gemma4 --n-embd 128 --n-layer 4 --n-head 2 --n-head-kv 1 --head-dim 128 --head-dim-swa 64 --n-ff 128 --n-vocab 300 --window 8 --swa-pattern 1011 --shared-kv-layers 1 --seed 21"},
 };
 
 /* Sanitizer builds run ~20x slower: all 81 pairs for llama-h64 and the shared-KV model,
@@ -200,6 +222,8 @@ TEST(state_matrix) {
            total.passed, total.vacuous, total.not_applicable, total.failed);
     if (total.run == 0) SKIP("no model available");
     ASSERT_EQ(total.failed, 0);
+    if (kvt_model_path("gemma4-mixed", matrix_models[ARRAY_SIZE(matrix_models) - 1].shape))
+        ASSERT_TRUE(total.rot_differ > 0); /* gemma4-mixed: per-cache rotation sizes exercised */
     ASSERT_EQ(total.passed, total.run);
 }
 
@@ -309,8 +333,9 @@ TEST(bad_blobs) {
         const char *msg; /* prefix of the message, NULL: any */
     } fields[] = {
         {0, 0x53564b57 ^ 1, ERR_STATE_BAD, "not a state blob"},          /* magic */
-        {4, 2, ERR_STATE_VERSION, "incompatible state version (blob 2, runtime 1)"},
-        {4, 0, ERR_STATE_VERSION, "incompatible state version (blob 0, runtime 1)"},
+        {4, 1, ERR_STATE_VERSION, "incompatible state version (blob 1, runtime 2)"},
+        {4, 3, ERR_STATE_VERSION, "incompatible state version (blob 3, runtime 2)"},
+        {4, 0, ERR_STATE_VERSION, "incompatible state version (blob 0, runtime 2)"},
         {8, 0xfffffff0u, ERR_STATE_BAD, NULL},                            /* header_bytes */
         {12, 1, ERR_STATE_BAD, NULL},                                     /* flags */
         {36, 1000000, ERR_STATE_BAD, NULL},                               /* n_cache */

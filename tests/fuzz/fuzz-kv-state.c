@@ -97,11 +97,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     engine_kv_seq_rm(ctx, 0, 0);
     if (decode(ctx, 0, 3) < 0) __builtin_trap();
     const struct kv_cache *kv = &ctx->kv;
-    uint64_t before = hash64(kv->k[0], 3 * kv->k_row_bytes) ^ hash64(kv->v[0], 3 * kv->v_row_bytes);
+    uint64_t before = hash64(kv->store[0].k[0], 3 * kv->store[0].k_row_bytes) ^ hash64(kv->store[0].v[0], 3 * kv->store[0].v_row_bytes);
     uint32_t p1 = 0;
     int r = engine_kv_import(ctx, 0, data, size, NULL, 0, &p1, NULL);
     if (r < 0) {
-        uint64_t after = hash64(kv->k[0], 3 * kv->k_row_bytes) ^ hash64(kv->v[0], 3 * kv->v_row_bytes);
+        uint64_t after = hash64(kv->store[0].k[0], 3 * kv->store[0].k_row_bytes) ^ hash64(kv->store[0].v[0], 3 * kv->store[0].v_row_bytes);
         if (after != before || engine_kv_seq_len(ctx, 0) != 3) __builtin_trap();
         return 0;
     }

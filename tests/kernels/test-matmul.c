@@ -33,7 +33,7 @@ static int rng_int(int lo, int hi) { return lo + (int)(rng_u32() % (uint32_t)(hi
 static const int mm_types[] = {
     KERN_TYPE_F32,  KERN_TYPE_F16,  KERN_TYPE_BF16, KERN_TYPE_Q8_0,   KERN_TYPE_Q4_0,
     KERN_TYPE_Q4_1, KERN_TYPE_Q5_0, KERN_TYPE_Q5_1, KERN_TYPE_IQ4_NL, KERN_TYPE_Q4_K,
-    KERN_TYPE_Q5_K, KERN_TYPE_Q6_K,
+    KERN_TYPE_Q5_K, KERN_TYPE_Q6_K, KERN_TYPE_Q2_K, KERN_TYPE_Q3_K, KERN_TYPE_IQ4_XS,
 };
 
 /* Random bytes are valid k-quant blocks once the fp16 super-block scales are set to sane
@@ -45,8 +45,13 @@ static void kquant_random_row(uint8_t *row, int wt, int64_t n_in) {
         uint8_t *blk = row + (size_t)b * tr->type_size;
         kern_f16 d = kern_fp32_to_fp16(0.001f + 0.01f * (float)(rng_u32() % 100) / 100.0f);
         kern_f16 dmin = kern_fp32_to_fp16(0.002f * (float)(rng_u32() % 100) / 100.0f);
-        if (wt == KERN_TYPE_Q6_K) {
-            memcpy(blk + 208, &d, 2);
+        if (wt == KERN_TYPE_Q6_K || wt == KERN_TYPE_Q3_K) {
+            memcpy(blk + (wt == KERN_TYPE_Q6_K ? 208 : 108), &d, 2);
+        } else if (wt == KERN_TYPE_Q2_K) {
+            memcpy(blk + 80, &d, 2);
+            memcpy(blk + 82, &dmin, 2);
+        } else if (wt == KERN_TYPE_IQ4_XS) {
+            memcpy(blk, &d, 2);
         } else {
             memcpy(blk, &d, 2);
             memcpy(blk + 2, &dmin, 2);

@@ -29,6 +29,16 @@
  *                                                      the sign opposite to max clamps at 63,
  *                                                      plus 32 × the 8-bit scale's rounding
  *                                                      (½·d, d = A_max/(32·127))
+ *   q2_K    ½·(R_g + 2.1·R_max/15)/3 + eps             as q4_K on groups of 16 with 4-bit
+ *                                                      sc_g, m_g (each widens the grid by
+ *                                                      <= R_max/15) and 4 levels
+ *   q3_K    amax_g/4 + A_max/40 + eps                  as q6_K with codes -4..3: one whole
+ *                                                      step, plus 4 × the 6-bit scale's
+ *                                                      rounding (½·d, d = A_max/(4·31))
+ *   iq4_xs  IQ4NL_MAX_REL·amax_j + A_max/48            iq4_nl per sub-block j of 32, plus
+ *           + 4064·err16(A_max/4064) + eps             127 × the 6-bit sub-block scale's
+ *                                                      rounding (½·d, d = A_max/(127·32))
+ *                                                      and 127·32 × d's fp16 rounding
  */
 #include "test.h"
 
@@ -73,6 +83,13 @@ TEST(static_sizes) {
         {KERN_TYPE_I8, 1, 1, false},       {KERN_TYPE_I16, 1, 2, false},
         {KERN_TYPE_I32, 1, 4, false},      {KERN_TYPE_I64, 1, 8, false},
         {KERN_TYPE_F64, 1, 8, false},
+        {KERN_TYPE_Q2_K, 256, 84, true},   {KERN_TYPE_Q3_K, 256, 110, true},
+        {KERN_TYPE_IQ4_XS, 256, 136, true},
+        /* size only: ggml's block sizes, so GGUF files holding them can be listed */
+        {KERN_TYPE_IQ2_XXS, 256, 66, true}, {KERN_TYPE_IQ2_XS, 256, 74, true},
+        {KERN_TYPE_IQ3_XXS, 256, 98, true}, {KERN_TYPE_IQ1_S, 256, 50, true},
+        {KERN_TYPE_IQ3_S, 256, 110, true},  {KERN_TYPE_IQ2_S, 256, 82, true},
+        {KERN_TYPE_IQ1_M, 256, 56, true},
     };
     for (size_t i = 0; i < ARRAY_SIZE(rows); i++) {
         const struct kern_type_traits *tr = kern_type_traits(rows[i].type);
@@ -84,8 +101,8 @@ TEST(static_sizes) {
 }
 
 TEST(traits_hostile_ids) {
-    static const int bad[] = {-1, -2, INT_MIN, 4, 5, 10, 11, 16, 17, 18, 19, 21, 22, 23,
-                              29, KERN_TYPE_COUNT, KERN_TYPE_COUNT + 1, 1000, INT_MAX};
+    static const int bad[] = {-1, -2, INT_MIN, 4, 5, KERN_TYPE_COUNT, KERN_TYPE_COUNT + 1,
+                              1000, INT_MAX};
     for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
         ASSERT_TRUE(kern_type_traits(bad[i]) == NULL);
         ASSERT_STREQ(kern_type_name(bad[i]), "?");
@@ -93,7 +110,8 @@ TEST(traits_hostile_ids) {
     }
     int known = 0;
     for (int t = -5; t < KERN_TYPE_COUNT + 5; t++) known += kern_type_traits(t) != NULL;
-    ASSERT_EQ(known, 19);
+    /* every id below KERN_TYPE_COUNT but the two ggml removed (4, 5) is known */
+    ASSERT_EQ(known, KERN_TYPE_COUNT - 2);
 }
 
 TEST(type_names) {
@@ -204,7 +222,8 @@ TEST(bf16_exhaustive) {
 
 /* ---- quantization round trips --------------------------------------------------------- */
 
-enum bound_kind { BOUND_REL, BOUND_SYM, BOUND_ASYM, BOUND_AMAX, BOUND_K45, BOUND_K6 };
+enum bound_kind { BOUND_REL, BOUND_SYM, BOUND_ASYM, BOUND_AMAX, BOUND_K45, BOUND_K6, BOUND_K2,
+                  BOUND_K3, BOUND_XS };
 struct qcase {
     int type;
     enum bound_kind kind;
@@ -224,11 +243,22 @@ static const struct qcase qcases[] = {
     {KERN_TYPE_Q4_K, BOUND_K45, 15, 0.5},
     {KERN_TYPE_Q5_K, BOUND_K45, 31, 0.5},
     {KERN_TYPE_Q6_K, BOUND_K6, 32, 1.0},
+    {KERN_TYPE_Q2_K, BOUND_K2, 3, 0.5},
+    {KERN_TYPE_Q3_K, BOUND_K3, 4, 1.0},
+    {KERN_TYPE_IQ4_XS, BOUND_XS, 0, IQ4NL_MAX_REL},
 };
+
+/* Groups of one scale per k-quant bound kind, and whether the range is hi - lo (offset
+ * types) or amax. */
+static int k_group(enum bound_kind k) { return k == BOUND_K45 || k == BOUND_XS ? 32 : 16; }
+static bool k_offset(enum bound_kind k) { return k == BOUND_K45 || k == BOUND_K2; }
+
+/* Largest error of storing v >= 0 as fp16: relative 2^-11, or half a subnormal step. */
+static double fp16_err(double v) { return fmax(v * 0x1p-11, 0x1p-25); }
 
 /* Bounds of the k-quants, per super-block of 256 (see the table at the top). */
 static void k_bounds(const struct qcase *c, const float *x, double *bound) {
-    int g = c->kind == BOUND_K45 ? 32 : 16;
+    int g = k_group(c->kind);
     double rmax = 0, r[16];
     for (int j = 0; j < 256 / g; j++) {
         double lo = 0, hi = 0, amax = 0;
@@ -237,18 +267,19 @@ static void k_bounds(const struct qcase *c, const float *x, double *bound) {
             hi = fmax(hi, x[j * g + l]);
             amax = fmax(amax, fabs(x[j * g + l]));
         }
-        r[j] = c->kind == BOUND_K45 ? hi - lo : amax;
+        r[j] = k_offset(c->kind) ? hi - lo : amax;
         rmax = fmax(rmax, r[j]);
     }
     for (int j = 0; j < 256 / g; j++) {
         double b = c->kind == BOUND_K45 ? 0.5 * (r[j] + 2.05 * rmax / 63) / c->steps
+                 : c->kind == BOUND_K2  ? 0.5 * (r[j] + 2.1 * rmax / 15) / c->steps
+                 : c->kind == BOUND_K3  ? r[j] / 4 + rmax / 40
+                 : c->kind == BOUND_XS  ? c->rounding * r[j] + rmax / 48 + 4064 * fp16_err(rmax / 4064)
                                         : r[j] / 32 + rmax / 254;
         for (int l = 0; l < g; l++) bound[j * g + l] = b + 1e-6 * rmax + 1e-30;
     }
 }
 
-/* Largest error of storing v >= 0 as fp16: relative 2^-11, or half a subnormal step. */
-static double fp16_err(double v) { return fmax(v * 0x1p-11, 0x1p-25); }
 
 /* Checks x' against x block by block with the case's bound; returns the worst ratio
  * error / bound seen (<= 1 passes). */
@@ -261,7 +292,7 @@ static double check_roundtrip(const struct qcase *c, const float *x, int64_t n) 
     tr->to_f32(y, q, n);
     int64_t bs = c->kind == BOUND_REL ? 1 : 32;
     double worst = 0.0;
-    bool kq = c->kind == BOUND_K45 || c->kind == BOUND_K6;
+    bool kq = c->kind >= BOUND_K45;
     if (kq) {
         for (int64_t b = 0; b < n; b += 256) {
             double bound[256];
@@ -364,8 +395,13 @@ TEST(q8_1_sum) {
     kern_type_traits(KERN_TYPE_Q8_1)->from_f32(b, x, 64);
     for (int i = 0; i < 2; i++) {
         int sum = 0;
-        for (int j = 0; j < 32; j++) sum += b[i].qs[j];
-        ASSERT_EQ(b[i].s, kern_fp32_to_fp16((float)sum * kern_fp16_to_fp32(b[i].d)));
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) {
+            sum += b[i].qs[j];
+            amax = fmaxf(amax, fabsf(x[32 * i + j]));
+        }
+        /* s uses d = amax/127 before its fp16 rounding */
+        ASSERT_EQ(b[i].s, kern_fp32_to_fp16((float)sum * (amax / 127.0f)));
     }
 }
 
@@ -434,10 +470,71 @@ TEST(q4_K_decode) {
     }
 }
 
+/* q2_K, q3_K, iq4_xs: hand-set bytes decoded in ggml's own walk order (two halves of
+ * 128, four 2-bit planes each, 16 values per scale; q3_K's scales unpacked as 32-bit
+ * words), pinning the layouts independently of the reference decoders' indexing. */
+TEST(low_bit_decode) {
+    float y[256];
+    struct block_q2_K b2;
+    for (int g = 0; g < 16; g++) b2.scales[g] = (uint8_t)((g % 15 + 1) | (g % 3) << 4);
+    for (int i = 0; i < 64; i++) b2.qs[i] = (uint8_t)(i * 37 + 11);
+    b2.d = kern_fp32_to_fp16(1.0f);
+    b2.dmin = kern_fp32_to_fp16(0.5f);
+    kern_type_traits(KERN_TYPE_Q2_K)->to_f32(y, &b2, 256);
+    int v = 0, g = 0;
+    for (int h = 0; h < 2; h++)
+        for (int shift = 0; shift < 8; shift += 2)
+            for (int half = 0; half < 2; half++, g++)
+                for (int l = 0; l < 16; l++, v++) {
+                    int q = (b2.qs[32 * h + 16 * half + l] >> shift) & 3;
+                    ASSERT_NEAR(y[v], (b2.scales[g] & 15) * q - 0.5 * (b2.scales[g] >> 4), 1e-6);
+                }
+
+    struct block_q3_K b3;
+    for (int i = 0; i < 32; i++) b3.hmask[i] = (uint8_t)(i * 53 + 7);
+    for (int i = 0; i < 64; i++) b3.qs[i] = (uint8_t)(i * 29 + 3);
+    for (int i = 0; i < 12; i++) b3.scales[i] = (uint8_t)(i * 71 + 5);
+    b3.d = kern_fp32_to_fp16(0.25f);
+    uint32_t aux[4], tmp;
+    memcpy(aux, b3.scales, 12);
+    tmp = aux[2];
+    aux[2] = ((aux[0] >> 4) & 0x0f0f0f0f) | ((tmp >> 4) & 0x03030303) << 4;
+    aux[3] = ((aux[1] >> 4) & 0x0f0f0f0f) | ((tmp >> 6) & 0x03030303) << 4;
+    aux[0] = (aux[0] & 0x0f0f0f0f) | ((tmp >> 0) & 0x03030303) << 4;
+    aux[1] = (aux[1] & 0x0f0f0f0f) | ((tmp >> 2) & 0x03030303) << 4;
+    uint8_t sc[16];
+    memcpy(sc, aux, 16);
+    kern_type_traits(KERN_TYPE_Q3_K)->to_f32(y, &b3, 256);
+    v = 0, g = 0;
+    int bit = 0;
+    for (int h = 0; h < 2; h++)
+        for (int shift = 0; shift < 8; shift += 2, bit++)
+            for (int half = 0; half < 2; half++, g++)
+                for (int l = 0; l < 16; l++, v++) {
+                    int q = (b3.qs[32 * h + 16 * half + l] >> shift) & 3;
+                    q -= (b3.hmask[16 * half + l] >> bit) & 1 ? 0 : 4;
+                    ASSERT_NEAR(y[v], 0.25 * (sc[g] - 32) * q, 1e-6);
+                }
+
+    struct block_iq4_xs bx;
+    bx.d = kern_fp32_to_fp16(0.5f);
+    bx.scales_h = 0xa5c3;
+    for (int i = 0; i < 4; i++) bx.scales_l[i] = (uint8_t)(0x12 + 0x22 * i);
+    for (int i = 0; i < 128; i++) bx.qs[i] = (uint8_t)(i * 7 + 1);
+    kern_type_traits(KERN_TYPE_IQ4_XS)->to_f32(y, &bx, 256);
+    for (int j = 0; j < 8; j++) {
+        int ls = ((bx.scales_l[j / 2] >> (j % 2 ? 4 : 0)) & 15) | ((bx.scales_h >> (2 * j)) & 3) << 4;
+        for (int l = 0; l < 16; l++) {
+            ASSERT_NEAR(y[32 * j + l], 0.5 * (ls - 32) * kern_iq4nl_values[bx.qs[16 * j + l] & 15], 1e-6);
+            ASSERT_NEAR(y[32 * j + l + 16], 0.5 * (ls - 32) * kern_iq4nl_values[bx.qs[16 * j + l] >> 4], 1e-6);
+        }
+    }
+}
+
 TEST_MAIN(T(static_sizes), T(traits_hostile_ids), T(type_names), T(row_size),
           T(fp16_exhaustive),
 #ifdef __FLT16_MAX__
           T(fp16_vs_compiler),
 #endif
           T(bf16_exhaustive), T(roundtrip_random), T(roundtrip_edges), T(q8_1_sum),
-          T(block_layouts), T(q4_K_decode))
+          T(block_layouts), T(q4_K_decode), T(low_bit_decode))

@@ -9,7 +9,10 @@
 #   3. systemd-analyze security --offline=yes --threshold=10 passes for the CPU unit, the
 #      full GPU unit, and the CPU unit + the gpu.conf drop-in (what admins install). The
 #      threshold is an integer on a 0-100 scale: 10 means exposure 1.0.
-#   4. sysusers.d and tmpfiles.d files apply cleanly in a scratch root.
+#   4. sysusers.d and tmpfiles.d files apply cleanly in a scratch root (users warm and
+#      warm-httpd, the latter in group warm).
+#   5. warm-httpd.service and warm-httpd.socket: verify clean, security under the same
+#      threshold; the warmd.conf.d drop-in trusts user warm-httpd and sets nothing else.
 # Usage: check-units.sh BUILD_DIR. Exit 77 (skip) without systemd-analyze.
 set -eu
 B=$(cd "${1:?usage: check-units.sh BUILD_DIR}" && pwd)
@@ -83,9 +86,33 @@ systemd-sysusers --root="$T/sys" "$S/sysusers.conf" >/dev/null 2>&1 ||
 grep -q '^warm:x:[0-9]*:[0-9]*:.*:/var/lib/warmd:/usr/sbin/nologin$' "$T/sys/etc/passwd" ||
     fail "sysusers.conf does not create user warm"
 grep -q '^warm:x:[0-9]*:$' "$T/sys/etc/group" || fail "sysusers.conf does not create group warm"
+# warm-httpd's user: primary group warm (it opens /run/warmd.sock), no home, no shell.
+warm_gid=$(sed -n 's/^warm:x:\([0-9]*\):$/\1/p' "$T/sys/etc/group")
+grep -q "^warm-httpd:x:[0-9]*:$warm_gid:.*:/:/usr/sbin/nologin\$" "$T/sys/etc/passwd" ||
+    fail "sysusers.conf does not create user warm-httpd in group warm"
 systemd-tmpfiles --create --root="$T/sys" "$S/tmpfiles.conf" ||
     fail "systemd-tmpfiles rejects tmpfiles.conf"
 [ "$(stat -c %a "$T/sys/var/lib/warmd")" = 700 ] || fail "/var/lib/warmd is not 0700"
 [ "$(stat -c %u:%a "$T/sys/var/lib/warmd/models")" = 0:755 ] ||
     fail "/var/lib/warmd/models is not root-owned 0755"
-echo "ok: sysusers.d creates warm:warm, tmpfiles.d creates /var/lib/warmd{,/models}"
+echo "ok: sysusers.d creates warm:warm and warm-httpd:warm, tmpfiles.d creates /var/lib/warmd{,/models}"
+
+# ---- 5. warm-httpd's units and warmd drop-in --------------------------------------------
+H=$B/bin/warm-httpd
+if [ -x "$H" ] && [ -f "$P/warm-httpd.service" ]; then
+    sed "s|^ExecStart=[^ ]*/warm-httpd|ExecStart=$H|" "$P/warm-httpd.service" >"$T/units/warm-httpd.service"
+    cp "$P/warm-httpd.socket" "$T/units/warm-httpd.socket"
+    out=$(systemd-analyze verify --man=no "$T/units/warm-httpd.service" \
+              "$T/units/warm-httpd.socket" 2>&1) || fail "systemd-analyze verify warm-httpd.service: $out"
+    [ -z "$out" ] || fail "systemd-analyze verify warm-httpd.service is not clean: $out"
+    echo "ok: systemd-analyze verify warm-httpd.service warm-httpd.socket: clean"
+    echo "ok: exposure $(score "$T/units/warm-httpd.service") (warm-httpd)"
+    # The drop-in the package installs in warmd.conf.d trusts warm-httpd's user, and
+    # nothing else (its user does not exist here: the key is checked by name).
+    D=$S/warmd.conf.d/10-warm-httpd.conf
+    [ "$(grep -v '^#' "$D" | grep .)" = "trusted_proxy_uids = warm-httpd" ] ||
+        fail "$D sets more or less than trusted_proxy_uids = warm-httpd"
+    echo "ok: warmd.conf.d/10-warm-httpd.conf sets trusted_proxy_uids = warm-httpd only"
+else
+    echo "(warm-httpd not built: its units are not checked)"
+fi

@@ -1,13 +1,15 @@
 /* warm-bench — prefill and decode speed of a model, next to the memory bandwidth bound.
  *
  *   warm-bench MODEL [-t N] [-p PROMPT_TOKENS] [-g DECODE_TOKENS] [-r REPEATS]
- *              [--cache-type f32|f16|bf16]
+ *              [-d DEPTH] [--cache-type f32|f16|bf16|q8_0|q4_0|...] [--peer LLAMA_BENCH]
  *
  * For 1 thread and for N threads (default: all online CPUs):
  *   prefill: one batch of PROMPT_TOKENS (default 512) random tokens into an empty
  *            sequence, tokens/s;
  *   decode:  DECODE_TOKENS (default 128) single-token steps from an empty sequence
  *            (llama-bench's tg), tokens/s;
+ *   -d DEPTH: both start after DEPTH tokens already in the cache (llama-bench's -d),
+ *            prefilled once, untimed, so attention reads DEPTH more keys per token;
  *   bandwidth: reading a 1 GiB buffer with the same threads, GB/s (best of the repeats);
  *   bound:   bandwidth / bytes of weights read per decoded token; decode as % of it.
  * Each figure is the best of REPEATS (default 3) runs after one warm-up.
@@ -17,6 +19,8 @@
  * run uses threads × wall-clock seconds), which estimates the figure the same run would
  * reach with the cores to itself. The load average is printed too. */
 #include "engine/engine.h"
+
+#include <jansson.h>
 
 #include <errno.h>
 #include <stdio.h>
@@ -70,11 +74,12 @@ static double cpu_seconds(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static int bench(const struct engine_model *m, int threads, int n_prompt, int n_gen, int repeats,
-                 enum kern_type kv_type, const uint64_t *buf, size_t buf_bytes, struct result *res) {
+static int bench(const struct engine_model *m, int threads, int n_prompt, int n_gen, int depth,
+                 int repeats, enum kern_type kv_type, const uint64_t *buf, size_t buf_bytes,
+                 struct result *res) {
     struct engine_context_params p;
     engine_context_params_default(&p);
-    p.n_ctx = (uint32_t)MAX(n_prompt, n_gen) + 1;
+    p.n_ctx = (uint32_t)(depth + MAX(n_prompt, n_gen) + 1);
     p.n_batch = (uint32_t)n_prompt;
     p.n_threads = threads;
     p.type_k = p.type_v = kv_type;
@@ -85,8 +90,9 @@ static int bench(const struct engine_model *m, int threads, int n_prompt, int n_
         fprintf(stderr, "warm-bench: context: %s\n", err_msg(&d, r));
         return r;
     }
-    int32_t *tok = malloc_array((size_t)n_prompt, sizeof *tok);
-    int32_t *pos = malloc_array((size_t)n_prompt, sizeof *pos);
+    int n_tok = MAX(n_prompt, depth);
+    int32_t *tok = malloc_array((size_t)n_tok, sizeof *tok);
+    int32_t *pos = malloc_array((size_t)n_tok, sizeof *pos);
     if (!tok || !pos) {
         free(tok);
         free(pos);
@@ -94,14 +100,20 @@ static int bench(const struct engine_model *m, int threads, int n_prompt, int n_
         return -ENOMEM;
     }
     uint64_t rng = 12345;
-    for (int i = 0; i < n_prompt; i++) {
+    for (int i = 0; i < n_tok; i++) {
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
         tok[i] = (int32_t)((rng >> 33) % m->hp.n_vocab);
         pos[i] = i;
     }
+    /* the DEPTH prefix, in batches of n_prompt; every run below starts after it */
+    for (int i = 0; i < depth && r >= 0; i += n_prompt) {
+        struct engine_batch b = {.n_tok = MIN(n_prompt, depth - i), .token = tok + i, .pos = pos + i};
+        r = engine_context_decode(ctx, &b, &d);
+    }
+    for (int i = 0; i < n_prompt; i++) pos[i] = depth + i;
     *res = (struct result){0};
     for (int rep = 0; rep <= repeats && r >= 0; rep++) { /* rep 0 warms up */
-        engine_kv_seq_rm(ctx, 0, 0);
+        engine_kv_seq_rm(ctx, 0, (uint32_t)depth);
         struct engine_batch b = {.n_tok = n_prompt, .token = tok, .pos = pos};
         uint64_t t0 = time_now_usec();
         double c0 = cpu_seconds();
@@ -110,12 +122,13 @@ static int bench(const struct engine_model *m, int threads, int n_prompt, int n_
         if (rep > 0) res->prefill = MAX(res->prefill, n_prompt / s);
         if (rep > 0) res->prefill_cpu = MAX(res->prefill_cpu, n_prompt / c);
 
-        engine_kv_seq_rm(ctx, 0, 0);
+        engine_kv_seq_rm(ctx, 0, (uint32_t)depth);
         t0 = time_now_usec();
         c0 = cpu_seconds();
         int32_t t = tok[0];
         for (int i = 0; i < n_gen && r >= 0; i++) {
-            struct engine_batch one = {.n_tok = 1, .token = &t, .pos = &i};
+            int32_t at = depth + i;
+            struct engine_batch one = {.n_tok = 1, .token = &t, .pos = &at};
             r = engine_context_decode(ctx, &one, &d);
             t = tok[(i + 1) % n_prompt];
         }
@@ -135,24 +148,64 @@ static int bench(const struct engine_model *m, int threads, int n_prompt, int n_
     return r;
 }
 
+/* Runs llama-bench on the same file and settings; *ret_pp and *ret_tg get its average
+ * tokens/s (0 when absent). Its JSONL lines each describe one test (n_prompt or n_gen). */
+static int peer_bench(const char *peer, const char *model, int threads, int n_prompt, int n_gen,
+                      int depth, int repeats, const char *cache, double *ret_pp,
+                      double *ret_tg) {
+    char cmd[8192];
+    int n = snprintf(cmd, sizeof cmd,
+                     "'%s' -m '%s' -t %d -p %d -n %d -d %d -r %d -ctk %s -ctv %s -o jsonl "
+                     "2>/dev/null", peer, model, threads, n_prompt, n_gen, depth, repeats,
+                     cache, cache);
+    if (n < 0 || (size_t)n >= sizeof cmd || strchr(peer, '\'') || strchr(model, '\''))
+        return -EINVAL;
+    FILE *f = popen(cmd, "r");
+    if (!f) return -errno;
+    *ret_pp = *ret_tg = 0;
+    char line[16384];
+    while (fgets(line, sizeof line, f)) {
+        json_error_t e;
+        json_t *o = json_loads(line, 0, &e);
+        if (!json_is_object(o)) {
+            json_decref(o);
+            continue;
+        }
+        json_int_t np = json_integer_value(json_object_get(o, "n_prompt"));
+        json_int_t ng = json_integer_value(json_object_get(o, "n_gen"));
+        double ts = json_number_value(json_object_get(o, "avg_ts"));
+        if (np > 0 && ng == 0) *ret_pp = ts;
+        if (ng > 0 && np == 0) *ret_tg = ts;
+        json_decref(o);
+    }
+    int st = pclose(f);
+    if (st != 0 && *ret_pp == 0 && *ret_tg == 0) return -EIO;
+    return 0;
+}
+
 static void usage(void) {
     fprintf(stderr, "usage: warm-bench MODEL [-t N] [-p PROMPT_TOKENS] [-g DECODE_TOKENS] "
-                    "[-r REPEATS] [--cache-type f32|f16|bf16]\n");
+                    "[-r REPEATS] [-d DEPTH] [--cache-type f32|f16|bf16|q8_0|q4_0|...] "
+                    "[--peer LLAMA_BENCH]\n");
 }
 
 int main(int argc, char **argv) {
-    const char *path = NULL, *cache = "f16";
+    const char *path = NULL, *cache = "f16", *peer = NULL;
     int threads = (int)MAX(1, sysconf(_SC_NPROCESSORS_ONLN)), n_prompt = 512, n_gen = 128;
-    int repeats = 3;
+    int repeats = 3, depth = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int *dst = !strcmp(a, "-t") ? &threads : !strcmp(a, "-p") ? &n_prompt
-                 : !strcmp(a, "-g") ? &n_gen : !strcmp(a, "-r") ? &repeats : NULL;
+                 : !strcmp(a, "-g") ? &n_gen : !strcmp(a, "-r") ? &repeats
+                 : !strcmp(a, "-d") ? &depth : NULL;
         if (dst && v) {
             *dst = atoi(v);
             i++;
         } else if (!strcmp(a, "--cache-type") && v) {
             cache = v;
+            i++;
+        } else if (!strcmp(a, "--peer") && v) {
+            peer = v;
             i++;
         } else if (a[0] != '-' && !path) {
             path = a;
@@ -162,7 +215,7 @@ int main(int argc, char **argv) {
         }
     }
     int kv_type = kern_type_from_name(cache);
-    if (!path || threads < 1 || n_prompt < 1 || n_gen < 1 || repeats < 1 || kv_type < 0) {
+    if (!path || threads < 1 || n_prompt < 1 || n_gen < 1 || repeats < 1 || depth < 0 || kv_type < 0) {
         usage();
         return 2;
     }
@@ -187,8 +240,8 @@ int main(int argc, char **argv) {
            "weights %s (token_embd %s)\n", path, m->arch_name, hp->n_layer, hp->n_embd,
            hp->n_head, hp->n_head_kv, hp->head_dim_k, hp->n_ff, hp->n_vocab,
            kern_type_name(m->layers[0].wq.type), kern_type_name(m->tok_embd.type));
-    printf("weights read per decoded token: %.1f MiB; KV cache %s; kernels %s\n",
-           (double)m->weight_bytes / (1 << 20), cache, kern_cpu()->level);
+    printf("weights read per decoded token: %.1f MiB; KV cache %s; depth %d; kernels %s\n",
+           (double)m->weight_bytes / (1 << 20), cache, depth, kern_cpu()->level);
     double load[3] = {0};
     if (getloadavg(load, 3) > 0) printf("load average %.2f %.2f %.2f\n", load[0], load[1], load[2]);
     printf("%7s %12s %12s %10s %10s %8s %12s %12s\n", "threads", "prefill t/s", "decode t/s",
@@ -196,13 +249,25 @@ int main(int argc, char **argv) {
     int list[2] = {1, threads};
     for (int k = 0; k < (threads == 1 ? 1 : 2) && r >= 0; k++) {
         struct result res;
-        r = bench(m, list[k], n_prompt, n_gen, repeats, (enum kern_type)kv_type, buf, buf_bytes,
-                  &res);
+        r = bench(m, list[k], n_prompt, n_gen, depth, repeats, (enum kern_type)kv_type, buf,
+                  buf_bytes, &res);
         if (r < 0) break;
         double bound = res.bw / (double)m->weight_bytes;
         printf("%7d %12.1f %12.1f %10.2f %10.1f %7.1f%% %12.1f %12.1f\n", list[k], res.prefill,
                res.decode, res.bw / 1e9, bound, 100.0 * res.decode / bound, res.prefill_cpu,
                res.decode_cpu);
+        fflush(stdout);
+        if (!peer) continue;
+        double pp, tg;
+        int e = peer_bench(peer, path, list[k], n_prompt, n_gen, depth, repeats, cache, &pp, &tg);
+        if (e < 0) {
+            fprintf(stderr, "warm-bench: --peer %s: %s (no jsonl output)\n", peer, strerror(-e));
+            continue;
+        }
+        printf("%7s %12.1f %12.1f %10s %10s %7.1f%%   (llama-bench pp%d/tg%d)\n", "peer", pp,
+               tg, "", "", 100.0 * tg / bound, n_prompt, n_gen);
+        printf("%7s %11.2fx %11.2fx   (warm-bench / llama-bench)\n", "ratio",
+               pp > 0 ? res.prefill / pp : 0.0, tg > 0 ? res.decode / tg : 0.0);
         fflush(stdout);
     }
     free(buf);

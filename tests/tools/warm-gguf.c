@@ -5,9 +5,13 @@
  *                               offset, bytes)
  *   warm-gguf --check FILE...   validate only: one "OK" line per file, exit 0; or the
  *                               error code and the reader's message, exit 1
- *   --items N                   array items shown (default 4) */
+ *   --items N                   array items shown (default 4)
+ *   warm-gguf --supported       the architectures and weight types the engine loads (from
+ *                               its own tables: README.md's model table is checked
+ *                               against this list) */
 #include "engine/engine.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,10 +116,31 @@ static void print_file(const char *path, const struct gguf_file *f, uint64_t ite
            n_bytes);
 }
 
+/* What a model file may contain for the engine to load it: every row of the arch table, and
+ * every type matrices may have (a reference to_f32 and a dot kernel, the rule model.c
+ * applies to weight matrices), with its bits per weight. */
+static void print_supported(void) {
+    printf("architectures:\n");
+    for (int a = 0; a < ENGINE_ARCH_COUNT; a++) printf("  %s\n", engine_arch_name(a));
+    printf("weight types (bits per weight):\n");
+    for (int t = 0; t < KERN_TYPE_COUNT; t++) {
+        const struct kern_type_traits *tt = kern_type_traits(t);
+        if (!tt || !tt->to_f32 || !tt->vec_dot) continue;
+        char name[16];
+        size_t n = 0;
+        for (const char *c = tt->name; *c && n + 1 < sizeof name; c++)
+            name[n++] = (char)toupper((unsigned char)*c);
+        name[n] = 0;
+        printf("  %-8s %.3g\n", name, 8.0 * (double)tt->type_size / (double)tt->blck_size);
+    }
+}
+
 static void usage(FILE *out) {
     fprintf(out, "usage: warm-gguf [--check] [--items N] FILE...\n"
-                 "  --check     validate only; exit 1 with the reader's message on a bad file\n"
-                 "  --items N   array items to show (default 4)\n");
+                 "       warm-gguf --supported\n"
+                 "  --check      validate only; exit 1 with the reader's message on a bad file\n"
+                 "  --items N    array items to show (default 4)\n"
+                 "  --supported  list the architectures and weight types warmd loads\n");
 }
 
 int main(int argc, char **argv) {
@@ -127,6 +152,9 @@ int main(int argc, char **argv) {
             check = true;
         } else if (strcmp(argv[first], "--items") == 0 && first + 1 < argc) {
             items = strtoull(argv[++first], NULL, 10);
+        } else if (strcmp(argv[first], "--supported") == 0) {
+            print_supported();
+            return 0;
         } else if (strcmp(argv[first], "--help") == 0 || strcmp(argv[first], "-h") == 0) {
             usage(stdout);
             return 0;

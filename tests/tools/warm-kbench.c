@@ -1,13 +1,18 @@
 /* warm-kbench: matmul microbenchmark next to memory bandwidth measured in the same run.
  *
  *   warm-kbench [--types q4_0,q8_0,...] [--threads 1,2] [--quick] [--cpu-time]
+ *   warm-kbench --attn [--types f16,q8_0,...] [--cpu-time]
  *
  * Decode (n_tok = 1): GB/s of weights read, compared with memcpy bandwidth (read + write,
  * and the read half of it), over enough copies of the weight matrix (>= 256 MiB) that
  * nothing is served from cache. Prefill (n_tok = 64, 512): GFLOP/s.
  * Last, a matmul-only estimate for llama-bench's yardstick model (n_embd 1024, 16 layers,
  * n_ff 2816, vocab 32000): tg = 1 / Σ decode times, pp512 = 512 / Σ prefill times. It
- * ignores attention and element-wise ops, so it is an upper bound for the full model. */
+ * ignores attention and element-wise ops, so it is an upper bound for the full model.
+ *
+ * --attn: kern_attn_head over a cache of each type (one thread, 4 query heads per KV
+ * head, head sizes 64 and 128): decode (1 token) and a 16-token batch after 512 and 4096
+ * cached keys, µs per call, GB/s of cache read, and the time as a multiple of f16's. */
 #include "base/base.h"
 #include "kernels/kernels.h"
 
@@ -187,12 +192,67 @@ static int parse_list(const char *s, int *out, int max, bool types) {
     return n;
 }
 
+/* Seconds per kern_attn_head call of n_tok tokens × n_group heads after n_kv keys of type
+ * t (K and V alike), best of a few runs of >= min_sec. */
+static double attn_time(enum kern_type t, int64_t hd, int64_t n_kv, int64_t n_tok, int64_t n_group,
+                        double min_sec, double *ret_bytes) {
+    size_t rs = kern_row_size(t, hd);
+    float *x = malloc((size_t)(n_kv * hd) * sizeof *x);
+    float *q = malloc((size_t)(n_tok * n_group * hd) * sizeof *q);
+    float *out = malloc((size_t)(n_tok * n_group * hd) * sizeof *out);
+    float *scratch = malloc((size_t)kern_attn_scratch_floats(n_tok * n_group, hd, hd) * sizeof(float));
+    uint8_t *k = malloc(rs * (size_t)n_kv), *v = malloc(rs * (size_t)n_kv);
+    int32_t *nkv = malloc((size_t)n_tok * sizeof *nkv);
+    double best = -1;
+    if (x && q && out && scratch && k && v && nkv) {
+        for (int64_t i = 0; i < n_kv * hd; i++) x[i] = frand();
+        for (int64_t j = 0; j < n_kv; j++) kern_quantize_row(t, k + (size_t)j * rs, x + j * hd, hd);
+        for (int64_t i = 0; i < n_kv * hd; i++) x[i] = frand();
+        for (int64_t j = 0; j < n_kv; j++) kern_quantize_row(t, v + (size_t)j * rs, x + j * hd, hd);
+        for (int64_t i = 0; i < n_tok * n_group * hd; i++) q[i] = frand();
+        for (int64_t i = 0; i < n_tok; i++) nkv[i] = (int32_t)(n_kv - n_tok + 1 + i);
+        for (int rep = 0; rep < 3; rep++) {
+            int calls = 0;
+            uint64_t t0 = clock_usec(), t1;
+            do {
+                kern_attn_head(out, n_group * hd, q, n_group * hd, n_tok, n_group, nkv, k, t, rs, v,
+                               t, rs, hd, hd, 0.125f, scratch);
+                calls++;
+            } while ((t1 = clock_usec()) - t0 < (uint64_t)(min_sec * 1e6));
+            double sec = (double)(t1 - t0) / 1e6 / calls;
+            if (best < 0 || sec < best) best = sec;
+        }
+    }
+    *ret_bytes = 2.0 * (double)rs * (double)n_kv;
+    free(x), free(q), free(out), free(scratch), free(k), free(v), free(nkv);
+    return best;
+}
+
+static void attn_bench(const int *types, int n_types) {
+    printf("attention, 1 thread, 4 query heads per KV head; us per call, GB/s of K+V read, "
+           "time / f16's\n%-7s %4s %5s %4s %10s %8s %7s\n", "cache", "hd", "n_kv", "tok", "us",
+           "GB/s", "x f16");
+    static const int64_t hds[] = {64, 128}, n_kvs[] = {512, 4096}, toks[] = {1, 16};
+    for (size_t h = 0; h < ARRAY_SIZE(hds); h++)
+        for (size_t c = 0; c < ARRAY_SIZE(n_kvs); c++)
+            for (size_t b = 0; b < ARRAY_SIZE(toks); b++) {
+                double bytes, f16 = attn_time(KERN_TYPE_F16, hds[h], n_kvs[c], toks[b], 4, 0.1, &bytes);
+                for (int i = 0; i < n_types; i++) {
+                    const struct kern_type_traits *tr = kern_type_traits(types[i]);
+                    if (!tr || !tr->from_f32 || hds[h] % tr->blck_size) continue;
+                    double sec = attn_time((enum kern_type)types[i], hds[h], n_kvs[c], toks[b], 4, 0.1, &bytes);
+                    printf("%-7s %4lld %5lld %4lld %10.1f %8.2f %7.2f\n", tr->name, (long long)hds[h],
+                           (long long)n_kvs[c], (long long)toks[b], sec * 1e6, bytes / sec * 1e-9, sec / f16);
+                }
+            }
+}
+
 int main(int argc, char **argv) {
     int types[16] = {KERN_TYPE_F16, KERN_TYPE_BF16, KERN_TYPE_Q8_0, KERN_TYPE_Q4_0,
                      KERN_TYPE_Q4_1, KERN_TYPE_Q5_0, KERN_TYPE_Q5_1, KERN_TYPE_IQ4_NL,
                      KERN_TYPE_F32};
     int n_types = 9, threads[8] = {1, 2}, n_threads = 2;
-    bool quick = false;
+    bool quick = false, attn = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--types") == 0 && i + 1 < argc) {
             n_types = parse_list(argv[++i], types, 16, true);
@@ -204,13 +264,20 @@ int main(int argc, char **argv) {
             quick = true;
         } else if (strcmp(argv[i], "--cpu-time") == 0) {
             use_cpu_time = true;
+        } else if (strcmp(argv[i], "--attn") == 0) {
+            attn = true;
         } else {
-            fprintf(stderr, "usage: warm-kbench [--types q4_0,q8_0,...] [--threads 1,2] [--quick] [--cpu-time]\n");
+            fprintf(stderr, "usage: warm-kbench [--types q4_0,q8_0,...] [--threads 1,2] [--quick] "
+                            "[--cpu-time] [--attn]\n");
             return 2;
         }
     }
     kern_init();
     printf("kernels level: %s\n", kern_cpu()->level);
+    if (attn) {
+        attn_bench(types, n_types);
+        return 0;
+    }
 
     static const int64_t decode_shapes[][2] = {
         {1024, 1024}, {1024, 2816}, {2816, 1024}, {4096, 4096}, {4096, 11008}, {11008, 4096},

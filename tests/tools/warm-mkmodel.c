@@ -1,13 +1,26 @@
 /* warm-mkmodel: writes a GGUF model with deterministic random weights that llama.cpp and
  * warmd can load: hparam keys and tensor names exactly as llama.cpp's converter writes
- * them, for the llama, qwen2 and qwen3 architectures, any shape, any weight type the
- * kernels can quantize to.
+ * them, for the llama, qwen2, qwen3, gemma3 and gemma4 architectures, any shape, any weight
+ * type the kernels can quantize to.
  *
- *   warm-mkmodel --arch llama|qwen2|qwen3 [--n-embd N] [--n-layer N] [--n-head N]
+ *   warm-mkmodel --arch llama|qwen2|qwen3|gemma3|gemma4 [--n-embd N] [--n-layer N] [--n-head N]
  *                [--n-head-kv N] [--head-dim N] [--n-ff N] [--n-vocab N] [--ctx N]
- *                [--type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl] [--tied]
+ *                [--type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|q2_K|q3_K|q4_K|q5_K|
+ *                        q6_K|iq4_xs] [--tied]
  *                [--vocab-from FILE] [--seed N] [--rope-base X] [--eps X]
- *                [--shared-kv-layers N] [--name S] -o FILE
+ *                [--shared-kv-layers N] [--name S] [--chat-template chatml|gemma|gemma4]
+ *                [--window N] [--swa-pattern P|FLAGS] [--head-dim-swa N] [--n-head-kv-swa N]
+ *                [--ple N] [--eot-scale X] -o FILE
+ *
+ * Gemma (notes/gemma.md §A, §B.3): post-attention and post-FFN norms, per-head Q/K norms,
+ * a tied output, attention.sliding_window = --window (0: none). The SWA layout: gemma3
+ * writes --swa-pattern P as the scalar period (absent, as the converter leaves it: 6);
+ * gemma4 writes one bool per layer, from a period (default 6: every 6th layer global) or a
+ * string of 0/1 per layer (1 = SWA). gemma4 also writes key_length_swa (--head-dim-swa),
+ * head_count_kv as one value per layer when --n-head-kv-swa differs, rope_freqs (all 1),
+ * layer_output_scale, freq_base_swa 10000, final_logit_softcapping 30,
+ * embedding_length_per_layer_input (--ple; > 0 adds the per-layer-embedding tensors), and
+ * leaves out attn_k/attn_v/attn_k_norm in the --shared-kv-layers last layers.
  *
  * Weights: uniform with standard deviation 1/sqrt(n_in) for every matrix (so each
  * layer's output has about the scale of its normalized input), 0.5 for the token
@@ -43,12 +56,15 @@ struct arch_row {
     bool qk_norm;        /* attn_q_norm/attn_k_norm.weight over head_dim (qwen3) */
     bool free_head_dim;  /* head_dim may differ from n_embd / n_head (llama.cpp's qwen2
                           * sizes wq as n_embd x n_embd, so it may not) */
+    int gemma;           /* 3 or 4: Gemma's norms, SWA keys and tied output; 0 otherwise */
 };
 
 static const struct arch_row arch_rows[] = {
-    {"llama", 10000.0f, 1e-5f, false, false, true},
-    {"qwen2", 1000000.0f, 1e-6f, true, false, false},
-    {"qwen3", 1000000.0f, 1e-6f, false, true, true},
+    {"llama", 10000.0f, 1e-5f, false, false, true, 0},
+    {"qwen2", 1000000.0f, 1e-6f, true, false, false, 0},
+    {"qwen3", 1000000.0f, 1e-6f, false, true, true, 0},
+    {"gemma3", 1000000.0f, 1e-6f, false, true, true, 3},
+    {"gemma4", 1000000.0f, 1e-6f, false, true, true, 4},
 };
 
 /* general.file_type: llama.cpp's llama_ftype for a model whose matrices are all `type`. */
@@ -59,20 +75,48 @@ static const struct {
     {KERN_TYPE_F32, 0},  {KERN_TYPE_F16, 1},  {KERN_TYPE_Q4_0, 2},   {KERN_TYPE_Q4_1, 3},
     {KERN_TYPE_Q8_0, 7}, {KERN_TYPE_Q5_0, 8}, {KERN_TYPE_Q5_1, 9},   {KERN_TYPE_IQ4_NL, 25},
     {KERN_TYPE_BF16, 32},
+    /* k-quants and iq4_xs: the "_S" ftype, whose matrices are all of the one type */
+    {KERN_TYPE_Q2_K, 10}, {KERN_TYPE_Q3_K, 11}, {KERN_TYPE_Q4_K, 14}, {KERN_TYPE_Q5_K, 16},
+    {KERN_TYPE_Q6_K, 18}, {KERN_TYPE_IQ4_XS, 30},
 };
 
 struct opts {
     const struct arch_row *arch;
     int64_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, ctx;
     int64_t shared_kv_layers;
+    int64_t window, swa_period, head_dim_swa, n_head_kv_swa, ple; /* gemma */
+    const char *swa_flags; /* --swa-pattern as 0/1 per layer (gemma4) */
+    float eot_scale;       /* --eot-scale: see add_tensor */
+    bool swa[4096];        /* per layer, from the pattern */
     enum kern_type type;
     uint32_t ftype;
     bool tied;
     uint64_t seed;
     float rope_base, eps;
     const char *vocab_from, *out, *name;
-    bool chatml; /* --chat-template chatml: the made-up vocabulary's last two tokens are
-                    <|im_start|> <|im_end|> (CONTROL) and tokenizer.chat_template is set */
+    const struct chat_row *chat; /* --chat-template: the made-up vocabulary's last two
+                                    tokens are its turn markers (CONTROL) and
+                                    tokenizer.chat_template is set */
+};
+
+static const struct chat_row {
+    const char *name, *open, *close, *tmpl;
+} chat_rows[] = {
+    {"chatml", "<|im_start|>", "<|im_end|>",
+     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+     "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+     "{{ '<|im_start|>assistant\\n' }}{% endif %}"},
+    /* the parts of Gemma 3's and Gemma 4's templates that name their turn markers */
+    {"gemma", "<start_of_turn>", "<end_of_turn>",
+     "{{ bos_token }}{% for message in messages %}{% set role = 'model' if message['role'] == "
+     "'assistant' else message['role'] %}{{ '<start_of_turn>' + role + '\\n' + "
+     "message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt "
+     "%}{{ '<start_of_turn>model\\n' }}{% endif %}"},
+    {"gemma4", "<|turn>", "<turn|>",
+     "{{- bos_token -}}{%- for message in messages -%}{%- set role = 'model' if message['role'] "
+     "== 'assistant' else message['role'] -%}{{- '<|turn>' + role + '\\n' -}}{{- "
+     "message['content'] | trim -}}{{- '<turn|>\\n' -}}{%- endfor -%}{%- if "
+     "add_generation_prompt -%}{{- '<|turn>model\\n' -}}{%- endif -%}"},
 };
 
 /* ---- deterministic random numbers ---------------------------------------------------- */
@@ -97,16 +141,28 @@ static struct rng rng_for(uint64_t seed, const char *name) {
 
 /* ---- tensors ------------------------------------------------------------------------- */
 
-enum init { INIT_MATRIX, INIT_EMBED, INIT_NORM, INIT_BIAS };
+/* INIT_POST_NORM, INIT_QK_NORM and INIT_OUT_NORM are plain norms except in Gemma files,
+ * where (as in ../shared/models/gemma/README.md) the post norms are about 4, the output
+ * norm about 10, gemma4's Q/K norms d^-1/4 (its q.k is unscaled) and the embedding has
+ * std 0.05: so that the tied embedding does not dominate the residual stream and greedy
+ * output is not one token repeated. */
+enum init { INIT_MATRIX, INIT_EMBED, INIT_NORM, INIT_BIAS, INIT_POST_NORM, INIT_QK_NORM,
+            INIT_OUT_NORM };
 
 /* Fills n values for a tensor whose rows have n_in inputs. */
-static void init_values(float *x, int64_t n, int64_t n_in, enum init init, struct rng *r) {
+static void init_values(const struct opts *o, float *x, int64_t n, int64_t n_in, enum init init,
+                        struct rng *r) {
+    int g = o->arch->gemma;
     /* uniform(-a, a) has std a / sqrt(3) */
     float a = init == INIT_MATRIX ? sqrtf(3.0f / (float)n_in)
-              : init == INIT_EMBED ? 0.5f * sqrtf(3.0f)
+              : init == INIT_EMBED ? (g ? 0.05f : 0.5f) * sqrtf(3.0f)
               : init == INIT_BIAS  ? 0.02f * sqrtf(3.0f)
                                    : 0.1f;
-    float base = init == INIT_NORM ? 1.0f : 0.0f;
+    float base = init == INIT_MATRIX || init == INIT_EMBED || init == INIT_BIAS ? 0.0f : 1.0f;
+    if (g && init == INIT_POST_NORM) base = 4.0f;
+    if (g && init == INIT_OUT_NORM) base = 10.0f;
+    if (g == 4 && init == INIT_QK_NORM) base = powf((float)n_in, -0.25f);
+    if (base != 0.0f) a *= base;
     for (int64_t i = 0; i < n; i++) x[i] = base + a * rng_sym(r);
 }
 
@@ -130,7 +186,12 @@ static int add_tensor(struct gguf_writer *w, const struct opts *o, const char *n
         return -ENOMEM;
     }
     struct rng r = rng_for(o->seed, name);
-    init_values(x, n, ne0, init, &r);
+    init_values(o, x, n, ne0, init, &r);
+    /* --eot-scale X: the chat template's end-of-turn token (the made-up vocabulary's last)
+     * gets an embedding row X times larger; with the tied output its logit is X times
+     * larger too, so greedy replies end within a few tokens (tests of the stop token) */
+    if (o->eot_scale > 0 && o->chat && strcmp(name, "token_embd.weight") == 0)
+        for (int64_t i = (o->n_vocab - 1) * ne0; i < n; i++) x[i] *= o->eot_scale;
     tr->from_f32(q, x, n);
     int rc = gguf_writer_add_tensor(w, name, type, n_dims, (int64_t[]){ne0, ne1}, q);
     if (rc < 0) fprintf(stderr, "warm-mkmodel: %s: %s\n", name, err_str(rc));
@@ -140,8 +201,15 @@ static int add_tensor(struct gguf_writer *w, const struct opts *o, const char *n
 }
 
 /* Per-layer tensors in the order they are written; `when` selects by architecture. */
-enum when { ALWAYS, QKV_BIAS, QK_NORM };
-enum dim { D_EMBD, D_Q, D_KV, D_FF, D_HEAD, D_ONE };
+enum when {
+    ALWAYS, QKV_BIAS, QK_NORM,
+    OWN,        /* not in gemma4's shared-KV layers */
+    QK_NORM_OWN,
+    GEMMA,      /* post-attention / post-FFN norms */
+    GEMMA4,     /* layer_output_scale */
+    PLE,        /* gemma4 per-layer embeddings (--ple > 0) */
+};
+enum dim { D_EMBD, D_Q, D_KV, D_FF, D_HEAD, D_ONE, D_PLE };
 
 static const struct layer_row {
     const char *suffix;
@@ -152,42 +220,95 @@ static const struct layer_row {
     {"attn_norm.weight", ALWAYS, INIT_NORM, D_EMBD, D_ONE},
     {"attn_q.weight", ALWAYS, INIT_MATRIX, D_EMBD, D_Q},
     {"attn_q.bias", QKV_BIAS, INIT_BIAS, D_Q, D_ONE},
-    {"attn_k.weight", ALWAYS, INIT_MATRIX, D_EMBD, D_KV},
+    {"attn_k.weight", OWN, INIT_MATRIX, D_EMBD, D_KV},
     {"attn_k.bias", QKV_BIAS, INIT_BIAS, D_KV, D_ONE},
-    {"attn_v.weight", ALWAYS, INIT_MATRIX, D_EMBD, D_KV},
+    {"attn_v.weight", OWN, INIT_MATRIX, D_EMBD, D_KV},
     {"attn_v.bias", QKV_BIAS, INIT_BIAS, D_KV, D_ONE},
-    {"attn_q_norm.weight", QK_NORM, INIT_NORM, D_HEAD, D_ONE},
-    {"attn_k_norm.weight", QK_NORM, INIT_NORM, D_HEAD, D_ONE},
+    {"attn_q_norm.weight", QK_NORM, INIT_QK_NORM, D_HEAD, D_ONE},
+    {"attn_k_norm.weight", QK_NORM_OWN, INIT_QK_NORM, D_HEAD, D_ONE},
     {"attn_output.weight", ALWAYS, INIT_MATRIX, D_Q, D_EMBD},
+    {"post_attention_norm.weight", GEMMA, INIT_POST_NORM, D_EMBD, D_ONE},
     {"ffn_norm.weight", ALWAYS, INIT_NORM, D_EMBD, D_ONE},
     {"ffn_gate.weight", ALWAYS, INIT_MATRIX, D_EMBD, D_FF},
     {"ffn_up.weight", ALWAYS, INIT_MATRIX, D_EMBD, D_FF},
     {"ffn_down.weight", ALWAYS, INIT_MATRIX, D_FF, D_EMBD},
+    {"post_ffw_norm.weight", GEMMA, INIT_POST_NORM, D_EMBD, D_ONE},
+    {"inp_gate.weight", PLE, INIT_MATRIX, D_EMBD, D_PLE},
+    {"proj.weight", PLE, INIT_MATRIX, D_PLE, D_EMBD},
+    {"post_norm.weight", PLE, INIT_POST_NORM, D_EMBD, D_ONE},
+    {"layer_output_scale.weight", GEMMA4, INIT_NORM, D_ONE, D_ONE},
 };
 
-static int64_t dim_value(const struct opts *o, enum dim d) {
+/* Head size and KV heads of layer l: gemma4's SWA layers have their own. */
+static int64_t layer_head_dim(const struct opts *o, int64_t l) {
+    return o->arch->gemma == 4 && o->swa[l] ? o->head_dim_swa : o->head_dim;
+}
+static int64_t layer_n_head_kv(const struct opts *o, int64_t l) {
+    return o->arch->gemma == 4 && o->swa[l] ? o->n_head_kv_swa : o->n_head_kv;
+}
+
+static int64_t dim_value(const struct opts *o, int64_t l, enum dim d) {
+    const int64_t hd = layer_head_dim(o, l);
     const int64_t v[] = {
-        [D_EMBD] = o->n_embd,           [D_Q] = o->n_head * o->head_dim,
-        [D_KV] = o->n_head_kv * o->head_dim, [D_FF] = o->n_ff,
-        [D_HEAD] = o->head_dim,         [D_ONE] = 1,
+        [D_EMBD] = o->n_embd,           [D_Q] = o->n_head * hd,
+        [D_KV] = layer_n_head_kv(o, l) * hd, [D_FF] = o->n_ff,
+        [D_HEAD] = hd,                  [D_ONE] = 1,
+        [D_PLE] = o->ple,
     };
     return v[d];
 }
 
+static bool row_applies(const struct opts *o, const struct layer_row *lr, int64_t l) {
+    bool own = o->arch->gemma != 4 || l < o->n_layer - o->shared_kv_layers;
+    switch (lr->when) { /* a mapping of selectors, not a type ladder */
+    case ALWAYS: return true;
+    case QKV_BIAS: return o->arch->qkv_bias;
+    case QK_NORM: return o->arch->qk_norm;
+    case OWN: return own;
+    case QK_NORM_OWN: return o->arch->qk_norm && own;
+    case GEMMA: return o->arch->gemma != 0;
+    case GEMMA4: return o->arch->gemma == 4;
+    case PLE: return o->arch->gemma == 4 && o->ple > 0;
+    }
+    return false;
+}
+
+/* gemma4's rope_freqs.weight: the frequency divisors of the global layers' RoPE pairs,
+ * all 1 (plain RoPE; llama.cpp requires the tensor as soon as a layer is global). */
+static int add_rope_freqs(struct gguf_writer *w, const struct opts *o) {
+    int64_t n = o->head_dim / 2;
+    float *x = malloc_array((size_t)n, sizeof *x);
+    if (!x) return -ENOMEM;
+    for (int64_t i = 0; i < n; i++) x[i] = 1.0f;
+    int r = gguf_writer_add_tensor(w, "rope_freqs.weight", KERN_TYPE_F32, 1, (int64_t[]){n, 1}, x);
+    free(x);
+    return r;
+}
+
 static int add_tensors(struct gguf_writer *w, const struct opts *o) {
     int r = add_tensor(w, o, "token_embd.weight", INIT_EMBED, o->n_embd, o->n_vocab);
+    bool any_global = false;
+    for (int64_t l = 0; l < o->n_layer; l++) any_global |= !o->swa[l];
+    if (r >= 0 && o->arch->gemma == 4 && any_global) r = add_rope_freqs(w, o);
+    if (r >= 0 && o->arch->gemma == 4 && o->ple > 0) {
+        r = add_tensor(w, o, "per_layer_token_embd.weight", INIT_EMBED, o->n_layer * o->ple,
+                       o->n_vocab);
+        if (r >= 0)
+            r = add_tensor(w, o, "per_layer_model_proj.weight", INIT_MATRIX, o->n_embd,
+                           o->n_layer * o->ple);
+        if (r >= 0) r = add_tensor(w, o, "per_layer_proj_norm.weight", INIT_NORM, o->ple, 1);
+    }
     for (int64_t l = 0; r >= 0 && l < o->n_layer; l++) {
         for (size_t k = 0; r >= 0 && k < ARRAY_SIZE(layer_rows); k++) {
             const struct layer_row *lr = &layer_rows[k];
-            if ((lr->when == QKV_BIAS && !o->arch->qkv_bias) ||
-                (lr->when == QK_NORM && !o->arch->qk_norm))
-                continue;
+            if (!row_applies(o, lr, l)) continue;
             char name[GGUF_MAX_NAME + 1];
             snprintf(name, sizeof name, "blk.%" PRId64 ".%s", l, lr->suffix);
-            r = add_tensor(w, o, name, lr->init, dim_value(o, lr->ne0), dim_value(o, lr->ne1));
+            r = add_tensor(w, o, name, lr->init, dim_value(o, l, lr->ne0),
+                           dim_value(o, l, lr->ne1));
         }
     }
-    if (r >= 0) r = add_tensor(w, o, "output_norm.weight", INIT_NORM, o->n_embd, 1);
+    if (r >= 0) r = add_tensor(w, o, "output_norm.weight", INIT_OUT_NORM, o->n_embd, 1);
     if (r >= 0 && !o->tied) r = add_tensor(w, o, "output.weight", INIT_MATRIX, o->n_embd, o->n_vocab);
     return r;
 }
@@ -206,6 +327,36 @@ static int add_arch_f32(struct gguf_writer *w, const struct opts *o, const char 
     return gguf_writer_add_f32(w, k, v);
 }
 
+static int add_arch_arr(struct gguf_writer *w, const struct opts *o, const char *key,
+                        enum gguf_type type, const void *v) {
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", o->arch->name, key);
+    return gguf_writer_add_arr(w, k, type, v, (uint64_t)o->n_layer);
+}
+
+/* The keys of notes/gemma.md §A.1 and §B.3 beyond the common ones. */
+static int add_gemma_hparams(struct gguf_writer *w, const struct opts *o) {
+    int r = 0;
+    if (o->window > 0 || o->arch->gemma == 4) /* gemma4 requires the key */
+        r = add_arch_u32(w, o, "attention.sliding_window", o->window);
+    if (r >= 0 && o->arch->gemma == 3 && o->swa_period >= 0)
+        r = add_arch_u32(w, o, "attention.sliding_window_pattern", o->swa_period);
+    if (o->arch->gemma != 4) return r;
+    bool flags[4096];
+    int32_t kv[4096];
+    for (int64_t l = 0; l < o->n_layer; l++) flags[l] = o->swa[l], kv[l] = (int32_t)layer_n_head_kv(o, l);
+    if (r >= 0) r = add_arch_arr(w, o, "attention.sliding_window_pattern", GGUF_TYPE_BOOL, flags);
+    if (r >= 0 && o->n_head_kv_swa != o->n_head_kv) /* an i32 array, as the converter writes it */
+        r = add_arch_arr(w, o, "attention.head_count_kv", GGUF_TYPE_INT32, kv);
+    if (r >= 0) r = add_arch_u32(w, o, "attention.key_length_swa", o->head_dim_swa);
+    if (r >= 0) r = add_arch_u32(w, o, "attention.value_length_swa", o->head_dim_swa);
+    if (r >= 0) r = add_arch_u32(w, o, "rope.dimension_count_swa", o->head_dim_swa);
+    if (r >= 0) r = add_arch_f32(w, o, "rope.freq_base_swa", 10000.0f);
+    if (r >= 0) r = add_arch_f32(w, o, "final_logit_softcapping", 30.0f);
+    if (r >= 0) r = add_arch_u32(w, o, "embedding_length_per_layer_input", o->ple);
+    return r;
+}
+
 static int add_hparams(struct gguf_writer *w, const struct opts *o) {
     char name[128];
     snprintf(name, sizeof name, "warm-mkmodel %s", o->arch->name);
@@ -220,7 +371,8 @@ static int add_hparams(struct gguf_writer *w, const struct opts *o) {
     if (r >= 0) r = add_arch_u32(w, o, "block_count", o->n_layer);
     if (r >= 0) r = add_arch_u32(w, o, "feed_forward_length", o->n_ff);
     if (r >= 0) r = add_arch_u32(w, o, "attention.head_count", o->n_head);
-    if (r >= 0) r = add_arch_u32(w, o, "attention.head_count_kv", o->n_head_kv);
+    if (r >= 0 && o->n_head_kv_swa == o->n_head_kv) /* else per layer: add_gemma_hparams */
+        r = add_arch_u32(w, o, "attention.head_count_kv", o->n_head_kv);
     if (r >= 0) r = add_arch_u32(w, o, "attention.key_length", o->head_dim);
     if (r >= 0) r = add_arch_u32(w, o, "attention.value_length", o->head_dim);
     if (r >= 0) r = add_arch_u32(w, o, "rope.dimension_count", o->head_dim);
@@ -229,6 +381,7 @@ static int add_hparams(struct gguf_writer *w, const struct opts *o) {
     if (r >= 0) r = add_arch_u32(w, o, "vocab_size", o->n_vocab);
     if (r >= 0 && o->shared_kv_layers > 0)
         r = add_arch_u32(w, o, "attention.shared_kv_layers", o->shared_kv_layers);
+    if (r >= 0 && o->arch->gemma) r = add_gemma_hparams(w, o);
     return r;
 }
 
@@ -248,8 +401,8 @@ static int add_synthetic_vocab(struct gguf_writer *w, const struct opts *o) {
         if (i < 3) {
             snprintf(p, 16, "%s", specials[i]);
             types[i] = special_types[i];
-        } else if (o->chatml && i + 2 >= n) {
-            snprintf(p, 16, "%s", i + 2 == n ? "<|im_start|>" : "<|im_end|>");
+        } else if (o->chat && i + 2 >= n) {
+            snprintf(p, 16, "%s", i + 2 == n ? o->chat->open : o->chat->close);
             types[i] = 3; /* CONTROL */
         } else if (i < 259) {
             snprintf(p, 16, "<0x%02X>", (unsigned)(i - 3));
@@ -304,12 +457,7 @@ static int add_synthetic_vocab(struct gguf_writer *w, const struct opts *o) {
     if ((r = gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", 0)) < 0) goto out;
     if ((r = gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", true)) < 0) goto out;
     r = gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", false);
-    if (r >= 0 && o->chatml)
-        r = gguf_writer_add_str(w, "tokenizer.chat_template",
-                                "{% for message in messages %}{{'<|im_start|>' + message['role'] "
-                                "+ '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
-                                "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
-                                "{% endif %}");
+    if (r >= 0 && o->chat) r = gguf_writer_add_str(w, "tokenizer.chat_template", o->chat->tmpl);
 out:
     free(toks);
     free(scores);
@@ -350,12 +498,19 @@ static int add_vocab_from(struct gguf_writer *w, const struct gguf_file *src) {
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: warm-mkmodel --arch llama|qwen2|qwen3 -o FILE [options]\n"
+            "usage: warm-mkmodel --arch llama|qwen2|qwen3|gemma3|gemma4 -o FILE [options]\n"
             "  --n-embd N (128)  --n-layer N (2)  --n-head N (4)  --n-head-kv N (= n-head)\n"
             "  --head-dim N (n-embd / n-head)  --n-ff N (256)  --n-vocab N (512)  --ctx N (2048)\n"
-            "  --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl (f32)  --tied  --seed N (1)\n"
+            "  --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|q2_K|q3_K|q4_K|q5_K|q6_K|iq4_xs\n"
+            "         (f32; 256-value types need every matrix's n_in a multiple of 256)\n"
+            "  --tied  --seed N (1)\n"
             "  --vocab-from FILE  --rope-base X  --eps X  --shared-kv-layers N  --name S\n"
-            "  --chat-template chatml (made-up vocabulary only)\n");
+            "  --chat-template chatml|gemma|gemma4 (made-up vocabulary only)  --eot-scale X\n"
+            "         (its end-of-turn token's embedding row x X: greedy replies end early)\n"
+            "  gemma: --window N (512; 0 = no SWA)  --swa-pattern P|FLAGS (6; FLAGS: one 0/1 per\n"
+            "         layer, 1 = SWA)\n"
+            "         gemma4: --head-dim-swa N (= head-dim)  --n-head-kv-swa N (= n-head-kv)\n"
+            "         --ple N (0)\n");
 }
 
 static bool parse_int(const char *s, int64_t min, int64_t max, int64_t *ret) {
@@ -369,7 +524,8 @@ static bool parse_int(const char *s, int64_t min, int64_t max, int64_t *ret) {
 
 static int parse_args(int argc, char **argv, struct opts *o) {
     enum { O_EMBD = 256, O_LAYER, O_HEAD, O_HEAD_KV, O_HEAD_DIM, O_FF, O_VOCAB, O_CTX, O_TYPE,
-           O_TIED, O_SEED, O_VOCAB_FROM, O_ROPE, O_EPS, O_SHARED, O_NAME, O_ARCH, O_CHAT };
+           O_TIED, O_SEED, O_VOCAB_FROM, O_ROPE, O_EPS, O_SHARED, O_NAME, O_ARCH, O_CHAT,
+           O_WINDOW, O_SWA_PATTERN, O_HEAD_DIM_SWA, O_HEAD_KV_SWA, O_PLE, O_EOT_SCALE };
     static const struct option long_opts[] = {
         {"arch", 1, 0, O_ARCH},       {"n-embd", 1, 0, O_EMBD},     {"n-layer", 1, 0, O_LAYER},
         {"n-head", 1, 0, O_HEAD},     {"n-head-kv", 1, 0, O_HEAD_KV},
@@ -379,10 +535,14 @@ static int parse_args(int argc, char **argv, struct opts *o) {
         {"rope-base", 1, 0, O_ROPE},  {"eps", 1, 0, O_EPS},
         {"shared-kv-layers", 1, 0, O_SHARED}, {"name", 1, 0, O_NAME},
         {"chat-template", 1, 0, O_CHAT},
+        {"window", 1, 0, O_WINDOW},   {"swa-pattern", 1, 0, O_SWA_PATTERN},
+        {"head-dim-swa", 1, 0, O_HEAD_DIM_SWA}, {"n-head-kv-swa", 1, 0, O_HEAD_KV_SWA},
+        {"ple", 1, 0, O_PLE},         {"eot-scale", 1, 0, O_EOT_SCALE},
         {"help", 0, 0, 'h'},          {0, 0, 0, 0},
     };
     *o = (struct opts){.n_embd = 128, .n_layer = 2, .n_head = 4, .n_ff = 256, .n_vocab = 512,
-                       .ctx = 2048, .type = KERN_TYPE_F32, .seed = 1, .rope_base = NAN, .eps = NAN};
+                       .ctx = 2048, .type = KERN_TYPE_F32, .seed = 1, .rope_base = NAN, .eps = NAN,
+                       .window = 512, .swa_period = -1};
     const int64_t big = 1 << 20;
     int c;
     while ((c = getopt_long(argc, argv, "o:h", long_opts, NULL)) != -1) {
@@ -422,7 +582,20 @@ static int parse_args(int argc, char **argv, struct opts *o) {
         case O_ROPE: o->rope_base = strtof(optarg, NULL), ok = o->rope_base > 0; break;
         case O_EPS: o->eps = strtof(optarg, NULL), ok = o->eps > 0; break;
         case O_NAME: o->name = optarg; break;
-        case O_CHAT: ok = strcmp(optarg, "chatml") == 0, o->chatml = true; break;
+        case O_CHAT:
+            for (size_t k = 0; k < ARRAY_SIZE(chat_rows); k++)
+                if (strcmp(optarg, chat_rows[k].name) == 0) o->chat = &chat_rows[k];
+            ok = o->chat != NULL;
+            break;
+        case O_WINDOW: ok = parse_int(optarg, 0, INT32_MAX, &o->window); break;
+        case O_SWA_PATTERN: /* a period or flags: resolved below, once n_layer is known */
+            o->swa_flags = optarg;
+            ok = strspn(optarg, "0123456789") == strlen(optarg) && *optarg;
+            break;
+        case O_HEAD_DIM_SWA: ok = parse_int(optarg, 1, 4096, &o->head_dim_swa); break;
+        case O_HEAD_KV_SWA: ok = parse_int(optarg, 1, 4096, &o->n_head_kv_swa); break;
+        case O_PLE: ok = parse_int(optarg, 0, 1 << 16, &o->ple); break;
+        case O_EOT_SCALE: o->eot_scale = strtof(optarg, NULL), ok = o->eot_scale > 0; break;
         default: ok = false; break;
         }
         if (!ok) {
@@ -438,6 +611,23 @@ static int parse_args(int argc, char **argv, struct opts *o) {
     if (!o->head_dim) o->head_dim = o->n_embd / o->n_head;
     if (isnan(o->rope_base)) o->rope_base = o->arch->rope_base;
     if (isnan(o->eps)) o->eps = o->arch->eps;
+    if (o->arch->gemma) o->tied = true; /* Gemma files carry no output.weight */
+    if (!o->head_dim_swa) o->head_dim_swa = o->head_dim;
+    if (!o->n_head_kv_swa) o->n_head_kv_swa = o->n_head_kv;
+    /* --swa-pattern: n_layer (> 1) digits 0/1 are flags, anything else a period */
+    if (o->swa_flags && !(o->n_layer > 1 && (int64_t)strlen(o->swa_flags) == o->n_layer &&
+                          strspn(o->swa_flags, "01") == strlen(o->swa_flags))) {
+        if (!parse_int(o->swa_flags, 0, 4096, &o->swa_period)) {
+            fprintf(stderr, "warm-mkmodel: bad value for option --swa-pattern\n");
+            return ERR_INVALID;
+        }
+        o->swa_flags = NULL;
+    }
+    /* layer l is SWA iff l mod P < P - 1 (llama.cpp's set_swa_pattern), or per flag */
+    int64_t period = o->swa_period >= 0 ? o->swa_period : 6;
+    for (int64_t l = 0; l < o->n_layer; l++)
+        o->swa[l] = o->arch->gemma && o->window > 0 &&
+                    (o->swa_flags ? o->swa_flags[l] == '1' : period == 0 || l % period < period - 1);
     const char *why = NULL;
     if (o->n_head % o->n_head_kv) why = "--n-head must be a multiple of --n-head-kv";
     else if (o->head_dim < 1) why = "--head-dim must be at least 1";
@@ -446,6 +636,12 @@ static int parse_args(int argc, char **argv, struct opts *o) {
         why = "this architecture needs head-dim * n-head == n-embd";
     else if (o->shared_kv_layers >= o->n_layer)
         why = "--shared-kv-layers must leave at least one layer that owns KV";
+    else if (!o->arch->gemma && (o->swa_flags || o->swa_period >= 0 || o->ple))
+        why = "--swa-pattern and --ple are for gemma3 and gemma4";
+    else if (o->swa_flags && o->arch->gemma != 4)
+        why = "--swa-pattern FLAGS (one 0/1 per layer): only gemma4 stores flags (gemma3: a period)";
+    else if (o->head_dim_swa % 2 || o->n_head % o->n_head_kv_swa)
+        why = "--head-dim-swa must be even and --n-head-kv-swa divide --n-head";
     if (why) {
         fprintf(stderr, "warm-mkmodel: %s\n", why);
         return ERR_INVALID;

@@ -6,7 +6,7 @@
  *            [--repeat-penalty R] [--freq-penalty F] [--presence-penalty P]
  *            [--penalty-last-n N] [--cache-type TYPE] [--ctk TYPE] [--ctv TYPE]
  *            [--kv-rotation on|off] [--save-state FILE --save-at N] [--load-state FILE]
- *            [--ids] [--stop-on-bos]
+ *            [--ids] [--stop-on-bos] [--logits FILE]
  *
  * Steps (-n, as llama2.c's run.c and ../shared/models/README.md): forward passes at
  * positions 0..STEPS-1; every position from the last prompt token on samples one token,
@@ -22,7 +22,13 @@
  * --save-state FILE --save-at N processes prompt positions [0, N), writes their KV state
  * blob to FILE and stops. --load-state FILE imports a blob (its tokens must be the
  * prompt's), processes the rest of the prompt (at least its last token, for the logits)
- * and generates; a rejected blob ends warm-run with exit status 1 and the reason. */
+ * and generates; a rejected blob ends warm-run with exit status 1 and the reason.
+ *
+ * --logits FILE writes the logits of every sampling step in the format of
+ * ../shared/models/gemma/README.md: the 8-byte magic "LGTS" 00 00 00 01, then u32 n_vocab,
+ * n_rows, n_prompt, first_pos (= n_prompt - 1), little-endian, then n_rows rows of n_vocab
+ * f32; row k holds the logits (after any soft-cap) at position first_pos + k, from which
+ * the k-th token was sampled (a stop token's step included). */
 #include "engine/engine.h"
 #include "engine/vocab.h"
 
@@ -39,7 +45,7 @@ struct options {
     int threads;
     bool ids, stop_on_bos;
     const char *cache_type, *ctk, *ctv;
-    const char *save_state, *load_state;
+    const char *save_state, *load_state, *logits;
     long save_at;
     int kv_rotation; /* -1: from the environment */
     struct engine_sampler_params sp;
@@ -54,7 +60,7 @@ static void usage(FILE *f) {
                "[--cache-type TYPE]\n"
                "       [--ctk TYPE] [--ctv TYPE] [--kv-rotation on|off] "
                "[--save-state FILE --save-at N] [--load-state FILE]\n"
-               "       [--ids] [--stop-on-bos]\n"
+               "       [--ids] [--stop-on-bos] [--logits FILE]\n"
                "TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl\n");
 }
 
@@ -103,6 +109,7 @@ static int options_parse(int argc, char **argv, struct options *o) {
         else if (!strcmp(a, "--ctv")) o->ctv = v;
         else if (!strcmp(a, "--save-state")) o->save_state = v;
         else if (!strcmp(a, "--load-state")) o->load_state = v;
+        else if (!strcmp(a, "--logits")) o->logits = v;
         else if (!strcmp(a, "--save-at")) r = parse_long(v, 1, INT32_MAX, &o->save_at);
         else if (!strcmp(a, "--kv-rotation")) {
             o->kv_rotation = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -2;
@@ -181,6 +188,7 @@ struct run {
     struct engine_sampler *sampler;
     int32_t *prompt, *gen;
     char *piece;
+    FILE *lf; /* --logits */
 };
 
 static void run_done(struct run *r) {
@@ -191,6 +199,7 @@ static void run_done(struct run *r) {
     free(r->prompt);
     free(r->gen);
     free(r->piece);
+    if (r->lf) fclose(r->lf);
 }
 
 static int fail(const char *what, int r, const struct err_detail *d) {
@@ -258,6 +267,31 @@ static int state_load(struct engine_context *ctx, const char *path, const int32_
         return 1;
     }
     fprintf(stderr, "warm-run: loaded positions [0, %u) from %s\n", *ret_p1, path);
+    return 0;
+}
+
+/* The --logits file: header (its row count rewritten at the end), then one row per step. */
+static void le32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static int logits_header(FILE *f, uint32_t n_vocab, uint32_t n_rows, uint32_t n_prompt) {
+    uint8_t h[24] = {'L', 'G', 'T', 'S', 0, 0, 0, 1};
+    le32(h + 8, n_vocab);
+    le32(h + 12, n_rows);
+    le32(h + 16, n_prompt);
+    le32(h + 20, n_prompt - 1);
+    return fseek(f, 0, SEEK_SET) == 0 && fwrite(h, 1, sizeof h, f) == sizeof h ? 0 : -EIO;
+}
+
+static int logits_row(FILE *f, const float *x, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t u;
+        uint8_t b[4];
+        memcpy(&u, &x[i], 4);
+        le32(b, u);
+        if (fwrite(b, 1, 4, f) != 4) return -EIO;
+    }
     return 0;
 }
 
@@ -399,9 +433,17 @@ int main(int argc, char **argv) {
 
     /* generation: sample, print, feed back at the next position */
     size_t n_gen = 0;
+    uint32_t n_rows = 0;
     int32_t bos = engine_vocab_bos(run.vocab);
+    FILE *lf = o.logits ? (run.lf = fopen(o.logits, "wb")) : NULL;
+    if (o.logits && (!lf || logits_header(lf, hp->n_vocab, 0, (uint32_t)n_prompt) < 0)) {
+        fprintf(stderr, "warm-run: cannot write %s: %s\n", o.logits, strerror(errno));
+        goto out;
+    }
     t0 = time_now_usec();
     while (n_gen < max_gen) {
+        if (lf && logits_row(lf, engine_context_logits(run.ctx, 0), hp->n_vocab) < 0) break;
+        n_rows++;
         int32_t tok = engine_sampler_sample(run.sampler, engine_context_logits(run.ctx, 0), &d);
         if (tok < 0) {
             rc = fail("sample", tok, &d);
@@ -420,6 +462,14 @@ int main(int argc, char **argv) {
         }
     }
     uint64_t t_gen = time_now_usec() - t0;
+    if (lf) {
+        bool ok = logits_header(lf, hp->n_vocab, n_rows, (uint32_t)n_prompt) == 0;
+        run.lf = NULL;
+        if (fclose(lf) != 0 || !ok) {
+            fprintf(stderr, "warm-run: cannot write %s\n", o.logits);
+            goto out;
+        }
+    }
     int n = engine_detok_flush(&dt, run.piece, piece_cap);
     if (n > 0) fwrite(run.piece, 1, (size_t)n, stdout);
     printf("\n");

@@ -1,8 +1,9 @@
 """warm_client — a small Python client of warmd, the local model service.
 
 It uses Debian's python3-grpcio and the stubs generated from proto/warm/v1/warm.proto
-at build time (build/python/warm/v1/warm_pb2*.py): put that directory on sys.path or
-name it in $WARM_PYTHON.
+at build time (module warm.v1): installed next to it by the python3-warm package, or,
+in a checkout, build/python/warm/v1/warm_pb2*.py with that directory on sys.path or
+named in $WARM_PYTHON.
 
     from warm_client import Client
     with Client() as c:                      # $WARM_SOCKET or /run/warmd.sock

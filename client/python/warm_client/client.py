@@ -14,9 +14,9 @@ try:
 except ImportError:  # the stubs live in the build tree: $WARM_PYTHON names it
     _stubs = os.environ.get("WARM_PYTHON")
     if not _stubs:
-        raise ImportError("warm_client needs the generated stubs warm/v1/warm_pb2.py: build "
-                          "warmd (proto/ generates build/python) and set WARM_PYTHON to that "
-                          "directory") from None
+        raise ImportError("warm_client needs the generated stubs warm/v1/warm_pb2.py: "
+                          "install python3-warm, or build warmd (proto/ generates "
+                          "build/python) and set WARM_PYTHON to that directory") from None
     sys.path.insert(0, _stubs)
     from warm.v1 import warm_pb2 as pb  # noqa: E402
     from warm.v1 import warm_pb2_grpc as pbg  # noqa: E402

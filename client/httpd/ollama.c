@@ -1,0 +1,459 @@
+/* ollama — the Ollama API that desktop apps use: /api/version, /api/tags, /api/ps,
+ * /api/show, /api/generate and /api/chat (NDJSON streams by default, one object with
+ * "stream": false), with "options" (sampling, num_predict, stop) and keep_alive in
+ * Ollama's meanings: a duration ("5m", or a number of seconds), 0 = unload once no one
+ * uses the model, negative = as long as warmd allows (its max_keep_alive caps every
+ * value). Calls that manage models (/api/pull, /api/delete, /api/create, ...) answer 501
+ * saying how models reach warmd. Errors are {"error": "message"}. */
+#include "httpd.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define NS_PER_USEC 1000
+
+static void rfc3339(char buf[48], uint64_t wall_usec) {
+    time_t t = (time_t)(wall_usec / 1000000);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    size_t n = strftime(buf, 48, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf + n, 48 - n, ".%06uZ", (unsigned)(wall_usec % 1000000));
+}
+
+/* ---- keep_alive ----------------------------------------------------------------------------- */
+
+static const struct {
+    const char *unit;
+    double usec;
+} go_units[] = {{"ns", 1e-3}, {"us", 1}, {"\xc2\xb5s", 1}, {"ms", 1e3}, {"s", 1e6},
+                {"m", 60e6},  {"h", 3600e6}};
+
+/* A Go duration ("1h30m", "-1m", "0", "250ms") in microseconds; -EINVAL when it is not one. */
+static int go_duration(const char *s, double *ret) {
+    double sign = 1, total = 0;
+    if (*s == '-' || *s == '+') sign = *s++ == '-' ? -1 : 1;
+    if (strcmp(s, "0") == 0) {
+        *ret = 0;
+        return 0;
+    }
+    if (!*s) return -EINVAL;
+    while (*s) {
+        char *end;
+        if ((*s < '0' || *s > '9') && *s != '.') return -EINVAL;
+        double v = strtod(s, &end);
+        if (end == s) return -EINVAL;
+        s = end;
+        size_t best = 0, best_len = 0;
+        for (size_t i = 0; i < ARRAY_SIZE(go_units); i++) {
+            size_t l = strlen(go_units[i].unit);
+            if (strncmp(s, go_units[i].unit, l) == 0 && l > best_len) best = i, best_len = l;
+        }
+        if (!best_len) return -EINVAL;
+        total += v * go_units[best].usec;
+        s += best_len;
+    }
+    *ret = sign * total;
+    return 0;
+}
+
+/* keep_alive to warmd's keep_alive_usec (0 = warmd's default): 0 becomes 1 µs (the model
+ * goes once it is idle), a negative value the largest (capped by warmd). */
+static int parse_keep_alive(struct field_ctx *f, json_t *v, uint64_t *ret) {
+    double usec;
+    if (!v || json_is_null(v)) return 0;
+    if (json_is_number(v)) usec = json_number_value(v) * 1e6;
+    else if (!json_is_string(v) || go_duration(json_string_value(v), &usec) < 0) {
+        f->mhd = reply_error(f->r, 400, "keep_alive", "keep_alive must be a duration such as "
+                             "\"5m\", \"1h\" or \"0\", or a number of seconds; negative keeps the "
+                             "model loaded as long as warmd allows");
+        return -EINVAL;
+    }
+    if (usec < 0 || usec >= 1.8e19) *ret = UINT64_MAX;
+    else *ret = usec < 1 ? 1 : (uint64_t)usec;
+    return 0;
+}
+
+/* ---- options -------------------------------------------------------------------------------- */
+
+enum opt_kind { OPT_FLOAT, OPT_INT, OPT_SEED, OPT_NUM_PREDICT, OPT_STOP, OPT_IGNORED, OPT_REFUSED };
+
+struct option_row {
+    const char *name;
+    enum opt_kind kind;
+    size_t offset;              /* in struct warm_sampling (OPT_FLOAT, OPT_INT) */
+    double lo, hi, neutral;     /* bounds; OPT_REFUSED: the value that changes nothing */
+};
+
+#define SOFF(f) offsetof(struct warm_sampling, f)
+static const struct option_row option_rows[] = {
+    {"temperature", OPT_FLOAT, SOFF(temperature), 0, 100, 0},
+    {"top_k", OPT_INT, SOFF(top_k), 0, 1 << 20, 0},
+    {"top_p", OPT_FLOAT, SOFF(top_p), 0, 1, 0},
+    {"min_p", OPT_FLOAT, SOFF(min_p), 0, 1, 0},
+    {"repeat_penalty", OPT_FLOAT, SOFF(repeat_penalty), 0, 10, 0},
+    {"repeat_last_n", OPT_INT, SOFF(repeat_last_n), -1, 1 << 20, 0},
+    {"frequency_penalty", OPT_FLOAT, SOFF(frequency_penalty), -10, 10, 0},
+    {"presence_penalty", OPT_FLOAT, SOFF(presence_penalty), -10, 10, 0},
+    {"seed", OPT_SEED, 0, -9.2e18, 9.2e18, 0},
+    {"num_predict", OPT_NUM_PREDICT, 0, -2, UINT32_MAX, 0},
+    {"stop", OPT_STOP, 0, 0, 0, 0},
+    /* How warmd runs the model is warmd's configuration, not a request's. */
+    {"num_ctx", OPT_IGNORED, 0, 0, 0, 0},   {"num_batch", OPT_IGNORED, 0, 0, 0, 0},
+    {"num_gpu", OPT_IGNORED, 0, 0, 0, 0},   {"main_gpu", OPT_IGNORED, 0, 0, 0, 0},
+    {"num_thread", OPT_IGNORED, 0, 0, 0, 0}, {"use_mmap", OPT_IGNORED, 0, 0, 0, 0},
+    {"use_mlock", OPT_IGNORED, 0, 0, 0, 0}, {"low_vram", OPT_IGNORED, 0, 0, 0, 0},
+    {"numa", OPT_IGNORED, 0, 0, 0, 0},      {"num_keep", OPT_IGNORED, 0, 0, 0, 0},
+    {"f16_kv", OPT_IGNORED, 0, 0, 0, 0},    {"penalize_newline", OPT_IGNORED, 0, 0, 0, 0},
+    /* Samplers warmd does not have: refused unless set to their no-op value. */
+    {"mirostat", OPT_REFUSED, 0, 0, 0, 0},  {"typical_p", OPT_REFUSED, 0, 0, 0, 1},
+    {"tfs_z", OPT_REFUSED, 0, 0, 0, 1},
+};
+
+static int parse_options(struct field_ctx *f, json_t *opts, struct gen_job *j) {
+    if (!opts || json_is_null(opts)) return 0;
+    if (!json_is_object(opts)) {
+        f->mhd = reply_error(f->r, 400, "options", "options must be an object");
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < ARRAY_SIZE(option_rows); i++) {
+        const struct option_row *o = &option_rows[i];
+        json_t *v = json_object_get(opts, o->name);
+        if (!v || json_is_null(v) || o->kind == OPT_IGNORED) continue;
+        if (o->kind == OPT_STOP) {
+            if (field_stop(f, opts, o->name, HTTPD_MAX_STOP, j) < 0) return -EINVAL;
+            continue;
+        }
+        double x = 0;
+        bool set = false;
+        if (field_number(f, opts, o->name, o->kind == OPT_REFUSED ? -1e300 : o->lo,
+                         o->kind == OPT_REFUSED ? 1e300 : o->hi, &x, &set) < 0)
+            return -EINVAL;
+        if (o->kind != OPT_FLOAT && o->kind != OPT_REFUSED && x != floor(x)) {
+            f->mhd = reply_error(f->r, 400, o->name, "options.%s must be an integer", o->name);
+            return -EINVAL;
+        }
+        char *field = (char *)&j->sampling + o->offset;
+        switch (o->kind) {
+        case OPT_FLOAT: *(float *)field = (float)x; break;
+        case OPT_INT:
+            if (x >= 0) *(int32_t *)field = (int32_t)x;  /* repeat_last_n -1: keep warmd's */
+            break;
+        case OPT_SEED:
+            /* -1 is Ollama's "random", warmd's 0; keep a fixed seed 0 fixed. */
+            j->sampling.seed = x < 0 ? 0 : x == 0 ? UINT64_MAX : (uint64_t)x;
+            break;
+        case OPT_NUM_PREDICT:
+            if (x == 0) {
+                f->mhd = reply_error(f->r, 400, "num_predict", "options.num_predict 0 asks for "
+                                     "no tokens; use -1 for no limit");
+                return -EINVAL;
+            }
+            j->params.max_tokens = x < 0 ? 0 : (uint32_t)x;  /* -1, -2: until the end */
+            break;
+        case OPT_REFUSED:
+            if (x != o->neutral) {
+                f->mhd = reply_error(f->r, 400, o->name, "options.%s is not supported: warmd has "
+                                     "no such sampler", o->name);
+                return -EINVAL;
+            }
+            break;
+        case OPT_STOP:
+        case OPT_IGNORED: break;
+        }
+    }
+    return 0;
+}
+
+/* ---- refused fields ------------------------------------------------------------------------- */
+
+static const struct {
+    const char *name, *why;
+} refused_rows[] = {
+    {"images", "warmd's models read text only"},
+    {"tools", "warmd does not run tool calls"},
+    {"format", "warmd does not constrain output to JSON or a schema"},
+    {"suffix", "warmd does not fill in the middle"},
+    {"template", "warmd renders prompts with the model's own chat template"},
+    {"context", "send the conversation with /api/chat instead; warmd resumes it from its "
+                "prompt cache"},
+    {"think", "warmd does not separate thinking from the answer"},
+};
+
+static bool meaningful(json_t *v) {
+    if (!v || json_is_null(v) || json_is_false(v)) return false;
+    if (json_is_string(v)) return *json_string_value(v) != '\0';
+    if (json_is_array(v)) return json_array_size(v) > 0;
+    return true;
+}
+
+static int check_common(struct field_ctx *f, json_t *b, struct gen_job *j) {
+    for (size_t i = 0; i < ARRAY_SIZE(refused_rows); i++)
+        if (meaningful(json_object_get(b, refused_rows[i].name))) {
+            f->mhd = reply_error(f->r, 400, refused_rows[i].name, "'%s' is not supported: %s",
+                                 refused_rows[i].name, refused_rows[i].why);
+            return -EINVAL;
+        }
+    const char *model = NULL;
+    if (field_string(f, b, "model", &model) < 0) return -EINVAL;
+    if (!model || !*model) {
+        f->mhd = reply_error(f->r, 400, "model", "model is required");
+        return -EINVAL;
+    }
+    snprintf(j->model, sizeof j->model, "%s", model);
+    j->params.model = request_model(f->r, model, j->model_buf);
+    j->stream = true;           /* Ollama streams unless told not to */
+    if (field_bool(f, b, "stream", &j->stream) < 0) return -EINVAL;
+    if (parse_keep_alive(f, json_object_get(b, "keep_alive"), &j->params.keep_alive_usec) < 0)
+        return -EINVAL;
+    return parse_options(f, json_object_get(b, "options"), j);
+}
+
+/* ---- replies -------------------------------------------------------------------------------- */
+
+static json_t *head(const struct gen_job *j) {
+    char at[48];
+    rfc3339(at, time_wall_usec());
+    return json_pack("{s:s,s:s}", "model", j->model, "created_at", at);
+}
+
+static void add_stats(json_t *d, const struct gen_job *j) {
+    const struct warm_summary *s = &j->summary;
+    json_object_set_new(d, "done", json_true());
+    json_object_set_new(d, "done_reason", json_string(finish_reason(s->stop_reason)));
+    json_object_set_new(d, "total_duration", json_integer((json_int_t)(s->total_usec * NS_PER_USEC)));
+    json_object_set_new(d, "load_duration", json_integer((json_int_t)(s->load_usec * NS_PER_USEC)));
+    json_object_set_new(d, "prompt_eval_count", json_integer(s->prompt_tokens));
+    json_object_set_new(d, "prompt_eval_duration",
+                        json_integer((json_int_t)((s->restore_usec + s->prefill_usec) * NS_PER_USEC)));
+    json_object_set_new(d, "eval_count", json_integer(s->generated_tokens));
+    json_object_set_new(d, "eval_duration", json_integer((json_int_t)(s->decode_usec * NS_PER_USEC)));
+}
+
+/* The text of one line: "response" for /api/generate, "message" for /api/chat. */
+static void add_text(json_t *d, const struct gen_job *j, const char *text, size_t len) {
+    if (j->chat && !j->plain_fallback)
+        json_object_set_new(d, "message", json_pack("{s:s,s:o}", "role", "assistant", "content",
+                                                    json_text(text, len)));
+    else json_object_set_new(d, "response", json_text(text, len));
+}
+
+static int line_piece(struct gen_job *j, const char *text, size_t len) {
+    j->head_sent = true;
+    if (!len) return 0;
+    json_t *d = head(j);
+    if (!d) return -ENOMEM;
+    add_text(d, j, text, len);
+    json_object_set_new(d, "done", json_false());
+    return gen_emit_json(j, d, false);
+}
+
+static int line_end(struct gen_job *j) {
+    json_t *d = head(j);
+    if (!d) return -ENOMEM;
+    add_text(d, j, "", 0);
+    add_stats(d, j);
+    return gen_emit_json(j, d, false);
+}
+
+static int line_error(struct gen_job *j) {
+    return gen_emit_json(j, json_pack("{s:s}", "error", j->err.message), false);
+}
+
+static json_t *line_whole(struct gen_job *j) {
+    json_t *d = head(j);
+    if (!d) return NULL;
+    add_text(d, j, j->text ? j->text : "", j->text_len);
+    add_stats(d, j);
+    return d;
+}
+
+static const struct gen_ops line_ops = {
+    .content_type = "application/x-ndjson",
+    .piece = line_piece, .end = line_end, .error = line_error, .whole = line_whole,
+};
+
+/* An empty prompt asks Ollama to load the model and nothing else. */
+static enum MHD_Result reply_loaded(struct request *r, struct gen_job *j) {
+    json_t *d = head(j);
+    if (d) {
+        if (j->chat) json_object_set_new(d, "message", json_pack("{s:s,s:s}", "role", "assistant",
+                                                                 "content", ""));
+        else json_object_set_new(d, "response", json_string(""));
+        json_object_set_new(d, "done", json_true());
+        json_object_set_new(d, "done_reason", json_string("load"));
+    }
+    gen_job_free(j);
+    return reply_json(r, 200, d);
+}
+
+/* ---- handlers ------------------------------------------------------------------------------- */
+
+enum MHD_Result ollama_generate(struct request *r) {
+    struct field_ctx f = {.r = r};
+    struct gen_job *j = gen_job_new(r, &line_ops, API_OLLAMA);
+    if (!j) return reply_error(r, 503, NULL, "out of memory");
+    const char *prompt = "", *system = NULL;
+    bool raw = false;
+    if (check_common(&f, r->json, j) < 0 || field_string(&f, r->json, "prompt", &prompt) < 0 ||
+        field_string(&f, r->json, "system", &system) < 0 ||
+        field_bool(&f, r->json, "raw", &raw) < 0) {
+        gen_job_free(j);
+        return f.mhd;
+    }
+    if (!prompt || !*prompt) return reply_loaded(r, j);
+    j->prompt = prompt;
+    if (!raw) {
+        /* Ollama renders the prompt with the model's template; a model without one (a base
+         * model) completes the text as it is, system message first. */
+        j->chat = j->plain_fallback = true;
+        j->msgs = calloc(2, sizeof *j->msgs);
+        if (!j->msgs) {
+            gen_job_free(j);
+            return reply_error(r, 503, NULL, "out of memory");
+        }
+        if (system && *system) {
+            j->msgs[j->n_msgs++] = (struct warm_chat_message){.role = "system", .content = system};
+            size_t n = strlen(system) + strlen(prompt) + 3;
+            char *both = gen_job_keep(j, malloc(n));
+            if (!both) {
+                gen_job_free(j);
+                return reply_error(r, 503, NULL, "out of memory");
+            }
+            snprintf(both, n, "%s\n\n%s", system, prompt);
+            j->prompt = both;
+        }
+        j->msgs[j->n_msgs++] = (struct warm_chat_message){.role = "user", .content = prompt};
+    }
+    return gen_run(r, j);
+}
+
+enum MHD_Result ollama_chat(struct request *r) {
+    struct field_ctx f = {.r = r};
+    struct gen_job *j = gen_job_new(r, &line_ops, API_OLLAMA);
+    if (!j) return reply_error(r, 503, NULL, "out of memory");
+    j->chat = true;
+    if (check_common(&f, r->json, j) < 0) {
+        gen_job_free(j);
+        return f.mhd;
+    }
+    json_t *msgs = json_object_get(r->json, "messages");
+    if (!msgs || json_array_size(msgs) == 0) return reply_loaded(r, j);
+    if (parse_messages(&f, j, msgs) < 0) {
+        gen_job_free(j);
+        return f.mhd;
+    }
+    return gen_run(r, j);
+}
+
+enum MHD_Result ollama_root(struct request *r) {
+    /* Clients probe for this exact text; the Server header says who answers. */
+    return reply_text(r, 200, "text/plain; charset=utf-8", "Ollama is running");
+}
+
+enum MHD_Result ollama_version(struct request *r) {
+    return reply_json(r, 200, json_pack("{s:s,s:s}", "version", HTTPD_OLLAMA_API_VERSION,
+                                        "warm_httpd", HTTPD_VERSION));
+}
+
+static json_t *details(const struct warm_model_info *m) {
+    return json_pack("{s:s,s:s,s:s,s:o,s:s,s:s}", "parent_model", "", "format", "gguf", "family",
+                     m->architecture, "families",
+                     *m->architecture ? json_pack("[s]", m->architecture) : json_null(),
+                     "parameter_size", "", "quantization_level", "");
+}
+
+static json_t *model_entry(const struct warm_model_info *m, bool running) {
+    char at[48];
+    rfc3339(at, running ? time_wall_usec() + m->keep_alive_left_usec : m->modified_usec);
+    json_t *d = json_pack("{s:s,s:s,s:I,s:s,s:o}", "name", m->name, "model", m->name, "size",
+                          (json_int_t)(running ? m->memory_bytes : m->size_bytes), "digest",
+                          m->fingerprint, "details", details(m));
+    if (!d) return NULL;
+    json_object_set_new(d, running ? "expires_at" : "modified_at", json_string(at));
+    if (running) json_object_set_new(d, "size_vram", json_integer(0));
+    return d;
+}
+
+static int models(struct request *r, enum MHD_Result *m, struct warm_model_info **ret,
+                  size_t *ret_n) {
+    struct client_ref *c = request_client(r, m);
+    if (!c) return -1;
+    struct warm_error e;
+    int rc = warm_models_list(client_ref_client(c), ret, ret_n, &e);
+    clients_put(&r->h->clients, c);
+    if (rc < 0) *m = reply_warm_error(r, &e);
+    return rc;
+}
+
+static enum MHD_Result list(struct request *r, bool running) {
+    enum MHD_Result m;
+    struct warm_model_info *ms;
+    size_t n;
+    if (models(r, &m, &ms, &n) < 0) return m;
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++)
+        if (!running || ms[i].loaded) json_array_append_new(a, model_entry(&ms[i], running));
+    warm_free(ms);
+    return reply_json(r, 200, json_pack("{s:o}", "models", a));
+}
+
+enum MHD_Result ollama_tags(struct request *r) {
+    return list(r, false);
+}
+
+enum MHD_Result ollama_ps(struct request *r) {
+    return list(r, true);
+}
+
+enum MHD_Result ollama_show(struct request *r) {
+    struct field_ctx f = {.r = r};
+    const char *name = NULL;
+    if (field_string(&f, r->json, "model", &name) < 0) return f.mhd;
+    if (!name && field_string(&f, r->json, "name", &name) < 0) return f.mhd;
+    if (!name || !*name) return reply_error(r, 400, "model", "model is required");
+    char buf[HTTPD_MODEL_MAX];
+    const char *want = request_model(r, name, buf);
+    enum MHD_Result m;
+    struct warm_model_info *ms;
+    size_t n;
+    if (models(r, &m, &ms, &n) < 0) return m;
+    json_t *d = NULL;
+    for (size_t i = 0; i < n && !d; i++) {
+        if (strcmp(ms[i].name, want) != 0) continue;
+        char at[48], modelfile[256];
+        rfc3339(at, ms[i].modified_usec);
+        snprintf(modelfile, sizeof modelfile, "# %s: a GGUF file in warmd's models directory; "
+                 "warmd applies its chat template and settings\n", ms[i].name);
+        d = json_pack("{s:s,s:s,s:s,s:o,s:{s:s},s:[s],s:s}", "modelfile", modelfile,
+                      "parameters", "", "template", "", "details", details(&ms[i]), "model_info",
+                      "general.architecture", ms[i].architecture, "capabilities", "completion",
+                      "modified_at", at);
+    }
+    warm_free(ms);
+    if (!d) return reply_error(r, 404, NULL, "model '%s' not found", name);
+    return reply_json(r, 200, d);
+}
+
+static const struct {
+    const char *path, *message;
+} not_here_rows[] = {
+    {"/api/embed", "warmd does not compute embeddings"},
+    {"/api/embeddings", "warmd does not compute embeddings"},
+    {"/v1/embeddings", "warmd does not compute embeddings"},
+};
+
+enum MHD_Result ollama_not_here(struct request *r) {
+    for (size_t i = 0; i < ARRAY_SIZE(not_here_rows); i++)
+        if (strcmp(r->url, not_here_rows[i].path) == 0)
+            return reply_error(r, 501, NULL, "%s", not_here_rows[i].message);
+    return reply_error(r, 501, NULL,
+                       "%s is not available: warmd does not download, create or delete models. "
+                       "An administrator adds a model by copying its GGUF file into warmd's "
+                       "models directory (/var/lib/warmd/models by default) and running "
+                       "`systemctl reload warmd`; the file name without .gguf is the model's "
+                       "name (`warmctl models` lists them)", r->url);
+}

@@ -1,0 +1,487 @@
+/* server — the HTTP side on libmicrohttpd: one thread per connection, capped per listening
+ * address (max_connections) and per local user (max_connections_per_uid); who opened the
+ * connection is looked up once when it opens (peer.c). Every request then passes, before
+ * its body is read: the Host check (only localhost, 127.0.0.1 and [::1] with our port are
+ * served, so a web page whose name was rebound to 127.0.0.1 gets nothing), the Origin check
+ * (a browser page is refused unless its origin is in allowed_origins; no wildcard CORS
+ * unless configured), the route table, the identity (the connection's uid, else a bearer
+ * token, else 401 naming both) and the body cap (413). Bodies must arrive within
+ * request_timeout; an idle connection or a client that stops reading is closed after
+ * connection_timeout. */
+#include "httpd.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+/* Headers of one request must fit this (libmicrohttpd's per-connection pool). */
+#define CONN_MEMORY_BYTES (64 * 1024)
+
+static const struct route routes[] = {
+    {"GET", "/", API_PLAIN, false, false, ollama_root},
+    {"HEAD", "/", API_PLAIN, false, false, ollama_root},
+    {"GET", "/v1/models", API_OPENAI, true, false, openai_models},
+    {"GET", "/v1/models/*", API_OPENAI, true, false, openai_model},
+    {"POST", "/v1/chat/completions", API_OPENAI, true, true, openai_chat},
+    {"POST", "/v1/completions", API_OPENAI, true, true, openai_completions},
+    {"POST", "/v1/embeddings", API_OPENAI, false, false, ollama_not_here},
+    {"GET", "/api/version", API_OLLAMA, false, false, ollama_version},
+    {"HEAD", "/api/version", API_OLLAMA, false, false, ollama_version},
+    {"GET", "/api/tags", API_OLLAMA, true, false, ollama_tags},
+    {"GET", "/api/ps", API_OLLAMA, true, false, ollama_ps},
+    {"POST", "/api/show", API_OLLAMA, true, true, ollama_show},
+    {"POST", "/api/generate", API_OLLAMA, true, true, ollama_generate},
+    {"POST", "/api/chat", API_OLLAMA, true, true, ollama_chat},
+    {"POST", "/api/pull", API_OLLAMA, false, false, ollama_not_here},
+    {"POST", "/api/push", API_OLLAMA, false, false, ollama_not_here},
+    {"POST", "/api/create", API_OLLAMA, false, false, ollama_not_here},
+    {"POST", "/api/copy", API_OLLAMA, false, false, ollama_not_here},
+    {"DELETE", "/api/delete", API_OLLAMA, false, false, ollama_not_here},
+    {"POST", "/api/embed", API_OLLAMA, false, false, ollama_not_here},
+    {"POST", "/api/embeddings", API_OLLAMA, false, false, ollama_not_here},
+};
+
+/* ---- status codes ------------------------------------------------------------------------ */
+
+static const struct {
+    int code;
+    unsigned status;
+} status_rows[] = {
+    {WARM_CANCELLED, 499},          {WARM_INVALID_ARGUMENT, 400},
+    {WARM_DEADLINE_EXCEEDED, 504},  {WARM_NOT_FOUND, 404},
+    {WARM_ALREADY_EXISTS, 409},     {WARM_PERMISSION_DENIED, 403},
+    {WARM_RESOURCE_EXHAUSTED, 429}, {WARM_FAILED_PRECONDITION, 400},
+    {WARM_OUT_OF_RANGE, 400},       {WARM_UNIMPLEMENTED, 501},
+    {WARM_UNAVAILABLE, 503},        {WARM_UNAUTHENTICATED, 401},
+    {WARM_NOT_RUNNING, 503},        {WARM_SOCKET_ACCESS, 503},
+    {WARM_NO_MEMORY, 503},          {WARM_BAD_REQUEST, 400},
+};
+
+unsigned http_status_for(int code) {
+    if (code < 0) code = -code;
+    for (size_t i = 0; i < ARRAY_SIZE(status_rows); i++)
+        if (status_rows[i].code == code) return status_rows[i].status;
+    return 500;
+}
+
+static const struct {
+    unsigned status;
+    const char *type;
+} openai_types[] = {
+    {400, "invalid_request_error"}, {401, "authentication_error"}, {403, "permission_error"},
+    {404, "not_found_error"},       {405, "invalid_request_error"}, {408, "timeout_error"},
+    {413, "invalid_request_error"}, {429, "rate_limit_error"},     {499, "request_cancelled"},
+    {501, "not_implemented_error"}, {503, "service_unavailable"},
+};
+
+const char *openai_error_type(unsigned status) {
+    for (size_t i = 0; i < ARRAY_SIZE(openai_types); i++)
+        if (openai_types[i].status == status) return openai_types[i].type;
+    return "server_error";
+}
+
+/* ---- replies ----------------------------------------------------------------------------- */
+
+void reply_add_cors(struct request *r, struct MHD_Response *resp) {
+    if (!r->cors_origin) return;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->cors_origin);
+    MHD_add_response_header(resp, "Vary", "Origin");
+}
+
+static enum MHD_Result queue(struct request *r, unsigned status, struct MHD_Response *resp) {
+    if (!resp) return MHD_NO;
+    reply_add_cors(r, resp);
+    enum MHD_Result m = MHD_queue_response(r->conn, status, resp);
+    MHD_destroy_response(resp);
+    log_debug("%s uid %s%u: %u", r->url, r->id.by_token ? "token:" : "",
+              r->id.by_token ? 0 : r->id.uid, status);
+    return m;
+}
+
+static enum MHD_Result reply_buffer(struct request *r, unsigned status, const char *type,
+                                    char *data, size_t len) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(data);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", type);
+    return queue(r, status, resp);
+}
+
+enum MHD_Result reply_json(struct request *r, unsigned status, json_t *doc) {
+    if (!doc) return MHD_NO;
+    char *s = json_dumps(doc, JSON_COMPACT);
+    json_decref(doc);
+    if (!s) return MHD_NO;
+    return reply_buffer(r, status, "application/json", s, strlen(s));
+}
+
+enum MHD_Result reply_text(struct request *r, unsigned status, const char *content_type,
+                           const char *text) {
+    char *s = strdup(text);
+    if (!s) return MHD_NO;
+    return reply_buffer(r, status, content_type, s, strlen(s));
+}
+
+static json_t *error_doc(enum api api, unsigned status, const char *param, const char *msg) {
+    if (api == API_OLLAMA) return json_pack("{s:s}", "error", msg);
+    return json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", msg, "type",
+                     openai_error_type(status), "param", param ? json_string(param) : json_null(),
+                     "code", json_null());
+}
+
+enum MHD_Result reply_error(struct request *r, unsigned status, const char *param,
+                            const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (status >= 500) log_msg(LOG_LEVEL_WARN, "%s: %u: %s", r->url, status, msg);
+    return reply_json(r, status, error_doc(r->api, status, param, msg));
+}
+
+enum MHD_Result reply_warm_error(struct request *r, const struct warm_error *e) {
+    unsigned status = http_status_for(e->code);
+    return reply_error(r, status, NULL, "%s", e->message);
+}
+
+/* ---- identity and per-uid caps ----------------------------------------------------------- */
+
+static void conns_add(struct httpd *h, struct conn_info *ci) {
+    pthread_mutex_lock(&h->conn_lock);
+    struct uid_count *u = NULL;
+    for (size_t i = 0; i < h->n_conns; i++)
+        if (h->conns[i].uid == ci->uid) u = &h->conns[i];
+    if (!u && h->n_conns == h->cap_conns) {
+        size_t cap = h->cap_conns ? 2 * h->cap_conns : 16;
+        struct uid_count *n = realloc(h->conns, cap * sizeof *n);
+        if (n) {
+            h->conns = n;
+            h->cap_conns = cap;
+        }
+    }
+    if (!u && h->n_conns < h->cap_conns) {
+        u = &h->conns[h->n_conns++];
+        *u = (struct uid_count){.uid = ci->uid};
+    }
+    if (u && u->n < h->cfg.max_connections_per_uid) u->n++;
+    else ci->over_cap = true;   /* counted nowhere: refused at its first request */
+    pthread_mutex_unlock(&h->conn_lock);
+}
+
+static void conns_del(struct httpd *h, struct conn_info *ci) {
+    pthread_mutex_lock(&h->conn_lock);
+    for (size_t i = 0; i < h->n_conns; i++) {
+        if (h->conns[i].uid != ci->uid) continue;
+        if (--h->conns[i].n == 0) h->conns[i] = h->conns[--h->n_conns];
+        break;
+    }
+    pthread_mutex_unlock(&h->conn_lock);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    struct httpd *h = cls;
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        struct conn_info *ci = *socket_context;
+        if (ci && ci->identified && !ci->over_cap) conns_del(h, ci);
+        free(ci);
+        *socket_context = NULL;
+        return;
+    }
+    struct conn_info *ci = calloc(1, sizeof *ci);
+    if (!ci) return;            /* its requests are answered 503 */
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    ci->fd = info ? info->connect_fd : -1;
+    struct sockaddr_storage local;
+    socklen_t len = sizeof local;
+    if (ci->fd >= 0 && getsockname(ci->fd, (struct sockaddr *)&local, &len) == 0)
+        ci->local_port = ntohs(local.ss_family == AF_INET6
+                                   ? ((struct sockaddr_in6 *)&local)->sin6_port
+                                   : ((struct sockaddr_in *)&local)->sin_port);
+    /* Streamed tokens are small writes: send each at once (warm-httpd.socket sets it too). */
+    int one = 1;
+    if (ci->fd >= 0) (void)setsockopt(ci->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    int r = ci->fd >= 0 ? peer_uid(&h->diag, ci->fd, &ci->uid) : -EBADF;
+    ci->identified = r == 0;
+    ci->lookup_error = r;
+    if (r < 0 && r != -ENOENT) log_msg(LOG_LEVEL_WARN, "peer uid lookup failed: %s", strerror(-r));
+    if (ci->identified) conns_add(h, ci);
+    *socket_context = ci;
+}
+
+/* The bearer token of an Authorization header, or NULL. */
+static const char *bearer(struct MHD_Connection *conn) {
+    const char *a = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    if (!a || strncasecmp(a, "Bearer ", 7) != 0) return NULL;
+    a += 7;
+    while (*a == ' ') a++;
+    return *a ? a : NULL;
+}
+
+/* Who r is served as: the connection's uid, else its bearer token. False: neither. */
+static bool identify(struct request *r) {
+    if (r->ci->identified) {
+        r->id = (struct identity){.uid = r->ci->uid};
+        return true;
+    }
+    const char *tok = bearer(r->conn);
+    if (!tok || strlen(tok) >= sizeof r->id.token) return false;
+    r->id = (struct identity){.by_token = true};
+    strcpy(r->id.token, tok);
+    return true;
+}
+
+static enum MHD_Result reply_unidentified(struct request *r) {
+    return reply_error(r, 401, NULL,
+                       "warm-httpd cannot tell which local user opened this connection (%s), so "
+                       "it needs a token: run `warmctl token create` as that user and send the "
+                       "token it writes (~/.config/warmd/token) as 'Authorization: Bearer "
+                       "<token>'; or connect from a program running on this machine, outside "
+                       "containers, which is recognised by its user id",
+                       bearer(r->conn) ? "and the bearer token is too long"
+                                       : "a client in a container or another network namespace?");
+}
+
+/* ---- Host and Origin --------------------------------------------------------------------- */
+
+static bool host_ok(const char *host, uint16_t port) {
+    static const char *const names[] = {"localhost", "127.0.0.1", "[::1]"};
+    if (!host) return false;
+    for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+        size_t n = strlen(names[i]);
+        if (strncasecmp(host, names[i], n) != 0) continue;
+        const char *rest = host + n;
+        if (*rest == '\0') return port == 80;
+        char want[8];
+        snprintf(want, sizeof want, ":%u", port);
+        if (strcmp(rest, want) == 0) return true;
+    }
+    return false;
+}
+
+/* The allowed origin to echo for this Origin header; NULL = refuse. */
+static const char *origin_allowed(const struct httpd_config *c, const char *origin) {
+    for (size_t i = 0; i < c->n_allowed_origins; i++) {
+        if (strcmp(c->allowed_origins[i], "*") == 0) return "*";
+        if (strcasecmp(c->allowed_origins[i], origin) == 0) return c->allowed_origins[i];
+    }
+    return NULL;
+}
+
+static enum MHD_Result preflight(struct request *r) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    const char *want = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                                   "Access-Control-Request-Headers");
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                            want ? want : "Authorization, Content-Type");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    return queue(r, 204, resp);
+}
+
+/* ---- routing ----------------------------------------------------------------------------- */
+
+static bool path_matches(const char *pattern, const char *path) {
+    size_t n = strlen(pattern);
+    if (n && pattern[n - 1] == '*') return strncmp(pattern, path, n - 1) == 0 && path[n - 1];
+    return strcmp(pattern, path) == 0;
+}
+
+static enum MHD_Result admit(struct request *r, const char *method) {
+    struct httpd_config *c = &r->h->cfg;
+    r->api = strncmp(r->url, "/api/", 5) == 0 ? API_OLLAMA : API_OPENAI;
+    r->refused = true;          /* until every check passed */
+    if (!r->ci) return reply_error(r, 503, NULL, "out of memory for this connection");
+    const char *host = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Host");
+    if (!host_ok(host, r->ci->local_port))
+        return reply_error(r, 403, NULL,
+                           "Host '%s' is not served: use http://localhost:%u, "
+                           "http://127.0.0.1:%u or http://[::1]:%u (other names could be a "
+                           "web page's DNS rebinding)", host ? host : "", r->ci->local_port,
+                           r->ci->local_port, r->ci->local_port);
+    const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+    if (origin) {
+        r->cors_origin = origin_allowed(c, origin);
+        if (!r->cors_origin)
+            return reply_error(r, 403, NULL,
+                               "requests from web pages of origin '%s' are refused; an "
+                               "administrator may add it to allowed_origins in "
+                               HTTPD_DEFAULT_CONFIG, origin);
+        if (strcmp(r->cors_origin, "*") != 0) r->cors_origin = origin;
+        if (strcmp(method, "OPTIONS") == 0) return preflight(r);
+    }
+    bool path_known = false;
+    for (size_t i = 0; i < ARRAY_SIZE(routes) && !r->route; i++) {
+        if (!path_matches(routes[i].path, r->url)) continue;
+        path_known = true;
+        if (strcmp(routes[i].method, method) == 0) r->route = &routes[i];
+    }
+    if (!r->route) {
+        if (path_known) return reply_error(r, 405, NULL, "%s is not allowed on %s", method, r->url);
+        return reply_error(r, 404, NULL, "no such endpoint: %s %s", method, r->url);
+    }
+    if (r->route->api != API_PLAIN) r->api = r->route->api;
+    if (r->ci->over_cap)
+        return reply_error(r, 429, NULL, "this user has %u connections open to warm-httpd "
+                           "(max_connections_per_uid); close some", c->max_connections_per_uid);
+    if (r->route->needs_identity && !identify(r)) return reply_unidentified(r);
+    const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
+    if (cl) {
+        char *end;
+        errno = 0;
+        unsigned long long n = strtoull(cl, &end, 10);
+        if (errno || *end || n > c->max_body_bytes)
+            return reply_error(r, 413, NULL, "request body of %s bytes is larger than max_body "
+                               "(%llu bytes)", cl, (unsigned long long)c->max_body_bytes);
+    }
+    r->refused = false;
+    return MHD_YES;
+}
+
+static int body_append(struct request *r, const char *data, size_t len) {
+    size_t need;
+    if (!size_add(r->body_len, len, &need) || need > r->h->cfg.max_body_bytes) return -E2BIG;
+    if (need + 1 > r->body_cap) {
+        size_t cap = MAX(need + 1, MIN(2 * r->body_cap, r->h->cfg.max_body_bytes + 1));
+        char *b = realloc(r->body, cap);
+        if (!b) return -ENOMEM;
+        r->body = b;
+        r->body_cap = cap;
+    }
+    memcpy(r->body + r->body_len, data, len);
+    r->body_len = need;
+    r->body[need] = '\0';
+    return 0;
+}
+
+static enum MHD_Result dispatch(struct request *r) {
+    if (r->route->has_body) {
+        if (!r->body_len) return reply_error(r, 400, NULL, "this endpoint takes a JSON body");
+        json_error_t e;
+        r->json = json_loadb(r->body, r->body_len, JSON_REJECT_DUPLICATES, &e);
+        if (!r->json)
+            return reply_error(r, 400, NULL, "the body is not JSON: %s (line %d, column %d)",
+                               e.text, e.line, e.column);
+        if (!json_is_object(r->json))
+            return reply_error(r, 400, NULL, "the body must be a JSON object");
+    }
+    return r->route->handler(r);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    struct request *r = *con_cls;
+    if (!r) {
+        r = calloc(1, sizeof *r);
+        if (!r) return MHD_NO;
+        *r = (struct request){.h = cls, .conn = conn, .url = url, .start_usec = time_now_usec()};
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        r->ci = info ? info->socket_context : NULL;
+        *con_cls = r;
+        return admit(r, method);
+    }
+    if (*upload_size) {
+        size_t n = *upload_size;
+        *upload_size = 0;
+        if (r->refused) return MHD_YES;   /* answered; the rest is dropped */
+        if (time_now_usec() - r->start_usec > r->h->cfg.request_timeout_usec) {
+            log_msg(LOG_LEVEL_INFO, "%s: body not received within request_timeout; closing", url);
+            return MHD_NO;
+        }
+        int e = body_append(r, upload, n);
+        if (e == -E2BIG) r->refused = r->too_big = true; /* answered when the body ends */
+        else if (e < 0) return MHD_NO;
+        return MHD_YES;
+    }
+    if (r->too_big) {
+        r->too_big = false;
+        return reply_error(r, 413, NULL, "request body is larger than max_body (%llu bytes)",
+                           (unsigned long long)r->h->cfg.max_body_bytes);
+    }
+    if (r->refused) return MHD_YES;
+    r->refused = true;          /* one answer per request */
+    return dispatch(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode why) {
+    (void)cls, (void)conn, (void)why;
+    struct request *r = *con_cls;
+    if (!r) return;
+    json_decref(r->json);
+    free(r->body);
+    explicit_bzero(r->id.token, sizeof r->id.token);
+    free(r);
+    *con_cls = NULL;
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && msg[n - 1] == '\n') msg[--n] = '\0';
+    log_msg(LOG_LEVEL_INFO, "libmicrohttpd: %s", msg);
+}
+
+struct client_ref *request_client(struct request *r, enum MHD_Result *ret) {
+    struct client_ref *c;
+    struct warm_error e;
+    int rc = clients_get(&r->h->clients, &r->id, &c, &e);
+    if (rc < 0) {
+        *ret = reply_warm_error(r, &e);
+        return NULL;
+    }
+    return c;
+}
+
+int httpd_start(struct httpd *h, const int *fds, const int *families, size_t n,
+                struct err_detail *err) {
+    if (n > HTTPD_MAX_LISTEN) return err_set(err, -E2BIG, "at most %d listening sockets", HTTPD_MAX_LISTEN);
+    pthread_mutex_init(&h->conn_lock, NULL);
+    unsigned timeout_s = (unsigned)(h->cfg.connection_timeout_usec / 1000000);
+    for (size_t i = 0; i < n; i++) {
+        unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                         MHD_USE_POLL | MHD_USE_ERROR_LOG;
+        if (families[i] == AF_INET6) flags |= MHD_USE_IPv6;
+        struct MHD_Daemon *d = MHD_start_daemon(
+            flags, 0, NULL, NULL, on_request, h,
+            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,   /* first, to catch the rest */
+            MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fds[i],
+            MHD_OPTION_CONNECTION_LIMIT, (unsigned)h->cfg.max_connections,
+            MHD_OPTION_CONNECTION_TIMEOUT, timeout_s,
+            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY_BYTES,
+            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+            MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+            MHD_OPTION_STRICT_FOR_CLIENT, (int)1,
+            MHD_OPTION_END);
+        if (!d) {
+            httpd_stop(h);
+            return err_set(err, -EIO, "libmicrohttpd could not serve listening socket %d", fds[i]);
+        }
+        h->mhd[h->n_mhd++] = d;
+    }
+    return 0;
+}
+
+void httpd_stop(struct httpd *h) {
+    atomic_store(&h->stopping, true);
+    for (size_t i = 0; i < h->n_mhd; i++) MHD_stop_daemon(h->mhd[i]);
+    h->n_mhd = 0;
+    free(h->conns);
+    h->conns = NULL;
+    h->n_conns = h->cap_conns = 0;
+}
