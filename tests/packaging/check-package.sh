@@ -129,7 +129,8 @@ for f in /usr/bin/warmd /usr/bin/warmctl /etc/warmd/warmd.conf \
          /usr/lib/$multi/libwarm.so.0 /usr/lib/$multi/libwarm.so /usr/lib/$multi/libwarm.a \
          /usr/include/warm.h /usr/lib/$multi/pkgconfig/warm.pc \
          /usr/bin/warm-gguf /usr/bin/warm-bench /usr/share/man/man1/warm-gguf.1.gz \
-         /usr/share/man/man1/warm-bench.1.gz /etc/warmd/warmd.conf.d \
+         /usr/share/man/man1/warm-bench.1.gz /usr/share/man/man1/warm-httpd.1.gz \
+         /etc/warmd/warmd.conf.d \
          /usr/lib/python3/dist-packages/warm_client/__init__.py \
          /usr/lib/python3/dist-packages/warm/v1/warm_pb2.py \
          /usr/lib/python3/dist-packages/warm/v1/warm_pb2_grpc.py; do
@@ -343,7 +344,9 @@ echo "lintian: no errors; warnings all reviewed"
 step "purge"
 apt-get purge -y python3-warm warmd libwarm-dev libwarm0 >/dev/null
 for f in /usr/bin/warmd /etc/warmd "$unitdir/warmd.service" \
-         /etc/systemd/system/sockets.target.wants/warmd.socket /var/lib/warmd/cache; do
+         /etc/systemd/system/sockets.target.wants/warmd.socket /var/lib/warmd/cache \
+         /usr/bin/warm-httpd "$unitdir/warm-httpd.service" \
+         /etc/systemd/system/sockets.target.wants/warm-httpd.socket; do
     [ ! -e "$f" ] || fail "$f left after purge"
 done
 if [ -n "$model" ]; then

@@ -12,7 +12,8 @@
 #   4. sysusers.d and tmpfiles.d files apply cleanly in a scratch root (users warm and
 #      warm-httpd, the latter in group warm).
 #   5. warm-httpd.service and warm-httpd.socket: verify clean, security under the same
-#      threshold; the warmd.conf.d drop-in trusts user warm-httpd and sets nothing else.
+#      threshold; the warmd.conf.d drop-in trusts user warm-httpd and sets nothing else;
+#      warm-httpd.1 documents the settings of warm-httpd --help.
 # Usage: check-units.sh BUILD_DIR. Exit 77 (skip) without systemd-analyze.
 set -eu
 B=$(cd "${1:?usage: check-units.sh BUILD_DIR}" && pwd)
@@ -113,6 +114,14 @@ if [ -x "$H" ] && [ -f "$P/warm-httpd.service" ]; then
     [ "$(grep -v '^#' "$D" | grep .)" = "trusted_proxy_uids = warm-httpd" ] ||
         fail "$D sets more or less than trusted_proxy_uids = warm-httpd"
     echo "ok: warmd.conf.d/10-warm-httpd.conf sets trusted_proxy_uids = warm-httpd only"
+    # warm-httpd(1) documents the settings of warm-httpd --help, in the same order.
+    "$H" --help | sed -n 's/^  --\([a-z_]*\)  .*/\1/p' | grep -v '^config$' >"$T/httpd-keys"
+    awk '/^\.SH/ { in_settings = ($2 == "SETTINGS") }
+         in_settings && prev == ".TP" && /^\.B / { print $2 } { prev = $0 }' \
+        "$S/warm-httpd.1" >"$T/httpd-man-keys"
+    [ -s "$T/httpd-keys" ] && cmp -s "$T/httpd-keys" "$T/httpd-man-keys" ||
+        { diff "$T/httpd-keys" "$T/httpd-man-keys"; fail "warm-httpd.1 settings differ from warm-httpd --help"; }
+    echo "ok: warm-httpd.1 documents the $(wc -l <"$T/httpd-keys") settings of warm-httpd --help"
 else
     echo "(warm-httpd not built: its units are not checked)"
 fi
