@@ -584,6 +584,22 @@ static void *loop(void *arg) {
     return NULL;
 }
 
+/* The bytes of a chunk record of c tokens (engine/kv-state.c): the K and V rows of every
+ * layer that owns KV, for all c tokens in a full-attention layer and for the last
+ * min(c, W - 1) in a sliding-window layer (the rows needed to continue after it). */
+static size_t chunk_record_bytes(const struct engine_model *m, const struct engine_kv_info *kvi,
+                                 uint32_t c) {
+    size_t n = 0;
+    for (uint32_t il = 0; il < m->hp.n_layer; il++) {
+        const struct engine_layer_hparams *l = &m->hp.layer[il];
+        if (l->kv_source != (int32_t)il) continue;
+        size_t rows = l->swa ? MIN(c, m->hp.swa_window - 1) : c;
+        n += rows * (kern_row_size(kvi->type_k, (int64_t)l->n_head_kv * l->head_dim_k) +
+                     kern_row_size(kvi->type_v, (int64_t)l->n_head_kv * l->head_dim_v));
+    }
+    return n;
+}
+
 /* ---- lifecycle ----------------------------------------------------------------------- */
 
 static void runner_release(struct runner *r) {
@@ -646,19 +662,12 @@ int runner_new(const char *name, int fd, const struct runner_params *p, struct r
     r->memory_bytes = r->model->weight_bytes + engine_context_kv_bytes(r->ctx);
     struct engine_kv_info kvi;
     engine_context_kv_info(r->ctx, &kvi);
-    /* Chunk records of at most ~4 MiB: C = 256 tokens, halved for big KV rows. A record
-     * holds the K and V rows of its tokens in every layer that owns KV, SWA layers too:
-     * kv_bytes / n_ctx would undercount, an SWA ring has far fewer cells than n_ctx. */
-    size_t per_token = 0;
-    for (uint32_t il = 0; il < r->model->hp.n_layer; il++) {
-        const struct engine_layer_hparams *l = &r->model->hp.layer[il];
-        if (l->kv_source == (int32_t)il)
-            per_token += kern_row_size(kvi.type_k, (int64_t)l->n_head_kv * l->head_dim_k) +
-                         kern_row_size(kvi.type_v, (int64_t)l->n_head_kv * l->head_dim_v);
-    }
+    /* Chunk records of at most ~4 MiB: C = 256 tokens, halved for big KV rows. Sized by
+     * the record itself, not by kv_bytes / n_ctx, which undercounts an SWA ring's rows. */
     r->chunk_tokens = p->chunk_tokens ? p->chunk_tokens : 256;
     r->restore_min_tokens = p->restore_min_tokens;
-    while (r->chunk_tokens > 16 && r->chunk_tokens * per_token > (4u << 20)) r->chunk_tokens /= 2;
+    while (r->chunk_tokens > 16 && chunk_record_bytes(r->model, &kvi, r->chunk_tokens) > (4u << 20))
+        r->chunk_tokens /= 2;
     r->type_k = (uint32_t)kvi.type_k;
     r->type_v = (uint32_t)kvi.type_v;
     hash128_to_bytes(r->model->fingerprint, r->fingerprint);

@@ -219,6 +219,8 @@ class GemmaTest(DaemonTest):
             if p.poll() is None:
                 p.kill()
                 p.wait()
+            p.stdout.close()
+            p.stderr.close()
         s3 = t3[2]
         print(f"  turn 3 after the restart: {s3['store_tokens']} of {s3['prompt_tokens']} "
               f"prompt tokens from the store, {s3['evaluated_tokens']} computed")
@@ -246,21 +248,23 @@ class GemmaTest(DaemonTest):
 
     def test_chunk_record_size(self):
         """A model whose SWA layers hold most of its KV rows (24 layers, 20 of them SWA with
-        a window of 32, rows of 4 KiB per layer in f16): the runner sizes chunk records by
-        every layer's rows, so each stays within ~4 MiB. (Sized from the context's KV bytes
-        per cell, which an SWA ring makes small, they were 128 tokens of 12 MiB.)"""
+        a window of 32, K + V rows of 4 KiB per layer in f16): the runner sizes a chunk
+        record by what it holds (every token's rows in the 4 global layers, the last 31 in
+        the SWA layers), so each stays within ~4 MiB. (Sized by the context's KV bytes per
+        cell, which an SWA ring of 800 cells in an 8192-token context makes small, records
+        were 128 tokens and 4.4 MiB.)"""
         if not os.path.exists(MKMODEL):
             self.skipTest("warm-mkmodel not built")
         self.n += 1
         tmp = os.path.join(self.tmp, f"k{self.n}")
         os.makedirs(tmp)
         os.chmod(tmp, 0o755)
-        d = Daemon(tmp, config="threads = 1\nparallel = 1\nctx_size = 4096\n"
+        d = Daemon(tmp, config="threads = 1\nparallel = 1\nctx_size = 8192\n"
                    "cache_type_k = f16\ncache_type_v = f16\n")
         self.daemons.append(d)
         subprocess.run([MKMODEL, "--arch", "gemma3", "--n-embd", "64", "--n-layer", "24",
                         "--n-head", "4", "--n-head-kv", "4", "--head-dim", "256", "--n-ff", "64",
-                        "--window", "32", "--n-vocab", "300", "--seed", "3",
+                        "--window", "32", "--n-vocab", "300", "--seed", "3", "--ctx", "8192",
                         "-o", os.path.join(d.models, "wide.gguf")],
                        check=True, capture_output=True, timeout=120)
         d.start()
@@ -273,9 +277,7 @@ class GemmaTest(DaemonTest):
         chunks = [e for e in d.stub().CacheList(pb.CacheListRequest(limit=10000)).entries
                   if e.kind == "chunk"]
         self.assertGreater(len(chunks), 0)
-        row = 24 * 2 * 4 * 256 * 2  # bytes of one token's K and V rows, all layers, f16
         for e in chunks:
-            self.assertLessEqual(e.n_tokens * row, 4 << 20, e)
             self.assertLessEqual(e.bytes, (4 << 20) + (64 << 10), e)
         print(f"  chunk records: {chunks[0].n_tokens} tokens, {chunks[0].bytes} bytes")
         self.assertEqual(d.stop(), 0)
