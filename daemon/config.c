@@ -20,6 +20,8 @@ const char *const config_cache_type_names[CONFIG_CACHE_TYPE_COUNT + 1] = {
     [CONFIG_CACHE_TYPE_Q5_0] = "q5_0", [CONFIG_CACHE_TYPE_Q5_1] = "q5_1",
     [CONFIG_CACHE_TYPE_IQ4_NL] = "iq4_nl", [CONFIG_CACHE_TYPE_COUNT] = NULL,
 };
+static const char *const split_names[] = {"none", "tensor", NULL}; /* enum engine_split */
+
 static const char *const log_level_names[LOG_LEVEL_COUNT + 1] = {
     [LOG_LEVEL_ERROR] = "error", [LOG_LEVEL_WARN] = "warn", [LOG_LEVEL_INFO] = "info",
     [LOG_LEVEL_DEBUG] = "debug", [LOG_LEVEL_COUNT] = NULL,
@@ -66,6 +68,13 @@ const struct config_key config_keys[] = {
      config_cache_type_names, "KV cache type of values"},
     {"kv_rotation", CONFIG_TYPE_BOOL, OFF(kv_rotation), "on", 0, 0, NULL,
      "Hadamard rotation of quantized K/V (WARM_ATTN_ROT_DISABLE=1 forces off)"},
+    {"devices", CONFIG_TYPE_STRING, OFF(devices), "cpu", 0, SIZE(devices), NULL,
+     "devices a model runs on: cpu, or cpu,cpu,... for CPU partitions (each with its "
+     "share of the threads, weights and KV heads; needs split = tensor)"},
+    {"split", CONFIG_TYPE_ENUM, OFF(split), "none", 0, 0, split_names,
+     "how a model spreads over several devices: none, or tensor (by heads and FFN rows)"},
+    {"tensor_split", CONFIG_TYPE_STRING, OFF(tensor_split), "", 0, SIZE(tensor_split), NULL,
+     "relative share of each device under split = tensor, e.g. 3,1 (empty = equal)"},
     {"cache_max_bytes", CONFIG_TYPE_BYTES, OFF(cache_max_bytes), "8G", 0, 1024 * TIB, NULL,
      "byte budget of the persistent prompt cache; 0 = no persistent cache"},
     {"cache_chunk_tokens", CONFIG_TYPE_U32, OFF(cache_chunk_tokens), "256", 16, 4096, NULL,

@@ -60,6 +60,9 @@ struct config {
     int cache_type_k;                      /* enum config_cache_type */
     int cache_type_v;
     bool kv_rotation;
+    char devices[256];                     /* "cpu" or "cpu,cpu,..." CPU partitions */
+    int split;                             /* enum engine_split: none | tensor */
+    char tensor_split[256];                /* shares "3,1"; "" = equal */
     uint64_t cache_max_bytes;              /* prompt-cache budget */
     uint32_t cache_chunk_tokens;           /* C: tokens per chunk record */
     uint32_t cache_restore_min_tokens;     /* below this many, the store is not asked */

@@ -653,6 +653,12 @@ int runner_new(const char *name, int fd, const struct runner_params *p, struct r
     cp.type_k = p->type_k;
     cp.type_v = p->type_v;
     cp.kv_rotation = p->kv_rotation;
+    cp.split = (enum engine_split)p->split;
+    if (p->devices && *p->devices && (e = engine_devices_parse(p->devices, &cp.n_devices, d)) < 0)
+        goto fail;
+    if (p->tensor_split && *p->tensor_split &&
+        (e = engine_tensor_split_parse(p->tensor_split, cp.tensor_split, ENGINE_MAX_DEVICES, d)) < 0)
+        goto fail;
     /* an SWA ring keeps a chunk's rows until it is exported (chunks only shrink below) */
     cp.swa_chunk = p->chunk_tokens ? p->chunk_tokens : 256;
     e = engine_context_new(r->model, &cp, &r->ctx, d);

@@ -21,21 +21,15 @@ void engine_context_params_default(struct engine_context_params *p) {
 
 void engine_context_free(struct engine_context *ctx) {
     if (!ctx) return;
-    kern_pool_free(ctx->pool);
+    devices_done(ctx);
     kv_cache_done(&ctx->kv);
     free(ctx->x);
     free(ctx->xb);
-    free(ctx->q);
-    free(ctx->k);
-    free(ctx->v);
-    free(ctx->att);
-    free(ctx->hb);
-    free(ctx->hb2);
     for (int i = 0; i < KV_MAX_STORES; i++) free(ctx->rope_cs[i]);
     free(ctx->ple);
+    free(ctx->k_row);
     free(ctx->ple_row);
     free(ctx->pl_g);
-    free(ctx->attn_scratch);
     free(ctx->out_x);
     free(ctx->mm_scratch);
     free(ctx->logits);
@@ -48,13 +42,12 @@ static float *floats_new(size_t rows, uint64_t cols) {
     return malloc_array(rows, (size_t)cols * sizeof(float));
 }
 
-static size_t matmul_scratch_max(const struct engine_model *m, int64_t n_tok, int64_t n_out) {
-    size_t max = kern_matmul_scratch_bytes(m->output.type, m->output.n_in, n_out);
+/* the shared work's matmuls: the gemma4 per-layer branch (the devices size their own) */
+static size_t matmul_scratch_max(const struct engine_model *m, int64_t n_tok) {
+    size_t max = 0;
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         const struct engine_layer *l = &m->layers[il];
-        const struct engine_weight *ws[] = {&l->wq,     &l->wk,   &l->wv,      &l->wo,
-                                            &l->w_gate, &l->w_up, &l->w_down,  &l->pl_gate,
-                                            &l->pl_proj};
+        const struct engine_weight *ws[] = {&l->pl_gate, &l->pl_proj};
         for (size_t i = 0; i < ARRAY_SIZE(ws); i++)
             if (ws[i]->data)
                 max = MAX(max, kern_matmul_scratch_bytes(ws[i]->type, ws[i]->n_in, n_tok));
@@ -93,10 +86,6 @@ int engine_context_new(const struct engine_model *m, const struct engine_context
     int r = kv_cache_init(&ctx->kv, m, p.type_k, p.type_v, p.n_seq, p.n_ctx, p.kv_rotation,
                           ring_extra, d);
     if (r < 0) goto fail;
-    if ((r = kern_pool_new(p.n_threads, &ctx->pool)) < 0) {
-        err_set(d, r, "cannot start %d threads", p.n_threads);
-        goto fail;
-    }
     /* global layers: the file's RoPE (scaling, factors); gemma's SWA layers: their own
      * base, scale 1, and no frequency factors (gemma4's proportional RoPE is global-only) */
     for (int s = 0; s < KV_MAX_STORES; s++) {
@@ -120,34 +109,23 @@ int engine_context_new(const struct engine_model *m, const struct engine_context
 
     size_t nb = p.n_batch;
     ctx->n_out_step = MIN(p.n_batch, p.n_outputs);
-    uint64_t q_dim = (uint64_t)hp->n_head * hp->max_head_dim_k;
-    uint64_t att_dim = (uint64_t)hp->n_head * hp->max_head_dim_v;
-    uint32_t min_kv_heads = hp->n_head;
-    for (uint32_t il = 0; il < hp->n_layer; il++) min_kv_heads = MIN(min_kv_heads, hp->layer[il].n_head_kv);
+    /* the attention's and FFN's scratch, each device's own, and its threads */
+    if ((r = devices_init(ctx, d)) < 0) goto fail;
     uint64_t n_ple = (uint64_t)hp->n_layer * hp->n_embd_per_layer;
     ctx->x = floats_new(nb, hp->n_embd);
     ctx->xb = floats_new(nb, hp->n_embd);
-    ctx->q = floats_new(nb, q_dim);
-    ctx->k = floats_new(nb, hp->max_n_embd_k);
-    ctx->v = floats_new(nb, MAX(hp->max_n_embd_v, hp->max_n_embd_k)); /* K = V copies K */
-    ctx->att = floats_new(nb, att_dim);
-    ctx->hb = floats_new(nb, hp->max_n_ff);
-    ctx->hb2 = floats_new(nb, hp->max_n_ff);
     for (int s = 0; s < KV_MAX_STORES; s++) ctx->rope_cs[s] = floats_new(nb, hp->max_n_rot);
     ctx->ple = floats_new(n_ple ? nb : 1, MAX(n_ple, 1));
     ctx->ple_row = floats_new(1, MAX(n_ple, 1));
+    ctx->k_row = floats_new(1, hp->max_n_embd_k);
     ctx->pl_g = floats_new(nb, MAX(hp->n_embd_per_layer, 1));
-    ctx->attn_scratch_floats = (size_t)kern_attn_scratch_floats(
-        (int64_t)ATTN_BLOCK * (hp->n_head / min_kv_heads), hp->max_head_dim_k, hp->max_head_dim_v);
-    ctx->attn_scratch = floats_new((size_t)p.n_threads, ctx->attn_scratch_floats);
     ctx->out_x = floats_new(ctx->n_out_step, hp->n_embd);
     ctx->logits = floats_new(p.n_outputs, hp->n_vocab);
-    ctx->mm_scratch_bytes = matmul_scratch_max(m, (int64_t)nb, ctx->n_out_step);
+    ctx->mm_scratch_bytes = matmul_scratch_max(m, (int64_t)nb);
     ctx->mm_scratch = malloc(ctx->mm_scratch_bytes ? ctx->mm_scratch_bytes : 1);
     ctx->seq_next = malloc_array(p.n_seq, sizeof *ctx->seq_next);
-    if (!ctx->x || !ctx->xb || !ctx->q || !ctx->k || !ctx->v || !ctx->att || !ctx->hb ||
-        !ctx->hb2 || !ctx->rope_cs[0] || !ctx->rope_cs[1] || !ctx->ple || !ctx->ple_row ||
-        !ctx->pl_g || !ctx->attn_scratch || !ctx->out_x || !ctx->logits ||
+    if (!ctx->x || !ctx->xb || !ctx->rope_cs[0] || !ctx->rope_cs[1] || !ctx->ple ||
+        !ctx->ple_row || !ctx->k_row || !ctx->pl_g || !ctx->out_x || !ctx->logits ||
         !ctx->mm_scratch || !ctx->seq_next) {
         r = err_set(d, -ENOMEM, "cannot allocate the context's scratch buffers");
         goto fail;

@@ -15,6 +15,14 @@
 #include "engine/model.h"
 #include "kernels/types.h"
 
+#define ENGINE_MAX_DEVICES 16 /* as llama.cpp's meta device */
+
+/* How a context spreads over more than one device (DESIGN.md 3.7). */
+enum engine_split {
+    ENGINE_SPLIT_NONE,   /* one device */
+    ENGINE_SPLIT_TENSOR, /* every layer cut by heads and FFN units (engine/device.h) */
+};
+
 struct engine_context_params {
     uint32_t n_ctx;     /* positions per sequence; 0 = min(n_ctx_train, 4096) */
     uint32_t n_seq;     /* sequences; 0 = 1 */
@@ -33,6 +41,17 @@ struct engine_context_params {
      * as the full one (llama.cpp's --swa-full). */
     uint32_t swa_chunk;
     bool swa_full;
+    /* Devices: n_devices CPU partitions (0 = 1), each with its own threads (n_threads
+     * shared out between them, at least one each), weight slices, KV heads and scratch.
+     * More than one needs split = ENGINE_SPLIT_TENSOR. tensor_split: each device's
+     * relative share (all 0 = equal shares). */
+    uint32_t n_devices;
+    enum engine_split split;
+    float tensor_split[ENGINE_MAX_DEVICES];
+    /* Tests only: cut a shared-KV layer's attention with its own rotation instead of its
+     * KV source's (the placement llama.cpp #31406 fixed). The placement check then refuses
+     * the context wherever a query head would leave its KV head's device. */
+    bool split_own_rotation;
 };
 
 /* The defaults above (f16 cache, kv_rotation on). */
@@ -54,6 +73,29 @@ const struct engine_model *engine_context_model(const struct engine_context *ctx
 const struct engine_context_params *engine_context_params(const struct engine_context *ctx);
 /* Bytes of the KV cache. */
 size_t engine_context_kv_bytes(const struct engine_context *ctx);
+
+/* What one device of a context holds: its name ("cpu", or "cpu0".. under a split), its
+ * threads, the bytes of the weight slices it reads (weight_bytes, of which copied_bytes
+ * are its own copies: column slices), of its KV heads and of its scratch. */
+struct engine_device_info {
+    char name[16];
+    int n_threads;
+    uint64_t weight_bytes, copied_bytes, kv_bytes, scratch_bytes;
+};
+uint32_t engine_context_n_devices(const struct engine_context *ctx);
+/* ERR_INVALID when i >= engine_context_n_devices(). */
+int engine_context_device_info(const struct engine_context *ctx, uint32_t i,
+                               struct engine_device_info *ret);
+/* The devices of a list "cpu,cpu,cpu" (config `devices`, warm-run/warm-bench --devices):
+ * each entry "cpu" is one CPU partition; *ret_n = their count. ERR_INVALID for an empty
+ * or unknown entry, ERR_UNSUPPORTED for "cuda:N" (not in the engine yet), with d. */
+int engine_devices_parse(const char *list, uint32_t *ret_n, struct err_detail *d);
+/* Shares "3,1" (config `tensor_split`, --tensor-split) into ratio[0..max): each a number
+ * >= 0, at most max of them, the rest 0. ERR_INVALID with d otherwise. */
+int engine_tensor_split_parse(const char *list, float *ratio, uint32_t max, struct err_detail *d);
+/* "none" / "tensor" and back (< 0: ERR_INVALID). */
+const char *engine_split_name(enum engine_split s);
+int engine_split_from_name(const char *name);
 
 /* A batch: n_tok tokens, each with its position, sequence and whether its logits are
  * wanted. seq == NULL: every token belongs to sequence 0. want_logits == NULL: only the

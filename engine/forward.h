@@ -3,6 +3,7 @@
 #pragma once
 
 #include "engine/context.h"
+#include "engine/device.h"
 #include "engine/kv-cache.h"
 #include "engine/model.h"
 #include "kernels/matmul.h"
@@ -14,8 +15,11 @@
 struct engine_context {
     const struct engine_model *model; /* borrowed */
     struct engine_context_params params;
-    struct kern_pool *pool;
+    struct kern_pool *pool; /* device 0's: for the work every device shares (norms, PLE) */
     struct kv_cache kv;
+    uint32_t n_dev;
+    struct device *dev;          /* (n_dev) engine/device.h */
+    struct kern_pool *dev_drive; /* n_dev threads, thread d drives device d (n_dev > 1) */
     /* RoPE of each store's kind: [KV_STORE_FULL] global layers, [KV_STORE_SWA] SWA layers
      * (gemma: their own base, scale 1, no frequency factors) */
     struct kern_rope_params rope[KV_MAX_STORES];
@@ -23,19 +27,14 @@ struct engine_context {
     /* Scratch rows, sized for n_batch tokens at creation (float counts per row): */
     float *x;        /* (n_batch, n_embd) the residual stream */
     float *xb;       /* (n_batch, n_embd) normed input / projection output */
-    float *q;        /* (n_batch, n_head × hd_k) (the largest hd_k of any layer, here and below) */
-    float *k;        /* (n_batch, n_head_kv × hd_k) */
-    float *v;        /* (n_batch, n_head_kv × hd_v) */
-    float *att;      /* (n_batch, n_head × hd_v) attention output */
-    float *hb, *hb2; /* (n_batch, n_ff) FFN hidden */
+    /* (the attention's and FFN's scratch are each device's: struct device) */
+    float *k_row;    /* (the largest n_head_kv × hd_k) one K row, for the context shift */
     float *rope_cs[KV_MAX_STORES]; /* (n_batch, n_rot of the kind) cos/sin pairs per token */
     float *ple;      /* (n_batch, n_layer × n_embd_per_layer) gemma4 per-layer inputs */
     float *ple_row;  /* (n_layer × n_embd_per_layer) one token's per-layer embedding row */
     float *pl_g;     /* (n_batch, n_embd_per_layer) the per-layer branch's gate */
-    float *attn_scratch; /* (n_threads, attn_scratch_floats) for kern_attn_head */
-    size_t attn_scratch_floats;
     float *out_x;    /* (n_out_step, n_embd) final hidden states of the tokens with logits */
-    void *mm_scratch;
+    void *mm_scratch; /* for the shared work's matmuls (PLE) */
     size_t mm_scratch_bytes;
     uint32_t n_out_step; /* rows of out_x: min(n_batch, n_outputs) */
 

@@ -205,16 +205,25 @@ void kv_row_store(void *dst, const float *src, enum kern_type t, int64_t n) {
         kern_quantize_row(t, dst, src, n);
 }
 
+void kv_put_heads(struct kv_cache *kv, int il, int32_t seq, int32_t pos, int64_t h0, int64_t nh,
+                  const float *k, const float *v) {
+    struct kv_store *st = &kv->store[kv->store_of[il]];
+    const size_t k_off = kern_row_size(kv->type_k, h0 * st->head_dim_k);
+    const size_t v_off = kern_row_size(kv->type_v, h0 * st->head_dim_v);
+    const size_t k_n = kern_row_size(kv->type_k, nh * st->head_dim_k);
+    const size_t v_n = kern_row_size(kv->type_v, nh * st->head_dim_v);
+    char *kr = (char *)kv_k_row(kv, il, seq, pos) + k_off, *vr = (char *)kv_v_row(kv, il, seq, pos) + v_off;
+    kv_row_store(kr, k, kv->type_k, nh * st->head_dim_k);
+    kv_row_store(vr, v, kv->type_v, nh * st->head_dim_v);
+    if (st->ring) { /* the mirror copy, n_cells rows on */
+        memcpy(kr + (size_t)st->n_cells * st->k_row_bytes, kr, k_n);
+        memcpy(vr + (size_t)st->n_cells * st->v_row_bytes, vr, v_n);
+    }
+}
+
 void kv_put(struct kv_cache *kv, int il, int32_t seq, int32_t pos, const float *k,
             const float *v) {
-    struct kv_store *st = &kv->store[kv->store_of[il]];
-    char *kr = kv_k_row(kv, il, seq, pos), *vr = kv_v_row(kv, il, seq, pos);
-    kv_row_store(kr, k, kv->type_k, st->n_embd_k);
-    kv_row_store(vr, v, kv->type_v, st->n_embd_v);
-    if (st->ring) { /* the mirror copy, n_cells rows on */
-        memcpy(kr + (size_t)st->n_cells * st->k_row_bytes, kr, st->k_row_bytes);
-        memcpy(vr + (size_t)st->n_cells * st->v_row_bytes, vr, st->v_row_bytes);
-    }
+    kv_put_heads(kv, il, seq, pos, 0, kv_store_of(kv, il)->n_head_kv, k, v);
 }
 
 /* Runs of rows [p0, p1) that are contiguous in the first copy (a ring splits at its end). */
@@ -359,7 +368,7 @@ int engine_kv_seq_shift(struct engine_context *ctx, int32_t seq, uint32_t p0, ui
      * kern_rope_cache() scales the pairs by the attention magnitude factor, which the
      * cached K already carries: normalize them back to unit length so only the angle
      * changes. */
-    float *cs = ctx->rope_cs[0], *tmp = ctx->k;
+    float *cs = ctx->rope_cs[0], *tmp = ctx->k_row;
     for (uint32_t s = 0; s < kv->n_store; s++) {
         const struct kv_store *st = &kv->store[s];
         const struct kern_rope_params *rope = &ctx->rope[s];

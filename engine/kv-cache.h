@@ -127,6 +127,10 @@ void kv_row_store(void *dst, const float *src, enum kern_type t, int64_t n);
  * both copies on a ring. */
 void kv_put(struct kv_cache *kv, int il, int32_t seq, int32_t pos, const float *k,
             const float *v);
+/* kv_put() of KV heads [h0, h0 + nh) only (k: nh × head_dim_k values, v likewise): what
+ * one device of a split writes; devices write disjoint heads of a row at once. */
+void kv_put_heads(struct kv_cache *kv, int il, int32_t seq, int32_t pos, int64_t h0, int64_t nh,
+                  const float *k, const float *v);
 /* Copies rows [p0, p1) of slot `slot` of store st, K then V, to dst (the store's bytes;
  * rows must be held) / from src. */
 void kv_rows_get(const struct kv_store *st, uint32_t slot, int32_t seq, uint32_t p0, uint32_t p1,

@@ -74,6 +74,27 @@ static double cpu_seconds(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* --devices / --split / --tensor-split: the context's devices (default one CPU) */
+static uint32_t split_n_devices = 1;
+static enum engine_split split_kind = ENGINE_SPLIT_NONE;
+static float split_ratio[ENGINE_MAX_DEVICES];
+static bool devices_printed;
+
+/* The memory each device of ctx reserved, once per run. */
+static void devices_print(const struct engine_context *ctx) {
+    if (devices_printed) return;
+    devices_printed = true;
+    printf("%-6s %8s %12s %12s %12s %12s\n", "device", "threads", "weights MiB", "copied MiB",
+           "KV MiB", "scratch MiB");
+    for (uint32_t i = 0; i < engine_context_n_devices(ctx); i++) {
+        struct engine_device_info di;
+        if (engine_context_device_info(ctx, i, &di) < 0) break;
+        printf("%-6s %8d %12.2f %12.2f %12.2f %12.2f\n", di.name, di.n_threads,
+               (double)di.weight_bytes / (1 << 20), (double)di.copied_bytes / (1 << 20),
+               (double)di.kv_bytes / (1 << 20), (double)di.scratch_bytes / (1 << 20));
+    }
+}
+
 static int bench(const struct engine_model *m, int threads, int n_prompt, int n_gen, int depth,
                  int repeats, enum kern_type kv_type, const uint64_t *buf, size_t buf_bytes,
                  struct result *res) {
@@ -83,6 +104,9 @@ static int bench(const struct engine_model *m, int threads, int n_prompt, int n_
     p.n_batch = (uint32_t)n_prompt;
     p.n_threads = threads;
     p.type_k = p.type_v = kv_type;
+    p.n_devices = split_n_devices;
+    p.split = split_kind;
+    memcpy(p.tensor_split, split_ratio, sizeof split_ratio);
     struct engine_context *ctx = NULL;
     struct err_detail d = {0};
     int r = engine_context_new(m, &p, &ctx, &d);
@@ -90,6 +114,7 @@ static int bench(const struct engine_model *m, int threads, int n_prompt, int n_
         fprintf(stderr, "warm-bench: context: %s\n", err_msg(&d, r));
         return r;
     }
+    devices_print(ctx);
     int n_tok = MAX(n_prompt, depth);
     int32_t *tok = malloc_array((size_t)n_tok, sizeof *tok);
     int32_t *pos = malloc_array((size_t)n_tok, sizeof *pos);
@@ -186,7 +211,9 @@ static int peer_bench(const char *peer, const char *model, int threads, int n_pr
 static void usage(void) {
     fprintf(stderr, "usage: warm-bench MODEL [-t N] [-p PROMPT_TOKENS] [-g DECODE_TOKENS] "
                     "[-r REPEATS] [-d DEPTH] [--cache-type f32|f16|bf16|q8_0|q4_0|...] "
-                    "[--peer LLAMA_BENCH]\n");
+                    "[--peer LLAMA_BENCH]\n"
+                    "       [--devices cpu,cpu,... --split none|tensor [--tensor-split R,R,...]]\n"
+                    "(with N devices each gets threads / N, at least one)\n");
 }
 
 int main(int argc, char **argv) {
@@ -203,6 +230,25 @@ int main(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--cache-type") && v) {
             cache = v;
+            i++;
+        } else if (!strcmp(a, "--devices") && v) {
+            struct err_detail dd = {0};
+            int e = engine_devices_parse(v, &split_n_devices, &dd);
+            if (e < 0) {
+                fprintf(stderr, "warm-bench: --devices: %s\n", err_msg(&dd, e));
+                return 2;
+            }
+            i++;
+        } else if (!strcmp(a, "--split") && v && engine_split_from_name(v) >= 0) {
+            split_kind = (enum engine_split)engine_split_from_name(v);
+            i++;
+        } else if (!strcmp(a, "--tensor-split") && v) {
+            struct err_detail dd = {0};
+            int e = engine_tensor_split_parse(v, split_ratio, ENGINE_MAX_DEVICES, &dd);
+            if (e < 0) {
+                fprintf(stderr, "warm-bench: --tensor-split: %s\n", err_msg(&dd, e));
+                return 2;
+            }
             i++;
         } else if (!strcmp(a, "--peer") && v) {
             peer = v;

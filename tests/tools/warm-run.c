@@ -48,6 +48,7 @@ struct options {
     const char *save_state, *load_state, *logits;
     long save_at;
     int kv_rotation; /* -1: from the environment */
+    const char *devices, *split, *tensor_split; /* NULL: one device, split none, equal */
     struct engine_sampler_params sp;
 };
 
@@ -61,6 +62,7 @@ static void usage(FILE *f) {
                "       [--ctk TYPE] [--ctv TYPE] [--kv-rotation on|off] "
                "[--save-state FILE --save-at N] [--load-state FILE]\n"
                "       [--ids] [--stop-on-bos] [--logits FILE]\n"
+               "       [--devices cpu,cpu,... --split none|tensor [--tensor-split R,R,...]]\n"
                "TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl\n");
 }
 
@@ -110,6 +112,9 @@ static int options_parse(int argc, char **argv, struct options *o) {
         else if (!strcmp(a, "--save-state")) o->save_state = v;
         else if (!strcmp(a, "--load-state")) o->load_state = v;
         else if (!strcmp(a, "--logits")) o->logits = v;
+        else if (!strcmp(a, "--devices")) o->devices = v;
+        else if (!strcmp(a, "--split")) o->split = v;
+        else if (!strcmp(a, "--tensor-split")) o->tensor_split = v;
         else if (!strcmp(a, "--save-at")) r = parse_long(v, 1, INT32_MAX, &o->save_at);
         else if (!strcmp(a, "--kv-rotation")) {
             o->kv_rotation = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -2;
@@ -360,6 +365,15 @@ int main(int argc, char **argv) {
     cp.type_k = (enum kern_type)kt;
     cp.type_v = (enum kern_type)vt;
     cp.kv_rotation = o.kv_rotation >= 0 ? o.kv_rotation == 1 : engine_kv_rotation_env_default();
+    if ((o.devices && (r = engine_devices_parse(o.devices, &cp.n_devices, &d)) < 0) ||
+        (o.split && (r = engine_split_from_name(o.split)) < 0 &&
+         (r = err_set(&d, ERR_INVALID, "--split %s: not none or tensor", o.split)) < 0) ||
+        (o.tensor_split && (r = engine_tensor_split_parse(o.tensor_split, cp.tensor_split,
+                                                          ENGINE_MAX_DEVICES, &d)) < 0)) {
+        rc = fail("devices", r, &d);
+        goto out;
+    }
+    if (o.split) cp.split = (enum engine_split)engine_split_from_name(o.split);
     if ((r = engine_context_new(run.model, &cp, &run.ctx, &d)) < 0) {
         rc = fail("context", r, &d);
         goto out;

@@ -1,0 +1,400 @@
+/* Devices: the split plan, the weight slices, each device's threads and scratch
+ * (engine/device.h says what is cut where and why). */
+#include "engine/forward.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const split_names[] = {
+    [ENGINE_SPLIT_NONE] = "none",
+    [ENGINE_SPLIT_TENSOR] = "tensor",
+};
+
+const char *engine_split_name(enum engine_split s) {
+    return (unsigned)s < ARRAY_SIZE(split_names) ? split_names[s] : "?";
+}
+
+int engine_split_from_name(const char *name) {
+    for (size_t i = 0; i < ARRAY_SIZE(split_names); i++)
+        if (!strcmp(name, split_names[i])) return (int)i;
+    return ERR_INVALID;
+}
+
+int engine_devices_parse(const char *list, uint32_t *ret_n, struct err_detail *d) {
+    uint32_t n = 0;
+    for (const char *p = list;; p++) {
+        size_t len = strcspn(p, ",");
+        if (len == 3 && !strncmp(p, "cpu", 3))
+            n++;
+        else if (len > 5 && !strncmp(p, "cuda:", 5))
+            return err_set(d, ERR_UNSUPPORTED, "device \"%.*s\": the engine splits over CPU "
+                           "partitions only (CUDA devices are not in the engine yet)", (int)len, p);
+        else
+            return err_set(d, ERR_INVALID, "device \"%.*s\" in \"%s\" is not cpu or cuda:N",
+                           (int)len, p, list);
+        if (n > ENGINE_MAX_DEVICES)
+            return err_set(d, ERR_INVALID, "more than %d devices in \"%s\"", ENGINE_MAX_DEVICES, list);
+        p += len;
+        if (!*p) break;
+    }
+    *ret_n = n;
+    return 0;
+}
+
+int engine_tensor_split_parse(const char *list, float *ratio, uint32_t max, struct err_detail *d) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < max; i++) ratio[i] = 0;
+    for (const char *p = list;; n++) {
+        char *end;
+        errno = 0;
+        double v = strtod(p, &end);
+        if (end == p || errno || !(v >= 0) || !isfinite(v) || (*end && *end != ','))
+            return err_set(d, ERR_INVALID, "tensor split \"%s\": share %u is not a number >= 0",
+                           list, n);
+        if (n >= max) return err_set(d, ERR_INVALID, "tensor split \"%s\": more than %u shares", list, max);
+        ratio[n] = (float)v;
+        if (!*end) break;
+        p = end + 1;
+    }
+    return 0;
+}
+
+static int64_t gcd64(int64_t a, int64_t b) {
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+static int64_t lcm64(int64_t a, int64_t b) {
+    return a / gcd64(a, b) * b;
+}
+
+/* values per quant block of a weight (1 for an absent one) */
+static int64_t block_of(const struct engine_weight *w) {
+    return w->data ? kern_type_traits(w->type)->blck_size : 1;
+}
+
+/* Cuts n items, in units of `unit` (the last chunk also takes the n mod unit rest), over
+ * n_dev devices: chunk j has the share ratio[(j + rot) mod n_dev], ends at floor(n_units ·
+ * cumulative share) units (the last one at n) and belongs to device (j + rot) mod n_dev.
+ * off/cnt: each device's range, the ranges laid out in device order. */
+static void split_cut(int64_t n, int64_t unit, uint32_t n_dev, const float *ratio, uint32_t rot,
+                      int64_t *off, int64_t *cnt) {
+    const int64_t n_units = n / unit;
+    double total = 0, cum = 0;
+    for (uint32_t d = 0; d < n_dev; d++) total += ratio[d];
+    int64_t prev = 0;
+    for (uint32_t j = 0; j < n_dev; j++) {
+        uint32_t dv = (j + rot) % n_dev;
+        cum += ratio[dv];
+        /* the epsilon keeps an exact share (3 · 1/3) from rounding one unit down */
+        int64_t high = j + 1 == n_dev ? n : (int64_t)(cum / total * (double)n_units + 1e-9) * unit;
+        high = MIN(MAX(high, prev), n);
+        cnt[dv] = high - prev;
+        prev = high;
+    }
+    int64_t o = 0;
+    for (uint32_t d = 0; d < n_dev; d++) off[d] = o, o += cnt[d];
+}
+
+/* The rotation of layer il: the earlier layers of its kind (SWA or not), mod n_dev. */
+static uint32_t layer_rot(const struct engine_hparams *hp, int il, uint32_t n_dev) {
+    uint32_t k = 0;
+    for (int i = 0; i < il; i++) k += hp->layer[i].swa == hp->layer[il].swa;
+    return k % n_dev;
+}
+
+/* rows [r0, r0 + n) of w, a view */
+static struct engine_weight rows_view(const struct engine_weight *w, int64_t r0, int64_t n) {
+    struct engine_weight s = *w;
+    if (w->data) s.data = (const char *)w->data + (size_t)r0 * w->row_bytes, s.n_out = n;
+    return s;
+}
+
+/* values [i0, i0 + n) of a 1-D f32 weight (a bias), a view */
+static struct engine_weight vec_view(const struct engine_weight *w, int64_t i0, int64_t n) {
+    struct engine_weight s = *w;
+    if (w->data) s.data = (const float *)w->data + i0, s.n_in = n, s.row_bytes = (size_t)n * sizeof(float);
+    return s;
+}
+
+/* columns [c0, c0 + n) of every row of w (c0 and n whole blocks): a view when that is
+ * all of w, else a copy the device owns */
+static int cols_slice(struct device *dv, const struct engine_weight *w, int64_t c0, int64_t n,
+                      struct engine_weight *ret) {
+    *ret = *w;
+    if (!w->data || (c0 == 0 && n == w->n_in)) return 0;
+    size_t off = kern_row_size(w->type, c0), rb = kern_row_size(w->type, n);
+    char *p = malloc_array((size_t)w->n_out, rb ? rb : 1);
+    if (!p) return -ENOMEM;
+    for (int64_t r = 0; r < w->n_out; r++)
+        memcpy(p + (size_t)r * rb, (const char *)w->data + (size_t)r * w->row_bytes + off, rb);
+    dv->owned[dv->n_owned++] = p;
+    dv->copied_bytes += (uint64_t)w->n_out * rb;
+    ret->data = p;
+    ret->n_in = n;
+    ret->row_bytes = rb;
+    return 0;
+}
+
+static uint64_t weight_bytes(const struct engine_weight *w) {
+    return w->data ? (uint64_t)w->n_out * w->row_bytes : 0;
+}
+
+/* The unit of layer il's attention cut in KV heads: the fewest whose query heads' columns
+ * of the output projection are whole quant blocks. */
+static int64_t attn_unit(const struct engine_model *m, const struct kv_cache *kv, int il) {
+    const struct engine_hparams *hp = &m->hp;
+    const int64_t n_kv = kv_store_of(kv, il)->n_head_kv;
+    const int64_t cols = hp->n_head / n_kv * hp->layer[il].head_dim_v; /* one KV head's group */
+    const int64_t blk = block_of(&m->layers[il].wo);
+    return blk / gcd64(blk, cols);
+}
+
+static int plan_layers(struct engine_context *ctx, const float *ratio, struct err_detail *d) {
+    const struct engine_model *m = ctx->model;
+    const struct engine_hparams *hp = &m->hp;
+    const struct kv_cache *kv = &ctx->kv;
+    const uint32_t n = ctx->n_dev;
+    int64_t off[ENGINE_MAX_DEVICES], cnt[ENGINE_MAX_DEVICES];
+    for (int il = 0; il < (int)hp->n_layer; il++) {
+        const struct engine_layer_hparams *lh = &hp->layer[il];
+        const struct engine_layer *l = &m->layers[il];
+        const int src = kv_source(kv, il);
+        const int64_t n_kv = kv_store_of(kv, il)->n_head_kv, group = hp->n_head / n_kv;
+        const int64_t hd_k = lh->head_dim_k, hd_v = lh->head_dim_v;
+        /* the attention: the unit every layer reading src's KV needs, src's rotation */
+        int64_t unit = 1;
+        for (int j = 0; j < (int)hp->n_layer; j++)
+            if (kv_source(kv, j) == src) unit = lcm64(unit, attn_unit(m, kv, j));
+        unit = MIN(unit, n_kv);
+        uint32_t rot = layer_rot(hp, ctx->params.split_own_rotation ? il : src, n);
+        split_cut(n_kv, unit, n, ratio, rot, off, cnt);
+        for (uint32_t dv = 0; dv < n; dv++) {
+            struct device *de = &ctx->dev[dv];
+            struct dev_layer *dl = &de->layer[il];
+            dl->kv0 = off[dv];
+            dl->n_kv = cnt[dv];
+            dl->wq = rows_view(&l->wq, off[dv] * group * hd_k, cnt[dv] * group * hd_k);
+            dl->bq = vec_view(&l->bq, off[dv] * group * hd_k, cnt[dv] * group * hd_k);
+            dl->wk = rows_view(&l->wk, off[dv] * hd_k, cnt[dv] * hd_k);
+            dl->bk = vec_view(&l->bk, off[dv] * hd_k, cnt[dv] * hd_k);
+            /* gemma4 K = V layers have no wv: V is K's rows */
+            dl->wv = rows_view(&l->wv, off[dv] * hd_v, cnt[dv] * hd_v);
+            dl->bv = vec_view(&l->bv, off[dv] * hd_v, cnt[dv] * hd_v);
+            int r = cols_slice(de, &l->wo, off[dv] * group * hd_v, cnt[dv] * group * hd_v, &dl->wo);
+            if (r < 0) return err_set(d, r, "cannot copy layer %d's attention output slice", il);
+        }
+        /* the FFN: its own rotation, units of whole blocks of ffn_down */
+        split_cut(lh->n_ff, MIN(block_of(&l->w_down), (int64_t)lh->n_ff), n, ratio,
+                  layer_rot(hp, il, n), off, cnt);
+        for (uint32_t dv = 0; dv < n; dv++) {
+            struct device *de = &ctx->dev[dv];
+            struct dev_layer *dl = &de->layer[il];
+            dl->ff0 = off[dv];
+            dl->n_ff = cnt[dv];
+            dl->w_gate = rows_view(&l->w_gate, off[dv], cnt[dv]);
+            dl->w_up = rows_view(&l->w_up, off[dv], cnt[dv]);
+            int r = cols_slice(de, &l->w_down, off[dv], cnt[dv], &dl->w_down);
+            if (r < 0) return err_set(d, r, "cannot copy layer %d's FFN down slice", il);
+            const struct engine_weight *ws[] = {&dl->wq, &dl->wk, &dl->wv, &dl->wo,
+                                                &dl->w_gate, &dl->w_up, &dl->w_down};
+            for (size_t i = 0; i < ARRAY_SIZE(ws); i++) de->weight_bytes += weight_bytes(ws[i]);
+        }
+    }
+    /* the classifier by vocabulary rows, rotated as the non-layer tensors: n_layer mod n */
+    split_cut(hp->n_vocab, 1, n, ratio, hp->n_layer % n, off, cnt);
+    for (uint32_t dv = 0; dv < n; dv++) {
+        struct device *de = &ctx->dev[dv];
+        de->vocab0 = off[dv];
+        de->n_vocab = cnt[dv];
+        de->output = rows_view(&m->output, off[dv], cnt[dv]);
+        de->weight_bytes += weight_bytes(&de->output);
+    }
+    return 0;
+}
+
+/* Every query head on the device that holds its KV head (#31406): a layer reading another
+ * layer's KV must have that layer's head ranges on every device. */
+static int placement_check(const struct engine_context *ctx, struct err_detail *d) {
+    for (int il = 0; il < (int)ctx->model->hp.n_layer; il++) {
+        int src = kv_source(&ctx->kv, il);
+        for (uint32_t dv = 0; src != il && dv < ctx->n_dev; dv++) {
+            const struct dev_layer *q = &ctx->dev[dv].layer[il], *k = &ctx->dev[dv].layer[src];
+            if (q->kv0 != k->kv0 || q->n_kv != k->n_kv)
+                return err_set(d, ERR_INVALID, "layer %d reads layer %d's KV, but %s would run "
+                               "its query heads of KV heads [%lld, %lld) and holds KV heads "
+                               "[%lld, %lld) of layer %d", il, src, ctx->dev[dv].name,
+                               (long long)q->kv0, (long long)(q->kv0 + q->n_kv),
+                               (long long)k->kv0, (long long)(k->kv0 + k->n_kv), src);
+        }
+    }
+    return 0;
+}
+
+/* Sizes a device's scratch for its largest slices, and its KV bytes. */
+static int device_scratch(struct engine_context *ctx, struct device *de, struct err_detail *d) {
+    const struct engine_model *m = ctx->model;
+    const struct engine_hparams *hp = &m->hp;
+    const struct kv_cache *kv = &ctx->kv;
+    const size_t nb = ctx->params.n_batch;
+    int64_t q = 1, k = 1, v = 1, att = 1, ff = 1, max_group = 1;
+    size_t mm = kern_matmul_scratch_bytes(de->output.type, de->output.n_in, ctx->n_out_step);
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        const struct dev_layer *dl = &de->layer[il];
+        const int64_t group = hp->n_head / kv_store_of(kv, (int)il)->n_head_kv;
+        const int64_t hd_k = hp->layer[il].head_dim_k, hd_v = hp->layer[il].head_dim_v;
+        max_group = MAX(max_group, group);
+        q = MAX(q, dl->n_kv * group * hd_k);
+        k = MAX(k, dl->n_kv * hd_k);
+        v = MAX(v, dl->n_kv * MAX(hd_k, hd_v)); /* K = V copies K */
+        att = MAX(att, dl->n_kv * group * hd_v);
+        ff = MAX(ff, dl->n_ff);
+        const struct engine_weight *ws[] = {&dl->wq, &dl->wk, &dl->wv, &dl->wo,
+                                            &dl->w_gate, &dl->w_up, &dl->w_down};
+        for (size_t i = 0; i < ARRAY_SIZE(ws); i++)
+            if (ws[i]->data) mm = MAX(mm, kern_matmul_scratch_bytes(ws[i]->type, ws[i]->n_in, (int64_t)nb));
+    }
+    de->attn_scratch_floats = (size_t)kern_attn_scratch_floats((int64_t)ATTN_BLOCK * max_group,
+                                                               hp->max_head_dim_k, hp->max_head_dim_v);
+    size_t floats[] = {nb * (size_t)q, nb * (size_t)k, nb * (size_t)v, nb * (size_t)att,
+                       nb * (size_t)ff, nb * (size_t)ff, nb * hp->n_embd,
+                       ctx->n_out_step * (size_t)MAX(de->n_vocab, 1),
+                       (size_t)de->n_threads * de->attn_scratch_floats};
+    float **bufs[] = {&de->q, &de->k, &de->v, &de->att, &de->hb, &de->hb2, &de->part,
+                      &de->logits, &de->attn_scratch};
+    de->scratch_bytes = mm;
+    for (size_t i = 0; i < ARRAY_SIZE(bufs); i++) {
+        if (bufs[i] == &de->logits && ctx->n_dev == 1) continue; /* it writes ctx->logits */
+        if (!(*bufs[i] = malloc_array(floats[i], sizeof(float))))
+            return err_set(d, -ENOMEM, "cannot allocate %s's scratch", de->name);
+        de->scratch_bytes += floats[i] * sizeof(float);
+    }
+    if (!(de->mm_scratch = malloc(mm ? mm : 1)))
+        return err_set(d, -ENOMEM, "cannot allocate %s's scratch", de->name);
+    /* its KV heads of every owning layer */
+    for (uint32_t s = 0; s < kv->n_store; s++) {
+        const struct kv_store *st = &kv->store[s];
+        uint64_t rows = (uint64_t)kv->n_seq * (st->ring ? 2 : 1) * st->n_cells;
+        for (uint32_t i = 0; i < st->n_layer_kv; i++) {
+            int64_t nh = de->layer[st->layers[i]].n_kv;
+            de->kv_bytes += rows * (kern_row_size(kv->type_k, nh * st->head_dim_k) +
+                                    kern_row_size(kv->type_v, nh * st->head_dim_v));
+        }
+    }
+    return 0;
+}
+
+int devices_init(struct engine_context *ctx, struct err_detail *d) {
+    const struct engine_context_params *p = &ctx->params;
+    const uint32_t n = p->n_devices ? p->n_devices : 1;
+    if (n > ENGINE_MAX_DEVICES)
+        return err_set(d, ERR_INVALID, "%u devices, at most %d", n, ENGINE_MAX_DEVICES);
+    if (n > 1 && p->split != ENGINE_SPLIT_TENSOR)
+        return err_set(d, ERR_INVALID, "%u devices need split = tensor (split = %s takes one)", n,
+                       engine_split_name(p->split));
+    float ratio[ENGINE_MAX_DEVICES];
+    double sum = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!(p->tensor_split[i] >= 0) || !isfinite(p->tensor_split[i]))
+            return err_set(d, ERR_INVALID, "tensor_split[%u] = %g is not a share >= 0", i,
+                           (double)p->tensor_split[i]);
+        sum += p->tensor_split[i];
+    }
+    for (uint32_t i = 0; i < n; i++) ratio[i] = sum > 0 ? p->tensor_split[i] : 1.0f;
+
+    const uint32_t n_layer = ctx->model->hp.n_layer;
+    ctx->n_dev = n;
+    if (!(ctx->dev = calloc(n, sizeof *ctx->dev))) return -ENOMEM;
+    int threads = MAX(p->n_threads, 1), r;
+    for (uint32_t i = 0; i < n; i++) {
+        struct device *de = &ctx->dev[i];
+        if (n == 1)
+            snprintf(de->name, sizeof de->name, "cpu");
+        else
+            snprintf(de->name, sizeof de->name, "cpu%u", i);
+        de->n_threads = MAX(1, threads / (int)n + ((int)i < threads % (int)n));
+        de->layer = calloc(n_layer, sizeof *de->layer);
+        de->owned = calloc(2 * (size_t)n_layer + 1, sizeof *de->owned);
+        if (!de->layer || !de->owned) return -ENOMEM;
+        if ((r = kern_pool_new(de->n_threads, &de->pool)) < 0)
+            return err_set(d, r, "cannot start %d threads for %s", de->n_threads, de->name);
+    }
+    if (n > 1 && (r = kern_pool_new((int)n, &ctx->dev_drive)) < 0)
+        return err_set(d, r, "cannot start the threads that drive %u devices", n);
+    ctx->pool = ctx->dev[0].pool;
+    if ((r = plan_layers(ctx, ratio, d)) < 0 || (r = placement_check(ctx, d)) < 0) return r;
+    for (uint32_t i = 0; i < n; i++)
+        if ((r = device_scratch(ctx, &ctx->dev[i], d)) < 0) return r;
+    return 0;
+}
+
+void devices_done(struct engine_context *ctx) {
+    for (uint32_t i = 0; ctx->dev && i < ctx->n_dev; i++) {
+        struct device *de = &ctx->dev[i];
+        kern_pool_free(de->pool);
+        for (size_t j = 0; j < de->n_owned; j++) free(de->owned[j]);
+        free(de->owned);
+        free(de->layer);
+        float *bufs[] = {de->q, de->k, de->v, de->att, de->hb, de->hb2, de->part, de->logits,
+                         de->attn_scratch};
+        for (size_t j = 0; j < ARRAY_SIZE(bufs); j++) free(bufs[j]);
+        free(de->mm_scratch);
+    }
+    kern_pool_free(ctx->dev_drive);
+    free(ctx->dev);
+    ctx->dev = NULL;
+    ctx->pool = NULL;
+}
+
+struct drive {
+    struct engine_context *ctx;
+    device_fn fn;
+    void *arg;
+};
+
+/* thread d of the drive pool runs device d's share (on that device's own pool) */
+static void drive_task(void *arg, int ith, int nth) {
+    (void)nth;
+    struct drive *dr = arg;
+    dr->fn(dr->ctx, &dr->ctx->dev[ith], dr->arg);
+}
+
+void devices_run(struct engine_context *ctx, device_fn fn, void *arg) {
+    if (ctx->n_dev == 1) {
+        fn(ctx, &ctx->dev[0], arg);
+        return;
+    }
+    struct drive dr = {.ctx = ctx, .fn = fn, .arg = arg};
+    kern_pool_run(ctx->dev_drive, drive_task, &dr);
+}
+
+void devices_sum(struct engine_context *ctx, float *y, int64_t n) {
+    memcpy(y, ctx->dev[0].part, (size_t)n * sizeof *y);
+    for (uint32_t i = 1; i < ctx->n_dev; i++) kern_add(y, ctx->dev[i].part, n);
+}
+
+uint32_t engine_context_n_devices(const struct engine_context *ctx) {
+    return ctx->n_dev;
+}
+
+int engine_context_device_info(const struct engine_context *ctx, uint32_t i,
+                               struct engine_device_info *ret) {
+    if (i >= ctx->n_dev) return ERR_INVALID;
+    const struct device *de = &ctx->dev[i];
+    *ret = (struct engine_device_info){
+        .n_threads = de->n_threads,
+        .weight_bytes = de->weight_bytes,
+        .copied_bytes = de->copied_bytes,
+        .kv_bytes = de->kv_bytes,
+        .scratch_bytes = de->scratch_bytes,
+    };
+    snprintf(ret->name, sizeof ret->name, "%s", de->name);
+    return 0;
+}

@@ -1,0 +1,79 @@
+/* device — private to the engine: where a context's work runs (DESIGN.md 3.7).
+ *
+ * A context runs on n devices. Today a device is a CPU partition: its own thread pool,
+ * its slices of the weights, its KV heads and its scratch. With one device it holds
+ * everything and the forward pass is the plain layer loop. With n > 1 (split = tensor)
+ * every layer is cut by heads and FFN units (notes/gemma.md §C, llama.cpp's -sm tensor):
+ *
+ *   Q, K, V, FFN gate and up, the classifier: by output rows (each device computes its
+ *     rows, nothing to combine; the classifier's rows are copied into the logits);
+ *   attention output and FFN down: by input columns (each device a partial sum of the
+ *     whole row, device_sum() adds them in device order);
+ *   the KV cache: by KV heads (a device writes and reads only its heads).
+ *
+ * Cuts fall on whole KV heads and their GQA groups of query heads, and on whole quant
+ * blocks of the column-split tensors (a unit of `u` KV heads where one head's group is
+ * not a whole block). Cut points: chunk j ends at floor(n_units·(r_0 + … + r_j)) units
+ * (r = the tensor_split ratios, equal by default); the last chunk takes the remainder.
+ * Rotation: chunk j goes to device (j + rot) mod n, rot = the number of earlier layers
+ * of the same kind (SWA or not) mod n, so the remainders of uneven cuts spread over the
+ * devices; the classifier takes n_layer mod n. Devices hold their ranges in device order.
+ *
+ * Shared-KV layers (#31406): the attention of layer il (Q, its norm, the output
+ * projection) is cut with the unit and rotation of kv_source(il), so every query head
+ * sits on the device that holds its KV head; its FFN keeps il's own rotation.
+ * devices_init() checks this placement for every layer and device and refuses a context
+ * that breaks it (params.split_own_rotation reproduces the bug for the tests).
+ *
+ * The KV cache stays one kv_cache (its blobs, bookkeeping and context shift are those of
+ * one device); on CPU partitions a device's KV slice is its heads' bytes of each row. */
+#pragma once
+
+#include "engine/model.h"
+
+struct engine_context;
+struct kern_pool;
+
+/* One layer's share of one device. Empty ranges (n_kv or n_ff 0) do no work there. */
+struct dev_layer {
+    int64_t kv0, n_kv;    /* KV heads [kv0, kv0 + n_kv) of kv_source(il) its attention uses */
+    int64_t ff0, n_ff;    /* FFN hidden units [ff0, ff0 + n_ff) */
+    struct engine_weight wq, bq, wk, bk, wv, bv; /* rows of its heads (views) */
+    struct engine_weight wo;                     /* columns of its heads */
+    struct engine_weight w_gate, w_up;           /* rows of its units (views) */
+    struct engine_weight w_down;                 /* columns of its units */
+};
+
+struct device {
+    char name[16]; /* "cpu" (one device), "cpu0", "cpu1", ... */
+    int n_threads;
+    struct kern_pool *pool;
+    struct dev_layer *layer;  /* n_layer */
+    int64_t vocab0, n_vocab;  /* classifier rows */
+    struct engine_weight output;
+
+    /* scratch, sized for n_batch tokens and this device's largest slices */
+    float *q, *k, *v, *att;   /* (n_batch, its heads × head size) */
+    float *hb, *hb2;          /* (n_batch, its FFN units) */
+    float *part;              /* (n_batch, n_embd) its partial sum of a column-split product */
+    float *logits;            /* (n_out_step, its classifier rows); n > 1 only */
+    float *attn_scratch;      /* (n_threads, attn_scratch_floats) */
+    size_t attn_scratch_floats;
+    void *mm_scratch;
+
+    void **owned;             /* the column slices it copied */
+    size_t n_owned;
+    uint64_t weight_bytes, copied_bytes, kv_bytes, scratch_bytes;
+};
+
+/* Plans the split from ctx->params, slices the weights, starts each device's threads and
+ * sizes its scratch. ctx->model, ->kv and ->params are set. */
+int devices_init(struct engine_context *ctx, struct err_detail *d);
+void devices_done(struct engine_context *ctx);
+
+/* Runs fn(ctx, device, arg) on every device at once (each on its own threads) and
+ * returns when all are done. */
+typedef void (*device_fn)(struct engine_context *ctx, struct device *dv, void *arg);
+void devices_run(struct engine_context *ctx, device_fn fn, void *arg);
+/* y[0..n) = the sum of every device's part[0..n), in device order. */
+void devices_sum(struct engine_context *ctx, float *y, int64_t n);
