@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* Cache types this build accepts (ggml's block layouts; attention reads each in place). */
 static const enum kern_type kv_types[] = {
@@ -51,6 +52,28 @@ static int kv_type_check(enum kern_type t, int64_t head_dim, const char *what,
                        "multiple of %lld; the model's is %lld", what, kern_type_name(t),
                        (long long)blck, (long long)head_dim);
     return 0;
+}
+
+/* Zeroed cache memory with its pages faulted in now, at load: a restore after a restart
+ * otherwise pays a page fault per 4 KiB it writes (about 9 times a warm memcpy) and the
+ * first prefill one per row it adds (issue 16). Buffers of several MiB ask for transparent
+ * huge pages (fewer faults, fewer TLB misses in attention); MADV_POPULATE_WRITE (Linux
+ * 5.14) faults the rest without a trap per page, and a store to every page covers older
+ * kernels and the edges of the buffer. Best effort throughout. */
+static void *kv_alloc(size_t n) {
+    char *p = calloc(1, n);
+    if (!p || n == 0) return p;
+    const uintptr_t huge = 2u << 20, page = 4096, a = (uintptr_t)p;
+    uintptr_t h0 = (a + huge - 1) & ~(huge - 1), h1 = (a + n) & ~(huge - 1);
+    if (h1 > h0 && n >= 2 * huge) (void)madvise((void *)h0, h1 - h0, MADV_HUGEPAGE);
+#ifdef MADV_POPULATE_WRITE
+    uintptr_t p0 = (a + page - 1) & ~(page - 1), p1 = (a + n) & ~(page - 1);
+    if (p1 > p0) (void)madvise((void *)p0, p1 - p0, MADV_POPULATE_WRITE);
+#endif
+    volatile char *v = p;
+    for (size_t i = 0; i < n; i += page) v[i] = 0;
+    v[n - 1] = 0;
+    return p;
 }
 
 /* Which store layer il's own KV goes to. */
@@ -145,8 +168,8 @@ int kv_cache_init(struct kv_cache *kv, const struct engine_model *m, enum kern_t
                            n_seq, n_ctx);
         }
         for (uint32_t i = 0; i < st->n_layer_kv; i++) {
-            st->k[i] = calloc(1, kb);
-            st->v[i] = calloc(1, vb);
+            st->k[i] = kv_alloc(kb);
+            st->v[i] = kv_alloc(vb);
             if (!st->k[i] || !st->v[i]) goto nomem;
         }
     }

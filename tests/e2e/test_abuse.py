@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 
-from warmd_harness import BIN, DaemonTest, START_TIMEOUT, grpc, main, metric, pb
+from warmd_harness import BIN, DaemonTest, START_TIMEOUT, grpc, main, metric, pb, pbg
 
 C = grpc.StatusCode
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -247,7 +247,12 @@ class AbuseTest(DaemonTest):
         while time.monotonic() < t_end:
             try:
                 ch = self.d.channel()
-                grpc_call(ch, timeout=10)
+                # wait_for_ready: on a loaded machine the churn can fill the kernel's accept
+                # backlog for a moment (warmd closes refused connections as fast as it is
+                # scheduled, but cannot accept what the kernel refused), and a connect then
+                # fails at once with EAGAIN; a client that retries its connect, as gRPC's
+                # wait_for_ready does, must still be served within the call's deadline.
+                pbg.WarmStub(ch).GetInfo(pb.GetInfoRequest(), timeout=10, wait_for_ready=True)
                 ch.close()
                 ok += 1
             except grpc.RpcError as e:
