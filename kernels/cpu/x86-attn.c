@@ -54,24 +54,7 @@ XA_INLINE float xa_f16(const uint8_t *p) {
     return _cvtsh_ss(h);
 }
 
-/* 16 bytes of nibbles -> 32 bytes in value order (low nibbles 0..15, high 16..31). */
-XA_INLINE __m256i xa_nibbles(const uint8_t *qs) {
-    __m128i b = _mm_loadu_si128((const __m128i *)qs);
-    __m128i m = _mm_set1_epi8(0x0f);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
-}
-
-/* The 32 fifth bits of a q5 block (bit j = value j) as bytes 0x10 / 0x00. */
-XA_INLINE __m256i xa_qh(const uint8_t *qh) {
-    uint32_t bits;
-    memcpy(&bits, qh, sizeof(bits));
-    const __m256i spread = _mm256_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll,
-                                             0x0101010101010101ll, 0x0000000000000000ll);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), spread);
-    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
-}
+#include "kernels/cpu/x86-unpack.h" /* nibbles_unpack, qh_unpack */
 
 /* Block b of a row of type t: its 32 codes in value order as int8 (signed values; q4_1,
  * q5_1: the unsigned codes), its scale d and offset m (x = d·code + m). */
@@ -87,32 +70,32 @@ XA_INLINE __m256i xa_block(const uint8_t *row, int64_t b, enum kern_type t, floa
     case KERN_TYPE_Q4_0: {
         const uint8_t *p = row + 18 * b;
         *ret_d = xa_f16(p);
-        return _mm256_sub_epi8(xa_nibbles(p + 2), _mm256_set1_epi8(8));
+        return _mm256_sub_epi8(nibbles_unpack(p + 2), _mm256_set1_epi8(8));
     }
     case KERN_TYPE_Q4_1: {
         const uint8_t *p = row + 20 * b;
         *ret_d = xa_f16(p);
         *ret_m = xa_f16(p + 2);
-        return xa_nibbles(p + 4);
+        return nibbles_unpack(p + 4);
     }
     case KERN_TYPE_Q5_0: {
         const uint8_t *p = row + 22 * b;
         *ret_d = xa_f16(p);
-        return _mm256_sub_epi8(_mm256_or_si256(xa_nibbles(p + 6), xa_qh(p + 2)),
+        return _mm256_sub_epi8(_mm256_or_si256(nibbles_unpack(p + 6), qh_unpack(p + 2)),
                                _mm256_set1_epi8(16));
     }
     case KERN_TYPE_Q5_1: {
         const uint8_t *p = row + 24 * b;
         *ret_d = xa_f16(p);
         *ret_m = xa_f16(p + 2);
-        return _mm256_or_si256(xa_nibbles(p + 8), xa_qh(p + 4));
+        return _mm256_or_si256(nibbles_unpack(p + 8), qh_unpack(p + 4));
     }
     default: { /* iq4_nl */
         const uint8_t *p = row + 18 * b;
         *ret_d = xa_f16(p);
         const __m128i tbl =
             _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
-        return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(tbl), xa_nibbles(p + 2));
+        return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(tbl), nibbles_unpack(p + 2));
     }
     }
 }
