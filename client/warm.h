@@ -110,6 +110,15 @@ WARM_API int warm_client_act_for_token(struct warm_client *c, const char *token,
 
 /* ---- info ---------------------------------------------------------------------------- */
 
+#define WARM_INFO_MAX_DEVICES 16
+/* A device the loaded models run on (GetInfo's devices). */
+struct warm_device_info {
+    char name[16];              /* "cpu", "cpu0".. (CPU partitions), "cuda:0".. */
+    char kind[8];               /* "cpu" or "cuda" */
+    char description[128];      /* a GPU's own name ("NVIDIA H200"); "" for the CPU */
+    uint64_t reserved_bytes;    /* their weights, KV and scratch there */
+};
+
 struct warm_info {
     char version[32];
     char api_version[32];
@@ -130,6 +139,10 @@ struct warm_info {
     /* Set when a trusted proxy made the call on behalf of uid (warm_client_act_for_*). */
     bool via_proxy;
     uint32_t proxy_uid;
+    /* The devices the loaded models run on (the first WARM_INFO_MAX_DEVICES; none while no
+     * model is loaded), with the bytes reserved on each. */
+    uint32_t n_devices;
+    struct warm_device_info devices[WARM_INFO_MAX_DEVICES];
 };
 WARM_API int warm_info_get(struct warm_client *c, struct warm_info *ret, struct warm_error *err);
 

@@ -68,6 +68,11 @@ const struct config_key config_keys[] = {
      config_cache_type_names, "KV cache type of values"},
     {"kv_rotation", CONFIG_TYPE_BOOL, OFF(kv_rotation), "on", 0, 0, NULL,
      "Hadamard rotation of quantized K/V (WARM_ATTN_ROT_DISABLE=1 forces off)"},
+    {"device", CONFIG_TYPE_STRING, OFF(device), "auto", 0, SIZE(device), NULL,
+     "device of a model on one device: auto (cuda:0 where the model runs and fits, else the "
+     "CPU), cpu, or cuda:N"},
+    {"gpu_layers", CONFIG_TYPE_U32, OFF(gpu_layers), "0", 0, 65536, NULL,
+     "the last layers of a model on its CUDA device, the others on the CPU (0 = all)"},
     {"devices", CONFIG_TYPE_STRING, OFF(devices), "cpu", 0, SIZE(devices), NULL,
      "devices a model runs on: cpu, or cpu,cpu,... for CPU partitions (each with its "
      "share of the threads, weights and KV heads; needs split = tensor)"},

@@ -3,6 +3,7 @@
 
 #include "daemon/log.h"
 #include "daemon/server.h"
+#include "engine/engine.h"
 #include "store/store.h"
 
 #include <errno.h>
@@ -116,6 +117,18 @@ int daemon_start(struct daemon *d, struct err_detail *err) {
     d->start_usec = time_now_usec();
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     d->threads = c->threads ? c->threads : (uint32_t)(cpus > 0 ? cpus : 1);
+    /* device = auto: which device, said once here (cuda:N is checked at each model load) */
+    enum engine_device_kind kind;
+    int index, r_dev;
+    char why[256];
+    if ((r_dev = engine_device_resolve(c->device, &kind, &index, why, sizeof why, err)) < 0)
+        return r_dev;
+    if (*why) log_info("no usable CUDA device (%s); running on the CPU", why);
+    if (kind == ENGINE_DEVICE_AUTO) {
+        char gpu[128];
+        log_info("device auto: models load on cuda:0 (%s) where they run and fit there, else on "
+                 "the CPU", engine_cuda_device_name(0, gpu, sizeof gpu));
+    }
     d->memory_budget_bytes = c->memory_budget_bytes;
     if (!d->memory_budget_bytes) {
         long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);

@@ -41,6 +41,10 @@
     X(MODEL_FILE_CHANGES, counter, "warmd_model_file_changes_total",                  \
       "Loaded models found replaced or changed on disk (loaded again)")                 \
     X(MEMORY_BYTES, gauge, "warmd_memory_bytes", "Memory held by loaded models")       \
+    X(DEVICE_CPU_BYTES, gauge, "warmd_device_cpu_reserved_bytes",                       \
+      "Memory the loaded models reserved on CPU devices (weights read, KV, scratch)")     \
+    X(DEVICE_CUDA_BYTES, gauge, "warmd_device_cuda_reserved_bytes",                     \
+      "Device memory the loaded models reserved on CUDA devices")                         \
     X(QUEUE_DEPTH, gauge, "warmd_queue_depth", "Generation requests queued or running")  \
     X(POOL_JOBS, gauge, "warmd_pool_jobs", "Long requests queued or running on the work pool") \
     X(POOL_REFUSED, counter, "warmd_pool_refused_total",                                \

@@ -238,6 +238,8 @@ int residency_acquire(struct daemon *d, const char *name, uint64_t keep_alive_us
             .store = d->store,
             .writer = d->store ? &d->writer : NULL,
             .kv_rotation = c->kv_rotation,
+            .device = c->device,
+            .gpu_layers = c->gpu_layers,
             .devices = c->devices,
             .split = c->split,
             .tensor_split = c->tensor_split,
@@ -274,6 +276,16 @@ int residency_acquire(struct daemon *d, const char *name, uint64_t keep_alive_us
     log_info("loaded model '%s' (%s, %llu bytes with its KV cache) in %.1f ms", name,
              runner_model(runner)->arch_name, (unsigned long long)runner_memory_bytes(runner),
              (double)usec / 1e3);
+    /* where it runs, and what that reserved on each device */
+    struct engine_device_info di;
+    for (uint32_t k = 0; runner_device_info(runner, k, &di) >= 0; k++)
+        log_info("model '%s' on %s%s%s%s: reserved %llu bytes (weights %llu, KV %llu, scratch %llu)",
+                 name, di.name, *di.device_name ? " (" : "", di.device_name, *di.device_name ? ")" : "",
+                 (unsigned long long)(di.weight_bytes + di.kv_bytes + di.scratch_bytes),
+                 (unsigned long long)di.weight_bytes, (unsigned long long)di.kv_bytes,
+                 (unsigned long long)di.scratch_bytes);
+    if (*runner_device_note(runner))
+        log_info("model '%s': device auto: on the CPU, since %s", name, runner_device_note(runner));
     *ret = r;
     *ret_load_usec = usec;
     return 0;
@@ -357,6 +369,29 @@ void residency_info(struct daemon *d, const char *name, struct residency_info *r
         snprintf(ret->architecture, sizeof ret->architecture, "%s", m->arch_name);
     }
     pthread_mutex_unlock(&rs->lock);
+}
+
+size_t residency_devices(struct daemon *d, struct residency_device *ret, size_t max) {
+    struct residency *rs = &d->residency;
+    size_t n = 0;
+    pthread_mutex_lock(&rs->lock);
+    for (size_t i = 0; i < rs->n_loaded; i++) {
+        const struct resident *r = rs->loaded[i];
+        struct engine_device_info di;
+        for (uint32_t k = 0; r->runner && !r->loading && runner_device_info(r->runner, k, &di) >= 0; k++) {
+            size_t j = 0;
+            while (j < n && strcmp(ret[j].name, di.name)) j++;
+            if (j == n) {
+                if (n == max) continue;
+                ret[n] = (struct residency_device){.kind = di.kind};
+                snprintf(ret[n].description, sizeof ret->description, "%s", di.device_name);
+                snprintf(ret[n++].name, sizeof ret->name, "%s", di.name);
+            }
+            ret[j].reserved_bytes += di.weight_bytes + di.kv_bytes + di.scratch_bytes;
+        }
+    }
+    pthread_mutex_unlock(&rs->lock);
+    return n;
 }
 
 size_t residency_count(struct daemon *d) {

@@ -77,6 +77,16 @@ struct residency_info {
 /* What ListModels reports for name. */
 void residency_info(struct daemon *d, const char *name, struct residency_info *ret);
 size_t residency_count(struct daemon *d);
+/* The devices the loaded models run on, by device name ("cpu", "cpu0", ...), at most max:
+ * each with its kind ("cpu", "cuda") and the bytes the models reserved there (the weights
+ * it reads, its KV and its scratch), summed over the models. Returns how many. */
+struct residency_device {
+    char name[16];
+    char description[128]; /* a GPU's own name */
+    const char *kind;
+    uint64_t reserved_bytes;
+};
+size_t residency_devices(struct daemon *d, struct residency_device *ret, size_t max);
 /* The context per sequence a model trained for n_ctx_train tokens gets: ctx_size, at most
  * n_ctx_train unless ctx_above_trained (0 = unknown: ctx_size). */
 uint32_t residency_ctx_size(const struct config *c, uint32_t n_ctx_train);

@@ -3,6 +3,7 @@
 #include "daemon/rpc-handlers.h"
 
 #include "daemon/cache.h"
+#include "daemon/resident.h"
 #include "daemon/server.h"
 #include "store/store.h"
 #include "warm/v1/warm.pb-c.h"
@@ -24,7 +25,28 @@ void rpc_info_get_info(struct rpc_call *c, const ProtobufCMessage *req) {
     peer.namespace_ = ns;
     peer.via_proxy = p->via_proxy;
     peer.proxy_uid = p->proxy_uid;
-    static char *features[] = {"cpu", "store"};
+    /* the devices really in use (none before a model loads), then the store */
+    struct residency_device dev[ENGINE_MAX_DEVICES * 4];
+    size_t n_dev = residency_devices(d, dev, ARRAY_SIZE(dev));
+    Warm__V1__DeviceInfo devinfo[ARRAY_SIZE(dev)], *devp[ARRAY_SIZE(dev)];
+    char *features[3];
+    size_t n_features = 0;
+    static const char *const kinds[] = {"cpu", "cuda"};
+    for (size_t k = 0; k < ARRAY_SIZE(kinds); k++)
+        for (size_t i = 0; i < n_dev; i++)
+            if (!strcmp(dev[i].kind, kinds[k])) {
+                features[n_features++] = (char *)kinds[k];
+                break;
+            }
+    if (d->store) features[n_features++] = "store";
+    for (size_t i = 0; i < n_dev; i++) {
+        warm__v1__device_info__init(&devinfo[i]);
+        devinfo[i].name = dev[i].name;
+        devinfo[i].kind = (char *)dev[i].kind;
+        devinfo[i].reserved_bytes = dev[i].reserved_bytes;
+        devinfo[i].description = dev[i].description;
+        devp[i] = &devinfo[i];
+    }
     Warm__V1__GetInfoResponse r = WARM__V1__GET_INFO_RESPONSE__INIT;
     r.version = DAEMON_VERSION;
     r.api_version = "warm.v1";
@@ -46,8 +68,10 @@ void rpc_info_get_info(struct rpc_call *c, const ProtobufCMessage *req) {
     /* this GetInfo is one of the calls in progress: not counted as a stream */
     unsigned active = server_active_calls(d->server);
     r.active_streams = p->admin && active > 0 ? active - 1 : 0;
-    r.n_features = d->store ? 2 : 1;
+    r.n_features = n_features;
     r.features = features;
+    r.n_devices = n_dev;
+    r.devices = devp;
     rpc_call_reply(c, &r.base);
 }
 
@@ -57,6 +81,12 @@ void rpc_info_metrics(struct rpc_call *c, const ProtobufCMessage *req) {
     for (size_t i = 0; i < rpc_n_methods && i < ARRAY_SIZE(names); i++) names[i] = rpc_methods[i].name;
     metrics_set(&d->metrics, METRIC_MODELS_AVAILABLE, registry_count(&d->registry));
     metrics_set(&d->metrics, METRIC_QUEUE_DEPTH, residency_queue_depth(d));
+    struct residency_device dev[ENGINE_MAX_DEVICES * 4];
+    uint64_t reserved[2] = {0, 0}; /* cpu, cuda */
+    for (size_t i = 0, n = residency_devices(d, dev, ARRAY_SIZE(dev)); i < n; i++)
+        reserved[strcmp(dev[i].kind, "cpu") != 0] += dev[i].reserved_bytes;
+    metrics_set(&d->metrics, METRIC_DEVICE_CPU_BYTES, reserved[0]);
+    metrics_set(&d->metrics, METRIC_DEVICE_CUDA_BYTES, reserved[1]);
     cache_metrics_sync(d); /* the store's and the writer's counters */
     char *text = NULL;
     uint64_t uptime = time_now_usec() - d->start_usec;

@@ -80,6 +80,12 @@ const struct engine_vocab *runner_vocab(const struct runner *r) { return r->voca
 const struct engine_model *runner_model(const struct runner *r) { return r->model; }
 uint32_t runner_n_ctx(const struct runner *r) { return r->n_ctx; }
 uint64_t runner_memory_bytes(const struct runner *r) { return r->memory_bytes; }
+int runner_device_info(const struct runner *r, uint32_t i, struct engine_device_info *ret) {
+    return engine_context_device_info(r->ctx, i, ret);
+}
+const char *runner_device_note(const struct runner *r) {
+    return engine_context_device_note(r->ctx);
+}
 
 unsigned runner_n_jobs(struct runner *r) {
     pthread_mutex_lock(&r->lock);
@@ -654,6 +660,10 @@ int runner_new(const char *name, int fd, const struct runner_params *p, struct r
     cp.type_v = p->type_v;
     cp.kv_rotation = p->kv_rotation;
     cp.split = (enum engine_split)p->split;
+    cp.gpu_layers = p->gpu_layers;
+    if (p->device && *p->device &&
+        (e = engine_device_resolve(p->device, &cp.device, &cp.device_index, NULL, 0, d)) < 0)
+        goto fail;
     if (p->devices && *p->devices && (e = engine_devices_parse(p->devices, &cp.n_devices, d)) < 0)
         goto fail;
     if (p->tensor_split && *p->tensor_split &&

@@ -107,6 +107,8 @@ struct runner_params {
     struct store_env *store;   /* the prompt store, NULL = none */
     struct cache_writer *writer;   /* where new records go (with store) */
     bool kv_rotation;          /* config kv_rotation (and WARM_ATTN_ROT_DISABLE) */
+    const char *device;        /* config device ("auto", "cpu", "cuda:N"; NULL = cpu) */
+    uint32_t gpu_layers;       /* config gpu_layers (0 = all) */
     const char *devices;       /* config devices ("cpu,cpu"; NULL = one CPU) */
     int split;                 /* config split (enum engine_split) */
     const char *tensor_split;  /* config tensor_split (NULL or "" = equal shares) */
@@ -128,6 +130,10 @@ const struct engine_model *runner_model(const struct runner *r);
 uint32_t runner_n_ctx(const struct runner *r);
 /* Weights plus KV cache, bytes. */
 uint64_t runner_memory_bytes(const struct runner *r);
+/* Device i of the model's context (engine_context_device_info); ERR_INVALID past the last. */
+int runner_device_info(const struct runner *r, uint32_t i, struct engine_device_info *ret);
+/* device = auto that fell back to the CPU for this model: why (else ""). */
+const char *runner_device_note(const struct runner *r);
 /* Jobs queued or running. */
 unsigned runner_n_jobs(struct runner *r);
 /* What one uid may have queued or running (runner_params.max_jobs_per_uid, effective). */

@@ -2,6 +2,7 @@
 #include "engine/forward.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 void engine_context_params_default(struct engine_context_params *p) {
@@ -22,7 +23,8 @@ void engine_context_params_default(struct engine_context_params *p) {
 void engine_context_free(struct engine_context *ctx) {
     if (!ctx) return;
     devices_done(ctx);
-    kv_cache_done(&ctx->kv);
+    kv_cache_done(&ctx->kv); /* its device slots through the GPU's kv_mem, before gpu_close */
+    gpu_close(ctx);
     free(ctx->x);
     free(ctx->xb);
     for (int i = 0; i < KV_MAX_STORES; i++) free(ctx->rope_cs[i]);
@@ -57,14 +59,36 @@ static size_t matmul_scratch_max(const struct engine_model *m, int64_t n_tok) {
     return max;
 }
 
+static int context_new(const struct engine_model *m, struct engine_context_params p,
+                       struct engine_context **ret, struct err_detail *d);
+
 int engine_context_new(const struct engine_model *m, const struct engine_context_params *params,
                        struct engine_context **ret, struct err_detail *d) {
-    const struct engine_hparams *hp = &m->hp;
     struct engine_context_params p;
     if (params)
         p = *params;
     else
         engine_context_params_default(&p);
+    if (p.device != ENGINE_DEVICE_AUTO) return context_new(m, p, ret, d);
+    /* auto: cuda:0 when the model runs and fits there, else the CPU, saying why */
+    p.device = ENGINE_DEVICE_CUDA;
+    p.device_index = 0;
+    struct err_detail why = {0};
+    int r_gpu = context_new(m, p, ret, &why), r;
+    if (r_gpu >= 0) return r_gpu;
+    p.device = ENGINE_DEVICE_CPU;
+    if ((r = context_new(m, p, ret, d)) < 0) return r;
+    snprintf((*ret)->device_note, sizeof (*ret)->device_note, "%s", err_msg(&why, r_gpu));
+    return 0;
+}
+
+const char *engine_context_device_note(const struct engine_context *ctx) {
+    return ctx->device_note;
+}
+
+static int context_new(const struct engine_model *m, struct engine_context_params p,
+                       struct engine_context **ret, struct err_detail *d) {
+    const struct engine_hparams *hp = &m->hp;
     if (p.n_ctx == 0) p.n_ctx = MIN(hp->n_ctx_train, 4096u);
     if (p.n_seq == 0) p.n_seq = 1;
     if (p.n_batch == 0) p.n_batch = 512;
@@ -83,8 +107,12 @@ int engine_context_new(const struct engine_model *m, const struct engine_context
     /* an SWA ring holds the window, one chunk (exported before its rows leave) and one
      * batch (DESIGN.md 3.6) */
     uint32_t ring_extra = p.swa_full ? 0 : p.n_batch + (p.swa_chunk ? p.swa_chunk : 256);
-    int r = kv_cache_init(&ctx->kv, m, p.type_k, p.type_v, p.n_seq, p.n_ctx, p.kv_rotation,
-                          ring_extra, d);
+    int r;
+    /* a GPU first: it decides which layers' KV lives on the device */
+    ctx->n_layer_host = hp->n_layer;
+    if (p.device == ENGINE_DEVICE_CUDA && (r = gpu_open(ctx, p.device_index, d)) < 0) goto fail;
+    r = kv_cache_init(&ctx->kv, m, p.type_k, p.type_v, p.n_seq, p.n_ctx, p.kv_rotation,
+                      ring_extra, ctx->gpu ? gpu_kv_mem(ctx) : NULL, ctx->n_layer_host, d);
     if (r < 0) goto fail;
     /* global layers: the file's RoPE (scaling, factors); gemma's SWA layers: their own
      * base, scale 1, and no frequency factors (gemma4's proportional RoPE is global-only) */
@@ -111,6 +139,7 @@ int engine_context_new(const struct engine_model *m, const struct engine_context
     ctx->n_out_step = MIN(p.n_batch, p.n_outputs);
     /* the attention's and FFN's scratch, each device's own, and its threads */
     if ((r = devices_init(ctx, d)) < 0) goto fail;
+    if (ctx->gpu && (r = gpu_load(ctx, d)) < 0) goto fail;
     uint64_t n_ple = (uint64_t)hp->n_layer * hp->n_embd_per_layer;
     ctx->x = floats_new(nb, hp->n_embd);
     ctx->xb = floats_new(nb, hp->n_embd);
@@ -204,7 +233,7 @@ int engine_context_decode(struct engine_context *ctx, const struct engine_batch 
     int32_t out_row = 0;
     for (int32_t t0 = 0; t0 < b->n_tok; t0 += (int32_t)ctx->params.n_batch) {
         int32_t n = MIN(b->n_tok - t0, (int32_t)ctx->params.n_batch);
-        forward_step(ctx, b, t0, n, &out_row);
+        if ((r = forward_step(ctx, b, t0, n, &out_row, d)) < 0) return r;
     }
     ctx->n_outputs = out_row;
     for (int32_t i = 0; i < b->n_tok; i++)

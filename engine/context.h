@@ -23,6 +23,13 @@ enum engine_split {
     ENGINE_SPLIT_TENSOR, /* every layer cut by heads and FFN units (engine/device.h) */
 };
 
+/* What a context runs on when it runs on one device (config `device`). */
+enum engine_device_kind {
+    ENGINE_DEVICE_CPU,
+    ENGINE_DEVICE_CUDA, /* cuda:device_index (engine/gpu.h) */
+    ENGINE_DEVICE_AUTO, /* cuda:0 when the model runs and fits there, else the CPU */
+};
+
 struct engine_context_params {
     uint32_t n_ctx;     /* positions per sequence; 0 = min(n_ctx_train, 4096) */
     uint32_t n_seq;     /* sequences; 0 = 1 */
@@ -52,6 +59,11 @@ struct engine_context_params {
      * KV source's (the placement llama.cpp #31406 fixed). The placement check then refuses
      * the context wherever a query head would leave its KV head's device. */
     bool split_own_rotation;
+    /* One device of kind `device` (index: the N of cuda:N); gpu_layers: the last layers on
+     * a GPU device, the rest on the CPU (0 = all). engine_device_resolve() fills them. */
+    enum engine_device_kind device;
+    int device_index;
+    uint32_t gpu_layers;
 };
 
 /* The defaults above (f16 cache, kv_rotation on). */
@@ -74,15 +86,21 @@ const struct engine_context_params *engine_context_params(const struct engine_co
 /* Bytes of the KV cache. */
 size_t engine_context_kv_bytes(const struct engine_context *ctx);
 
-/* What one device of a context holds: its name ("cpu", or "cpu0".. under a split), its
- * threads, the bytes of the weight slices it reads (weight_bytes, of which copied_bytes
- * are its own copies: column slices), of its KV heads and of its scratch. */
+/* What one device of a context holds: its name ("cpu", or "cpu0".. under a split, or
+ * "cuda:N", listed first), its threads, the bytes of the weight slices it reads
+ * (weight_bytes, of which copied_bytes are its own copies: column slices), of its KV heads
+ * and of its scratch. A context on a GPU lists the CPU too when it runs layers there
+ * (gpu_layers). */
 struct engine_device_info {
-    char name[16];
+    char name[16];          /* "cpu", "cpu0".., "cuda:0" */
+    char device_name[128];  /* a GPU's own name ("NVIDIA H200"); "" for the CPU */
+    const char *kind; /* "cpu" or "cuda" */
     int n_threads;
     uint64_t weight_bytes, copied_bytes, kv_bytes, scratch_bytes;
 };
 uint32_t engine_context_n_devices(const struct engine_context *ctx);
+/* device = auto that fell back to the CPU: why no GPU runs it (else ""). */
+const char *engine_context_device_note(const struct engine_context *ctx);
 /* ERR_INVALID when i >= engine_context_n_devices(). */
 int engine_context_device_info(const struct engine_context *ctx, uint32_t i,
                                struct engine_device_info *ret);
@@ -90,6 +108,18 @@ int engine_context_device_info(const struct engine_context *ctx, uint32_t i,
  * each entry "cpu" is one CPU partition; *ret_n = their count. ERR_INVALID for an empty
  * or unknown entry, ERR_UNSUPPORTED for "cuda:N" (not in the engine yet), with d. */
 int engine_devices_parse(const char *list, uint32_t *ret_n, struct err_detail *d);
+/* Config `device`: "auto", "cpu" or "cuda:N" into *ret_kind and *ret_index. auto is
+ * ENGINE_DEVICE_AUTO when a CUDA device exists (engine_context_new() then tries cuda:0 for
+ * each model), else the CPU, and then why_not (may be NULL) says why no CUDA device is
+ * used (e.g. "this build has no CUDA backend"); it is "" otherwise. ERR_INVALID for
+ * anything else. cuda:N is checked at engine_context_new(). */
+int engine_device_resolve(const char *spec, enum engine_device_kind *ret_kind, int *ret_index,
+                          char *why_not, size_t why_len, struct err_detail *d);
+/* 0 when cuda:index exists, else ERR_UNSUPPORTED with d naming why (no CUDA backend in
+ * this build, no usable device, index out of range). */
+int engine_cuda_usable(int index, struct err_detail *d);
+/* The name of CUDA device index ("NVIDIA H200") into buf; "?" when it has none. */
+const char *engine_cuda_device_name(int index, char *buf, size_t len);
 /* Shares "3,1" (config `tensor_split`, --tensor-split) into ratio[0..max): each a number
  * >= 0, at most max of them, the rest 0. ERR_INVALID with d otherwise. */
 int engine_tensor_split_parse(const char *list, float *ratio, uint32_t max, struct err_detail *d);

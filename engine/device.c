@@ -1,6 +1,9 @@
 /* Devices: the split plan, the weight slices, each device's threads and scratch
  * (engine/device.h says what is cut where and why). */
 #include "engine/forward.h"
+#ifdef WARM_CUDA
+#include "kernels/cuda/cuda.h"
+#endif
 
 #include <errno.h>
 #include <math.h>
@@ -41,6 +44,69 @@ int engine_devices_parse(const char *list, uint32_t *ret_n, struct err_detail *d
         if (!*p) break;
     }
     *ret_n = n;
+    return 0;
+}
+
+/* Why cuda:index cannot run a context (NULL: it can), into buf. */
+static const char *cuda_why_not(int index, char *buf, size_t len) {
+#ifdef WARM_CUDA
+    const int n = kern_cuda_device_count();
+    struct kern_cuda_device_info info;
+    if (n <= 0)
+        snprintf(buf, len, "no GPU, no NVIDIA driver, or a driver older than the CUDA runtime");
+    else if (index >= n)
+        snprintf(buf, len, "cuda:%d does not exist: %d CUDA device%s found", index, n,
+                 n == 1 ? "" : "s");
+    else if (kern_cuda_device_get_info(index, &info) < 0)
+        snprintf(buf, len, "cuda:%d cannot be queried", index);
+    else
+        return NULL;
+#else
+    (void)index;
+    snprintf(buf, len, "this build has no CUDA backend (built without nvcc)");
+#endif
+    return buf;
+}
+
+int engine_cuda_usable(int index, struct err_detail *d) {
+    char why[256];
+    const char *no = cuda_why_not(index, why, sizeof why);
+    return no ? err_set(d, ERR_UNSUPPORTED, "device cuda:%d: %s", index, no) : 0;
+}
+
+const char *engine_cuda_device_name(int index, char *buf, size_t len) {
+    snprintf(buf, len, "?");
+#ifdef WARM_CUDA
+    struct kern_cuda_device_info info;
+    if (kern_cuda_device_get_info(index, &info) == 0) snprintf(buf, len, "%s", info.name);
+#else
+    (void)index;
+#endif
+    return buf;
+}
+
+int engine_device_resolve(const char *spec, enum engine_device_kind *ret_kind, int *ret_index,
+                          char *why_not, size_t why_len, struct err_detail *d) {
+    char why[256] = "";
+    enum engine_device_kind kind = ENGINE_DEVICE_CPU;
+    int index = 0;
+    if (!strcmp(spec, "auto")) {
+        /* the first CUDA device, tried for each model (engine_context_new) */
+        if (!cuda_why_not(0, why, sizeof why)) kind = ENGINE_DEVICE_AUTO;
+    } else if (!strncmp(spec, "cuda:", 5)) {
+        char *end;
+        errno = 0;
+        long v = strtol(spec + 5, &end, 10);
+        if (end == spec + 5 || *end || errno || v < 0 || v > 1023)
+            return err_set(d, ERR_INVALID, "device \"%s\": N of cuda:N is not a number 0..1023", spec);
+        kind = ENGINE_DEVICE_CUDA;
+        index = (int)v;
+    } else if (strcmp(spec, "cpu")) {
+        return err_set(d, ERR_INVALID, "device \"%s\" is not auto, cpu or cuda:N", spec);
+    }
+    *ret_kind = kind;
+    *ret_index = index;
+    if (why_not && why_len) snprintf(why_not, why_len, "%s", why);
     return 0;
 }
 
@@ -205,7 +271,8 @@ static int plan_layers(struct engine_context *ctx, const float *ratio, struct er
             if (r < 0) return err_set(d, r, "cannot copy layer %d's FFN down slice", il);
             const struct engine_weight *ws[] = {&dl->wq, &dl->wk, &dl->wv, &dl->wo,
                                                 &dl->w_gate, &dl->w_up, &dl->w_down};
-            for (size_t i = 0; i < ARRAY_SIZE(ws); i++) de->weight_bytes += weight_bytes(ws[i]);
+            for (size_t i = 0; i < ARRAY_SIZE(ws) && il < (int)ctx->n_layer_host; i++)
+                de->weight_bytes += weight_bytes(ws[i]);
         }
     }
     /* the classifier by vocabulary rows, rotated as the non-layer tensors: n_layer mod n */
@@ -215,7 +282,7 @@ static int plan_layers(struct engine_context *ctx, const float *ratio, struct er
         de->vocab0 = off[dv];
         de->n_vocab = cnt[dv];
         de->output = rows_view(&m->output, off[dv], cnt[dv]);
-        de->weight_bytes += weight_bytes(&de->output);
+        if (!ctx->gpu) de->weight_bytes += weight_bytes(&de->output); /* else the GPU's */
     }
     return 0;
 }
@@ -283,6 +350,7 @@ static int device_scratch(struct engine_context *ctx, struct device *de, struct 
         const struct kv_store *st = &kv->store[s];
         uint64_t rows = (uint64_t)kv->n_seq * (st->ring ? 2 : 1) * st->n_cells;
         for (uint32_t i = 0; i < st->n_layer_kv; i++) {
+            if (st->on_dev[i]) continue; /* the GPU's */
             int64_t nh = de->layer[st->layers[i]].n_kv;
             de->kv_bytes += rows * (kern_row_size(kv->type_k, nh * st->head_dim_k) +
                                     kern_row_size(kv->type_v, nh * st->head_dim_v));
@@ -380,15 +448,26 @@ void devices_sum(struct engine_context *ctx, float *y, int64_t n) {
     for (uint32_t i = 1; i < ctx->n_dev; i++) kern_add(y, ctx->dev[i].part, n);
 }
 
+/* the host devices are in use unless a GPU runs every layer */
+static uint32_t n_host_listed(const struct engine_context *ctx) {
+    return ctx->gpu && ctx->n_layer_host == 0 ? 0 : ctx->n_dev;
+}
+
 uint32_t engine_context_n_devices(const struct engine_context *ctx) {
-    return ctx->n_dev;
+    return (ctx->gpu ? 1 : 0) + n_host_listed(ctx);
 }
 
 int engine_context_device_info(const struct engine_context *ctx, uint32_t i,
                                struct engine_device_info *ret) {
-    if (i >= ctx->n_dev) return ERR_INVALID;
+    if (ctx->gpu && i == 0) {
+        gpu_device_info(ctx, ret);
+        return 0;
+    }
+    i -= ctx->gpu ? 1 : 0;
+    if (i >= n_host_listed(ctx)) return ERR_INVALID;
     const struct device *de = &ctx->dev[i];
     *ret = (struct engine_device_info){
+        .kind = "cpu",
         .n_threads = de->n_threads,
         .weight_bytes = de->weight_bytes,
         .copied_bytes = de->copied_bytes,

@@ -13,7 +13,9 @@
  * Where it runs is engine/device.h's business: the attention and the FFN of a layer run
  * on every device of the context at once, each over its heads and hidden units, and the
  * devices' shares of the output projections are summed; with one device that is the whole
- * layer. The norms, residuals and the gemma4 per-layer branch are shared work. */
+ * layer. The norms, residuals and the gemma4 per-layer branch are shared work. On a
+ * context with a GPU (engine/gpu.h) the loop below runs the host's layers, and the GPU the
+ * rest, the final norm and the classifier. */
 #include "engine/forward.h"
 
 #include <math.h>
@@ -269,8 +271,8 @@ static void per_layer_inputs(struct engine_context *ctx, const struct engine_bat
     }
 }
 
-void forward_step(struct engine_context *ctx, const struct engine_batch *b, int32_t t0, int32_t n,
-                  int32_t *out_row) {
+int forward_step(struct engine_context *ctx, const struct engine_batch *b, int32_t t0, int32_t n,
+                 int32_t *out_row, struct err_detail *d) {
     const struct engine_model *m = ctx->model;
     const struct engine_hparams *hp = &m->hp;
     struct kv_cache *kv = &ctx->kv;
@@ -291,7 +293,8 @@ void forward_step(struct engine_context *ctx, const struct engine_batch *b, int3
         for (int32_t t = 0; t < n; t++)
             kern_rope_cache(ctx->rope_cs[s] + t * ctx->rope[s].n_dims, b->pos[t0 + t], &ctx->rope[s]);
 
-    for (int il = 0; il < (int)hp->n_layer; il++) {
+    /* the host's layers (all of them without a GPU) */
+    for (int il = 0; il < (int)ctx->n_layer_host; il++) {
         const struct engine_layer *l = &m->layers[il];
         struct layer_step s = {.b = b, .t0 = t0, .n = n, .il = il, .attn_work = attn_work};
 
@@ -332,16 +335,24 @@ void forward_step(struct engine_context *ctx, const struct engine_batch *b, int3
         if (l->out_scale.data) kern_scale(x, n * dim, *(const float *)l->out_scale.data);
     }
 
-    /* final RMSNorm of the tokens that want logits: out_x (n_out, dim) */
-    int32_t n_out = 0;
-    for (int32_t t = 0; t < n; t++)
-        if (batch_wants(b, t0 + t))
-            kern_rmsnorm(ctx->out_x + (size_t)n_out++ * dim, x + t * dim, m->output_norm.data, dim, eps);
-    /* classifier: logits (n_out, n_vocab), soft-capped where the model says so */
+    /* the GPU's layers, final norm and classifier (engine/gpu.h) */
     float *logits = ctx->logits + (size_t)*out_row * hp->n_vocab;
-    struct classifier_args ca = {.n_out = n_out, .logits = logits};
-    if (n_out > 0) devices_run(ctx, classifier_on, &ca);
+    int32_t n_out = 0;
+    if (ctx->gpu) {
+        int r = gpu_step(ctx, b, t0, n, logits, &n_out, d);
+        if (r < 0) return r;
+    } else {
+        /* final RMSNorm of the tokens that want logits: out_x (n_out, dim) */
+        for (int32_t t = 0; t < n; t++)
+            if (batch_wants(b, t0 + t))
+                kern_rmsnorm(ctx->out_x + (size_t)n_out++ * dim, x + t * dim, m->output_norm.data, dim, eps);
+        /* classifier: logits (n_out, n_vocab) */
+        struct classifier_args ca = {.n_out = n_out, .logits = logits};
+        if (n_out > 0) devices_run(ctx, classifier_on, &ca);
+    }
+    /* soft-capped where the model says so */
     if (n_out > 0 && hp->final_softcap > 0)
         kern_softcap(logits, (int64_t)n_out * hp->n_vocab, hp->final_softcap);
     *out_row += n_out;
+    return 0;
 }

@@ -4,6 +4,7 @@
 
 #include "engine/context.h"
 #include "engine/device.h"
+#include "engine/gpu.h"
 #include "engine/kv-cache.h"
 #include "engine/model.h"
 #include "kernels/matmul.h"
@@ -20,6 +21,11 @@ struct engine_context {
     uint32_t n_dev;
     struct device *dev;          /* (n_dev) engine/device.h */
     struct kern_pool *dev_drive; /* n_dev threads, thread d drives device d (n_dev > 1) */
+    /* device = cuda:N: the GPU that runs layers [n_layer_host, n_layer) and the classifier
+     * (engine/gpu.h); NULL and n_layer_host = n_layer on the CPU alone */
+    struct gpu *gpu;
+    uint32_t n_layer_host;
+    char device_note[256]; /* device = auto that fell back to the CPU: why (else "") */
     /* RoPE of each store's kind: [KV_STORE_FULL] global layers, [KV_STORE_SWA] SWA layers
      * (gemma: their own base, scale 1, no frequency factors) */
     struct kern_rope_params rope[KV_MAX_STORES];
@@ -45,6 +51,7 @@ struct engine_context {
 };
 
 /* One step of the forward pass over tokens [t0, t0 + n) of b (n <= n_batch); writes the
- * logits of its tokens that want them from row *out_row on. The batch is valid. */
-void forward_step(struct engine_context *ctx, const struct engine_batch *b, int32_t t0, int32_t n,
-                  int32_t *out_row);
+ * logits of its tokens that want them from row *out_row on. The batch is valid; the only
+ * failure is a GPU's (with d). */
+int forward_step(struct engine_context *ctx, const struct engine_batch *b, int32_t t0, int32_t n,
+                 int32_t *out_row, struct err_detail *d);

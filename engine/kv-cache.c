@@ -102,8 +102,10 @@ static int store_shape(struct kv_store *st, const struct engine_layer_hparams *l
 
 int kv_cache_init(struct kv_cache *kv, const struct engine_model *m, enum kern_type type_k,
                   enum kern_type type_v, uint32_t n_seq, uint32_t n_ctx, bool rotation,
-                  uint32_t ring_extra, struct err_detail *d) {
+                  uint32_t ring_extra, const struct kv_mem *mem, uint32_t dev_layer0,
+                  struct err_detail *d) {
     memset(kv, 0, sizeof *kv);
+    kv->mem = mem;
     const struct engine_hparams *hp = &m->hp;
     int r;
     if (hp->n_layer_kv_shared >= hp->n_layer)
@@ -159,7 +161,8 @@ int kv_cache_init(struct kv_cache *kv, const struct engine_model *m, enum kern_t
         st->layers = calloc_array(st->n_layer_kv, sizeof *st->layers);
         st->k = calloc_array(st->n_layer_kv, sizeof *st->k);
         st->v = calloc_array(st->n_layer_kv, sizeof *st->v);
-        if (!st->layers || !st->k || !st->v) goto nomem;
+        st->on_dev = calloc_array(st->n_layer_kv, sizeof *st->on_dev);
+        if (!st->layers || !st->k || !st->v || !st->on_dev) goto nomem;
         size_t rows, kb, vb;
         if (!size_mul(n_seq, (size_t)st->n_cells * (st->ring ? 2 : 1), &rows) ||
             !size_mul(rows, st->k_row_bytes, &kb) || !size_mul(rows, st->v_row_bytes, &vb)) {
@@ -167,14 +170,29 @@ int kv_cache_init(struct kv_cache *kv, const struct engine_model *m, enum kern_t
             return err_set(d, ERR_OVERFLOW, "KV cache of %u sequences x %u positions overflows",
                            n_seq, n_ctx);
         }
+    }
+    for (uint32_t il = 0; il < hp->n_layer; il++)
+        if (kv->owner[il] >= 0) kv->store[kv->store_of[il]].layers[kv->owner[il]] = (int32_t)il;
+    /* the rows: host memory faulted in now, or the device's for the layers a GPU runs */
+    for (uint32_t s = 0; s < kv->n_store; s++) {
+        struct kv_store *st = &kv->store[s];
+        size_t rows = (size_t)n_seq * st->n_cells * (st->ring ? 2 : 1); /* checked above */
+        size_t kb = rows * st->k_row_bytes, vb = rows * st->v_row_bytes;
         for (uint32_t i = 0; i < st->n_layer_kv; i++) {
+            if (mem && (uint32_t)st->layers[i] >= dev_layer0) {
+                if ((r = mem->alloc(mem->ud, kb, &st->k[i])) < 0 ||
+                    (st->on_dev[i] = true, r = mem->alloc(mem->ud, vb, &st->v[i])) < 0) {
+                    kv_cache_done(kv);
+                    return err_set(d, r, "cannot allocate layer %d's KV cache on the device "
+                                   "(%zu + %zu bytes)", st->layers[i], kb, vb);
+                }
+                continue;
+            }
             st->k[i] = kv_alloc(kb);
             st->v[i] = kv_alloc(vb);
             if (!st->k[i] || !st->v[i]) goto nomem;
         }
     }
-    for (uint32_t il = 0; il < hp->n_layer; il++)
-        if (kv->owner[il] >= 0) kv->store[kv->store_of[il]].layers[kv->owner[il]] = (int32_t)il;
     size_t cells;
     if (!size_mul(n_seq, n_ctx, &cells)) {
         kv_cache_done(kv);
@@ -196,10 +214,18 @@ fail:
 void kv_cache_done(struct kv_cache *kv) {
     for (uint32_t s = 0; s < KV_MAX_STORES; s++) {
         struct kv_store *st = &kv->store[s];
-        for (uint32_t i = 0; st->k && i < st->n_layer_kv; i++) free(st->k[i]);
-        for (uint32_t i = 0; st->v && i < st->n_layer_kv; i++) free(st->v[i]);
+        for (uint32_t i = 0; st->k && st->v && i < st->n_layer_kv; i++) {
+            if (st->on_dev && st->on_dev[i]) {
+                if (st->k[i]) kv->mem->free(kv->mem->ud, st->k[i]);
+                if (st->v[i]) kv->mem->free(kv->mem->ud, st->v[i]);
+                continue;
+            }
+            free(st->k[i]);
+            free(st->v[i]);
+        }
         free(st->k);
         free(st->v);
+        free(st->on_dev);
         free(st->layers);
     }
     free(kv->source);
@@ -255,19 +281,36 @@ void kv_put(struct kv_cache *kv, int il, int32_t seq, int32_t pos, const float *
          (n = (st)->ring ? MIN((p1) - p, (st)->n_cells - p % (st)->n_cells) : (p1) - p, 1); \
          p += n)
 
-void kv_rows_get(const struct kv_store *st, uint32_t slot, int32_t seq, uint32_t p0, uint32_t p1,
-                 uint8_t *dst_k, uint8_t *dst_v) {
+/* n bytes from src to dst within slot memory of kind dir: memcpy on the host, else the
+ * device's copy */
+static int kv_copy(const struct kv_cache *kv, bool dev, void *dst, const void *src, size_t n,
+                   enum kv_copy_dir dir) {
+    if (dev) return kv->mem->copy(kv->mem->ud, dst, src, n, dir);
+    memcpy(dst, src, n);
+    return 0;
+}
+
+int kv_rows_get(const struct kv_cache *kv, const struct kv_store *st, uint32_t slot, int32_t seq,
+                uint32_t p0, uint32_t p1, uint8_t *dst_k, uint8_t *dst_v) {
+    const bool dev = st->on_dev[slot];
+    int r = 0;
     FOR_RUNS(st, p0, p1, p, n) {
         size_t c = kv_cell(st, seq, (int32_t)p);
-        memcpy(dst_k, (const char *)st->k[slot] + c * st->k_row_bytes, n * st->k_row_bytes);
-        memcpy(dst_v, (const char *)st->v[slot] + c * st->v_row_bytes, n * st->v_row_bytes);
+        if ((r = kv_copy(kv, dev, dst_k, (const char *)st->k[slot] + c * st->k_row_bytes,
+                         n * st->k_row_bytes, KV_TO_HOST)) < 0 ||
+            (r = kv_copy(kv, dev, dst_v, (const char *)st->v[slot] + c * st->v_row_bytes,
+                         n * st->v_row_bytes, KV_TO_HOST)) < 0)
+            return r;
         dst_k += n * st->k_row_bytes;
         dst_v += n * st->v_row_bytes;
     }
+    return 0;
 }
 
-void kv_rows_set(struct kv_store *st, uint32_t slot, int32_t seq, uint32_t p0, uint32_t p1,
-                 const uint8_t *src_k, const uint8_t *src_v) {
+int kv_rows_set(const struct kv_cache *kv, struct kv_store *st, uint32_t slot, int32_t seq,
+                uint32_t p0, uint32_t p1, const uint8_t *src_k, const uint8_t *src_v) {
+    const bool dev = st->on_dev[slot];
+    int r = 0;
     /* a ring keeps only the last n_cells of the rows */
     if (st->ring && p1 - p0 > st->n_cells) {
         src_k += (size_t)(p1 - p0 - st->n_cells) * st->k_row_bytes;
@@ -280,15 +323,16 @@ void kv_rows_set(struct kv_store *st, uint32_t slot, int32_t seq, uint32_t p0, u
         size_t c = kv_cell(st, seq, (int32_t)p);
         char *k = (char *)st->k[slot] + c * st->k_row_bytes;
         char *v = (char *)st->v[slot] + c * st->v_row_bytes;
-        memcpy(k, src_k, n * st->k_row_bytes);
-        memcpy(v, src_v, n * st->v_row_bytes);
-        if (st->ring) {
-            memcpy(k + mk, src_k, n * st->k_row_bytes);
-            memcpy(v + mv, src_v, n * st->v_row_bytes);
-        }
+        if ((r = kv_copy(kv, dev, k, src_k, n * st->k_row_bytes, KV_FROM_HOST)) < 0 ||
+            (r = kv_copy(kv, dev, v, src_v, n * st->v_row_bytes, KV_FROM_HOST)) < 0)
+            return r;
+        if (st->ring && ((r = kv_copy(kv, dev, k + mk, src_k, n * st->k_row_bytes, KV_FROM_HOST)) < 0 ||
+                         (r = kv_copy(kv, dev, v + mv, src_v, n * st->v_row_bytes, KV_FROM_HOST)) < 0))
+            return r;
         src_k += n * st->k_row_bytes;
         src_v += n * st->v_row_bytes;
     }
+    return 0;
 }
 
 #undef FOR_RUNS
@@ -342,12 +386,14 @@ int engine_kv_seq_cp(struct engine_context *ctx, int32_t src, int32_t dst, uint3
             size_t per_seq = (size_t)st->n_cells * (st->ring ? 2 : 1);
             size_t n = st->ring ? per_seq : p1;
             for (uint32_t i = 0; i < st->n_layer_kv; i++) {
-                memcpy((char *)st->k[i] + (size_t)dst * per_seq * st->k_row_bytes,
-                       (char *)st->k[i] + (size_t)src * per_seq * st->k_row_bytes,
-                       n * st->k_row_bytes);
-                memcpy((char *)st->v[i] + (size_t)dst * per_seq * st->v_row_bytes,
-                       (char *)st->v[i] + (size_t)src * per_seq * st->v_row_bytes,
-                       n * st->v_row_bytes);
+                int r;
+                if ((r = kv_copy(kv, st->on_dev[i], (char *)st->k[i] + (size_t)dst * per_seq * st->k_row_bytes,
+                                 (char *)st->k[i] + (size_t)src * per_seq * st->k_row_bytes,
+                                 n * st->k_row_bytes, KV_ON_DEV)) < 0 ||
+                    (r = kv_copy(kv, st->on_dev[i], (char *)st->v[i] + (size_t)dst * per_seq * st->v_row_bytes,
+                                 (char *)st->v[i] + (size_t)src * per_seq * st->v_row_bytes,
+                                 n * st->v_row_bytes, KV_ON_DEV)) < 0)
+                    return r;
             }
         }
         size_t so = (size_t)src * kv->n_ctx, dO = (size_t)dst * kv->n_ctx;
@@ -404,6 +450,20 @@ int engine_kv_seq_shift(struct engine_context *ctx, int32_t seq, uint32_t p0, ui
         for (uint32_t i = 0; i < st->n_layer_kv; i++) {
             char *k = (char *)st->k[i] + base * st->k_row_bytes;
             char *v = (char *)st->v[i] + base * st->v_row_bytes;
+            /* a device slot: its rows [p0, len) to the host, shifted there, and back (a
+             * context shift is rare next to the decode steps it saves) */
+            _cleanup_free_ char *hk = NULL, *hv = NULL;
+            char *dk = k, *dv = v;
+            if (st->on_dev[i]) {
+                hk = malloc_array(len, st->k_row_bytes);
+                hv = malloc_array(len, st->v_row_bytes);
+                if (!hk || !hv) return err_set(d, -ENOMEM, "cannot stage layer %d's KV for the shift", st->layers[i]);
+                int r;
+                if ((r = kv_rows_get(kv, st, i, seq, p0, len, (uint8_t *)hk + (size_t)p0 * st->k_row_bytes,
+                                     (uint8_t *)hv + (size_t)p0 * st->v_row_bytes)) < 0)
+                    return err_set(d, r, "cannot read layer %d's KV from the device", st->layers[i]);
+                k = hk, v = hv;
+            }
             for (uint32_t p = p0 + n_discard; p < len; p++) {
                 char *dst = k + (size_t)(p - n_discard) * st->k_row_bytes;
                 memcpy(dst, k + (size_t)p * st->k_row_bytes, st->k_row_bytes);
@@ -412,6 +472,14 @@ int engine_kv_seq_shift(struct engine_context *ctx, int32_t seq, uint32_t p0, ui
             memmove(v + (size_t)p0 * st->v_row_bytes,
                     v + (size_t)(p0 + n_discard) * st->v_row_bytes,
                     (size_t)(len - p0 - n_discard) * st->v_row_bytes);
+            if (st->on_dev[i] && len - n_discard > p0) {
+                size_t nk = (size_t)(len - n_discard - p0) * st->k_row_bytes;
+                size_t nv = (size_t)(len - n_discard - p0) * st->v_row_bytes;
+                int r;
+                if ((r = kv_copy(kv, true, dk + (size_t)p0 * st->k_row_bytes, k + (size_t)p0 * st->k_row_bytes, nk, KV_FROM_HOST)) < 0 ||
+                    (r = kv_copy(kv, true, dv + (size_t)p0 * st->v_row_bytes, v + (size_t)p0 * st->v_row_bytes, nv, KV_FROM_HOST)) < 0)
+                    return err_set(d, r, "cannot write layer %d's shifted KV to the device", st->layers[i]);
+            }
         }
     }
     size_t base = (size_t)seq * kv->n_ctx;

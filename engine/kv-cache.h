@@ -46,6 +46,18 @@ struct kv_store {
     int n_rot_k, n_rot_v; /* Hadamard rotation sizes, 0 = off */
     int32_t *layers;      /* (n_layer_kv) the model layer of each slot */
     void **k, **v;        /* (n_layer_kv) each n_seq × (ring ? 2 : 1) × n_cells rows */
+    bool *on_dev;         /* (n_layer_kv) the slot's rows are device memory (kv_mem) */
+};
+
+/* Device memory for the KV of the layers a GPU runs (engine/gpu.c): the cache keeps those
+ * slots' rows there, in the same layout as on the host, and reaches them only through
+ * these calls (0 or a negative errno each). alloc returns zeroed memory. */
+enum kv_copy_dir { KV_TO_HOST, KV_FROM_HOST, KV_ON_DEV };
+struct kv_mem {
+    void *ud;
+    int (*alloc)(void *ud, size_t bytes, void **ret);
+    void (*free)(void *ud, void *p);
+    int (*copy)(void *ud, void *dst, const void *src, size_t n, enum kv_copy_dir dir);
 };
 
 struct kv_cache {
@@ -63,6 +75,7 @@ struct kv_cache {
     /* (n_seq) per sequence: the first position whose SWA rows the ring still holds,
      * considering that the rows of [seq_len - n_cells, seq_len) were the last written */
     uint32_t *swa_lo;
+    const struct kv_mem *mem; /* NULL: every slot on the host */
 };
 
 /* The Hadamard sizes DESIGN.md 3.4 gives a cache (0 = no rotation):
@@ -77,9 +90,12 @@ int kv_rot_size_v(enum kern_type t, int64_t head_dim, bool rotation);
  * quantized K/V may be Hadamard-rotated (the context parameter kv_rotation). ring_extra:
  * cells an SWA ring holds beyond the window (one chunk and one batch; 0 = the SWA store
  * holds every position, as a full one). */
+/* mem, dev_layer0: the slots of owning layers >= dev_layer0 live in mem's device memory
+ * (mem NULL: all on the host). */
 int kv_cache_init(struct kv_cache *kv, const struct engine_model *m, enum kern_type type_k,
                   enum kern_type type_v, uint32_t n_seq, uint32_t n_ctx, bool rotation,
-                  uint32_t ring_extra, struct err_detail *d);
+                  uint32_t ring_extra, const struct kv_mem *mem, uint32_t dev_layer0,
+                  struct err_detail *d);
 void kv_cache_done(struct kv_cache *kv);
 size_t kv_cache_bytes(const struct kv_cache *kv);
 
@@ -131,12 +147,12 @@ void kv_put(struct kv_cache *kv, int il, int32_t seq, int32_t pos, const float *
  * one device of a split writes; devices write disjoint heads of a row at once. */
 void kv_put_heads(struct kv_cache *kv, int il, int32_t seq, int32_t pos, int64_t h0, int64_t nh,
                   const float *k, const float *v);
-/* Copies rows [p0, p1) of slot `slot` of store st, K then V, to dst (the store's bytes;
- * rows must be held) / from src. */
-void kv_rows_get(const struct kv_store *st, uint32_t slot, int32_t seq, uint32_t p0, uint32_t p1,
-                 uint8_t *dst_k, uint8_t *dst_v);
-void kv_rows_set(struct kv_store *st, uint32_t slot, int32_t seq, uint32_t p0, uint32_t p1,
-                 const uint8_t *src_k, const uint8_t *src_v);
+/* Copies rows [p0, p1) of slot `slot` of store st, K then V, to host dst (the store's
+ * bytes; rows must be held) / from host src; a device slot through kv->mem (its error). */
+int kv_rows_get(const struct kv_cache *kv, const struct kv_store *st, uint32_t slot, int32_t seq,
+                uint32_t p0, uint32_t p1, uint8_t *dst_k, uint8_t *dst_v);
+int kv_rows_set(const struct kv_cache *kv, struct kv_store *st, uint32_t slot, int32_t seq,
+                uint32_t p0, uint32_t p1, const uint8_t *src_k, const uint8_t *src_v);
 /* Can seq continue at position p: does the SWA ring still hold the rows of [p - W + 1, p)?
  * (Always true without a ring.) */
 bool kv_can_resume(const struct kv_cache *kv, int32_t seq, uint32_t p);

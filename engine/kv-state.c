@@ -283,7 +283,8 @@ int engine_kv_export(const struct engine_context *ctx, int32_t seq, uint32_t p0,
         const struct kv_store *st = &kv->store[idx[c]];
         uint32_t from = rows_from(st->window, p0, p1), n_pos = p1 - from;
         for (uint32_t i = 0; i < st->n_layer_kv; i++) {
-            kv_rows_get(st, i, seq, from, p1, q, q + (size_t)n_pos * st->k_row_bytes);
+            int r = kv_rows_get(kv, st, i, seq, from, p1, q, q + (size_t)n_pos * st->k_row_bytes);
+            if (r < 0) return err_set(d, r, "cannot read layer %d's KV rows from the device", st->layers[i]);
             q += (size_t)n_pos * (st->k_row_bytes + st->v_row_bytes);
         }
     }
@@ -575,7 +576,12 @@ int engine_kv_import(struct engine_context *ctx, int32_t seq, const void *blob, 
         struct kv_store *st = &kv->store[idx[c]];
         uint32_t from = rows_from(st->window, v.p0, v.p1), n_pos = v.p1 - from;
         for (uint32_t i = 0; i < st->n_layer_kv; i++) {
-            kv_rows_set(st, i, seq, from, v.p1, q, q + (size_t)n_pos * st->k_row_bytes);
+            r = kv_rows_set(kv, st, i, seq, from, v.p1, q, q + (size_t)n_pos * st->k_row_bytes);
+            if (r < 0) {
+                /* rows written so far are not a state: the sequence is empty again */
+                kv->seq_len[seq] = 0;
+                return err_set(d, r, "cannot write layer %d's KV rows to the device", st->layers[i]);
+            }
             q += (size_t)n_pos * (st->k_row_bytes + st->v_row_bytes);
         }
         if (st->window && from > v.p0) kv->swa_lo[seq] = from;

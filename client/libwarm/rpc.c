@@ -59,6 +59,13 @@ WARM_API int warm_info_get(struct warm_client *c, struct warm_info *ret, struct 
         used += n;
     }
     info.features[used] = '\0';
+    for (size_t i = 0; i < q->n_devices && info.n_devices < WARM_INFO_MAX_DEVICES; i++) {
+        struct warm_device_info *di = &info.devices[info.n_devices++];
+        lw_copy(di->name, sizeof di->name, q->devices[i]->name);
+        lw_copy(di->kind, sizeof di->kind, q->devices[i]->kind);
+        lw_copy(di->description, sizeof di->description, q->devices[i]->description);
+        di->reserved_bytes = q->devices[i]->reserved_bytes;
+    }
     UNPACKED_FREE(m);
     *ret = info;
     return 0;

@@ -69,6 +69,16 @@ int ctl_cmd_status(struct ctl *ctl, int argc, char **argv) {
         json_array_begin(&j, "features");
         for (char *p = in.features, *tok; (tok = strtok_r(p, " ", &p));) json_str(&j, NULL, tok);
         json_array_end(&j);
+        json_array_begin(&j, "devices");
+        for (uint32_t i = 0; i < in.n_devices; i++) {
+            json_object_begin(&j, NULL);
+            json_str(&j, "name", in.devices[i].name);
+            json_str(&j, "kind", in.devices[i].kind);
+            json_str(&j, "description", in.devices[i].description);
+            json_u64(&j, "reserved_bytes", in.devices[i].reserved_bytes);
+            json_object_end(&j);
+        }
+        json_array_end(&j);
         json_end(&j);
         return CTL_EXIT_OK;
     }
@@ -87,6 +97,11 @@ int ctl_cmd_status(struct ctl *ctl, int argc, char **argv) {
            ctl_fmt_usec(a, in.max_keep_alive_usec));
     printf("cache:    budget %s\n", ctl_fmt_bytes(k, in.cache_max_bytes));
     printf("features: %s\n", in.features);
+    if (!in.n_devices) printf("devices:  none in use (no model loaded)\n");
+    for (uint32_t i = 0; i < in.n_devices; i++)
+        printf("%s %s (%s%s%s), %s reserved\n", i ? "         " : "devices: ", in.devices[i].name,
+               in.devices[i].kind, *in.devices[i].description ? ": " : "", in.devices[i].description,
+               ctl_fmt_bytes(b, in.devices[i].reserved_bytes));
     return CTL_EXIT_OK;
 }
 

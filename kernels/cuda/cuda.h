@@ -108,6 +108,8 @@ int kern_cuda_silu_mul(struct kern_cuda_ctx *ctx, float *y, const float *g, cons
 /* y = gelu(g) * u (tanh approximation, as ggml's gelu) over n values */
 int kern_cuda_gelu_mul(struct kern_cuda_ctx *ctx, float *y, const float *g, const float *u,
                        int64_t n);
+/* x *= v over n values (gemma4's layer output scale) */
+int kern_cuda_scale(struct kern_cuda_ctx *ctx, float *x, int64_t n, float v);
 /* y[r] += x[r % n_rows_x] for n_rows rows of n values (n_rows_x = 1: a bias). */
 int kern_cuda_add(struct kern_cuda_ctx *ctx, float *y, const float *x, int64_t n,
                   int64_t n_rows, int64_t n_rows_x);

@@ -26,6 +26,11 @@ __global__ void gelu_mul_kernel(float *y, const float *g, const float *u, int64_
     }
 }
 
+__global__ void scale_kernel(float *x, int64_t n, float v) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= v;
+}
+
 __global__ void add_kernel(float *y, const float *x, int64_t n, int64_t n_total, int64_t n_rows_x) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n_total) y[i] += x[(i / n % n_rows_x) * n + i % n];
@@ -42,6 +47,13 @@ extern "C" int kern_cuda_gelu_mul(struct kern_cuda_ctx *ctx, float *y, const flo
     int r = cuda_use(ctx);
     if (r < 0 || n <= 0) return r < 0 ? r : -EINVAL;
     gelu_mul_kernel<<<cuda_blocks(n, 256), 256, 0, ctx->stream>>>(y, g, u, n);
+    return cuda_launched();
+}
+
+extern "C" int kern_cuda_scale(struct kern_cuda_ctx *ctx, float *x, int64_t n, float v) {
+    int r = cuda_use(ctx);
+    if (r < 0 || n <= 0) return r < 0 ? r : -EINVAL;
+    scale_kernel<<<cuda_blocks(n, 256), 256, 0, ctx->stream>>>(x, n, v);
     return cuda_launched();
 }
 

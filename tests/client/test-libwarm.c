@@ -122,7 +122,6 @@ TEST(info_models_load_unload) {
     snprintf(ns, sizeof ns, "uid:%u", (unsigned)getuid());
     ASSERT_STREQ(in.namespace_, ns);
     ASSERT_TRUE(in.models_available >= 1);
-    ASSERT_TRUE(strstr(in.features, "cpu") != NULL);
 
     struct warm_model_info *v = NULL;
     size_t n = 0;
@@ -139,6 +138,12 @@ TEST(info_models_load_unload) {
     ASSERT_TRUE(m.loaded);
     ASSERT_EQ(strlen(m.fingerprint), 32);
     ASSERT_TRUE(m.memory_bytes > 0);
+    /* a loaded model: its device is in use, listed with the bytes it reserved */
+    ASSERT_WARM(warm_info_get(c, &in, &err), &err);
+    ASSERT_TRUE(strstr(in.features, "cpu") != NULL);
+    ASSERT_TRUE(in.n_devices >= 1);
+    ASSERT_STREQ(in.devices[0].kind, "cpu");
+    ASSERT_TRUE(in.devices[0].reserved_bytes > 0);
     ASSERT_EQ(warm_model_unload(c, model_name(), &err), 1);
     ASSERT_EQ(warm_model_unload(c, model_name(), &err), 0);
     ASSERT_WARM_ERR(warm_model_load(c, "no-such-model", 0, NULL, NULL, &err), WARM_NOT_FOUND, &err,

@@ -181,7 +181,10 @@ class Warmctl(ClientTest):
         self.assertEqual(doc["peer"]["namespace"], f"uid:{os.getuid()}")
         self.assertEqual(doc["models_available"], 1)
         self.assertEqual(doc["threads"], 1)
-        self.assertIn("cpu", doc["features"])
+        # features and devices name what is in use: nothing before a model loads
+        self.assertEqual(doc["devices"], [])
+        self.assertNotIn("cpu", doc["features"])
+        self.assertIn("devices:  none in use", r.out)
         # The same document with the option before the command.
         self.assertEqual(self.ctl("--json", "status").json()["version"], doc["version"])
 
@@ -202,7 +205,12 @@ class Warmctl(ClientTest):
         self.assertIn("already loaded", self.ctl("load", MODEL).out)
         models = self.ctl("models", "--json").json()["models"]
         self.assertTrue(models[0]["loaded"])
-        self.assertEqual(self.ctl("status", "--json").json()["models_loaded"], 1)
+        doc = self.ctl("status", "--json").json()
+        self.assertEqual(doc["models_loaded"], 1)
+        self.assertIn("cpu", doc["features"])
+        self.assertEqual([(x["name"], x["kind"]) for x in doc["devices"]], [("cpu", "cpu")])
+        self.assertGreater(doc["devices"][0]["reserved_bytes"], 0)
+        self.assertRegex(self.ctl("status").out, r"devices:  cpu \(cpu\), [0-9.]+ [KMG]iB reserved")
         self.assertEqual(self.ctl("unload", MODEL, "--json").json(),
                          {"model": MODEL, "was_loaded": True})
         self.assertIn("was not loaded", self.ctl("unload", MODEL).out)

@@ -7,15 +7,22 @@
 #    project with -DWARM_CUDA=ON; else (a bare GPU machine without liblmdb, grpc, ...) only
 #    the kernel checks, compiled with gcc and nvcc directly;
 # 2. runs the `cuda` tests: every CUDA op against the CPU reference (test-cuda-ops);
-#    whole-model logits against the CPU engine for each arch and weight type, and KV state
-#    blobs crossing GPU <-> CPU with identical greedy continuations (test-cuda-forward;
-#    needs the engine, so not in the direct build);
+#    whole-model logits of the ops driven from outside (test-cuda-forward); the engine on
+#    cuda:0 against the CPU engine for every architecture, weight types, gpu_layers, a
+#    quantized cache, two sequences in one batch, state blobs crossing GPU <-> CPU and a
+#    context shift (test-cuda-device; both need the engine, so not in the direct build);
 # 3. runs warm-cuda-bench on the weights of a ~1B llama (n_embd 2048, 16 layers, 32/8
-#    heads, head 64, n_ff 8192, vocab 32000) in f16, q8_0 and q4_0: prefill and decode
+#    heads, head 64, n_ff 8192, vocab 32000) in f16, q8_0, q4_0 and q4_K: prefill and decode
 #    tokens/s, decode GB/s and % of the device copy bandwidth measured in the same run;
 # 4. generates those 1B models with warm-mkmodel and runs their whole forward pass on
 #    the GPU (warm-cuda-bench --model: prefill 512 tokens, decode 64 greedy tokens);
-# 5. says what is not covered yet.
+# 5. the engine on the GPU: warm-run --device cuda:0 on each 1B model (prefill 512, decode
+#    128 tokens/s), and the Q8_0 model's greedy ids on the GPU equal to the CPU's;
+# 6. warmd with device = cuda:0 serving the Q8_0 model: a greedy Generate equal to a CPU
+#    daemon's, then after a restart the same prompt restored from the store into GPU KV
+#    with the same continuation;
+# 7. says what is not covered yet.
+# On a machine without an NVIDIA GPU it says so and exits 0 at once (nothing is built).
 # With $OUT set, the log goes to $OUT/device-check.log and a summary to
 # $OUT/device-check.json. WARM_DEVICE_CHECK_DIRECT=1 forces the direct build. Meant to
 # finish in well under 6 minutes on an H100/H200.
@@ -40,7 +47,7 @@ t_start=$(date +%s)
 jobs=$(nproc 2>/dev/null || echo 4)
 export PATH=$PATH:/usr/local/cuda/bin
 nvcc=$(command -v nvcc || true)
-progs="test-cuda-ops test-cuda-forward warm-cuda-bench warm-mkmodel"
+progs="test-cuda-ops test-cuda-forward test-cuda-device warm-cuda-bench warm-mkmodel warm-run warmd warmctl"
 
 say() { echo "$*" | tee -a "$log"; }
 run() { # run CMD...: output to the terminal and the log, exit status kept
@@ -60,7 +67,7 @@ cmake_build() {
 if [ -n "$pack" ]; then
     cmake_build || { echo "build failed"; exit 1; }
     mkdir -p "$pack/lib"
-    cp "$dir/tests/test-cuda-ops" "$dir/tests/test-cuda-forward" "$dir/bin/warm-cuda-bench" \
+    cp "$dir/tests/test-cuda-ops" "$dir/tests/test-cuda-forward" "$dir/tests/test-cuda-device" "$dir/bin/warm-cuda-bench" \
         "$dir/bin/warm-mkmodel" "$pack/"
     for p in $progs; do
         ldd "$pack/$p" | awk '/libxxhash/ {print $3}'
@@ -74,6 +81,12 @@ have_gpu=0
 nvidia-smi -L >/dev/null 2>&1 && have_gpu=1
 [ $have_gpu = 1 ] && run nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
 [ -n "$nvcc" ] && say "nvcc: $($nvcc --version | tail -1)"
+if [ $have_gpu = 0 ]; then
+    say "== no NVIDIA GPU here (nvidia-smi lists none): nothing to check; the cuda-labelled tests skip in the normal suite"
+    [ -n "$out" ] && printf '{"gpu": false, "seconds": %d, "message": "no NVIDIA GPU: nothing checked"}\n' \
+        $(($(date +%s) - t_start)) >"$out/device-check.json"
+    exit 0
+fi
 
 # ---- 1. the programs ----------------------------------------------------------------------
 build_ok=0
@@ -83,7 +96,7 @@ if [ -n "$prebuilt" ]; then
     bin=$(cd "$prebuilt" && pwd)
     export LD_LIBRARY_PATH=$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     [ -x "$bin/warm-cuda-bench" ] && build_ok=1
-    tests="$bin/test-cuda-ops $bin/test-cuda-forward"
+    tests="$bin/test-cuda-ops $bin/test-cuda-forward $bin/test-cuda-device"
     bench_bin=$bin/warm-cuda-bench
     mkmodel_bin=$bin/warm-mkmodel
     export WARM_BIN=$bin
@@ -135,7 +148,7 @@ models=""
 mdir=$dir
 mkdir -p "$mdir"
 if [ $build_ok = 1 ] && [ -n "$mkmodel_bin" ] && [ $have_gpu = 1 ]; then
-    for t in f16 q8_0 q4_0; do
+    for t in f16 q8_0 q4_0 q4_K; do
         f=$mdir/llama-1b-$t.gguf
         models="$models $f"
         [ -s "$f" ] || "$mkmodel_bin" --arch llama --n-embd 2048 --n-layer 16 --n-head 32 --n-head-kv 8 \
@@ -165,7 +178,7 @@ bench_rc=1
 bench_json=${out:+$out/warm-cuda-bench.json}
 bench_json=${bench_json:-$mdir/warm-cuda-bench.json}
 if [ $build_ok = 1 ]; then
-    run timeout 120 "$bench_bin" --types f16,q8_0,q4_0 --tokens 32 --prefill 512 --json "$bench_json"
+    run timeout 120 "$bench_bin" --types f16,q8_0,q4_0,q4_K --tokens 32 --prefill 512 --json "$bench_json"
     bench_rc=$?
 fi
 bench_word=$([ $bench_rc = 0 ] && echo ok || { [ $bench_rc = 77 ] && echo "skipped (no device)"; } || echo "FAILED (rc $bench_rc)")
@@ -188,19 +201,106 @@ fi
 model_word=$([ $model_rc = 0 ] && echo ok || { [ -z "$models" ] && echo "not run (no GPU, or a direct build without the engine)"; } || echo FAILED)
 say "== 1B models on the GPU: $model_word"
 
-missing="the engine's own device integration (engine_context with device = cuda:N, memory per device at load and in GetInfo, warm-bench/warm-run --device): the GPU forward here is tests/cuda/gpu-forward.h driving the ops from outside the engine; whole-model NMSE of k-quant models (warm-mkmodel does not write them; their matmuls are in test-cuda-ops)"
+# ---- 5. the engine on the GPU: warm-run with device = cuda:0 against the CPU ------------
+engine_word="not run (needs the CMake build and the 1B models)"
+q8=$mdir/llama-1b-q8_0.gguf
+engine_json=${out:+$out/warm-engine.json}
+engine_json=${engine_json:-$mdir/warm-engine.json}
+if [ $mode = cmake ] && [ -n "$models" ]; then
+    ids=$(python3 -c "print(' '.join(str((i * 37 + 5) % 32000) for i in range(512)))")
+    : >"$engine_json"
+    engine_word=ok
+    for f in $models; do
+        for dev in cuda:0 cpu; do
+            [ $dev = cpu ] && [ "$f" != "$q8" ] && continue
+            o=$(timeout 120 "$dir/bin/warm-run" -m "$f" --prompt-ids "$ids" -n 700 --max-new 128 --ids --device $dev \
+                -t "$jobs" 2>&1) || engine_word="FAILED ($dev, $(basename "$f"))"
+            echo "$o" | tail -2 | tee -a "$log"
+            echo "$o" | python3 -c '
+import re, sys, json
+t = sys.stdin.read()
+m = re.search(r"prompt (\d+) tokens in ([\d.]+) ms .*generated (\d+) tokens in ([\d.]+) ms", t)
+ids = re.search(r"generated_ids: ([\d ]+)", t)
+print(json.dumps({"model": sys.argv[1], "device": sys.argv[2],
+    "prefill_tok_s": int(m.group(1)) / float(m.group(2)) * 1e3 if m else None,
+    "decode_tok_s": int(m.group(3)) / float(m.group(4)) * 1e3 if m else None,
+    "ids": ids.group(1).split()[:32] if ids else None}))' "$(basename "$f")" $dev >>"$engine_json"
+        done
+    done
+    # greedy ids of the Q8_0 model: the GPU's must be the CPU's
+    set -o pipefail
+    python3 - "$engine_json" <<'PY' | tee -a "$log" || engine_word="FAILED (GPU greedy ids differ from the CPU's)"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+q8 = {r["device"]: r["ids"] for r in rows if "q8_0" in r["model"]}
+for r in rows:
+    print(f'{r["model"]:>22} {r["device"]:>7}: prefill {r["prefill_tok_s"] or 0:9.1f} tok/s, decode {r["decode_tok_s"] or 0:8.1f} tok/s')
+ok = q8.get("cpu") and q8.get("cpu") == q8.get("cuda:0")
+print("q8_0 greedy ids, GPU vs CPU:", "equal" if ok else f"DIFFER {q8}")
+sys.exit(0 if ok else 1)
+PY
+    set +o pipefail
+fi
+say "== the engine on the GPU (warm-run --device cuda:0): $engine_word"
+
+# ---- 6. the daemon on the GPU: Generate equal to the CPU's, a restore after a restart -----
+daemon_word="not run (needs the CMake build and the Q8_0 model)"
+if [ $mode = cmake ] && [ -s "$q8" ]; then
+    prompt=$(python3 -c "print(' '.join(['the quick brown fox jumps over the lazy dog'] * 60))")
+    gen() { # gen DIR DEVICE: one greedy Generate as JSON lines
+        printf 'socket = %s/s\nmodels_dir = %s/models\nstate_dir = %s\ndevice = %s\n' "$1" "$1" "$1" "$2" >"$1/warmd.conf"
+        "$dir/bin/warmd" --config "$1/warmd.conf" >>"$1/log" 2>&1 &
+        local wpid=$!
+        for _ in $(seq 300); do [ -S "$1/s" ] && "$dir/bin/warmctl" --socket "$1/s" status >/dev/null 2>&1 && break; sleep 0.1; done
+        "$dir/bin/warmctl" --socket "$1/s" run q8 "$prompt" --greedy -n 32 --json
+        "$dir/bin/warmctl" --socket "$1/s" status >>"$1/status" 2>&1
+        kill "$wpid" 2>/dev/null; wait "$wpid" 2>/dev/null
+    }
+    dd=$(mktemp -d)
+    for k in gpu cpu; do mkdir -p "$dd/$k/models" && ln -s "$(cd "$(dirname "$q8")" && pwd)/$(basename "$q8")" "$dd/$k/models/q8.gguf"; done
+    gen "$dd/gpu" cuda:0 >"$dd/gpu1.json" 2>&1
+    gen "$dd/gpu" cuda:0 >"$dd/gpu2.json" 2>&1 # after a restart: restored from the store into GPU KV
+    gen "$dd/cpu" cpu >"$dd/cpu.json" 2>&1
+    cat "$dd/gpu/status" "$dd/gpu/log" >>"$log"
+    daemon_word=$(python3 - "$dd" <<'PY'
+import json, sys
+def run(name):
+    toks, summ = [], None
+    for l in open(f"{sys.argv[1]}/{name}.json"):
+        try: j = json.loads(l)
+        except ValueError: continue
+        if "token" in j: toks.append(j["token"]["id"])
+        if "summary" in j: summ = j["summary"]
+    return toks, summ
+g1, s1 = run("gpu1"); g2, s2 = run("gpu2"); c, sc = run("cpu")
+if not s1 or not sc or not s2: print("FAILED (a run did not finish)"); sys.exit()
+print(("ok" if g1 == c and g2 == c and s2["store_tokens"] > 0 else "FAILED") +
+      f": GPU greedy {'equals' if g1 == c else 'DIFFERS from'} the CPU's ({len(c)} tokens); after a restart "
+      f"{s2['store_tokens']} of {s2['prompt_tokens']} prompt tokens restored into GPU KV, prefill "
+      f"{s1['prefill_usec'] / 1e3:.1f} ms cold vs restore {s2['restore_usec'] / 1e3:.1f} + prefill {s2['prefill_usec'] / 1e3:.1f} ms, "
+      f"continuation {'equal' if g2 == c else 'DIFFERS'}")
+PY
+)
+    grep -q "on cuda:0" "$dd/gpu/log" || daemon_word="FAILED (the model did not load on cuda:0): $daemon_word"
+    rm -rf "$dd"
+fi
+say "== daemon on the GPU: $daemon_word"
+
+missing="a tensor split across GPUs or GPU contexts (devices = cuda:0,cuda:0 is refused: the split runs on CPU partitions only); CUDA graphs for the engine's decode steps (warm-cuda-bench --model uses them, the engine launches each kernel)"
 say "== NOT COVERED: $missing"
 
 t_end=$(date +%s)
 say "== device-check done in $((t_end - t_start)) s"
 if [ -n "$out" ]; then
     {
-        printf '{"programs": "%s", "mode": "%s", "cuda_tests": "%s", "bench": "%s", "models": "%s", ' \
-            "$([ $build_ok = 1 ] && echo ok || echo failed)" "$mode" "$tests_word" "$bench_word" "$model_word"
+        printf '{"gpu": true, "programs": "%s", "mode": "%s", "cuda_tests": "%s", "bench": "%s", "models": "%s", "engine": "%s", "daemon": "%s", ' \
+            "$([ $build_ok = 1 ] && echo ok || echo failed)" "$mode" "$tests_word" "$bench_word" "$model_word" "$engine_word" "$daemon_word"
         printf '"not_covered": "%s", "seconds": %d, "bench_results": ' "$missing" $((t_end - t_start))
         if [ -s "$bench_json" ]; then cat "$bench_json"; else echo null; fi
         printf ', "model_results": ['
         [ -s "$model_json" ] && paste -sd, "$model_json"
+        printf '], "engine_results": ['
+        [ -s "$engine_json" ] && paste -sd, "$engine_json"
         echo ']}'
     } >"$out/device-check.json"
 fi

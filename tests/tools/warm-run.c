@@ -49,6 +49,8 @@ struct options {
     long save_at;
     int kv_rotation; /* -1: from the environment */
     const char *devices, *split, *tensor_split; /* NULL: one device, split none, equal */
+    const char *device; /* NULL: cpu */
+    long gpu_layers;
     struct engine_sampler_params sp;
 };
 
@@ -63,6 +65,7 @@ static void usage(FILE *f) {
                "[--save-state FILE --save-at N] [--load-state FILE]\n"
                "       [--ids] [--stop-on-bos] [--logits FILE]\n"
                "       [--devices cpu,cpu,... --split none|tensor [--tensor-split R,R,...]]\n"
+               "       [--device auto|cpu|cuda:N [--gpu-layers N]]\n"
                "TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl\n");
 }
 
@@ -113,6 +116,8 @@ static int options_parse(int argc, char **argv, struct options *o) {
         else if (!strcmp(a, "--load-state")) o->load_state = v;
         else if (!strcmp(a, "--logits")) o->logits = v;
         else if (!strcmp(a, "--devices")) o->devices = v;
+        else if (!strcmp(a, "--device")) o->device = v;
+        else if (!strcmp(a, "--gpu-layers")) r = parse_long(v, 0, 65536, &o->gpu_layers);
         else if (!strcmp(a, "--split")) o->split = v;
         else if (!strcmp(a, "--tensor-split")) o->tensor_split = v;
         else if (!strcmp(a, "--save-at")) r = parse_long(v, 1, INT32_MAX, &o->save_at);
@@ -365,7 +370,9 @@ int main(int argc, char **argv) {
     cp.type_k = (enum kern_type)kt;
     cp.type_v = (enum kern_type)vt;
     cp.kv_rotation = o.kv_rotation >= 0 ? o.kv_rotation == 1 : engine_kv_rotation_env_default();
-    if ((o.devices && (r = engine_devices_parse(o.devices, &cp.n_devices, &d)) < 0) ||
+    cp.gpu_layers = (uint32_t)o.gpu_layers;
+    if ((o.device && (r = engine_device_resolve(o.device, &cp.device, &cp.device_index, NULL, 0, &d)) < 0) ||
+        (o.devices && (r = engine_devices_parse(o.devices, &cp.n_devices, &d)) < 0) ||
         (o.split && (r = engine_split_from_name(o.split)) < 0 &&
          (r = err_set(&d, ERR_INVALID, "--split %s: not none or tensor", o.split)) < 0) ||
         (o.tensor_split && (r = engine_tensor_split_parse(o.tensor_split, cp.tensor_split,
@@ -378,6 +385,8 @@ int main(int argc, char **argv) {
         rc = fail("context", r, &d);
         goto out;
     }
+    if (*engine_context_device_note(run.ctx))
+        fprintf(stderr, "warm-run: device auto: on the CPU, since %s\n", engine_context_device_note(run.ctx));
     if ((r = engine_sampler_new(&o.sp, (int32_t)hp->n_vocab, &run.sampler)) < 0) {
         rc = fail("sampler", r, NULL);
         goto out;

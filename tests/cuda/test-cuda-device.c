@@ -1,0 +1,373 @@
+// labels: cuda
+/* The engine on a CUDA device (engine/gpu.h, config device = cuda:N / auto): contexts on
+ * cuda:0 against contexts on the CPU over the same model file, for every architecture the
+ * engine runs (llama, qwen2, qwen3, shared KV, gemma3's sliding window, gemma4's per-layer
+ * inputs and shared KV):
+ *   logits of a prompt (one batch, every row) and of greedy steps within TOL_NMSE, and the
+ *   same greedy tokens; two sequences in one batch (continuous batching); gpu_layers = half
+ *   (the first layers on the CPU); quantized, rotated KV (q8_0) within TOL_NMSE_KVQ;
+ *   state blobs exported from the GPU and imported on the CPU and back, continuing with
+ *   the same greedy tokens; a context shift on the GPU as on the CPU;
+ *   device = auto chooses cuda:0, and lists it with its name and reserved bytes.
+ * Skips (exit 77) without a CUDA device. */
+#include "engine/engine.h"
+#include "kernels/cuda/cuda.h"
+#include "test.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Named tolerances (NMSE = Σ(gpu - cpu)² / Σ cpu², per row of logits):
+ *   TOL_NMSE      f16 KV: the products differ by float summation order, prefill's f16
+ *                 tiles by 2^-11 relative rounding of W and x'
+ *   TOL_NMSE_KVQ  q8_0 rotated KV: a value whose f32 input differs in its last bits may
+ *                 round to the neighbouring code */
+#define TOL_NMSE 1e-4
+#define TOL_NMSE_KVQ 1e-3
+
+#define NEED_DEVICE()                                                                            \
+    do {                                                                                         \
+        if (kern_cuda_device_count() <= 0)                                                       \
+            SKIP("no CUDA device (no GPU or no driver): the engine on CUDA is untested here");   \
+        if (!getenv("WARM_BIN")) SKIP("WARM_BIN is not set (warm-mkmodel)");                     \
+    } while (0)
+
+struct arch_case {
+    const char *name, *args; /* warm-mkmodel options */
+};
+static const struct arch_case cases[] = {
+    {"llama", "--arch llama --n-embd 384 --n-layer 4 --n-head 6 --n-head-kv 2 --head-dim 64 --n-ff 512 --n-vocab 320"},
+    {"qwen2", "--arch qwen2 --n-embd 256 --n-layer 2 --n-head 4 --n-head-kv 2 --head-dim 64 --n-ff 384 --n-vocab 320 --tied"},
+    {"qwen3", "--arch qwen3 --n-embd 256 --n-layer 2 --n-head 8 --n-head-kv 4 --head-dim 32 --n-ff 384 --n-vocab 320"},
+    {"shared", "--arch llama --n-embd 256 --n-layer 3 --n-head 4 --n-head-kv 2 --head-dim 64 --n-ff 384 --n-vocab 320 "
+               "--shared-kv-layers 1"},
+    {"gemma3", "--arch gemma3 --n-embd 256 --n-layer 4 --n-head 4 --n-head-kv 2 --head-dim 64 --n-ff 512 --n-vocab 320 "
+               "--window 16 --swa-pattern 2"},
+    {"gemma4", "--arch gemma4 --n-embd 256 --n-layer 4 --n-head 4 --n-head-kv 2 --head-dim 64 --n-ff 512 --n-vocab 320 "
+               "--window 16 --swa-pattern 2 --ple 64 --shared-kv-layers 2"},
+};
+
+static bool mkmodel(const struct arch_case *a, const char *type, const char *out) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s/warm-mkmodel' %s --type %s --seed 5 -o '%s' >/dev/null 2>&1",
+             getenv("WARM_BIN"), a->args, type, out);
+    return system(cmd) == 0;
+}
+
+static double nmse(const float *a, const float *ref, int64_t n) {
+    double num = 0, den = 1e-30;
+    for (int64_t i = 0; i < n; i++) {
+        num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
+        den += (double)ref[i] * ref[i];
+    }
+    return num / den;
+}
+
+static int32_t argmax(const float *x, int64_t n) {
+    int32_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = (int32_t)i;
+    return best;
+}
+
+enum { N_PROMPT = 40, N_GEN = 12, N_CTX = 128 };
+
+static void ctx_make(const struct engine_model *m, enum engine_device_kind dev, uint32_t gpu_layers,
+                     enum kern_type kv, uint32_t n_seq, struct engine_context **ret) {
+    struct engine_context_params p;
+    engine_context_params_default(&p);
+    p.n_ctx = N_CTX;
+    p.n_seq = n_seq;
+    /* steps of 16 tokens, and a gemma sliding-window ring of 16 + 16 + 16 cells < N_CTX */
+    p.n_batch = 16;
+    p.swa_chunk = 16;
+    p.n_outputs = 2 * N_PROMPT;
+    p.n_threads = 2;
+    p.type_k = p.type_v = kv;
+    p.device = dev;
+    p.gpu_layers = gpu_layers;
+    struct err_detail d = {0};
+    *ret = NULL;
+    int r = engine_context_new(m, &p, ret, &d);
+    if (r < 0) TEST_FAIL_("context on %s: %s", dev == ENGINE_DEVICE_CUDA ? "cuda:0" : "cpu", err_msg(&d, r));
+}
+
+static struct engine_context *ctx_new(const struct engine_model *m, enum engine_device_kind dev,
+                                      uint32_t gpu_layers, enum kern_type kv, uint32_t n_seq) {
+    struct engine_context *c;
+    ctx_make(m, dev, gpu_layers, kv, n_seq, &c);
+    return c;
+}
+
+/* the prompt of sequence s: N_PROMPT made-up ids */
+static void prompt(int32_t *tok, int32_t *pos, int s, int64_t n_vocab) {
+    for (int i = 0; i < N_PROMPT; i++) {
+        tok[i] = (int32_t)((i * 37 + 5 + 11 * s) % n_vocab);
+        pos[i] = i;
+    }
+}
+
+/* Decodes the prompt with every row's logits on a and b, then N_GEN greedy steps fed a's
+ * tokens; the worst NMSE of b against a, and whether b's greedy tokens were a's. */
+static void compare(struct engine_context *a, struct engine_context *b, int64_t n_vocab, double *worst,
+                    bool *same) {
+    int32_t tok[N_PROMPT], pos[N_PROMPT];
+    bool want[N_PROMPT];
+    prompt(tok, pos, 0, n_vocab);
+    for (int i = 0; i < N_PROMPT; i++) want[i] = true;
+    struct engine_batch bt = {.n_tok = N_PROMPT, .token = tok, .pos = pos, .want_logits = want};
+    struct err_detail d = {0};
+    *worst = 0;
+    *same = true;
+    ASSERT_OK_D(engine_context_decode(a, &bt, &d), &d);
+    ASSERT_OK_D(engine_context_decode(b, &bt, &d), &d);
+    for (int i = 0; i < N_PROMPT; i++) {
+        double e = nmse(engine_context_logits(b, i), engine_context_logits(a, i), n_vocab);
+        *worst = e > *worst ? e : *worst;
+    }
+    for (int s = 0; s < N_GEN; s++) {
+        const float *la = engine_context_logits(a, engine_context_n_outputs(a) - 1);
+        const float *lb = engine_context_logits(b, engine_context_n_outputs(b) - 1);
+        int32_t next = argmax(la, n_vocab), p = N_PROMPT + s;
+        *same = *same && argmax(lb, n_vocab) == next;
+        struct engine_batch one = {.n_tok = 1, .token = &next, .pos = &p};
+        ASSERT_OK_D(engine_context_decode(a, &one, &d), &d);
+        ASSERT_OK_D(engine_context_decode(b, &one, &d), &d);
+        double e = nmse(engine_context_logits(b, 0), engine_context_logits(a, 0), n_vocab);
+        *worst = e > *worst ? e : *worst;
+    }
+}
+
+static void check_case(const struct arch_case *c, const char *type, enum kern_type kv, uint32_t gpu_layers,
+                       double tol) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s-%s.gguf", test_tmpdir(), c->name, type);
+    if (!mkmodel(c, type, path)) TEST_FAIL_("warm-mkmodel failed for %s", path);
+    struct engine_model *m = NULL;
+    struct err_detail d = {0};
+    ASSERT_OK_D(engine_model_load(path, NULL, &m, &d), &d);
+    struct engine_context *cpu = ctx_new(m, ENGINE_DEVICE_CPU, 0, kv, 1);
+    struct engine_context *gpu = ctx_new(m, ENGINE_DEVICE_CUDA, gpu_layers, kv, 1);
+    if (cpu && gpu) {
+        double worst;
+        bool same;
+        compare(cpu, gpu, m->hp.n_vocab, &worst, &same);
+        printf("  %-7s %-6s kv %-5s gpu_layers %u: NMSE %.2e, greedy %s\n", c->name, type,
+               kern_type_traits(kv)->name, gpu_layers, worst, same ? "equal" : "DIFFERS");
+        if (!(worst <= tol)) TEST_FAIL_("%s %s: logits NMSE %.3g > %.3g", c->name, type, worst, tol);
+        if (!same) TEST_FAIL_("%s %s: greedy tokens differ", c->name, type);
+    }
+    engine_context_free(gpu);
+    engine_context_free(cpu);
+    engine_model_free(m);
+}
+
+/* every architecture, f16 weights and KV, all layers on the GPU */
+TEST(architectures) {
+    NEED_DEVICE();
+    for (size_t i = 0; i < ARRAY_SIZE(cases) && !test_failed_; i++)
+        check_case(&cases[i], "f16", KERN_TYPE_F16, 0, TOL_NMSE);
+}
+
+/* the weight types of common downloads, llama */
+TEST(weight_types) {
+    NEED_DEVICE();
+    static const char *const types[] = {"f32", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"};
+    for (size_t i = 0; i < ARRAY_SIZE(types) && !test_failed_; i++)
+        check_case(&cases[0], types[i], KERN_TYPE_F16, 0, TOL_NMSE);
+    static const struct arch_case kq = {
+        "kq", "--arch llama --n-embd 512 --n-layer 2 --n-head 8 --n-head-kv 2 --head-dim 64 --n-ff 768 --n-vocab 320"};
+    static const char *const ktypes[] = {"q4_K", "q5_K", "q6_K", "q2_K", "q3_K", "iq4_xs"};
+    for (size_t i = 0; i < ARRAY_SIZE(ktypes) && !test_failed_; i++) check_case(&kq, ktypes[i], KERN_TYPE_F16, 0, TOL_NMSE);
+}
+
+/* the first layers on the CPU, the rest on the GPU; a quantized, rotated cache */
+TEST(gpu_layers_and_quantized_kv) {
+    NEED_DEVICE();
+    check_case(&cases[0], "q8_0", KERN_TYPE_F16, 2, TOL_NMSE);
+    check_case(&cases[4], "f16", KERN_TYPE_F16, 3, TOL_NMSE);
+    check_case(&cases[0], "q8_0", KERN_TYPE_Q8_0, 0, TOL_NMSE_KVQ);
+    check_case(&cases[5], "f16", KERN_TYPE_Q8_0, 0, TOL_NMSE_KVQ);
+}
+
+/* two sequences in one batch on the GPU, each equal to its own run on the CPU */
+TEST(two_sequences_in_one_batch) {
+    NEED_DEVICE();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/batch.gguf", test_tmpdir());
+    if (!mkmodel(&cases[4], "f16", path)) TEST_FAIL_("warm-mkmodel failed");
+    struct engine_model *m = NULL;
+    struct err_detail d = {0};
+    ASSERT_OK_D(engine_model_load(path, NULL, &m, &d), &d);
+    const int64_t nv = m->hp.n_vocab;
+    struct engine_context *cpu = ctx_new(m, ENGINE_DEVICE_CPU, 0, KERN_TYPE_F16, 2);
+    struct engine_context *gpu = ctx_new(m, ENGINE_DEVICE_CUDA, 0, KERN_TYPE_F16, 2);
+    ASSERT_TRUE(cpu && gpu);
+    int32_t tok[2 * N_PROMPT], pos[2 * N_PROMPT], seq[2 * N_PROMPT];
+    bool want[2 * N_PROMPT];
+    for (int s = 0; s < 2; s++) { /* interleaved, as continuous batching mixes them */
+        int32_t t1[N_PROMPT], p1[N_PROMPT];
+        prompt(t1, p1, s, nv);
+        for (int i = 0; i < N_PROMPT; i++) {
+            tok[2 * i + s] = t1[i];
+            pos[2 * i + s] = p1[i];
+            seq[2 * i + s] = s;
+            want[2 * i + s] = true;
+        }
+    }
+    struct engine_batch b = {.n_tok = 2 * N_PROMPT, .token = tok, .pos = pos, .seq = seq, .want_logits = want};
+    ASSERT_OK_D(engine_context_decode(cpu, &b, &d), &d);
+    ASSERT_OK_D(engine_context_decode(gpu, &b, &d), &d);
+    double worst = 0;
+    for (int i = 0; i < 2 * N_PROMPT; i++) {
+        double e = nmse(engine_context_logits(gpu, i), engine_context_logits(cpu, i), nv);
+        worst = e > worst ? e : worst;
+    }
+    printf("  two sequences, one batch: NMSE %.2e\n", worst);
+    ASSERT_TRUE(worst <= TOL_NMSE);
+    engine_context_free(gpu);
+    engine_context_free(cpu);
+    engine_model_free(m);
+}
+
+/* Greedy continuation of N_GEN tokens of seq 0 after position n (logits of its last row). */
+static void greedy(struct engine_context *c, int64_t nv, int32_t n, int32_t *out) {
+    struct err_detail d = {0};
+    for (int s = 0; s < N_GEN; s++) {
+        int32_t next = argmax(engine_context_logits(c, engine_context_n_outputs(c) - 1), nv), p = n + s;
+        out[s] = next;
+        struct engine_batch one = {.n_tok = 1, .token = &next, .pos = &p};
+        ASSERT_OK_D(engine_context_decode(c, &one, &d), &d);
+    }
+}
+
+/* A blob exported from GPU KV imports on the CPU, and the reverse; both continue as the
+ * exporter does. */
+TEST(state_blobs_cross_devices) {
+    NEED_DEVICE();
+    for (size_t k = 0; k < ARRAY_SIZE(cases) && !test_failed_; k += 4) { /* llama, gemma3 */
+        char path[1024];
+        snprintf(path, sizeof path, "%s/blob-%zu.gguf", test_tmpdir(), k);
+        if (!mkmodel(&cases[k], "q8_0", path)) TEST_FAIL_("warm-mkmodel failed");
+        struct engine_model *m = NULL;
+        struct err_detail d = {0};
+        ASSERT_OK_D(engine_model_load(path, NULL, &m, &d), &d);
+        const int64_t nv = m->hp.n_vocab;
+        for (int dir = 0; dir < 2; dir++) {
+            enum engine_device_kind from = dir ? ENGINE_DEVICE_CPU : ENGINE_DEVICE_CUDA;
+            enum engine_device_kind to = dir ? ENGINE_DEVICE_CUDA : ENGINE_DEVICE_CPU;
+            struct engine_context *src = ctx_new(m, from, 0, KERN_TYPE_Q8_0, 1);
+            struct engine_context *dst = ctx_new(m, to, 0, KERN_TYPE_Q8_0, 1);
+            ASSERT_TRUE(src && dst);
+            int32_t tok[N_PROMPT], pos[N_PROMPT];
+            prompt(tok, pos, 0, nv);
+            /* the prompt but its last token, exported; both then take the last token */
+            struct engine_batch b = {.n_tok = N_PROMPT - 1, .token = tok, .pos = pos};
+            ASSERT_OK_D(engine_context_decode(src, &b, &d), &d);
+            size_t size = 0;
+            ASSERT_OK_D(engine_kv_export(src, 0, 0, N_PROMPT - 1, NULL, 0, &size, &d), &d);
+            void *blob = malloc(size);
+            ASSERT_TRUE(blob != NULL);
+            ASSERT_OK_D(engine_kv_export(src, 0, 0, N_PROMPT - 1, blob, size, &size, &d), &d);
+            ASSERT_OK_D(engine_kv_import(dst, 0, blob, size, tok, N_PROMPT, NULL, &d), &d);
+            free(blob);
+            struct engine_batch last = {.n_tok = 1, .token = tok + N_PROMPT - 1, .pos = pos + N_PROMPT - 1};
+            ASSERT_OK_D(engine_context_decode(src, &last, &d), &d);
+            ASSERT_OK_D(engine_context_decode(dst, &last, &d), &d);
+            int32_t a[N_GEN], c[N_GEN];
+            greedy(src, nv, N_PROMPT, a);
+            greedy(dst, nv, N_PROMPT, c);
+            printf("  %s: blob %s -> %s: continuation %s\n", cases[k].name, dir ? "cpu" : "cuda:0",
+                   dir ? "cuda:0" : "cpu", memcmp(a, c, sizeof a) ? "DIFFERS" : "equal");
+            ASSERT_TRUE(memcmp(a, c, sizeof a) == 0);
+            engine_context_free(dst);
+            engine_context_free(src);
+        }
+        engine_model_free(m);
+    }
+}
+
+/* a context shift of GPU KV (staged through the host) continues as the CPU's */
+TEST(context_shift) {
+    NEED_DEVICE();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/shift.gguf", test_tmpdir());
+    if (!mkmodel(&cases[0], "f16", path)) TEST_FAIL_("warm-mkmodel failed");
+    struct engine_model *m = NULL;
+    struct err_detail d = {0};
+    ASSERT_OK_D(engine_model_load(path, NULL, &m, &d), &d);
+    const int64_t nv = m->hp.n_vocab;
+    struct engine_context *cpu = ctx_new(m, ENGINE_DEVICE_CPU, 0, KERN_TYPE_F16, 1);
+    struct engine_context *gpu = ctx_new(m, ENGINE_DEVICE_CUDA, 0, KERN_TYPE_F16, 1);
+    ASSERT_TRUE(cpu && gpu);
+    int32_t tok[N_PROMPT], pos[N_PROMPT];
+    prompt(tok, pos, 0, nv);
+    struct engine_batch b = {.n_tok = N_PROMPT, .token = tok, .pos = pos};
+    ASSERT_OK_D(engine_context_decode(cpu, &b, &d), &d);
+    ASSERT_OK_D(engine_context_decode(gpu, &b, &d), &d);
+    ASSERT_OK_D(engine_kv_seq_shift(cpu, 0, 4, 10, &d), &d);
+    ASSERT_OK_D(engine_kv_seq_shift(gpu, 0, 4, 10, &d), &d);
+    int32_t next = tok[0], p = N_PROMPT - 10;
+    struct engine_batch one = {.n_tok = 1, .token = &next, .pos = &p};
+    ASSERT_OK_D(engine_context_decode(cpu, &one, &d), &d);
+    ASSERT_OK_D(engine_context_decode(gpu, &one, &d), &d);
+    double e = nmse(engine_context_logits(gpu, 0), engine_context_logits(cpu, 0), nv);
+    printf("  after a shift of 10: NMSE %.2e\n", e);
+    ASSERT_TRUE(e <= TOL_NMSE);
+    engine_context_free(gpu);
+    engine_context_free(cpu);
+    engine_model_free(m);
+}
+
+/* device = auto picks cuda:0 and says what it reserved there; cuda:N past the last is
+ * refused naming how many there are */
+TEST(auto_and_index) {
+    NEED_DEVICE();
+    int n = kern_cuda_device_count();
+    enum engine_device_kind kind;
+    int index = -1;
+    char why[256];
+    struct err_detail d = {0};
+    ASSERT_EQ(engine_device_resolve("auto", &kind, &index, why, sizeof why, &d), 0);
+    ASSERT_EQ(kind, ENGINE_DEVICE_AUTO);
+    ASSERT_EQ(strcmp(why, ""), 0);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/auto.gguf", test_tmpdir());
+    if (!mkmodel(&cases[0], "q8_0", path)) TEST_FAIL_("warm-mkmodel failed");
+    struct engine_model *m = NULL;
+    ASSERT_OK_D(engine_model_load(path, NULL, &m, &d), &d);
+    struct engine_context *c = ctx_new(m, ENGINE_DEVICE_AUTO, 0, KERN_TYPE_F16, 1);
+    ASSERT_TRUE(c != NULL);
+    ASSERT_EQ(strcmp(engine_context_device_note(c), ""), 0);
+    ASSERT_EQ(engine_context_n_devices(c), 1u);
+    struct engine_device_info di;
+    ASSERT_EQ(engine_context_device_info(c, 0, &di), 0);
+    struct kern_cuda_device_info info;
+    ASSERT_EQ(kern_cuda_device_get_info(0, &info), 0);
+    ASSERT_EQ(strcmp(di.name, "cuda:0"), 0);
+    ASSERT_EQ(strcmp(di.kind, "cuda"), 0);
+    ASSERT_EQ(strcmp(di.device_name, info.name), 0);
+    ASSERT_TRUE(di.weight_bytes > 0 && di.kv_bytes == engine_context_kv_bytes(c) && di.scratch_bytes > 0);
+    printf("  auto: %s (%s), weights %llu, KV %llu, scratch %llu bytes\n", di.name, di.device_name,
+           (unsigned long long)di.weight_bytes, (unsigned long long)di.kv_bytes,
+           (unsigned long long)di.scratch_bytes);
+    engine_context_free(c);
+    /* half the layers there: the CPU listed after it */
+    c = ctx_new(m, ENGINE_DEVICE_CUDA, 2, KERN_TYPE_F16, 1);
+    ASSERT_TRUE(c != NULL);
+    ASSERT_EQ(engine_context_n_devices(c), 2u);
+    ASSERT_EQ(engine_context_device_info(c, 1, &di), 0);
+    ASSERT_EQ(strcmp(di.kind, "cpu"), 0);
+    engine_context_free(c);
+    engine_model_free(m);
+    ASSERT_EQ(engine_cuda_usable(0, &d), 0);
+    ASSERT_EQ(engine_cuda_usable(n, &d), ERR_UNSUPPORTED);
+    char want[64];
+    snprintf(want, sizeof want, "%d CUDA device", n);
+    ASSERT_TRUE(strstr(err_msg(&d, ERR_UNSUPPORTED), want) != NULL);
+}
+
+TEST_MAIN(T(auto_and_index), T(architectures), T(weight_types), T(gpu_layers_and_quantized_kv),
+          T(two_sequences_in_one_batch), T(state_blobs_cross_devices), T(context_shift))
