@@ -74,8 +74,9 @@ const struct config_key config_keys[] = {
     {"gpu_layers", CONFIG_TYPE_U32, OFF(gpu_layers), "0", 0, 65536, NULL,
      "the last layers of a model on its CUDA device, the others on the CPU (0 = all)"},
     {"devices", CONFIG_TYPE_STRING, OFF(devices), "cpu", 0, SIZE(devices), NULL,
-     "devices a model runs on: cpu, or cpu,cpu,... for CPU partitions (each with its "
-     "share of the threads, weights and KV heads; needs split = tensor)"},
+     "devices a model is split over: cpu (one), cpu,cpu,... for CPU partitions or "
+     "cuda:0,cuda:1,... for GPUs (cuda:0,cuda:0: two contexts on one GPU), each with its "
+     "share of the weights and KV heads; needs split = tensor"},
     {"split", CONFIG_TYPE_ENUM, OFF(split), "none", 0, 0, split_names,
      "how a model spreads over several devices: none, or tensor (by heads and FFN rows)"},
     {"tensor_split", CONFIG_TYPE_STRING, OFF(tensor_split), "", 0, SIZE(tensor_split), NULL,

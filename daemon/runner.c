@@ -664,7 +664,7 @@ int runner_new(const char *name, int fd, const struct runner_params *p, struct r
     if (p->device && *p->device &&
         (e = engine_device_resolve(p->device, &cp.device, &cp.device_index, NULL, 0, d)) < 0)
         goto fail;
-    if (p->devices && *p->devices && (e = engine_devices_parse(p->devices, &cp.n_devices, d)) < 0)
+    if (p->devices && *p->devices && (e = engine_devices_parse_into(p->devices, &cp, d)) < 0)
         goto fail;
     if (p->tensor_split && *p->tensor_split &&
         (e = engine_tensor_split_parse(p->tensor_split, cp.tensor_split, ENGINE_MAX_DEVICES, d)) < 0)

@@ -22,9 +22,10 @@ void engine_context_params_default(struct engine_context_params *p) {
 
 void engine_context_free(struct engine_context *ctx) {
     if (!ctx) return;
-    devices_done(ctx);
-    kv_cache_done(&ctx->kv); /* its device slots through the GPU's kv_mem, before gpu_close */
+    /* the cache first: its device slots go back through the GPUs' kv_mem */
+    kv_cache_done(&ctx->kv);
     gpu_close(ctx);
+    devices_done(ctx);
     free(ctx->x);
     free(ctx->xb);
     for (int i = 0; i < KV_MAX_STORES; i++) free(ctx->rope_cs[i]);
@@ -69,6 +70,7 @@ int engine_context_new(const struct engine_model *m, const struct engine_context
         p = *params;
     else
         engine_context_params_default(&p);
+    if (p.device == ENGINE_DEVICE_AUTO && p.n_devices > 1) p.device = ENGINE_DEVICE_CPU; /* the split names them */
     if (p.device != ENGINE_DEVICE_AUTO) return context_new(m, p, ret, d);
     /* auto: cuda:0 when the model runs and fits there, else the CPU, saying why */
     p.device = ENGINE_DEVICE_CUDA;
@@ -110,9 +112,11 @@ static int context_new(const struct engine_model *m, struct engine_context_param
     int r;
     /* a GPU first: it decides which layers' KV lives on the device */
     ctx->n_layer_host = hp->n_layer;
+    ctx->split_gpu = p.n_devices > 0 && p.split_cuda[0] != 0;
     if (p.device == ENGINE_DEVICE_CUDA && (r = gpu_open(ctx, p.device_index, d)) < 0) goto fail;
+    const struct kv_mem *mem = ctx->gpu ? gpu_kv_mem(ctx) : ctx->split_gpu ? gpu_parts_kv_mem(ctx) : NULL;
     r = kv_cache_init(&ctx->kv, m, p.type_k, p.type_v, p.n_seq, p.n_ctx, p.kv_rotation,
-                      ring_extra, ctx->gpu ? gpu_kv_mem(ctx) : NULL, ctx->n_layer_host, d);
+                      ring_extra, mem, ctx->split_gpu ? 0 : ctx->n_layer_host, d);
     if (r < 0) goto fail;
     /* global layers: the file's RoPE (scaling, factors); gemma's SWA layers: their own
      * base, scale 1, and no frequency factors (gemma4's proportional RoPE is global-only) */
@@ -140,6 +144,7 @@ static int context_new(const struct engine_model *m, struct engine_context_param
     /* the attention's and FFN's scratch, each device's own, and its threads */
     if ((r = devices_init(ctx, d)) < 0) goto fail;
     if (ctx->gpu && (r = gpu_load(ctx, d)) < 0) goto fail;
+    if (ctx->split_gpu && (r = gpu_parts_load(ctx, d)) < 0) goto fail;
     uint64_t n_ple = (uint64_t)hp->n_layer * hp->n_embd_per_layer;
     ctx->x = floats_new(nb, hp->n_embd);
     ctx->xb = floats_new(nb, hp->n_embd);

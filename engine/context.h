@@ -55,12 +55,17 @@ struct engine_context_params {
     uint32_t n_devices;
     enum engine_split split;
     float tensor_split[ENGINE_MAX_DEVICES];
+    /* Device i of a split is CUDA device split_cuda[i] - 1 (0: a CPU partition); a split is
+     * all CPU partitions or all CUDA contexts. engine_devices_parse_into() fills it. */
+    uint16_t split_cuda[ENGINE_MAX_DEVICES];
     /* Tests only: cut a shared-KV layer's attention with its own rotation instead of its
      * KV source's (the placement llama.cpp #31406 fixed). The placement check then refuses
      * the context wherever a query head would leave its KV head's device. */
     bool split_own_rotation;
     /* One device of kind `device` (index: the N of cuda:N); gpu_layers: the last layers on
-     * a GPU device, the rest on the CPU (0 = all). engine_device_resolve() fills them. */
+     * a GPU device, the rest on the CPU (0 = all; more when a shared-KV layer among them
+     * reads an earlier layer's KV, which then runs there too). engine_device_resolve()
+     * fills them. */
     enum engine_device_kind device;
     int device_index;
     uint32_t gpu_layers;
@@ -106,8 +111,13 @@ int engine_context_device_info(const struct engine_context *ctx, uint32_t i,
                                struct engine_device_info *ret);
 /* The devices of a list "cpu,cpu,cpu" (config `devices`, warm-run/warm-bench --devices):
  * each entry "cpu" is one CPU partition; *ret_n = their count. ERR_INVALID for an empty
- * or unknown entry, ERR_UNSUPPORTED for "cuda:N" (not in the engine yet), with d. */
+ * or unknown entry, ERR_UNSUPPORTED for "cuda:N" (engine_devices_parse_into() takes
+ * them), with d. */
 int engine_devices_parse(const char *list, uint32_t *ret_n, struct err_detail *d);
+/* The same into p->n_devices and p->split_cuda, entries "cpu" or "cuda:N" (a CUDA device
+ * may be named more than once: each entry is its own context there); ERR_INVALID for a
+ * list that mixes the two. */
+int engine_devices_parse_into(const char *list, struct engine_context_params *p, struct err_detail *d);
 /* Config `device`: "auto", "cpu" or "cuda:N" into *ret_kind and *ret_index. auto is
  * ENGINE_DEVICE_AUTO when a CUDA device exists (engine_context_new() then tries cuda:0 for
  * each model), else the CPU, and then why_not (may be NULL) says why no CUDA device is

@@ -26,24 +26,43 @@ int engine_split_from_name(const char *name) {
     return ERR_INVALID;
 }
 
-int engine_devices_parse(const char *list, uint32_t *ret_n, struct err_detail *d) {
-    uint32_t n = 0;
+int engine_devices_parse_into(const char *list, struct engine_context_params *prm, struct err_detail *d) {
+    uint32_t n = 0, n_cuda = 0;
+    uint16_t cuda[ENGINE_MAX_DEVICES];
     for (const char *p = list;; p++) {
         size_t len = strcspn(p, ",");
-        if (len == 3 && !strncmp(p, "cpu", 3))
-            n++;
-        else if (len > 5 && !strncmp(p, "cuda:", 5))
-            return err_set(d, ERR_UNSUPPORTED, "device \"%.*s\": the engine splits over CPU "
-                           "partitions only (CUDA devices are not in the engine yet)", (int)len, p);
-        else
+        if (n >= ENGINE_MAX_DEVICES)
+            return err_set(d, ERR_INVALID, "more than %d devices in \"%s\"", ENGINE_MAX_DEVICES, list);
+        if (len == 3 && !strncmp(p, "cpu", 3)) {
+            cuda[n++] = 0;
+        } else if (len > 5 && len < 10 && !strncmp(p, "cuda:", 5) && strspn(p + 5, "0123456789") == len - 5) {
+            cuda[n++] = (uint16_t)(atoi(p + 5) + 1);
+            n_cuda++;
+        } else {
             return err_set(d, ERR_INVALID, "device \"%.*s\" in \"%s\" is not cpu or cuda:N",
                            (int)len, p, list);
-        if (n > ENGINE_MAX_DEVICES)
-            return err_set(d, ERR_INVALID, "more than %d devices in \"%s\"", ENGINE_MAX_DEVICES, list);
+        }
         p += len;
         if (!*p) break;
     }
-    *ret_n = n;
+    if (n_cuda && n_cuda != n)
+        return err_set(d, ERR_INVALID, "devices \"%s\" mix CPU partitions and CUDA devices: a "
+                       "split is all of one kind", list);
+    prm->n_devices = n;
+    memset(prm->split_cuda, 0, sizeof prm->split_cuda);
+    memcpy(prm->split_cuda, cuda, n * sizeof *cuda);
+    return 0;
+}
+
+int engine_devices_parse(const char *list, uint32_t *ret_n, struct err_detail *d) {
+    struct engine_context_params p = {0};
+    int r = engine_devices_parse_into(list, &p, d);
+    if (r < 0) return r;
+    for (uint32_t i = 0; i < p.n_devices; i++)
+        if (p.split_cuda[i])
+            return err_set(d, ERR_UNSUPPORTED, "devices \"%s\": CUDA devices need "
+                           "engine_devices_parse_into()", list);
+    *ret_n = p.n_devices;
     return 0;
 }
 
@@ -378,6 +397,9 @@ int devices_init(struct engine_context *ctx, struct err_detail *d) {
     for (uint32_t i = 0; i < n; i++) ratio[i] = sum > 0 ? p->tensor_split[i] : 1.0f;
 
     const uint32_t n_layer = ctx->model->hp.n_layer;
+    if (ctx->split_gpu && n < 2)
+        return err_set(d, ERR_INVALID, "devices = cuda:%d alone is not a split: use device = cuda:%d",
+                       p->split_cuda[0] - 1, p->split_cuda[0] - 1);
     ctx->n_dev = n;
     if (!(ctx->dev = calloc(n, sizeof *ctx->dev))) return -ENOMEM;
     int threads = MAX(p->n_threads, 1), r;
@@ -387,7 +409,8 @@ int devices_init(struct engine_context *ctx, struct err_detail *d) {
             snprintf(de->name, sizeof de->name, "cpu");
         else
             snprintf(de->name, sizeof de->name, "cpu%u", i);
-        de->n_threads = MAX(1, threads / (int)n + ((int)i < threads % (int)n));
+        /* a GPU partition's host thread only drives it */
+        de->n_threads = ctx->split_gpu ? 1 : MAX(1, threads / (int)n + ((int)i < threads % (int)n));
         de->layer = calloc(n_layer, sizeof *de->layer);
         de->owned = calloc(2 * (size_t)n_layer + 1, sizeof *de->owned);
         if (!de->layer || !de->owned) return -ENOMEM;
@@ -397,6 +420,7 @@ int devices_init(struct engine_context *ctx, struct err_detail *d) {
     if (n > 1 && (r = kern_pool_new((int)n, &ctx->dev_drive)) < 0)
         return err_set(d, r, "cannot start the threads that drive %u devices", n);
     ctx->pool = ctx->dev[0].pool;
+    if (ctx->split_gpu && (r = gpu_parts_open(ctx, d)) < 0) return r;
     if ((r = plan_layers(ctx, ratio, d)) < 0 || (r = placement_check(ctx, d)) < 0) return r;
     for (uint32_t i = 0; i < n; i++)
         if ((r = device_scratch(ctx, &ctx->dev[i], d)) < 0) return r;
@@ -404,6 +428,7 @@ int devices_init(struct engine_context *ctx, struct err_detail *d) {
 }
 
 void devices_done(struct engine_context *ctx) {
+    gpu_parts_close(ctx);
     for (uint32_t i = 0; ctx->dev && i < ctx->n_dev; i++) {
         struct device *de = &ctx->dev[i];
         kern_pool_free(de->pool);
@@ -466,6 +491,10 @@ int engine_context_device_info(const struct engine_context *ctx, uint32_t i,
     i -= ctx->gpu ? 1 : 0;
     if (i >= n_host_listed(ctx)) return ERR_INVALID;
     const struct device *de = &ctx->dev[i];
+    if (de->gpu) {
+        gpu_part_info(de, ret);
+        return 0;
+    }
     *ret = (struct engine_device_info){
         .kind = "cpu",
         .n_threads = de->n_threads,

@@ -33,6 +33,7 @@
 
 struct engine_context;
 struct kern_pool;
+struct gpu;
 
 /* One layer's share of one device. Empty ranges (n_kv or n_ff 0) do no work there. */
 struct dev_layer {
@@ -60,6 +61,9 @@ struct device {
     float *attn_scratch;      /* (n_threads, attn_scratch_floats) */
     size_t attn_scratch_floats;
     void *mm_scratch;
+
+    struct gpu *gpu;          /* a partition of a split over GPUs (engine/gpu.h), else NULL */
+    int gpu_err;              /* its failure in the current step */
 
     void **owned;             /* the column slices it copied */
     size_t n_owned;

@@ -143,6 +143,10 @@ static void attention_on(struct engine_context *ctx, struct device *dv, void *ar
         memset(dv->part, 0, (size_t)(n * hp->n_embd) * sizeof *dv->part);
         return;
     }
+    if (dv->gpu) { /* a GPU partition (engine/gpu.h) */
+        gpu_part_attention(ctx, dv, il, n);
+        return;
+    }
     const int64_t hd_k = hp->layer[il].head_dim_k, hd_v = hp->layer[il].head_dim_v;
     const int64_t n_head_kv = dl->n_kv, n_head = n_head_kv * (hp->n_head / kv_store_of(kv, il)->n_head_kv);
     const int64_t q_dim = n_head * hd_k, k_dim = n_head_kv * hd_k, v_dim = n_head_kv * hd_v;
@@ -213,6 +217,10 @@ static void ffn_on(struct engine_context *ctx, struct device *dv, void *arg) {
         memset(dv->part, 0, (size_t)(n * ctx->model->hp.n_embd) * sizeof *dv->part);
         return;
     }
+    if (dv->gpu) {
+        gpu_part_ffn(ctx, dv, s->il, n);
+        return;
+    }
     matmul(dv->pool, dv->mm_scratch, dv->hb, &dl->w_gate, ctx->xb, n);
     matmul(dv->pool, dv->mm_scratch, dv->hb2, &dl->w_up, ctx->xb, n);
     if (ctx->model->hp.ffn_act == ENGINE_FFN_GELU)
@@ -236,10 +244,18 @@ static void classifier_on(struct engine_context *ctx, struct device *dv, void *a
         matmul(dv->pool, dv->mm_scratch, a->logits, &dv->output, ctx->out_x, a->n_out);
         return;
     }
-    matmul(dv->pool, dv->mm_scratch, dv->logits, &dv->output, ctx->out_x, a->n_out);
+    if (dv->gpu)
+        gpu_part_classifier(ctx, dv, a->n_out);
+    else
+        matmul(dv->pool, dv->mm_scratch, dv->logits, &dv->output, ctx->out_x, a->n_out);
     for (int32_t t = 0; t < a->n_out; t++)
         memcpy(a->logits + t * n_vocab + dv->vocab0, dv->logits + t * dv->n_vocab,
                (size_t)dv->n_vocab * sizeof(float));
+}
+
+static void part_begin_on(struct engine_context *ctx, struct device *dv, void *arg) {
+    const struct layer_step *s = arg;
+    gpu_part_begin(ctx, dv, s->b, s->t0, s->n);
 }
 
 /* x[t] = row token[t] of the embedding (any type with a to_f32) */
@@ -294,6 +310,9 @@ int forward_step(struct engine_context *ctx, const struct engine_batch *b, int32
             kern_rope_cache(ctx->rope_cs[s] + t * ctx->rope[s].n_dims, b->pos[t0 + t], &ctx->rope[s]);
 
     /* the host's layers (all of them without a GPU) */
+    /* GPU partitions: the step's positions and cells, once */
+    struct layer_step s0 = {.b = b, .t0 = t0, .n = n};
+    if (ctx->split_gpu) devices_run(ctx, part_begin_on, &s0);
     for (int il = 0; il < (int)ctx->n_layer_host; il++) {
         const struct engine_layer *l = &m->layers[il];
         struct layer_step s = {.b = b, .t0 = t0, .n = n, .il = il, .attn_work = attn_work};
@@ -351,6 +370,9 @@ int forward_step(struct engine_context *ctx, const struct engine_batch *b, int32
         if (n_out > 0) devices_run(ctx, classifier_on, &ca);
     }
     /* soft-capped where the model says so */
+    for (uint32_t i = 0; ctx->split_gpu && i < ctx->n_dev; i++)
+        if (ctx->dev[i].gpu_err < 0)
+            return err_set(d, ctx->dev[i].gpu_err, "device %s: a step of %d tokens failed", ctx->dev[i].name, n);
     if (n_out > 0 && hp->final_softcap > 0)
         kern_softcap(logits, (int64_t)n_out * hp->n_vocab, hp->final_softcap);
     *out_row += n_out;

@@ -26,6 +26,8 @@ struct engine_context {
     struct gpu *gpu;
     uint32_t n_layer_host;
     char device_note[256]; /* device = auto that fell back to the CPU: why (else "") */
+    bool split_gpu;        /* the devices are GPU partitions (engine/gpu.h) */
+    struct kv_mem split_mem;
     /* RoPE of each store's kind: [KV_STORE_FULL] global layers, [KV_STORE_SWA] SWA layers
      * (gemma: their own base, scale 1, no frequency factors) */
     struct kern_rope_params rope[KV_MAX_STORES];

@@ -36,6 +36,39 @@ void gpu_device_info(const struct engine_context *ctx, struct engine_device_info
     (void)ctx;
     memset(ret, 0, sizeof *ret);
 }
+int gpu_parts_open(struct engine_context *ctx, struct err_detail *d) {
+    (void)ctx;
+    return err_set(d, ERR_UNSUPPORTED, "devices cuda:N: this build has no CUDA backend (built "
+                   "without nvcc)");
+}
+const struct kv_mem *gpu_parts_kv_mem(struct engine_context *ctx) {
+    (void)ctx;
+    return NULL;
+}
+int gpu_parts_load(struct engine_context *ctx, struct err_detail *d) {
+    (void)ctx;
+    return err_set(d, ERR_UNSUPPORTED, "this build has no CUDA backend");
+}
+void gpu_parts_close(struct engine_context *ctx) {
+    (void)ctx;
+}
+void gpu_part_info(const struct device *dv, struct engine_device_info *ret) {
+    (void)dv;
+    memset(ret, 0, sizeof *ret);
+}
+void gpu_part_begin(struct engine_context *ctx, struct device *dv, const struct engine_batch *b, int32_t t0,
+                    int32_t n) {
+    (void)ctx, (void)dv, (void)b, (void)t0, (void)n;
+}
+void gpu_part_attention(struct engine_context *ctx, struct device *dv, int il, int32_t n) {
+    (void)ctx, (void)dv, (void)il, (void)n;
+}
+void gpu_part_ffn(struct engine_context *ctx, struct device *dv, int il, int32_t n) {
+    (void)ctx, (void)dv, (void)il, (void)n;
+}
+void gpu_part_classifier(struct engine_context *ctx, struct device *dv, int32_t n_out) {
+    (void)ctx, (void)dv, (void)n_out;
+}
 
 #else /* WARM_CUDA */
 
@@ -48,11 +81,14 @@ struct gpu_w {
     int64_t n_in, n_out;
 };
 
+/* A layer's weights on one device: all of them on the GPU of a context, or a partition's
+ * slices (engine/device.h's views and copies; the norms and residuals stay on the host). */
 struct gpu_layer {
     struct gpu_w attn_norm, wq, bq, wk, bk, wv, bv, wo, bo, q_norm, k_norm, post_attn_norm;
     struct gpu_w ffn_norm, w_gate, w_up, w_down, post_ffn_norm;
     struct gpu_w pl_gate, pl_proj, pl_post_norm;
     float out_scale; /* 0: none */
+    int64_t n_kv, n_ff; /* KV heads and FFN units here */
 };
 
 /* Per-step index arrays, each n_batch int32 (device and host staging alike):
@@ -63,10 +99,20 @@ struct gpu_layer {
 #define IDX_WANT (1 + 4 * KV_MAX_STORES)
 #define IDX_N (IDX_WANT + 1)
 
+/* A slot's K and V rows on one device: whole rows, or a partition's KV heads of every row
+ * (rb[K/V] bytes a row, at byte off[K/V] of a whole row). */
+struct gpu_kv_slot {
+    struct kern_cuda_buf *buf[2];
+    size_t rb[2], off[2];
+};
+
+/* One CUDA context: the GPU of a context (ctx->gpu), or one partition of a tensor split
+ * over GPUs (struct device's gpu; two partitions may share a GPU, each its own context). */
 struct gpu {
     struct kern_cuda_ctx *cu;
     int index;
-    char name[16];      /* "cuda:N" */
+    bool part;          /* a partition: layer inputs come from and partial sums go to the host */
+    char name[16];      /* "cuda:N", a partition "cuda:N" or "cuda:N.k" */
     char dev_name[128]; /* the GPU's own name */
     uint32_t l0;        /* first layer on the GPU */
     struct kern_cuda_buf *weights;
@@ -75,11 +121,11 @@ struct gpu {
     struct gpu_w output_norm, output, rope_freqs;
     struct kern_rope_params rope[KV_MAX_STORES]; /* ctx->rope with device frequency factors */
 
-    /* the KV slots' buffers (kv_mem) */
-    struct kv_mem mem;
-    struct kern_cuda_buf **kv;
-    size_t n_kv, cap_kv;
+    /* the KV rows of each owning slot of each store (n_layer_kv slots) */
+    struct gpu_kv_slot *kv[KV_MAX_STORES];
+    uint32_t n_slots[KV_MAX_STORES];
     uint64_t kv_bytes;
+    struct kv_mem mem; /* ctx->gpu's */
 
     /* activations for n_batch tokens, and the step's index arrays */
     struct kern_cuda_buf *act;
@@ -91,64 +137,87 @@ struct gpu {
     float *h_ple;   /* (n_layer × n_batch × n_embd_per_layer) per-layer inputs, layer-major */
 };
 
-/* ---- the KV slots: kv_mem over kern_cuda buffers -------------------------------------- */
-
-static struct kern_cuda_buf *kv_buf_of(struct gpu *g, const void *p, size_t *off) {
-    for (size_t i = 0; i < g->n_kv; i++) {
-        const char *b = kern_cuda_buf_ptr(g->kv[i]);
-        if ((const char *)p >= b && (const char *)p < b + kern_cuda_buf_bytes(g->kv[i])) {
-            *off = (size_t)((const char *)p - b);
-            return g->kv[i];
-        }
-    }
-    return NULL;
+static size_t act_off(const struct gpu *g, const void *p) {
+    return (size_t)((const char *)p - (const char *)kern_cuda_buf_ptr(g->act));
 }
 
-static int kv_mem_alloc(void *ud, size_t bytes, void **ret) {
-    struct gpu *g = ud;
-    if (g->n_kv == g->cap_kv) {
-        size_t cap = g->cap_kv ? 2 * g->cap_kv : 16;
-        struct kern_cuda_buf **kv = realloc(g->kv, cap * sizeof *kv);
-        if (!kv) return -ENOMEM;
-        g->kv = kv;
-        g->cap_kv = cap;
+static struct kern_cuda_buf *kv_buf(const struct gpu *g, uint32_t s, uint32_t slot, bool v) {
+    return g->kv[s][slot].buf[v];
+}
+static size_t kv_rb(const struct gpu *g, uint32_t s, uint32_t slot, bool v) {
+    return g->kv[s] ? g->kv[s][slot].rb[v] : 0;
+}
+
+/* ---- the KV slots of one GPU: kv_mem over whole rows ---------------------------------- */
+
+/* rows of rb[K], rb[V] bytes for the slot (rb 0: none here) */
+static int kv_bufs_new(struct gpu *g, uint32_t s, uint32_t n_slots, uint32_t slot, size_t rows,
+                       const size_t rb[2], const size_t off[2]) {
+    if (!g->kv[s]) {
+        if (!(g->kv[s] = calloc_array(n_slots, sizeof *g->kv[s]))) return -ENOMEM;
+        g->n_slots[s] = n_slots;
     }
-    struct kern_cuda_buf *b;
-    int r = kern_cuda_buf_new(g->cu, bytes ? bytes : 1, &b);
-    if (r < 0) return r;
-    g->kv[g->n_kv++] = b;
-    g->kv_bytes += bytes;
-    *ret = kern_cuda_buf_ptr(b);
+    struct gpu_kv_slot *k = &g->kv[s][slot];
+    for (int v = 0; v < 2; v++) {
+        k->rb[v] = rb[v];
+        k->off[v] = off[v];
+        if (rb[v] == 0) continue;
+        int r = kern_cuda_buf_new(g->cu, rows * rb[v], &k->buf[v]);
+        if (r < 0) return r;
+        g->kv_bytes += rows * rb[v];
+    }
     return 0;
 }
 
-static void kv_mem_free(void *ud, void *p) {
-    struct gpu *g = ud;
-    for (size_t i = 0; i < g->n_kv; i++)
-        if (kern_cuda_buf_ptr(g->kv[i]) == p) {
-            g->kv_bytes -= kern_cuda_buf_bytes(g->kv[i]);
-            kern_cuda_buf_free(g->kv[i]);
-            g->kv[i] = g->kv[--g->n_kv];
-            return;
-        }
+static int mem_alloc(void *ud, uint32_t s, uint32_t slot, size_t rows, void **ret_k, void **ret_v) {
+    struct engine_context *ctx = ud;
+    struct gpu *g = ctx->gpu;
+    const struct kv_store *st = &ctx->kv.store[s];
+    const size_t rb[2] = {st->k_row_bytes, st->v_row_bytes}, off[2] = {0, 0};
+    int r = kv_bufs_new(g, s, st->n_layer_kv, slot, rows, rb, off);
+    if (r < 0) return r;
+    *ret_k = kern_cuda_buf_ptr(kv_buf(g, s, slot, false));
+    *ret_v = kern_cuda_buf_ptr(kv_buf(g, s, slot, true));
+    return 0;
 }
 
-static int kv_mem_copy(void *ud, void *dst, const void *src, size_t n, enum kv_copy_dir dir) {
-    struct gpu *g = ud;
-    size_t off;
-    struct kern_cuda_buf *b;
-    if (n == 0) return 0;
-    switch (dir) {
-    case KV_TO_HOST:
-        if (!(b = kv_buf_of(g, src, &off))) return -EFAULT;
-        return kern_cuda_buf_download(b, off, dst, n);
-    case KV_FROM_HOST:
-        if (!(b = kv_buf_of(g, dst, &off))) return -EFAULT;
-        return kern_cuda_buf_upload(b, off, src, n);
-    case KV_ON_DEV:
-        return kern_cuda_copy(g->cu, dst, src, n);
+static void kv_bufs_free(struct gpu *g, uint32_t s, uint32_t slot) {
+    for (int v = 0; v < 2 && g->kv[s]; v++) {
+        struct kern_cuda_buf **b = &g->kv[s][slot].buf[v];
+        if (*b) g->kv_bytes -= kern_cuda_buf_bytes(*b);
+        kern_cuda_buf_free(*b);
+        *b = NULL;
     }
-    return -EINVAL;
+}
+
+static void mem_free(void *ud, uint32_t s, uint32_t slot) {
+    struct engine_context *ctx = ud;
+    kv_bufs_free(ctx->gpu, s, slot);
+}
+
+static int mem_get(void *ud, uint32_t s, uint32_t slot, bool v, size_t cell, size_t n, void *dst) {
+    struct engine_context *ctx = ud;
+    const struct gpu *g = ctx->gpu;
+    const size_t rb = kv_rb(g, s, slot, v);
+    return n ? kern_cuda_buf_download(kv_buf(g, s, slot, v), cell * rb, dst, n * rb) : 0;
+}
+
+static int mem_set(void *ud, uint32_t s, uint32_t slot, bool v, size_t cell, size_t n, const void *src) {
+    struct engine_context *ctx = ud;
+    const struct gpu *g = ctx->gpu;
+    const size_t rb = kv_rb(g, s, slot, v);
+    return n ? kern_cuda_buf_upload(kv_buf(g, s, slot, v), cell * rb, src, n * rb) : 0;
+}
+
+static int kv_copy_rows(struct gpu *g, uint32_t s, uint32_t slot, bool v, size_t dst, size_t src, size_t n) {
+    char *b = kern_cuda_buf_ptr(kv_buf(g, s, slot, v));
+    const size_t rb = kv_rb(g, s, slot, v);
+    return n ? kern_cuda_copy(g->cu, b + dst * rb, b + src * rb, n * rb) : 0;
+}
+
+static int mem_copy(void *ud, uint32_t s, uint32_t slot, bool v, size_t dst, size_t src, size_t n) {
+    struct engine_context *ctx = ud;
+    return kv_copy_rows(ctx->gpu, s, slot, v, dst, src, n);
 }
 
 /* ---- what the CUDA path runs ------------------------------------------------------- */
@@ -195,38 +264,69 @@ static int model_check(const struct engine_model *m, uint32_t l0, const char *de
     return 0;
 }
 
+/* A CUDA context on cuda:index named name, into *ret. */
+static int gpu_new(int index, const char *name, bool part, struct gpu **ret, struct err_detail *d) {
+    int n = kern_cuda_device_count(), r;
+    if (n <= 0)
+        return err_set(d, ERR_UNSUPPORTED, "device cuda:%d: no GPU, no NVIDIA driver, or a driver "
+                       "older than the CUDA runtime", index);
+    if (index < 0 || index >= n)
+        return err_set(d, ERR_UNSUPPORTED, "device cuda:%d does not exist: %d CUDA device%s found",
+                       index, n, n == 1 ? "" : "s");
+    struct kern_cuda_device_info info;
+    if ((r = kern_cuda_device_get_info(index, &info)) < 0)
+        return err_set(d, ERR_UNSUPPORTED, "device cuda:%d cannot be queried (%s)", index, strerror(-r));
+    struct gpu *g = calloc(1, sizeof *g);
+    if (!g) return -ENOMEM;
+    g->index = index;
+    g->part = part;
+    snprintf(g->name, sizeof g->name, "%s", name);
+    snprintf(g->dev_name, sizeof g->dev_name, "%s", info.name);
+    *ret = g;
+    if ((r = kern_cuda_ctx_new(index, &g->cu)) < 0)
+        return err_set(d, r, "device %s (%s): cannot create a CUDA context", name, info.name);
+    return 0;
+}
+
+static void gpu_free(struct gpu *g) {
+    if (!g) return;
+    for (uint32_t s = 0; s < KV_MAX_STORES; s++) {
+        for (uint32_t i = 0; g->kv[s] && i < g->n_slots[s]; i++) kv_bufs_free(g, s, i);
+        free(g->kv[s]);
+    }
+    kern_cuda_buf_free(g->weights);
+    kern_cuda_buf_free(g->act);
+    kern_cuda_ctx_free(g->cu);
+    free(g->layer);
+    free(g->h_idx);
+    free(g->h_ple);
+    free(g);
+}
+
 int gpu_open(struct engine_context *ctx, int index, struct err_detail *d) {
     const struct engine_model *m = ctx->model;
     const struct engine_context_params *p = &ctx->params;
     char dev[16];
     snprintf(dev, sizeof dev, "cuda:%d", index);
-    int n = kern_cuda_device_count();
-    if (n <= 0)
-        return err_set(d, ERR_UNSUPPORTED, "device %s: no GPU, no NVIDIA driver, or a driver "
-                       "older than the CUDA runtime", dev);
-    if (index < 0 || index >= n)
-        return err_set(d, ERR_UNSUPPORTED, "device %s does not exist: %d CUDA device%s found",
-                       dev, n, n == 1 ? "" : "s");
-    if ((p->n_devices > 1) || p->split != ENGINE_SPLIT_NONE)
-        return err_set(d, ERR_UNSUPPORTED, "device %s: a tensor split over several devices runs "
-                       "on CPU partitions only (devices = cpu,cpu,...)", dev);
+    if (p->n_devices > 1 || p->split != ENGINE_SPLIT_NONE)
+        return err_set(d, ERR_UNSUPPORTED, "device %s: a tensor split names its devices in "
+                       "`devices` (cuda:0,cuda:1 or cpu,cpu), not in `device`", dev);
     const uint32_t n_layer = m->hp.n_layer;
     uint32_t l0 = p->gpu_layers && p->gpu_layers < n_layer ? n_layer - p->gpu_layers : 0;
-    int r = model_check(m, l0, dev, d);
-    if (r < 0) return r;
-    struct gpu *g = calloc(1, sizeof *g);
-    if (!g) return -ENOMEM;
-    ctx->gpu = g;
-    g->index = index;
+    /* a shared-KV layer on the GPU reads its source's KV there too: the GPU starts at the
+     * earliest source of its layers */
+    for (bool moved = true; moved;) {
+        moved = false;
+        for (uint32_t il = l0; il < n_layer; il++)
+            if ((uint32_t)m->hp.layer[il].kv_source < l0) l0 = (uint32_t)m->hp.layer[il].kv_source, moved = true;
+    }
+    /* the device first: "no GPU" says more than a shape it would not take */
+    int r = gpu_new(index, dev, false, &ctx->gpu, d);
+    if (r < 0 || (r = model_check(m, l0, dev, d)) < 0) return r;
+    struct gpu *g = ctx->gpu;
     g->l0 = l0;
-    snprintf(g->name, sizeof g->name, "%s", dev);
-    struct kern_cuda_device_info info;
-    if ((r = kern_cuda_device_get_info(index, &info)) < 0)
-        return err_set(d, ERR_UNSUPPORTED, "device %s cannot be queried (%s)", dev, strerror(-r));
-    snprintf(g->dev_name, sizeof g->dev_name, "%s", info.name);
-    if ((r = kern_cuda_ctx_new(index, &g->cu)) < 0)
-        return err_set(d, r, "device %s (%s): cannot create a CUDA context", dev, info.name);
-    g->mem = (struct kv_mem){.ud = g, .alloc = kv_mem_alloc, .free = kv_mem_free, .copy = kv_mem_copy};
+    g->mem = (struct kv_mem){.ud = ctx, .alloc = mem_alloc, .free = mem_free, .get = mem_get,
+                             .set = mem_set, .copy = mem_copy};
     ctx->n_layer_host = l0;
     return 0;
 }
@@ -236,18 +336,8 @@ const struct kv_mem *gpu_kv_mem(struct engine_context *ctx) {
 }
 
 void gpu_close(struct engine_context *ctx) {
-    struct gpu *g = ctx->gpu;
-    if (!g) return;
-    /* the KV slots are freed by kv_cache_done() before this, through kv_mem */
-    for (size_t i = 0; i < g->n_kv; i++) kern_cuda_buf_free(g->kv[i]);
-    free(g->kv);
-    kern_cuda_buf_free(g->weights);
-    kern_cuda_buf_free(g->act);
-    kern_cuda_ctx_free(g->cu);
-    free(g->layer);
-    free(g->h_idx);
-    free(g->h_ple);
-    free(g);
+    /* the KV slots were freed by kv_cache_done() through kv_mem; what is left is freed here */
+    gpu_free(ctx->gpu);
     ctx->gpu = NULL;
 }
 
@@ -261,7 +351,7 @@ static size_t align256(size_t n) {
 static int weight_put(struct gpu *g, struct gpu_w *dst, const struct engine_weight *w, size_t *off,
                       bool upload) {
     memset(dst, 0, sizeof *dst);
-    if (!w->data) return 0;
+    if (!w->data || w->n_out == 0 || w->n_in == 0) return 0;
     size_t n = w->row_bytes * (size_t)w->n_out;
     if (upload) {
         int r = kern_cuda_buf_upload(g->weights, *off, w->data, n);
@@ -272,62 +362,70 @@ static int weight_put(struct gpu *g, struct gpu_w *dst, const struct engine_weig
     return 0;
 }
 
-/* Every weight the GPU reads, once to size the buffer, once to upload. */
-static int weights_walk(struct engine_context *ctx, size_t *off, bool upload) {
-    struct gpu *g = ctx->gpu;
+/* Every weight the GPU reads, once to size the buffer, once to upload: the whole layers
+ * from l0 on, the final norm and the classifier; a partition its slices (dv's views). */
+static int weights_walk(struct engine_context *ctx, struct gpu *g, const struct device *dv, size_t *off,
+                        bool upload) {
     const struct engine_model *m = ctx->model;
     int r = 0;
     *off = 0;
-    r = r ? r : weight_put(g, &g->output_norm, &m->output_norm, off, upload);
-    r = r ? r : weight_put(g, &g->output, &m->output, off, upload);
+    if (!dv) r = r ? r : weight_put(g, &g->output_norm, &m->output_norm, off, upload);
+    r = r ? r : weight_put(g, &g->output, dv ? &dv->output : &m->output, off, upload);
     r = r ? r : weight_put(g, &g->rope_freqs, &m->rope_freqs, off, upload);
     for (uint32_t il = g->l0; il < m->hp.n_layer && r == 0; il++) {
         const struct engine_layer *l = &m->layers[il];
         struct gpu_layer *gl = &g->layer[il];
+        const struct dev_layer *dl = dv ? &dv->layer[il] : NULL;
+        static const struct engine_weight none;
         const struct engine_weight *src[] = {
-            &l->attn_norm, &l->wq, &l->bq, &l->wk, &l->bk, &l->wv, &l->bv, &l->wo, &l->bo,
-            &l->q_norm, &l->k_norm, &l->post_attn_norm, &l->ffn_norm, &l->w_gate, &l->w_up,
-            &l->w_down, &l->post_ffn_norm, &l->pl_gate, &l->pl_proj, &l->pl_post_norm};
+            dl ? &none : &l->attn_norm, dl ? &dl->wq : &l->wq, dl ? &dl->bq : &l->bq,
+            dl ? &dl->wk : &l->wk, dl ? &dl->bk : &l->bk, dl ? &dl->wv : &l->wv, dl ? &dl->bv : &l->bv,
+            dl ? &dl->wo : &l->wo, dl ? &none : &l->bo, &l->q_norm, &l->k_norm,
+            dl ? &none : &l->post_attn_norm, dl ? &none : &l->ffn_norm, dl ? &dl->w_gate : &l->w_gate,
+            dl ? &dl->w_up : &l->w_up, dl ? &dl->w_down : &l->w_down, dl ? &none : &l->post_ffn_norm,
+            dl ? &none : &l->pl_gate, dl ? &none : &l->pl_proj, dl ? &none : &l->pl_post_norm};
         struct gpu_w *dst[] = {
             &gl->attn_norm, &gl->wq, &gl->bq, &gl->wk, &gl->bk, &gl->wv, &gl->bv, &gl->wo, &gl->bo,
             &gl->q_norm, &gl->k_norm, &gl->post_attn_norm, &gl->ffn_norm, &gl->w_gate, &gl->w_up,
             &gl->w_down, &gl->post_ffn_norm, &gl->pl_gate, &gl->pl_proj, &gl->pl_post_norm};
         for (size_t i = 0; i < ARRAY_SIZE(src) && r == 0; i++) r = weight_put(g, dst[i], src[i], off, upload);
-        gl->out_scale = l->out_scale.data ? *(const float *)l->out_scale.data : 0.0f;
+        gl->out_scale = !dl && l->out_scale.data ? *(const float *)l->out_scale.data : 0.0f;
+        gl->n_kv = dl ? dl->n_kv : kv_store_of(&ctx->kv, (int)il)->n_head_kv;
+        gl->n_ff = dl ? dl->n_ff : m->hp.layer[il].n_ff;
     }
     return r;
 }
 
-int gpu_load(struct engine_context *ctx, struct err_detail *d) {
-    struct gpu *g = ctx->gpu;
+/* Weights, RoPE and activations of g (dv: the partition it is, NULL: ctx->gpu). */
+static int gpu_setup(struct engine_context *ctx, struct gpu *g, const struct device *dv, struct err_detail *d) {
     const struct engine_model *m = ctx->model;
     const struct engine_hparams *hp = &m->hp;
     const struct kv_cache *kv = &ctx->kv;
     if (!(g->layer = calloc(hp->n_layer, sizeof *g->layer))) return -ENOMEM;
     size_t bytes;
-    int r = weights_walk(ctx, &bytes, false);
+    int r = weights_walk(ctx, g, dv, &bytes, false);
     if (r == 0) r = kern_cuda_buf_new(g->cu, bytes ? bytes : 1, &g->weights);
     if (r < 0)
         return err_set(d, r, "device %s (%s): cannot reserve %zu bytes for the weights", g->name,
                        g->dev_name, bytes);
-    if ((r = weights_walk(ctx, &bytes, true)) < 0)
+    if ((r = weights_walk(ctx, g, dv, &bytes, true)) < 0)
         return err_set(d, r, "device %s: cannot upload the weights", g->name);
     g->weight_bytes = bytes;
     for (uint32_t s = 0; s < KV_MAX_STORES; s++) {
         g->rope[s] = ctx->rope[s];
         if (g->rope[s].freq_factors) g->rope[s].freq_factors = g->rope_freqs.data;
     }
-
-    /* activations: x, xb (nb, n_embd); q, att (nb, n_head × the largest head); k, v (nb,
-     * the widest KV row); hb, hb2 (nb, largest n_ff); the per-layer branch (nb, P) and its
-     * inputs (n_layer, nb, P); the gathered rows and their logits (n_out_step, ...); the
-     * index arrays; the matmul scratch of the largest product */
     const size_t nb = ctx->params.n_batch, no = ctx->n_out_step, f = sizeof(float);
     for (uint32_t s = 0; s < kv->n_store; s++) /* the kernels take cells as int32 */
         if ((uint64_t)kv->n_seq * kv->store[s].n_cells * 2 > INT32_MAX)
             return err_set(d, ERR_UNSUPPORTED, "device %s: %u sequences x %u cells exceed the "
                            "CUDA kernels' cell index", g->name, kv->n_seq, kv->store[s].n_cells);
-    const size_t P = hp->n_embd_per_layer;
+
+    /* activations: x, xb (nb, n_embd); q, att (nb, n_head × the largest head); k, v (nb,
+     * the widest KV row); hb, hb2 (nb, largest n_ff); the per-layer branch (nb, P) and its
+     * inputs (n_layer, nb, P); the gathered rows and their logits (n_out_step, ...); the
+     * index arrays; the matmul scratch of the largest product */
+    const size_t P = dv ? 0 : hp->n_embd_per_layer;
     int64_t kd = 1, vd = 1;
     for (uint32_t s = 0; s < kv->n_store; s++) {
         kd = MAX(kd, kv->store[s].n_embd_k);
@@ -339,7 +437,7 @@ int gpu_load(struct engine_context *ctx, struct err_detail *d) {
         nb * hp->max_n_ff * f, nb * hp->max_n_ff * f, nb * MAX(P, 1) * f,
         hp->n_layer * nb * MAX(P, 1) * f, no * hp->n_embd * f, no * hp->n_vocab * f,
         IDX_N * nb * sizeof(int32_t)};
-    size_t scratch = kern_cuda_matmul_scratch_bytes(hp->n_embd, hp->n_vocab, (int64_t)no);
+    size_t scratch = g->output.data ? kern_cuda_matmul_scratch_bytes(hp->n_embd, g->output.n_out, (int64_t)no) : 0;
     for (uint32_t il = g->l0; il < hp->n_layer; il++) {
         const struct gpu_layer *gl = &g->layer[il];
         const struct gpu_w *ws[] = {&gl->wq, &gl->wk, &gl->wv, &gl->wo, &gl->w_gate, &gl->w_up,
@@ -370,8 +468,11 @@ int gpu_load(struct engine_context *ctx, struct err_detail *d) {
     return 0;
 }
 
-void gpu_device_info(const struct engine_context *ctx, struct engine_device_info *ret) {
-    const struct gpu *g = ctx->gpu;
+int gpu_load(struct engine_context *ctx, struct err_detail *d) {
+    return gpu_setup(ctx, ctx->gpu, NULL, d);
+}
+
+static void info_of(const struct gpu *g, struct engine_device_info *ret) {
     *ret = (struct engine_device_info){
         .kind = "cuda",
         .weight_bytes = g->weight_bytes,
@@ -380,6 +481,10 @@ void gpu_device_info(const struct engine_context *ctx, struct engine_device_info
     };
     snprintf(ret->name, sizeof ret->name, "%s", g->name);
     snprintf(ret->device_name, sizeof ret->device_name, "%s", g->dev_name);
+}
+
+void gpu_device_info(const struct engine_context *ctx, struct engine_device_info *ret) {
+    info_of(ctx->gpu, ret);
 }
 
 /* ---- a step ------------------------------------------------------------------------- */
@@ -395,34 +500,34 @@ static int norm(struct gpu *g, float *y, const float *x, const struct gpu_w *w, 
     return kern_cuda_rmsnorm(g->cu, y, x, w ? w->data : NULL, width, rows, eps);
 }
 
-/* One layer on the GPU, the recipe of forward.c's attention_on() and ffn_on() over all
- * heads and units, and the residual and gemma additions of forward_step(). */
-static int layer_run(struct engine_context *ctx, int il, int32_t n) {
-    struct gpu *g = ctx->gpu;
+/* The attention of layer il over the KV heads g holds (all, or a partition's) from the
+ * normed input `in` to out = att · Woᵀ (its share of the sum on a partition): forward.c's
+ * attention_on() on the device. */
+static int attn_block(struct engine_context *ctx, struct gpu *g, int il, int32_t n, const float *in, float *out) {
     const struct engine_hparams *hp = &ctx->model->hp;
     const struct gpu_layer *l = &g->layer[il];
     const struct kv_cache *kv = &ctx->kv;
     const struct kv_store *st = kv_store_of(kv, il);
     struct kern_cuda_ctx *cu = g->cu;
     const int kind = kv->store_of[il];
-    const int64_t dim = hp->n_embd, nb = ctx->params.n_batch;
+    const int64_t nb = ctx->params.n_batch;
     const int64_t hd_k = hp->layer[il].head_dim_k, hd_v = hp->layer[il].head_dim_v;
-    const int64_t n_head = hp->n_head, n_head_kv = st->n_head_kv;
+    const int64_t n_head_kv = l->n_kv, n_head = n_head_kv * (hp->n_head / st->n_head_kv);
     const int64_t q_dim = n_head * hd_k, k_dim = n_head_kv * hd_k, v_dim = n_head_kv * hd_v;
     const float eps = hp->rms_eps;
     const bool own = kv_owns(kv, il);
     const int32_t *pos = g->idx + IDX_POS * nb, *cells = g->idx + IDX_STORE(kind) * nb;
     const int rot_k = st->n_rot_k, rot_v = st->n_rot_v;
-    const int src_slot = kv->owner[kv_source(kv, il)];
-    int r = norm(g, g->xb, g->x, &l->attn_norm, dim, n, eps);
+    const uint32_t slot = (uint32_t)kv->owner[kv_source(kv, il)];
+    int r = 0;
 
     /* q, k, v; a shared-KV layer computes only q; K = V layers take v from the raw k */
-    if (r == 0) r = mm(g, g->q, &l->wq, g->xb, n);
+    if (r == 0) r = mm(g, g->q, &l->wq, in, n);
     if (r == 0) r = bias(g, g->q, &l->bq, n);
     if (own) {
-        if (r == 0) r = mm(g, g->k, &l->wk, g->xb, n);
+        if (r == 0) r = mm(g, g->k, &l->wk, in, n);
         if (r == 0) r = bias(g, g->k, &l->bk, n);
-        if (r == 0 && l->wv.data) r = mm(g, g->v, &l->wv, g->xb, n);
+        if (r == 0 && l->wv.data) r = mm(g, g->v, &l->wv, in, n);
         if (r == 0 && l->wv.data) r = bias(g, g->v, &l->bv, n);
         if (r == 0 && !l->wv.data) r = kern_cuda_copy(cu, g->v, g->k, (size_t)(n * k_dim) * sizeof(float));
     }
@@ -431,45 +536,62 @@ static int layer_run(struct engine_context *ctx, int il, int32_t n) {
     if (r == 0 && own && hp->v_norm) r = norm(g, g->v, g->v, NULL, hd_v, n * n_head_kv, eps);
     if (r == 0) r = kern_cuda_rope(cu, g->q, pos, n, n_head, hd_k, &g->rope[kind]);
     if (r == 0 && own) r = kern_cuda_rope(cu, g->k, pos, n, n_head_kv, hd_k, &g->rope[kind]);
-    /* q by the K rotation; the KV write rotates k and v itself */
+    /* q by the K rotation (blockwise within each head); the KV write rotates k and v */
     if (r == 0 && rot_k) r = kern_cuda_hadamard(cu, g->q, n * q_dim, rot_k);
-    char *kc = st->k[src_slot], *vc = st->v[src_slot];
+    char *kc = kern_cuda_buf_ptr(kv_buf(g, (uint32_t)kind, slot, false));
+    char *vc = kern_cuda_buf_ptr(kv_buf(g, (uint32_t)kind, slot, true));
+    const size_t krb = kv_rb(g, (uint32_t)kind, slot, false), vrb = kv_rb(g, (uint32_t)kind, slot, true);
     if (own) {
-        if (r == 0) r = kern_cuda_kv_store(cu, kc, st->k_row_bytes, cells, g->k, n, kv->type_k, k_dim, rot_k);
-        if (r == 0) r = kern_cuda_kv_store(cu, vc, st->v_row_bytes, cells, g->v, n, kv->type_v, v_dim, rot_v);
-        if (st->ring) { /* the mirror copy */
-            if (r == 0) r = kern_cuda_kv_store(cu, kc, st->k_row_bytes, cells + nb, g->k, n, kv->type_k, k_dim, rot_k);
-            if (r == 0) r = kern_cuda_kv_store(cu, vc, st->v_row_bytes, cells + nb, g->v, n, kv->type_v, v_dim, rot_v);
+        for (int mirror = 0; mirror < (st->ring ? 2 : 1) && r == 0; mirror++) {
+            const int32_t *c = cells + mirror * nb; /* a ring's mirror copy n_cells on */
+            r = kern_cuda_kv_store(cu, kc, krb, c, g->k, n, kv->type_k, k_dim, rot_k);
+            if (r == 0) r = kern_cuda_kv_store(cu, vc, vrb, c, g->v, n, kv->type_v, v_dim, rot_v);
         }
     }
     struct kern_cuda_attn_args a = {
         .out = g->att, .q = g->q, .k = kc, .v = vc, .kt = kv->type_k, .vt = kv->type_v,
-        .k_stride = st->k_row_bytes, .v_stride = st->v_row_bytes,
-        .kv_row0 = cells + 2 * nb, .n_kv = cells + 3 * nb,
+        .k_stride = krb, .v_stride = vrb, .kv_row0 = cells + 2 * nb, .n_kv = cells + 3 * nb,
         .n_tok = n, .n_head = n_head, .n_head_kv = n_head_kv, .hd_k = hd_k, .hd_v = hd_v,
         .scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)st->head_dim_k)};
     if (r == 0) r = kern_cuda_attn(cu, &a);
     if (r == 0 && rot_v) r = kern_cuda_hadamard(cu, g->att, n * n_head * hd_v, rot_v);
-    if (r == 0) r = mm(g, g->xb, &l->wo, g->att, n);
+    if (r == 0) r = mm(g, out, &l->wo, g->att, n);
+    return r;
+}
+
+/* The FFN of layer il over the units g holds, `in` to out = W_down · (act(W_gate · in) *
+ * (W_up · in)): forward.c's ffn_on() on the device. */
+static int ffn_block(struct engine_context *ctx, struct gpu *g, int il, int32_t n, const float *in, float *out) {
+    const struct gpu_layer *l = &g->layer[il];
+    struct kern_cuda_ctx *cu = g->cu;
+    int r = mm(g, g->hb, &l->w_gate, in, n);
+    if (r == 0) r = mm(g, g->hb2, &l->w_up, in, n);
+    if (r == 0)
+        r = ctx->model->hp.ffn_act == ENGINE_FFN_GELU ? kern_cuda_gelu_mul(cu, g->hb, g->hb, g->hb2, n * l->n_ff)
+                                                      : kern_cuda_silu_mul(cu, g->hb, g->hb, g->hb2, n * l->n_ff);
+    if (r == 0) r = mm(g, out, &l->w_down, g->hb, n);
+    return r;
+}
+
+/* One whole layer on ctx->gpu: the residual stream stays on the device. */
+static int layer_run(struct engine_context *ctx, int il, int32_t n) {
+    struct gpu *g = ctx->gpu;
+    const struct engine_hparams *hp = &ctx->model->hp;
+    const struct gpu_layer *l = &g->layer[il];
+    struct kern_cuda_ctx *cu = g->cu;
+    const int64_t dim = hp->n_embd, P = hp->n_embd_per_layer;
+    const float eps = hp->rms_eps;
+    int r = norm(g, g->xb, g->x, &l->attn_norm, dim, n, eps);
+    if (r == 0) r = attn_block(ctx, g, il, n, g->xb, g->xb);
     if (r == 0) r = bias(g, g->xb, &l->bo, n);
     if (r == 0 && l->post_attn_norm.data) r = norm(g, g->xb, g->xb, &l->post_attn_norm, dim, n, eps);
     if (r == 0) r = kern_cuda_add(cu, g->x, g->xb, dim, n, n);
-
-    /* FFN */
-    const int64_t n_ff = hp->layer[il].n_ff;
     if (r == 0) r = norm(g, g->xb, g->x, &l->ffn_norm, dim, n, eps);
-    if (r == 0) r = mm(g, g->hb, &l->w_gate, g->xb, n);
-    if (r == 0) r = mm(g, g->hb2, &l->w_up, g->xb, n);
-    if (r == 0)
-        r = hp->ffn_act == ENGINE_FFN_GELU ? kern_cuda_gelu_mul(cu, g->hb, g->hb, g->hb2, n * n_ff)
-                                           : kern_cuda_silu_mul(cu, g->hb, g->hb, g->hb2, n * n_ff);
-    if (r == 0) r = mm(g, g->xb, &l->w_down, g->hb, n);
+    if (r == 0 && l->n_ff > 0) r = ffn_block(ctx, g, il, n, g->xb, g->xb);
     if (r == 0 && l->post_ffn_norm.data) r = norm(g, g->xb, g->xb, &l->post_ffn_norm, dim, n, eps);
     if (r == 0) r = kern_cuda_add(cu, g->x, g->xb, dim, n, n);
-
     /* gemma4: the per-layer branch, x += RMSNorm(proj · (gelu(gate · x) ⊙ ple_il)), and
      * the layer's output scale */
-    const int64_t P = hp->n_embd_per_layer;
     if (P > 0 && l->pl_gate.data) {
         if (r == 0) r = mm(g, g->pl_g, &l->pl_gate, g->x, n);
         if (r == 0) r = kern_cuda_gelu_mul(cu, g->pl_g, g->pl_g, g->ple + (int64_t)il * n * P, n * P);
@@ -481,16 +603,13 @@ static int layer_run(struct engine_context *ctx, int il, int32_t n) {
     return r;
 }
 
-int gpu_step(struct engine_context *ctx, const struct engine_batch *b, int32_t t0, int32_t n,
-             float *logits, int32_t *ret_n_out, struct err_detail *d) {
-    struct gpu *g = ctx->gpu;
-    const struct engine_hparams *hp = &ctx->model->hp;
+/* The step's index arrays (positions, each store's cells, the rows that want logits) into
+ * g's staging and onto the device; *ret_n_out = the rows that want logits. */
+static int upload_index(struct engine_context *ctx, struct gpu *g, const struct engine_batch *b, int32_t t0,
+                        int32_t n, int32_t *ret_n_out) {
     const struct kv_cache *kv = &ctx->kv;
     const size_t nb = ctx->params.n_batch;
-    const int64_t dim = hp->n_embd, P = hp->n_embd_per_layer;
     int32_t *h = g->h_idx, n_out = 0;
-
-    /* positions, each store's cells (written, mirrored, first read, count), wanted rows */
     for (int32_t t = 0; t < n; t++) {
         const int32_t i = t0 + t, seq = b->seq ? b->seq[i] : 0, pos = b->pos[i];
         h[IDX_POS * nb + t] = pos;
@@ -506,18 +625,26 @@ int gpu_step(struct engine_context *ctx, const struct engine_batch *b, int32_t t
         }
         if (b->want_logits ? b->want_logits[i] : i == b->n_tok - 1) h[IDX_WANT * nb + n_out++] = t;
     }
-    size_t idx_off = (size_t)((char *)g->idx - (char *)kern_cuda_buf_ptr(g->act));
-    size_t x_off = (size_t)((char *)g->x - (char *)kern_cuda_buf_ptr(g->act));
-    int r = kern_cuda_buf_upload(g->act, idx_off, h, IDX_N * nb * sizeof *h);
-    if (r == 0) r = kern_cuda_buf_upload(g->act, x_off, ctx->x, (size_t)(n * dim) * sizeof(float));
+    *ret_n_out = n_out;
+    return kern_cuda_buf_upload(g->act, act_off(g, g->idx), h, IDX_N * nb * sizeof *h);
+}
+
+int gpu_step(struct engine_context *ctx, const struct engine_batch *b, int32_t t0, int32_t n,
+             float *logits, int32_t *ret_n_out, struct err_detail *d) {
+    struct gpu *g = ctx->gpu;
+    const struct engine_hparams *hp = &ctx->model->hp;
+    const size_t nb = ctx->params.n_batch;
+    const int64_t dim = hp->n_embd, P = hp->n_embd_per_layer;
+    int32_t n_out = 0;
+    int r = upload_index(ctx, g, b, t0, n, &n_out);
+    if (r == 0) r = kern_cuda_buf_upload(g->act, act_off(g, g->x), ctx->x, (size_t)(n * dim) * sizeof(float));
     if (r == 0 && P > 0) { /* the per-layer inputs, layer-major: ple_il is (n, P) */
         const int64_t LP = (int64_t)hp->n_layer * P;
         for (uint32_t il = g->l0; il < hp->n_layer; il++)
             for (int32_t t = 0; t < n; t++)
                 memcpy(g->h_ple + ((size_t)il * n + t) * P, ctx->ple + t * LP + il * P, (size_t)P * sizeof(float));
-        size_t off = (size_t)((char *)g->ple - (char *)kern_cuda_buf_ptr(g->act));
         size_t skip = (size_t)g->l0 * n * P;
-        r = kern_cuda_buf_upload(g->act, off + skip * sizeof(float), g->h_ple + skip,
+        r = kern_cuda_buf_upload(g->act, act_off(g, g->ple) + skip * sizeof(float), g->h_ple + skip,
                                  (size_t)(hp->n_layer - g->l0) * n * P * sizeof(float));
     }
     for (uint32_t il = g->l0; il < hp->n_layer && r == 0; il++) r = layer_run(ctx, (int)il, n);
@@ -528,14 +655,195 @@ int gpu_step(struct engine_context *ctx, const struct engine_batch *b, int32_t t
                                g->idx + IDX_WANT * nb, n_out, dim);
         if (r == 0) r = norm(g, g->xo, g->xo, &g->output_norm, dim, n_out, hp->rms_eps);
         if (r == 0) r = mm(g, g->logits, &g->output, g->xo, n_out);
-        size_t off = (size_t)((char *)g->logits - (char *)kern_cuda_buf_ptr(g->act));
         if (r == 0)
-            r = kern_cuda_buf_download(g->act, off, logits, (size_t)n_out * hp->n_vocab * sizeof(float));
+            r = kern_cuda_buf_download(g->act, act_off(g, g->logits), logits,
+                                       (size_t)n_out * hp->n_vocab * sizeof(float));
     }
     if (r == 0) r = kern_cuda_ctx_sync(g->cu);
     if (r < 0) return err_set(d, r, "device %s (%s): a step of %d tokens failed", g->name, g->dev_name, n);
     *ret_n_out = n_out;
     return 0;
+}
+
+/* ---- partitions of a tensor split over GPUs ----------------------------------------- */
+
+/* The split's kv_mem: every row's KV heads are cut over the partitions (engine/device.h),
+ * each holding its heads' bytes of every row; a whole row is the partitions' pieces in
+ * device order. */
+/* The cache is made before the split's plan decides the head ranges: the partitions'
+ * rows are allocated by gpu_parts_load(). */
+static int part_alloc(void *ud, uint32_t s, uint32_t slot, size_t rows, void **ret_k, void **ret_v) {
+    (void)ud, (void)s, (void)slot, (void)rows;
+    *ret_k = *ret_v = NULL;
+    return 0;
+}
+
+static int part_alloc_rows(struct engine_context *ctx, uint32_t s, uint32_t slot, size_t rows) {
+    const struct kv_store *st = &ctx->kv.store[s];
+    const int il = st->layers[slot];
+    for (uint32_t i = 0; i < ctx->n_dev; i++) {
+        struct gpu *g = ctx->dev[i].gpu;
+        const struct dev_layer *dl = &ctx->dev[i].layer[il];
+        const size_t off[2] = {kern_row_size(ctx->kv.type_k, dl->kv0 * st->head_dim_k),
+                               kern_row_size(ctx->kv.type_v, dl->kv0 * st->head_dim_v)};
+        const size_t rb[2] = {kern_row_size(ctx->kv.type_k, dl->n_kv * st->head_dim_k),
+                              kern_row_size(ctx->kv.type_v, dl->n_kv * st->head_dim_v)};
+        int r = kv_bufs_new(g, s, st->n_layer_kv, slot, rows, rb, off);
+        if (r < 0) return r;
+    }
+    return 0;
+}
+
+static void part_free(void *ud, uint32_t s, uint32_t slot) {
+    struct engine_context *ctx = ud;
+    for (uint32_t i = 0; ctx->dev && i < ctx->n_dev; i++)
+        if (ctx->dev[i].gpu) kv_bufs_free(ctx->dev[i].gpu, s, slot);
+}
+
+/* rows to (get) or from (set) whole host rows: each partition's pieces through a staging
+ * buffer of its own rows */
+static int part_rows(struct engine_context *ctx, uint32_t s, uint32_t slot, bool v, size_t cell, size_t n,
+                     char *host, bool set) {
+    const struct kv_store *st = &ctx->kv.store[s];
+    const size_t rb = v ? st->v_row_bytes : st->k_row_bytes;
+    for (uint32_t i = 0; i < ctx->n_dev && n; i++) {
+        struct gpu *g = ctx->dev[i].gpu;
+        const size_t prb = kv_rb(g, s, slot, v), off = g->kv[s][slot].off[v];
+        if (prb == 0) continue;
+        _cleanup_free_ char *tmp = malloc_array(n, prb);
+        if (!tmp) return -ENOMEM;
+        int r = 0;
+        if (set) {
+            for (size_t j = 0; j < n; j++) memcpy(tmp + j * prb, host + j * rb + off, prb);
+            r = kern_cuda_buf_upload(kv_buf(g, s, slot, v), cell * prb, tmp, n * prb);
+        } else {
+            r = kern_cuda_buf_download(kv_buf(g, s, slot, v), cell * prb, tmp, n * prb);
+            for (size_t j = 0; r == 0 && j < n; j++) memcpy(host + j * rb + off, tmp + j * prb, prb);
+        }
+        if (r < 0) return r;
+    }
+    return 0;
+}
+
+static int part_get(void *ud, uint32_t s, uint32_t slot, bool v, size_t cell, size_t n, void *dst) {
+    return part_rows(ud, s, slot, v, cell, n, dst, false);
+}
+static int part_set(void *ud, uint32_t s, uint32_t slot, bool v, size_t cell, size_t n, const void *src) {
+    return part_rows(ud, s, slot, v, cell, n, (char *)src, true);
+}
+static int part_copy(void *ud, uint32_t s, uint32_t slot, bool v, size_t dst, size_t src, size_t n) {
+    struct engine_context *ctx = ud;
+    for (uint32_t i = 0; i < ctx->n_dev; i++) {
+        struct gpu *g = ctx->dev[i].gpu;
+        int r = kv_rb(g, s, slot, v) ? kv_copy_rows(g, s, slot, v, dst, src, n) : 0;
+        if (r < 0) return r;
+    }
+    return 0;
+}
+
+static const struct kv_mem *part_mem(struct engine_context *ctx) {
+    ctx->split_mem = (struct kv_mem){.ud = ctx, .alloc = part_alloc, .free = part_free, .get = part_get,
+                                     .set = part_set, .copy = part_copy};
+    return &ctx->split_mem;
+}
+
+int gpu_parts_open(struct engine_context *ctx, struct err_detail *d) {
+    const struct engine_context_params *p = &ctx->params;
+    int r;
+    for (uint32_t i = 0; i < ctx->n_dev; i++) {
+        struct device *dv = &ctx->dev[i];
+        const int index = p->split_cuda[i] - 1;
+        uint32_t k = 0, same = 0; /* which context on its GPU, of how many */
+        for (uint32_t j = 0; j < ctx->n_dev; j++) {
+            if (p->split_cuda[j] != p->split_cuda[i]) continue;
+            k += j < i;
+            same++;
+        }
+        if (same > 1)
+            snprintf(dv->name, sizeof dv->name, "cuda:%d.%u", index, k);
+        else
+            snprintf(dv->name, sizeof dv->name, "cuda:%d", index);
+        if ((r = gpu_new(index, dv->name, true, &dv->gpu, d)) < 0) return r;
+    }
+    return model_check(ctx->model, 0, ctx->dev[0].name, d);
+}
+
+const struct kv_mem *gpu_parts_kv_mem(struct engine_context *ctx) {
+    return part_mem(ctx);
+}
+
+int gpu_parts_load(struct engine_context *ctx, struct err_detail *d) {
+    const struct kv_cache *kv = &ctx->kv;
+    for (uint32_t s = 0; s < kv->n_store; s++) {
+        const struct kv_store *st = &kv->store[s];
+        const size_t rows = (size_t)kv->n_seq * st->n_cells * (st->ring ? 2 : 1);
+        for (uint32_t i = 0; i < st->n_layer_kv; i++) {
+            int r = part_alloc_rows(ctx, s, i, rows);
+            if (r < 0)
+                return err_set(d, r, "cannot allocate layer %d's KV cache on the split's GPUs", st->layers[i]);
+        }
+    }
+    for (uint32_t i = 0; i < ctx->n_dev; i++) {
+        int r = gpu_setup(ctx, ctx->dev[i].gpu, &ctx->dev[i], d);
+        if (r < 0) return r;
+    }
+    return 0;
+}
+
+void gpu_parts_close(struct engine_context *ctx) {
+    for (uint32_t i = 0; ctx->dev && i < ctx->n_dev; i++) {
+        gpu_free(ctx->dev[i].gpu);
+        ctx->dev[i].gpu = NULL;
+    }
+}
+
+void gpu_part_info(const struct device *dv, struct engine_device_info *ret) {
+    info_of(dv->gpu, ret);
+}
+
+static int part_fail(struct device *dv, int r) {
+    dv->gpu_err = r;
+    return r;
+}
+
+void gpu_part_begin(struct engine_context *ctx, struct device *dv, const struct engine_batch *b, int32_t t0,
+                    int32_t n) {
+    int32_t n_out;
+    dv->gpu_err = 0;
+    int r = upload_index(ctx, dv->gpu, b, t0, n, &n_out);
+    if (r < 0) part_fail(dv, r);
+}
+
+/* its heads' attention from ctx->xb, or its units' FFN: the partial sum into dv->part */
+static void part_block(struct engine_context *ctx, struct device *dv, int il, int32_t n, bool ffn) {
+    struct gpu *g = dv->gpu;
+    const int64_t dim = ctx->model->hp.n_embd;
+    const size_t bytes = (size_t)(n * dim) * sizeof(float);
+    if (dv->gpu_err) return;
+    int r = kern_cuda_buf_upload(g->act, act_off(g, g->xb), ctx->xb, bytes);
+    if (r == 0) r = ffn ? ffn_block(ctx, g, il, n, g->xb, g->x) : attn_block(ctx, g, il, n, g->xb, g->x);
+    if (r == 0) r = kern_cuda_buf_download(g->act, act_off(g, g->x), dv->part, bytes);
+    if (r < 0) part_fail(dv, r);
+}
+
+void gpu_part_attention(struct engine_context *ctx, struct device *dv, int il, int32_t n) {
+    part_block(ctx, dv, il, n, false);
+}
+
+void gpu_part_ffn(struct engine_context *ctx, struct device *dv, int il, int32_t n) {
+    part_block(ctx, dv, il, n, true);
+}
+
+void gpu_part_classifier(struct engine_context *ctx, struct device *dv, int32_t n_out) {
+    struct gpu *g = dv->gpu;
+    if (dv->gpu_err) return;
+    const int64_t dim = ctx->model->hp.n_embd;
+    int r = kern_cuda_buf_upload(g->act, act_off(g, g->xo), ctx->out_x, (size_t)(n_out * dim) * sizeof(float));
+    if (r == 0) r = mm(g, g->logits, &g->output, g->xo, n_out);
+    if (r == 0)
+        r = kern_cuda_buf_download(g->act, act_off(g, g->logits), dv->logits,
+                                   (size_t)n_out * dv->n_vocab * sizeof(float));
+    if (r < 0) part_fail(dv, r);
 }
 
 #endif /* WARM_CUDA */

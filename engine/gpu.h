@@ -40,3 +40,28 @@ int gpu_step(struct engine_context *ctx, const struct engine_batch *b, int32_t t
 
 /* The GPU's entry of engine_context_device_info(). */
 void gpu_device_info(const struct engine_context *ctx, struct engine_device_info *ret);
+
+/* ---- a tensor split over GPUs (devices = cuda:0,cuda:1 or cuda:0,cuda:0) ----------------
+ * Every device of the split is a partition: its own CUDA context (two on one GPU act as
+ * two devices), its slices of the weights (engine/device.h's plan), its KV heads' bytes of
+ * every row, its activations. The residual stream, norms and the sum of the partial
+ * products stay on the host, as under a split over CPU partitions: each layer uploads the
+ * normed input to every partition and downloads each partition's partial sum. */
+struct device;
+/* After devices_init() made the devices (names, threads): a CUDA context for each, named
+ * "cuda:N" (or "cuda:N.k", the k-th context on that GPU). */
+int gpu_parts_open(struct engine_context *ctx, struct err_detail *d);
+/* The cache's kv_mem for the split (its rows are allocated by gpu_parts_load()). */
+const struct kv_mem *gpu_parts_kv_mem(struct engine_context *ctx);
+/* After the plan: each partition's KV rows, weights and activations. */
+int gpu_parts_load(struct engine_context *ctx, struct err_detail *d);
+void gpu_parts_close(struct engine_context *ctx);
+void gpu_part_info(const struct device *dv, struct engine_device_info *ret);
+/* Run on each partition's own thread (devices_run): the step's index arrays, then its
+ * share of a layer's attention or FFN from ctx->xb into dv->part, or its classifier rows
+ * from ctx->out_x into dv->logits. A failure is kept in dv->gpu_err (the step fails). */
+void gpu_part_begin(struct engine_context *ctx, struct device *dv, const struct engine_batch *b, int32_t t0,
+                    int32_t n);
+void gpu_part_attention(struct engine_context *ctx, struct device *dv, int il, int32_t n);
+void gpu_part_ffn(struct engine_context *ctx, struct device *dv, int il, int32_t n);
+void gpu_part_classifier(struct engine_context *ctx, struct device *dv, int32_t n_out);

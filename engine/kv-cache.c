@@ -180,12 +180,12 @@ int kv_cache_init(struct kv_cache *kv, const struct engine_model *m, enum kern_t
         size_t kb = rows * st->k_row_bytes, vb = rows * st->v_row_bytes;
         for (uint32_t i = 0; i < st->n_layer_kv; i++) {
             if (mem && (uint32_t)st->layers[i] >= dev_layer0) {
-                if ((r = mem->alloc(mem->ud, kb, &st->k[i])) < 0 ||
-                    (st->on_dev[i] = true, r = mem->alloc(mem->ud, vb, &st->v[i])) < 0) {
+                if ((r = mem->alloc(mem->ud, s, i, rows, &st->k[i], &st->v[i])) < 0) {
                     kv_cache_done(kv);
                     return err_set(d, r, "cannot allocate layer %d's KV cache on the device "
                                    "(%zu + %zu bytes)", st->layers[i], kb, vb);
                 }
+                st->on_dev[i] = true;
                 continue;
             }
             st->k[i] = kv_alloc(kb);
@@ -216,8 +216,7 @@ void kv_cache_done(struct kv_cache *kv) {
         struct kv_store *st = &kv->store[s];
         for (uint32_t i = 0; st->k && st->v && i < st->n_layer_kv; i++) {
             if (st->on_dev && st->on_dev[i]) {
-                if (st->k[i]) kv->mem->free(kv->mem->ud, st->k[i]);
-                if (st->v[i]) kv->mem->free(kv->mem->ud, st->v[i]);
+                kv->mem->free(kv->mem->ud, s, i);
                 continue;
             }
             free(st->k[i]);
@@ -281,25 +280,41 @@ void kv_put(struct kv_cache *kv, int il, int32_t seq, int32_t pos, const float *
          (n = (st)->ring ? MIN((p1) - p, (st)->n_cells - p % (st)->n_cells) : (p1) - p, 1); \
          p += n)
 
-/* n bytes from src to dst within slot memory of kind dir: memcpy on the host, else the
- * device's copy */
-static int kv_copy(const struct kv_cache *kv, bool dev, void *dst, const void *src, size_t n,
-                   enum kv_copy_dir dir) {
-    if (dev) return kv->mem->copy(kv->mem->ud, dst, src, n, dir);
-    memcpy(dst, src, n);
+/* n rows of K (v false) or V of a slot from cell c on: to the host, from the host, or
+ * within the slot (memcpy on the host, else through kv->mem) */
+static uint32_t store_index(const struct kv_cache *kv, const struct kv_store *st) {
+    return (uint32_t)(st - kv->store);
+}
+static int rows_get(const struct kv_cache *kv, const struct kv_store *st, uint32_t slot, bool v,
+                    size_t c, size_t n, void *dst) {
+    if (st->on_dev[slot]) return kv->mem->get(kv->mem->ud, store_index(kv, st), slot, v, c, n, dst);
+    size_t rb = v ? st->v_row_bytes : st->k_row_bytes;
+    memcpy(dst, (const char *)(v ? st->v : st->k)[slot] + c * rb, n * rb);
+    return 0;
+}
+static int rows_set(const struct kv_cache *kv, const struct kv_store *st, uint32_t slot, bool v,
+                    size_t c, size_t n, const void *src) {
+    if (st->on_dev[slot]) return kv->mem->set(kv->mem->ud, store_index(kv, st), slot, v, c, n, src);
+    size_t rb = v ? st->v_row_bytes : st->k_row_bytes;
+    memcpy((char *)(v ? st->v : st->k)[slot] + c * rb, src, n * rb);
+    return 0;
+}
+static int rows_copy(const struct kv_cache *kv, const struct kv_store *st, uint32_t slot, bool v,
+                     size_t dst, size_t src, size_t n) {
+    if (st->on_dev[slot]) return kv->mem->copy(kv->mem->ud, store_index(kv, st), slot, v, dst, src, n);
+    size_t rb = v ? st->v_row_bytes : st->k_row_bytes;
+    char *base = (v ? st->v : st->k)[slot];
+    memcpy(base + dst * rb, base + src * rb, n * rb);
     return 0;
 }
 
 int kv_rows_get(const struct kv_cache *kv, const struct kv_store *st, uint32_t slot, int32_t seq,
                 uint32_t p0, uint32_t p1, uint8_t *dst_k, uint8_t *dst_v) {
-    const bool dev = st->on_dev[slot];
     int r = 0;
     FOR_RUNS(st, p0, p1, p, n) {
         size_t c = kv_cell(st, seq, (int32_t)p);
-        if ((r = kv_copy(kv, dev, dst_k, (const char *)st->k[slot] + c * st->k_row_bytes,
-                         n * st->k_row_bytes, KV_TO_HOST)) < 0 ||
-            (r = kv_copy(kv, dev, dst_v, (const char *)st->v[slot] + c * st->v_row_bytes,
-                         n * st->v_row_bytes, KV_TO_HOST)) < 0)
+        if ((r = rows_get(kv, st, slot, false, c, n, dst_k)) < 0 ||
+            (r = rows_get(kv, st, slot, true, c, n, dst_v)) < 0)
             return r;
         dst_k += n * st->k_row_bytes;
         dst_v += n * st->v_row_bytes;
@@ -309,7 +324,6 @@ int kv_rows_get(const struct kv_cache *kv, const struct kv_store *st, uint32_t s
 
 int kv_rows_set(const struct kv_cache *kv, struct kv_store *st, uint32_t slot, int32_t seq,
                 uint32_t p0, uint32_t p1, const uint8_t *src_k, const uint8_t *src_v) {
-    const bool dev = st->on_dev[slot];
     int r = 0;
     /* a ring keeps only the last n_cells of the rows */
     if (st->ring && p1 - p0 > st->n_cells) {
@@ -317,17 +331,14 @@ int kv_rows_set(const struct kv_cache *kv, struct kv_store *st, uint32_t slot, i
         src_v += (size_t)(p1 - p0 - st->n_cells) * st->v_row_bytes;
         p0 = p1 - st->n_cells;
     }
-    size_t mk = st->ring ? (size_t)st->n_cells * st->k_row_bytes : 0;
-    size_t mv = st->ring ? (size_t)st->n_cells * st->v_row_bytes : 0;
     FOR_RUNS(st, p0, p1, p, n) {
         size_t c = kv_cell(st, seq, (int32_t)p);
-        char *k = (char *)st->k[slot] + c * st->k_row_bytes;
-        char *v = (char *)st->v[slot] + c * st->v_row_bytes;
-        if ((r = kv_copy(kv, dev, k, src_k, n * st->k_row_bytes, KV_FROM_HOST)) < 0 ||
-            (r = kv_copy(kv, dev, v, src_v, n * st->v_row_bytes, KV_FROM_HOST)) < 0)
+        if ((r = rows_set(kv, st, slot, false, c, n, src_k)) < 0 ||
+            (r = rows_set(kv, st, slot, true, c, n, src_v)) < 0)
             return r;
-        if (st->ring && ((r = kv_copy(kv, dev, k + mk, src_k, n * st->k_row_bytes, KV_FROM_HOST)) < 0 ||
-                         (r = kv_copy(kv, dev, v + mv, src_v, n * st->v_row_bytes, KV_FROM_HOST)) < 0))
+        /* a ring's mirror copy, n_cells rows on */
+        if (st->ring && ((r = rows_set(kv, st, slot, false, c + st->n_cells, n, src_k)) < 0 ||
+                         (r = rows_set(kv, st, slot, true, c + st->n_cells, n, src_v)) < 0))
             return r;
         src_k += n * st->k_row_bytes;
         src_v += n * st->v_row_bytes;
@@ -387,12 +398,8 @@ int engine_kv_seq_cp(struct engine_context *ctx, int32_t src, int32_t dst, uint3
             size_t n = st->ring ? per_seq : p1;
             for (uint32_t i = 0; i < st->n_layer_kv; i++) {
                 int r;
-                if ((r = kv_copy(kv, st->on_dev[i], (char *)st->k[i] + (size_t)dst * per_seq * st->k_row_bytes,
-                                 (char *)st->k[i] + (size_t)src * per_seq * st->k_row_bytes,
-                                 n * st->k_row_bytes, KV_ON_DEV)) < 0 ||
-                    (r = kv_copy(kv, st->on_dev[i], (char *)st->v[i] + (size_t)dst * per_seq * st->v_row_bytes,
-                                 (char *)st->v[i] + (size_t)src * per_seq * st->v_row_bytes,
-                                 n * st->v_row_bytes, KV_ON_DEV)) < 0)
+                if ((r = rows_copy(kv, st, i, false, (size_t)dst * per_seq, (size_t)src * per_seq, n)) < 0 ||
+                    (r = rows_copy(kv, st, i, true, (size_t)dst * per_seq, (size_t)src * per_seq, n)) < 0)
                     return r;
             }
         }
@@ -448,13 +455,14 @@ int engine_kv_seq_shift(struct engine_context *ctx, int32_t seq, uint32_t p0, ui
         }
         size_t base = (size_t)seq * st->n_cells;
         for (uint32_t i = 0; i < st->n_layer_kv; i++) {
-            char *k = (char *)st->k[i] + base * st->k_row_bytes;
-            char *v = (char *)st->v[i] + base * st->v_row_bytes;
             /* a device slot: its rows [p0, len) to the host, shifted there, and back (a
              * context shift is rare next to the decode steps it saves) */
             _cleanup_free_ char *hk = NULL, *hv = NULL;
-            char *dk = k, *dv = v;
-            if (st->on_dev[i]) {
+            char *k = NULL, *v = NULL;
+            if (!st->on_dev[i]) {
+                k = (char *)st->k[i] + base * st->k_row_bytes;
+                v = (char *)st->v[i] + base * st->v_row_bytes;
+            } else {
                 hk = malloc_array(len, st->k_row_bytes);
                 hv = malloc_array(len, st->v_row_bytes);
                 if (!hk || !hv) return err_set(d, -ENOMEM, "cannot stage layer %d's KV for the shift", st->layers[i]);
@@ -473,11 +481,10 @@ int engine_kv_seq_shift(struct engine_context *ctx, int32_t seq, uint32_t p0, ui
                     v + (size_t)(p0 + n_discard) * st->v_row_bytes,
                     (size_t)(len - p0 - n_discard) * st->v_row_bytes);
             if (st->on_dev[i] && len - n_discard > p0) {
-                size_t nk = (size_t)(len - n_discard - p0) * st->k_row_bytes;
-                size_t nv = (size_t)(len - n_discard - p0) * st->v_row_bytes;
+                size_t n = len - n_discard - p0;
                 int r;
-                if ((r = kv_copy(kv, true, dk + (size_t)p0 * st->k_row_bytes, k + (size_t)p0 * st->k_row_bytes, nk, KV_FROM_HOST)) < 0 ||
-                    (r = kv_copy(kv, true, dv + (size_t)p0 * st->v_row_bytes, v + (size_t)p0 * st->v_row_bytes, nv, KV_FROM_HOST)) < 0)
+                if ((r = rows_set(kv, st, i, false, base + p0, n, k + (size_t)p0 * st->k_row_bytes)) < 0 ||
+                    (r = rows_set(kv, st, i, true, base + p0, n, v + (size_t)p0 * st->v_row_bytes)) < 0)
                     return err_set(d, r, "cannot write layer %d's shifted KV to the device", st->layers[i]);
             }
         }

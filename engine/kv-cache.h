@@ -49,15 +49,22 @@ struct kv_store {
     bool *on_dev;         /* (n_layer_kv) the slot's rows are device memory (kv_mem) */
 };
 
-/* Device memory for the KV of the layers a GPU runs (engine/gpu.c): the cache keeps those
- * slots' rows there, in the same layout as on the host, and reaches them only through
- * these calls (0 or a negative errno each). alloc returns zeroed memory. */
-enum kv_copy_dir { KV_TO_HOST, KV_FROM_HOST, KV_ON_DEV };
+/* Device memory for the KV of the layers GPUs run (engine/gpu.c): the cache keeps those
+ * slots' rows there, at the same cells as on the host (one GPU holds whole rows; GPUs
+ * under a tensor split each hold their KV heads' bytes of every row), and reaches them
+ * only through these calls (0 or a negative errno each), by rows: n rows from cell `cell`
+ * on, of K (v false) or V, of slot `slot` of store `store`, whole rows of the store's row
+ * size on the host side. */
 struct kv_mem {
     void *ud;
-    int (*alloc)(void *ud, size_t bytes, void **ret);
-    void (*free)(void *ud, void *p);
-    int (*copy)(void *ud, void *dst, const void *src, size_t n, enum kv_copy_dir dir);
+    /* zeroed rows for the slot; *ret_k / *ret_v: their device address where one device
+     * holds whole rows (for its kernels), else NULL */
+    int (*alloc)(void *ud, uint32_t store, uint32_t slot, size_t rows, void **ret_k, void **ret_v);
+    void (*free)(void *ud, uint32_t store, uint32_t slot);
+    int (*get)(void *ud, uint32_t store, uint32_t slot, bool v, size_t cell, size_t n, void *dst);
+    int (*set)(void *ud, uint32_t store, uint32_t slot, bool v, size_t cell, size_t n, const void *src);
+    /* within the slot: rows [src_cell, src_cell + n) to dst_cell (disjoint) */
+    int (*copy)(void *ud, uint32_t store, uint32_t slot, bool v, size_t dst_cell, size_t src_cell, size_t n);
 };
 
 struct kv_cache {

@@ -1,8 +1,8 @@
 /* The KV cache's device slots (kv-cache.h, struct kv_mem): a GPU keeps the KV rows of its
  * layers in its own memory, which the cache reaches only through kv_mem's alloc, free and
  * copies. Without a GPU in CI, this test gives the cache a memory space in host memory
- * that keeps its own books (every byte it hands out is its own allocation, every copy in
- * and out is counted by direction) and checks, against a context whose cache is all on
+ * that keeps its own books (it allocates every device slot's rows itself, and counts every
+ * row copy in and out by direction) and checks, against a context whose cache is all on
  * the host, over the same model:
  *   the device slots are exactly the layers from dev_layer0 on, and every row of them
  *   moves through kv_mem (the counters), never through the host paths;
@@ -18,36 +18,60 @@
 
 struct host_space {
     struct kv_mem mem;
-    size_t n_alloc, bytes;
-    size_t n_to_host, n_from_host, n_on_dev; /* copies by direction */
+    const struct kv_cache *kv;
+    char *rows[KV_MAX_STORES][16][2]; /* [store][slot][K, V] */
+    size_t n_alloc;
+    size_t n_to_host, n_from_host, n_on_dev; /* row copies by direction */
 };
 
-static int hs_alloc(void *ud, size_t bytes, void **ret) {
+static size_t hs_rb(const struct host_space *h, uint32_t s, bool v) {
+    return v ? h->kv->store[s].v_row_bytes : h->kv->store[s].k_row_bytes;
+}
+static int hs_alloc(void *ud, uint32_t s, uint32_t slot, size_t rows, void **ret_k, void **ret_v) {
     struct host_space *h = ud;
-    void *p = calloc(1, bytes ? bytes : 1);
-    if (!p) return -ENOMEM;
-    h->n_alloc++;
-    h->bytes += bytes;
-    *ret = p;
+    if (slot >= 16) return -EINVAL;
+    for (int v = 0; v < 2; v++)
+        if (!(h->rows[s][slot][v] = calloc(rows, hs_rb(h, s, v)))) return -ENOMEM;
+    h->n_alloc += 2;
+    /* whole rows at one address: the forward pass reads them (as a GPU's kernels would) */
+    *ret_k = h->rows[s][slot][0];
+    *ret_v = h->rows[s][slot][1];
     return 0;
 }
-static void hs_free(void *ud, void *p) {
+static void hs_free(void *ud, uint32_t s, uint32_t slot) {
     struct host_space *h = ud;
-    h->n_alloc--;
-    free(p);
+    for (int v = 0; v < 2; v++) {
+        h->n_alloc -= h->rows[s][slot][v] != NULL;
+        free(h->rows[s][slot][v]);
+        h->rows[s][slot][v] = NULL;
+    }
 }
-static int hs_copy(void *ud, void *dst, const void *src, size_t n, enum kv_copy_dir dir) {
+static int hs_get(void *ud, uint32_t s, uint32_t slot, bool v, size_t cell, size_t n, void *dst) {
     struct host_space *h = ud;
-    size_t *c[] = {[KV_TO_HOST] = &h->n_to_host, [KV_FROM_HOST] = &h->n_from_host, [KV_ON_DEV] = &h->n_on_dev};
-    (*c[dir])++;
-    memmove(dst, src, n);
+    h->n_to_host++;
+    memcpy(dst, h->rows[s][slot][v] + cell * hs_rb(h, s, v), n * hs_rb(h, s, v));
+    return 0;
+}
+static int hs_set(void *ud, uint32_t s, uint32_t slot, bool v, size_t cell, size_t n, const void *src) {
+    struct host_space *h = ud;
+    h->n_from_host++;
+    memcpy(h->rows[s][slot][v] + cell * hs_rb(h, s, v), src, n * hs_rb(h, s, v));
+    return 0;
+}
+static int hs_copy(void *ud, uint32_t s, uint32_t slot, bool v, size_t dst, size_t src, size_t n) {
+    struct host_space *h = ud;
+    h->n_on_dev++;
+    char *b = h->rows[s][slot][v];
+    memcpy(b + dst * hs_rb(h, s, v), b + src * hs_rb(h, s, v), n * hs_rb(h, s, v));
     return 0;
 }
 
 /* Replaces ctx's cache with one whose slots of layers >= l0 are in h's space. */
 static void move_cache(struct engine_context *ctx, struct host_space *h, uint32_t l0) {
     const struct engine_context_params *p = &ctx->params;
-    *h = (struct host_space){.mem = {.ud = h, .alloc = hs_alloc, .free = hs_free, .copy = hs_copy}};
+    *h = (struct host_space){.kv = &ctx->kv,
+                             .mem = {.ud = h, .alloc = hs_alloc, .free = hs_free, .get = hs_get, .set = hs_set,
+                                     .copy = hs_copy}};
     uint32_t ring_extra = p->swa_full ? 0 : p->n_batch + (p->swa_chunk ? p->swa_chunk : 256);
     kv_cache_done(&ctx->kv);
     struct err_detail d = {0};

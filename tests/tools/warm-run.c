@@ -64,7 +64,7 @@ static void usage(FILE *f) {
                "       [--ctk TYPE] [--ctv TYPE] [--kv-rotation on|off] "
                "[--save-state FILE --save-at N] [--load-state FILE]\n"
                "       [--ids] [--stop-on-bos] [--logits FILE]\n"
-               "       [--devices cpu,cpu,... --split none|tensor [--tensor-split R,R,...]]\n"
+               "       [--devices cpu,cpu,...|cuda:0,cuda:1,... --split none|tensor [--tensor-split R,R,...]]\n"
                "       [--device auto|cpu|cuda:N [--gpu-layers N]]\n"
                "TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl\n");
 }
@@ -372,7 +372,7 @@ int main(int argc, char **argv) {
     cp.kv_rotation = o.kv_rotation >= 0 ? o.kv_rotation == 1 : engine_kv_rotation_env_default();
     cp.gpu_layers = (uint32_t)o.gpu_layers;
     if ((o.device && (r = engine_device_resolve(o.device, &cp.device, &cp.device_index, NULL, 0, &d)) < 0) ||
-        (o.devices && (r = engine_devices_parse(o.devices, &cp.n_devices, &d)) < 0) ||
+        (o.devices && (r = engine_devices_parse_into(o.devices, &cp, &d)) < 0) ||
         (o.split && (r = engine_split_from_name(o.split)) < 0 &&
          (r = err_set(&d, ERR_INVALID, "--split %s: not none or tensor", o.split)) < 0) ||
         (o.tensor_split && (r = engine_tensor_split_parse(o.tensor_split, cp.tensor_split,
