@@ -8,7 +8,8 @@
  * Activations (q8_0 / q8_1) are kept in a planar row layout private to these levels:
  *   qs[nb][32] int8 | d[nb] f32 | s[nb] f32   (nb = n / 32; d, s = the fp16 values of
  * the reference blocks, widened), so that a step loads 64 contiguous bytes of codes and
- * its scales without any fp16 conversion.
+ * its scales without any fp16 conversion. q8_0 rows, which have no s, keep there the
+ * codes' sums over values 0..15 and 16..31 as two int16 (low, high).
  *
  * Quantized weights: every block is unpacked to 32 bytes in natural value order. Two ways
  * to feed the unsigned×signed byte dot (VPDPBUSD / PMADDUBSW):
@@ -20,7 +21,9 @@
  * q5_1 add m·s (s = d_x·Σq_x). Tiles of 4 rows × several tokens first unpack the 4 rows
  * into a small pack (64 blocks at a time) and then run 4×4 register tiles over it, so
  * the unpacking is paid once per up to KERN_TILE_TOKS tokens; single tokens (decode)
- * unpack as they go. */
+ * unpack as they go. The 256-bit level (16 registers) packs the 4 rows interleaved
+ * instead (ipack: one register holds 4 rows, see ipack_body), decodes k-quants a
+ * super-block at a time (kdirect_body) and runs float tiles of 4 rows × 3 tokens. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -61,7 +64,9 @@ X86_INLINE bool wk_signed(int k) {
 /* an offset per 16 values (q2_K) */
 X86_INLINE bool wk_has_m2(int k) { return k == WK_Q2_K; }
 /* k-quants with a super-block decode kernel (kdirect_body) */
-X86_INLINE bool wk_kdirect(int k) { return k == WK_Q4_K || k == WK_Q5_K || k == WK_Q6_K; }
+X86_INLINE bool wk_kdirect(int k) {
+    return k == WK_Q4_K || k == WK_Q5_K || k == WK_Q6_K || (!X86_W512 && wk_is_k(k));
+}
 
 X86_INLINE float f16_load(const uint8_t *p) {
     uint16_t h;
@@ -579,24 +584,321 @@ X86_INLINE void kdirect_body(float *y, const uint8_t *w, size_t wst, const uint8
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++) y[r] = vq_hsum(acc[r]);
 }
+#else
+/* k-quant decode, 256-bit: a super-block of each row at a time. Its 8 (q6_K: 16) scales
+ * are decoded once, as vectors, and multiplied by the activations' 8 block scales in one
+ * step, so that a sub-block costs one broadcast of its combined scale; the offsets of
+ * q4_K/q5_K meet the activations' sums s in a second accumulator (8 lanes at once).
+ * q4_K/q5_K sub-blocks 2q and 2q+1 are the low and high nibbles of the same 32 bytes. */
+X86_INLINE __m256 k_lane(__m256 v, int i) { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(i)); }
+
+/* Spreads the 8 nibbles of v (4 bytes) into bytes 0..7, nibble j -> byte j. */
+X86_INLINE uint64_t nib_spread(uint32_t v) {
+    uint64_t t = v;
+    t = (t | t << 16) & 0x0000ffff0000ffffull;
+    t = (t | t << 8) & 0x00ff00ff00ff00ffull;
+    return (t | t << 4) & 0x0f0f0f0f0f0f0f0full;
+}
+/* Spreads the 8 2-bit fields of v (16 bits) into bytes 0..7. */
+X86_INLINE uint64_t bits2_spread(uint32_t v) {
+    uint64_t t = v & 0xffffu;
+    t = (t | t << 24) & 0x000000ff000000ffull;
+    t = (t | t << 12) & 0x000f000f000f000full;
+    return (t | t << 6) & 0x0303030303030303ull;
+}
+
+/* acc += Σ over sub-block j's two halves of sc_half·(u - off)·x, times dd's lane j; sc16
+ * holds the 16 half scales as int16, (sc[2j], sc[2j+1]) in 32-bit lane j. Without VNNI:
+ * u <= 63, so |u·x pair| <= 16002 and |off·x pair| <= 8128 stay within 16 bits. */
+X86_INLINE __m256 k16_step(__m256 acc, __m256i u, __m256i x, __m256i sc16, int j, __m256 dd,
+                           const int off) {
+    const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+                                          2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+    __m256i p = _mm256_maddubs_epi16(u, x);
+    if (off) p = _mm256_sub_epi16(p, _mm256_maddubs_epi16(_mm256_set1_epi8((char)off), x));
+    __m256i s = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(j)), pick);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, s)), k_lane(dd, j), acc);
+}
+
+/* macc -= off·Σ_j dd_j·(sc_2j·Σx of values 0..15 + sc_2j+1·Σx of 16..31) over a
+ * super-block: U mode's correction for all 8 sub-blocks at once, from the half sums in
+ * the q8_0 rows' s slot (hs, 8 of them). */
+X86_INLINE __m256 koff_acc(__m256 macc, __m256i sc16, const float *hs, __m256 dd, const int off) {
+    __m256i c = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)hs), sc16);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), _mm256_mul_ps(dd, _mm256_set1_ps(-(float)off)), macc);
+}
+
+X86_INLINE void kdirect_body(float *y, const uint8_t *w, size_t wst, const uint8_t *xrow,
+                             int64_t nb, const int NR, const int K) {
+    const size_t sbs = wk_bytes(K);
+    const float *xd = (const float *)(xrow + 32 * nb), *xsum = xd + nb;
+    const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+    vq acc[4], macc[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) acc[r] = macc[r] = vq_zero();
+    for (int64_t sbi = 0; sbi < nb / 8; sbi++) {
+        const uint8_t *xq = xrow + 256 * sbi;
+        const __m256 dx = _mm256_loadu_ps(xd + 8 * sbi);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *sb = w + r * wst + sbi * sbs;
+            /* one tile ahead, as direct_body */
+            for (size_t o = 0; o < sbs; o += 64) _mm_prefetch((const char *)sb + 4 * wst + o, _MM_HINT_T0);
+            if (K == WK_Q6_K) { /* ql[128] | qh[64] | scales[16] | d */
+                const __m256 dd = _mm256_mul_ps(dx, _mm256_set1_ps(f16_load(sb + 208)));
+                const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(sb + 192)));
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) {
+                    const int h = j / 4, k = j % 4;
+                    __m256i l = _mm256_loadu_si256((const __m256i *)(sb + 64 * h + 32 * (k % 2)));
+                    if (k / 2) l = _mm256_srli_epi16(l, 4);
+                    __m256i hb = _mm256_loadu_si256((const __m256i *)(sb + 128 + 32 * h));
+                    if (k) hb = _mm256_srli_epi16(hb, 2 * k);
+                    __m256i u = _mm256_or_si256(_mm256_and_si256(l, low4),
+                                                _mm256_slli_epi16(_mm256_and_si256(hb, low2), 4));
+                    acc[r] = k16_step(acc[r], u, _mm256_loadu_si256((const __m256i *)(xq + 32 * j)), sc16, j, dd, 0);
+                }
+                macc[r] = koff_acc(macc[r], sc16, xsum + 8 * sbi, dd, 32);
+            } else if (K == WK_Q3_K || K == WK_Q2_K) {
+                /* q3_K: hmask[32] | qs[64] | scales[12] | d;  q2_K: scales[16] | qs[64] | d | dmin */
+                __m256i sc16;
+                __m256 dd;
+                if (K == WK_Q3_K) {
+                    uint64_t lo8, hi2;
+                    uint32_t hw;
+                    memcpy(&lo8, sb + 96, 8);
+                    memcpy(&hw, sb + 104, 4);
+                    /* group g: low 4 bits = nibble g%8... of bytes 0..7 (g < 8 low nibbles),
+                     * top 2 bits at bits 2·(g/4) of byte 8 + g%4 */
+                    hi2 = (uint64_t)(hw & 0x03030303u) | (uint64_t)((hw >> 2) & 0x03030303u) << 32;
+                    uint64_t hi2b = (uint64_t)((hw >> 4) & 0x03030303u) | (uint64_t)((hw >> 6) & 0x03030303u) << 32;
+                    __m128i scb = _mm_or_si128(
+                        _mm_set_epi64x((long long)((lo8 >> 4) & 0x0f0f0f0f0f0f0f0full), (long long)(lo8 & 0x0f0f0f0f0f0f0f0full)),
+                        _mm_slli_epi16(_mm_set_epi64x((long long)hi2b, (long long)hi2), 4));
+                    sc16 = _mm256_cvtepi8_epi16(_mm_sub_epi8(scb, _mm_set1_epi8(32)));
+                    dd = _mm256_mul_ps(dx, _mm256_set1_ps(f16_load(sb + 108)));
+                } else {
+                    __m128i scb = _mm_loadu_si128((const __m128i *)sb);
+                    sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(scb, _mm_set1_epi8(0x0f)));
+                    dd = _mm256_mul_ps(dx, _mm256_set1_ps(f16_load(sb + 80)));
+                    /* offsets: -dmin·Σ_j d_x,j·(m_2j·Σx of values 0..15 + m_2j+1·Σx of 16..31),
+                     * the half sums from the q8_0 rows' s slot */
+                    __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scb, 4), _mm_set1_epi8(0x0f)));
+                    __m256i hs = _mm256_loadu_si256((const __m256i *)(xsum + 8 * sbi));
+                    macc[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(hs, m16)), dx),
+                                              _mm256_set1_ps(-f16_load(sb + 82)), macc[r]);
+                }
+                const uint8_t *qs = sb + (K == WK_Q3_K ? 32 : 16);
+                __m256i hm = K == WK_Q3_K ? _mm256_loadu_si256((const __m256i *)sb) : _mm256_setzero_si256();
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) {
+                    __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * (j / 4)));
+                    if (j % 4) q = _mm256_srli_epi16(q, 2 * (j % 4));
+                    __m256i u = _mm256_and_si256(q, low2);
+                    if (K == WK_Q3_K) {
+                        __m256i hb = j ? _mm256_srli_epi16(hm, j) : hm;
+                        u = _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(1)), 2));
+                    }
+                    acc[r] = k16_step(acc[r], u, _mm256_loadu_si256((const __m256i *)(xq + 32 * j)), sc16, j, dd, 0);
+                }
+                if (K == WK_Q3_K) macc[r] = koff_acc(macc[r], sc16, xsum + 8 * sbi, dd, 4);
+            } else if (K == WK_IQ4_XS) { /* d | scales_h | scales_l[4] | qs[128] */
+                uint16_t sh;
+                uint32_t sl;
+                memcpy(&sh, sb + 2, 2);
+                memcpy(&sl, sb + 4, 4);
+                uint64_t ls = nib_spread(sl) | bits2_spread(sh) << 4;
+                __m128i lsb = _mm_sub_epi8(_mm_cvtsi64_si128((long long)ls), _mm_set1_epi8(32));
+                const __m256 dd = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lsb)),
+                                                              _mm256_set1_ps(f16_load(sb))), dx);
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) {
+                    __m256i v = iq4_lookup(nibbles_unpack(sb + 8 + 16 * j), wk_signed(K));
+                    __m256i x = _mm256_loadu_si256((const __m256i *)(xq + 32 * j));
+                    __m256i p = wk_signed(K) ? _mm256_maddubs_epi16(_mm256_abs_epi8(v), _mm256_sign_epi8(x, v))
+                                             : _mm256_maddubs_epi16(v, x);
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), k_lane(dd, j), acc[r]);
+                }
+            } else { /* q4_K: d | dmin | scales[12] | qs[128];  q5_K: ... | qh[32] | qs[128] */
+                uint32_t a, b, c;
+                memcpy(&a, sb + 4, 4);
+                memcpy(&b, sb + 8, 4);
+                memcpy(&c, sb + 12, 4);
+                uint64_t sc = (uint64_t)(a & 0x3f3f3f3fu) |
+                              (uint64_t)((c & 0x0f0f0f0fu) | ((a >> 6) & 0x03030303u) << 4) << 32;
+                uint64_t mn = (uint64_t)(b & 0x3f3f3f3fu) |
+                              (uint64_t)(((c >> 4) & 0x0f0f0f0fu) | ((b >> 6) & 0x03030303u) << 4) << 32;
+                __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
+                __m256 mnf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn)));
+                const __m256 dd = _mm256_mul_ps(_mm256_mul_ps(scf, _mm256_set1_ps(f16_load(sb))), dx);
+                macc[r] = _mm256_fmadd_ps(_mm256_mul_ps(mnf, _mm256_set1_ps(-f16_load(sb + 2))),
+                                          _mm256_loadu_ps(xsum + 8 * sbi), macc[r]);
+                const uint8_t *qs = sb + (K == WK_Q4_K ? 16 : 48);
+                __m256i qh = K == WK_Q5_K ? _mm256_loadu_si256((const __m256i *)(sb + 16)) : _mm256_setzero_si256();
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; q++) {
+                    __m256i bytes = _mm256_loadu_si256((const __m256i *)(qs + 32 * q));
+                    __m256i lo = _mm256_and_si256(bytes, low4);
+                    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
+                    if (K == WK_Q5_K) {
+                        const __m256i b0 = _mm256_set1_epi8((char)(1 << (2 * q))), b1 = _mm256_set1_epi8((char)(2 << (2 * q)));
+                        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b0), b0), _mm256_set1_epi8(0x10)));
+                        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), _mm256_set1_epi8(0x10)));
+                    }
+                    __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + 64 * q));
+                    __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + 64 * q + 32));
+                    __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), ones);
+                    __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), ones);
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), k_lane(dd, 2 * q), acc[r]);
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), k_lane(dd, 2 * q + 1), acc[r]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        y[r] = vq_hsum(acc[r]) + (K == WK_IQ4_XS ? 0.0f : vq_hsum(macc[r]));
+}
 #endif
 
 /* Decode and edges: k-quants by super-block where the level has it. */
 X86_INLINE void any_direct_body(float *y, const uint8_t *w, size_t wst, const uint8_t *xrow,
                                 int64_t nb, const int NR, const int K) {
-#if X86_W512
     if (wk_kdirect(K)) {
         kdirect_body(y, w, wst, xrow, nb, NR, K);
         return;
     }
-#endif
     direct_body(y, w, wst, xrow, nb, NR, K);
 }
+
+#if !X86_W512
+/* Prefill, 256-bit: the 4 rows of a tile interleaved so that one register holds all 4.
+ * Group g (0..3) of block j is 32 bytes: 32-bit lane 4h + r = values 16h + 4g .. +3 of
+ * row r (h = the block's half). A token's block, broadcast 4 bytes at a time within each
+ * 128-bit half (VPSHUFD), meets the 4 groups with 4 byte dots whose 16-bit sums add up
+ * before one widening, so lane 4h + r ends with half h of row r's block dot: per token
+ * and block, 4 rows cost what one row did, the per-half scales (q6_K, q3_K) are a lane
+ * vector, and U mode's -OFF·Σx is one multiply of the half sums that the activation
+ * quantizer leaves in the q8_0 rows' s slot (see act_q8). S mode keeps |w| and w. */
+struct ipack {
+    _Alignas(32) uint8_t codes[PACK_BLOCKS][4][32]; /* U codes, or S mode's |w| */
+    _Alignas(32) int8_t sgn[PACK_BLOCKS][4][32];    /* S mode: w, for the signs */
+    _Alignas(32) float d[PACK_BLOCKS][8];           /* lane 4h + r: scale of half h of row r */
+    _Alignas(32) float m[4][PACK_BLOCKS];           /* offsets m of the blocks */
+};
+
+X86_INLINE bool wk_ipack(int k) { return k != WK_Q2_K; }
+
+X86_INLINE void ipack_fill(struct ipack *p, const uint8_t *w, size_t wst, int64_t j0, int64_t nbk,
+                           const int K) {
+    for (int64_t j = 0; j < nbk; j++) {
+        __m256i u[4];
+        for (int r = 0; r < 4; r++) {
+            float da, db, m, mb;
+            u[r] = block_unpack(w + r * wst, j0 + j, K, &da, &db, &m, &mb);
+            p->d[j][r] = da;
+            p->d[j][4 + r] = db;
+            p->m[r][j] = m;
+        }
+        /* a 4 × 4 transpose of 32-bit words within each 128-bit half */
+        __m256i ab0 = _mm256_unpacklo_epi32(u[0], u[1]), ab1 = _mm256_unpackhi_epi32(u[0], u[1]);
+        __m256i cd0 = _mm256_unpacklo_epi32(u[2], u[3]), cd1 = _mm256_unpackhi_epi32(u[2], u[3]);
+        __m256i g[4] = {_mm256_unpacklo_epi64(ab0, cd0), _mm256_unpackhi_epi64(ab0, cd0),
+                        _mm256_unpacklo_epi64(ab1, cd1), _mm256_unpackhi_epi64(ab1, cd1)};
+        for (int k = 0; k < 4; k++) {
+            _mm256_store_si256((__m256i *)p->codes[j][k], wk_signed(K) ? _mm256_abs_epi8(g[k]) : g[k]);
+            if (wk_signed(K)) _mm256_store_si256((__m256i *)p->sgn[j][k], g[k]);
+        }
+    }
+}
+
+/* The pack's 4 rows × NT tokens over its nbk blocks; y (+)= the dots. */
+X86_INLINE void ipack_body(float *y, int64_t ys, const struct ipack *p, int64_t nbk,
+                           const uint8_t *x, size_t xst, int64_t nb, int64_t j0, bool add,
+                           const int NT, const int K) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i koff = _mm256_setr_epi16(wk_off(K), 0, wk_off(K), 0, wk_off(K), 0, wk_off(K), 0,
+                                           0, wk_off(K), 0, wk_off(K), 0, wk_off(K), 0, wk_off(K));
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < nbk; j++) {
+        __m256i w0 = _mm256_load_si256((const __m256i *)p->codes[j][0]);
+        __m256i w1 = _mm256_load_si256((const __m256i *)p->codes[j][1]);
+        __m256i w2 = _mm256_load_si256((const __m256i *)p->codes[j][2]);
+        __m256i w3 = _mm256_load_si256((const __m256i *)p->codes[j][3]);
+        __m256 dw = _mm256_load_ps(p->d[j]);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            const uint8_t *xr = x + t * xst;
+            const float *xd = (const float *)(xr + 32 * nb);
+            __m256i xb = _mm256_loadu_si256((const __m256i *)(xr + 32 * (j0 + j)));
+            __m256i x0 = _mm256_shuffle_epi32(xb, 0x00), x1 = _mm256_shuffle_epi32(xb, 0x55);
+            __m256i x2 = _mm256_shuffle_epi32(xb, 0xaa), x3 = _mm256_shuffle_epi32(xb, 0xff);
+            __m256i s;
+            if (wk_signed(K)) { /* |pair| up to 2·127·127: widen each dot */
+                const __m256i *sg = (const __m256i *)p->sgn[j];
+                __m256i a = _mm256_madd_epi16(_mm256_maddubs_epi16(w0, _mm256_sign_epi8(x0, _mm256_load_si256(sg))), ones);
+                __m256i b = _mm256_madd_epi16(_mm256_maddubs_epi16(w1, _mm256_sign_epi8(x1, _mm256_load_si256(sg + 1))), ones);
+                __m256i c = _mm256_madd_epi16(_mm256_maddubs_epi16(w2, _mm256_sign_epi8(x2, _mm256_load_si256(sg + 2))), ones);
+                __m256i e = _mm256_madd_epi16(_mm256_maddubs_epi16(w3, _mm256_sign_epi8(x3, _mm256_load_si256(sg + 3))), ones);
+                s = _mm256_add_epi32(_mm256_add_epi32(a, b), _mm256_add_epi32(c, e));
+            } else if (K == WK_Q6_K) { /* u <= 63: |pair| <= 16002, two of them fit in 16 bits */
+                __m256i a = _mm256_add_epi16(_mm256_maddubs_epi16(w0, x0), _mm256_maddubs_epi16(w1, x1));
+                __m256i b = _mm256_add_epi16(_mm256_maddubs_epi16(w2, x2), _mm256_maddubs_epi16(w3, x3));
+                s = _mm256_add_epi32(_mm256_madd_epi16(a, ones), _mm256_madd_epi16(b, ones));
+            } else { /* u <= 31: four pairs stay within 4·2·31·127 = 31496 */
+                __m256i a = _mm256_add_epi16(_mm256_maddubs_epi16(w0, x0), _mm256_maddubs_epi16(w1, x1));
+                __m256i b = _mm256_add_epi16(_mm256_maddubs_epi16(w2, x2), _mm256_maddubs_epi16(w3, x3));
+                s = _mm256_madd_epi16(_mm256_add_epi16(a, b), ones);
+            }
+            if (!wk_signed(K) && wk_off(K)) {
+                int32_t hs;
+                memcpy(&hs, xd + nb + j0 + j, sizeof(hs));
+                s = _mm256_sub_epi32(s, _mm256_madd_epi16(_mm256_set1_epi32(hs), koff));
+            }
+            __m256 sc = _mm256_mul_ps(dw, _mm256_broadcast_ss(xd + j0 + j));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), sc, acc[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) {
+        float v[4];
+        _mm_storeu_ps(v, _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1)));
+        for (int r = 0; r < 4; r++) {
+            if (wk_has_m(K)) { /* Σ_b m_b·s_b, as packed_body */
+                const float *sx = (const float *)(x + t * xst + 32 * nb) + nb + j0;
+                __m256 a = _mm256_setzero_ps();
+                int64_t j = 0;
+                for (; j + 8 <= nbk; j += 8) a = _mm256_fmadd_ps(_mm256_load_ps(&p->m[r][j]), _mm256_loadu_ps(sx + j), a);
+                v[r] += hsum256(a);
+                for (; j < nbk; j++) v[r] += p->m[r][j] * f32_load(sx + j);
+            }
+            y[t * ys + r] = add ? y[t * ys + r] + v[r] : v[r];
+        }
+    }
+}
+#endif
 
 X86_INLINE void qtile(float *y, int64_t ys, const void *w, size_t wst, const void *x, size_t xst,
                       int64_t n, int nr, int nt, const int K) {
     const uint8_t *wb = w, *xb = x;
     int64_t nb = n / 32;
+#if !X86_W512
+    if (nr == 4 && nt >= 4 && wk_ipack(K)) {
+        struct ipack pack;
+        for (int64_t j0 = 0; j0 < nb; j0 += PACK_BLOCKS) {
+            int64_t nbk = nb - j0 < PACK_BLOCKS ? nb - j0 : PACK_BLOCKS;
+            ipack_fill(&pack, wb, wst, j0, nbk, K);
+            int t = 0;
+            for (; t + 4 <= nt; t += 4)
+                ipack_body(y + t * ys, ys, &pack, nbk, xb + t * xst, xst, nb, j0, j0 > 0, 4, K);
+            for (; t < nt; t++)
+                ipack_body(y + t * ys, ys, &pack, nbk, xb + t * xst, xst, nb, j0, j0 > 0, 1, K);
+        }
+        return;
+    }
+#endif
     if (nr == 4 && nt >= 4) {
         struct wpack pack;
         for (int64_t j0 = 0; j0 < nb; j0 += PACK_BLOCKS) {
@@ -730,9 +1032,74 @@ X86_INLINE void ftile_body(float *y, int64_t ys, const uint8_t *w, size_t wst, c
         }
 }
 
+#if !X86_W512
+/* Prefill, 256-bit: 16 ymm registers hold 4 rows × 3 tokens of accumulators and the 3
+ * tokens' activations, the weights coming from memory (a 4 × 4 tile spills accumulators
+ * to the stack, through store forwarding every step). n is covered in chunks of FCHUNK
+ * values, over all the tile's tokens in turn: the rows' chunk, converted once to f32
+ * (8 KiB: f16/bf16 then cost no conversion per token), stays in L1 and the tokens'
+ * chunks (up to 64 × 2 KiB) in L2, where whole rows of a wide matrix (64 × 11 KiB for n
+ * 2816) would not. y (+)= each chunk's sums. */
+enum { FCHUNK = 512 };
+
+/* w: 4 rows of f32, value i at w[r][i - i0] */
+X86_INLINE void fchunk_body(float *y, int64_t ys, const float (*w)[FCHUNK], const uint8_t *x,
+                            size_t xst, int64_t i0, int64_t i1, bool add, const int NT) {
+    vf acc[4][3];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 3
+        for (int t = 0; t < NT; t++) acc[r][t] = vf_zero();
+    int64_t i = i0;
+    for (; i + VF_N <= i1; i += VF_N) {
+        vf xv[3];
+#pragma GCC unroll 3
+        for (int t = 0; t < NT; t++) xv[t] = vf_loadu((const float *)(x + t * xst) + i);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            vf wv = _mm256_load_ps(&w[r][i - i0]);
+#pragma GCC unroll 3
+            for (int t = 0; t < NT; t++) acc[r][t] = vf_fma(wv, xv[t], acc[r][t]);
+        }
+    }
+#pragma GCC unroll 3
+    for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            float s = vf_hsum(acc[r][t]);
+            for (int64_t j = i; j < i1; j++) s += w[r][j - i0] * ((const float *)(x + t * xst))[j];
+            y[t * ys + r] = add ? y[t * ys + r] + s : s;
+        }
+}
+#endif
+
 X86_INLINE void ftile(float *y, int64_t ys, const void *w, size_t wst, const void *x, size_t xst,
                       int64_t n, int nr, int nt, const int F) {
     const uint8_t *wb = w, *xb = x;
+#if !X86_W512
+    if (nr == 4 && nt >= 3) {
+        _Alignas(32) float wf[4][FCHUNK];
+        for (int64_t i0 = 0; i0 < n; i0 += FCHUNK) {
+            int64_t i1 = n - i0 < FCHUNK ? n : i0 + FCHUNK;
+            for (int r = 0; r < 4; r++) {
+                /* the weights come from DRAM once per token block: fetch the next chunk
+                 * (past the rows' end: the next tile's) while this one is computed */
+                const uint8_t *next = i1 < n ? vf_w_addr(wb + r * wst, i1, F) : wb + (r + 4) * wst;
+                for (int64_t o = 0; o < (i1 - i0) * (F == FK_F32 ? 4 : 2); o += 64)
+                    _mm_prefetch((const char *)next + o, _MM_HINT_T0);
+                int64_t i = i0;
+                for (; i + VF_N <= i1; i += VF_N) _mm256_store_ps(&wf[r][i - i0], vf_load_w(wb + r * wst, i, F));
+                for (; i < i1; i++) wf[r][i - i0] = f_load_w1(wb + r * wst, i, F);
+            }
+            int t = 0;
+            for (; t + 3 <= nt; t += 3)
+                fchunk_body(y + t * ys, ys, (const float(*)[FCHUNK])wf, xb + t * xst, xst, i0, i1, i0 > 0, 3);
+            for (; t < nt; t++)
+                fchunk_body(y + t * ys, ys, (const float(*)[FCHUNK])wf, xb + t * xst, xst, i0, i1, i0 > 0, 1);
+        }
+        return;
+    }
+#endif
     if (nr == 4) {
         int t = 0;
         for (; t + 4 <= nt; t += 4) ftile_body(y + t * ys, ys, wb, wst, xb + t * xst, xst, n, 4, 4, F);
@@ -770,7 +1137,7 @@ X86_INLINE __m256 round_away(__m256 v) {
 
 /* One block of 32: writes d (fp16) and 32 int8 at qs; returns Σq and the unrounded d.
  * Same arithmetic as the reference: d = amax / 127, id = 1 / d, q = round(x · id). */
-X86_INLINE int q8_block(const float *x, kern_f16 *ret_d, int8_t *qs, float *ret_df) {
+X86_INLINE int q8_block(const float *x, kern_f16 *ret_d, int8_t *qs, float *ret_df, int *ret_lo) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 v[4], m = _mm256_setzero_ps();
     for (int k = 0; k < 4; k++) {
@@ -788,7 +1155,13 @@ X86_INLINE int q8_block(const float *x, kern_f16 *ret_d, int8_t *qs, float *ret_
     __m256 idv = _mm256_set1_ps(id);
     __m256i i[4];
     for (int k = 0; k < 4; k++) i[k] = _mm256_cvtps_epi32(round_away(_mm256_mul_ps(v[k], idv)));
-    __m256i s = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
+    __m256i lo = _mm256_add_epi32(i[0], i[1]), s = _mm256_add_epi32(lo, _mm256_add_epi32(i[2], i[3]));
+    if (ret_lo) { /* Σq of values 0..15 */
+        __m128i l4 = _mm_add_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
+        l4 = _mm_add_epi32(l4, _mm_shuffle_epi32(l4, 0x4e));
+        l4 = _mm_add_epi32(l4, _mm_shuffle_epi32(l4, 0xb1));
+        *ret_lo = _mm_cvtsi128_si32(l4);
+    }
     __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
     p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256((__m256i *)qs, p);
@@ -801,14 +1174,14 @@ X86_INLINE int q8_block(const float *x, kern_f16 *ret_d, int8_t *qs, float *ret_
 static void X86_SFX(quant_q8_0)(void *dst, const float *src, int64_t n) {
     struct block_q8_0 *b = dst;
     float d;
-    for (int64_t i = 0; i < n / 32; i++) q8_block(src + 32 * i, &b[i].d, b[i].qs, &d);
+    for (int64_t i = 0; i < n / 32; i++) q8_block(src + 32 * i, &b[i].d, b[i].qs, &d, NULL);
 }
 
 static void X86_SFX(quant_q8_1)(void *dst, const float *src, int64_t n) {
     struct block_q8_1 *b = dst;
     for (int64_t i = 0; i < n / 32; i++) {
         float d;
-        int sum = q8_block(src + 32 * i, &b[i].d, b[i].qs, &d);
+        int sum = q8_block(src + 32 * i, &b[i].d, b[i].qs, &d, NULL);
         b[i].s = (kern_f16)_cvtss_sh((float)sum * d, _MM_FROUND_TO_NEAREST_INT);
     }
 }
@@ -825,9 +1198,15 @@ X86_INLINE void act_q8(void *dst, const float *src, int64_t n, bool with_s) {
     for (int64_t i = 0; i < nb; i++) {
         kern_f16 dh;
         float df;
-        int sum = q8_block(src + 32 * i, &dh, (int8_t *)qs + 32 * i, &df);
+        int lo;
+        int sum = q8_block(src + 32 * i, &dh, (int8_t *)qs + 32 * i, &df, &lo);
         d[i] = _cvtsh_ss(dh);
-        s[i] = with_s ? _cvtsh_ss(_cvtss_sh((float)sum * df, _MM_FROUND_TO_NEAREST_INT)) : 0.0f;
+        if (with_s) {
+            s[i] = _cvtsh_ss(_cvtss_sh((float)sum * df, _MM_FROUND_TO_NEAREST_INT));
+        } else { /* the half sums, |Σ| <= 16·127 (ipack_body's U-mode correction) */
+            uint32_t hs = (uint32_t)(uint16_t)(int16_t)lo | (uint32_t)(uint16_t)(int16_t)(sum - lo) << 16;
+            memcpy(&s[i], &hs, sizeof(hs));
+        }
     }
 }
 static void X86_SFX(act_q8_0)(void *dst, const float *src, int64_t n) { act_q8(dst, src, n, false); }

@@ -188,6 +188,37 @@ TEST(matmul_all_levels_vs_spec) {
     printf("  %d levels checked, running level %s\n", n_levels, kern_cpu()->level);
 }
 
+/* Every tile path on every level, by shape rather than by chance: 1-3 tokens over 4-row
+ * tiles (decode: the super-block kernels of the k-quants), 3-5 and 64 tokens (prefill:
+ * the packed / interleaved tiles, the 3-token float tiles and their remainders), a row
+ * count that leaves a ragged tile, and n_in long enough for several packs and chunks
+ * (2304 = 72 blocks of 32, 9 super-blocks; float: 1031 = chunks of 512 and a tail). */
+TEST(matmul_tile_paths_vs_spec) {
+    struct kern_pool *pool = NULL;
+    ASSERT_OK(kern_pool_new(2, &pool));
+    const char *saved = kern_cpu()->level;
+    static const int64_t toks[] = {1, 2, 3, 4, 5, 64};
+    for (int li = 0; kern_level_name(li); li++) {
+        const char *level = kern_level_name(li);
+        if (kern_set_level(level) < 0) continue;
+        for (size_t ti = 0; ti < ARRAY_SIZE(mm_types); ti++) {
+            int wt = mm_types[ti];
+            int64_t n_in = kern_type_traits(wt)->blck_size == 1 ? 1031 : 2304;
+            for (size_t k = 0; k < ARRAY_SIZE(toks); k++) {
+                struct mm_case c;
+                mm_case_init(&c, wt, n_in, 10, toks[k]);
+                float *y = mm_check(&c, pool, level);
+                bool ok = y != NULL;
+                free(y);
+                mm_case_free(&c);
+                if (!ok) TEST_FAIL_("level %s type %s n_tok %lld", level, kern_type_name(wt), (long long)toks[k]);
+            }
+        }
+    }
+    kern_set_level(saved);
+    kern_pool_free(pool);
+}
+
 /* The spec against exact arithmetic: only the activation quantization may differ. */
 TEST(spec_vs_exact) {
     for (size_t ti = 0; ti < ARRAY_SIZE(mm_types); ti++) {
@@ -299,4 +330,4 @@ TEST(level_names) {
 }
 
 TEST_MAIN(T(level_names), T(matmul_edges), T(spec_vs_exact), T(quantize_row_bit_exact),
-          T(matmul_all_levels_vs_spec))
+          T(matmul_all_levels_vs_spec), T(matmul_tile_paths_vs_spec))
