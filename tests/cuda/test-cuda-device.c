@@ -13,6 +13,7 @@
  * Skips (exit 77) without a CUDA device. */
 #include "engine/engine.h"
 #include "kernels/cuda/cuda.h"
+#include "cuda/cuda-test.h"
 #include "test.h"
 
 #include <errno.h>
@@ -57,22 +58,6 @@ static bool mkmodel(const struct arch_case *a, const char *type, const char *out
     snprintf(cmd, sizeof cmd, "'%s/warm-mkmodel' %s --type %s --seed 5 -o '%s' >/dev/null 2>&1",
              getenv("WARM_BIN"), a->args, type, out);
     return system(cmd) == 0;
-}
-
-static double nmse(const float *a, const float *ref, int64_t n) {
-    double num = 0, den = 1e-30;
-    for (int64_t i = 0; i < n; i++) {
-        num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
-        den += (double)ref[i] * ref[i];
-    }
-    return num / den;
-}
-
-static int32_t argmax(const float *x, int64_t n) {
-    int32_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = (int32_t)i;
-    return best;
 }
 
 enum { N_PROMPT = 40, N_GEN = 12, N_CTX = 128 };
@@ -130,14 +115,6 @@ static void prompt(int32_t *tok, int32_t *pos, int s, int64_t n_vocab) {
     for (int i = 0; i < N_PROMPT; i++) {
         tok[i] = (int32_t)((i * 37 + 5 + 11 * s) % n_vocab);
         pos[i] = i;
-    }
-}
-
-/* Σ (b - a)² and Σ a² of one row, added to num and den */
-static void nmse_add(const float *b, const float *a, int64_t n, double *num, double *den) {
-    for (int64_t i = 0; i < n; i++) {
-        *num += ((double)b[i] - a[i]) * ((double)b[i] - a[i]);
-        *den += (double)a[i] * a[i];
     }
 }
 

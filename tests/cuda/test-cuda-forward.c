@@ -3,6 +3,7 @@
  * ops) against the CPU engine, for every architecture and weight type warm-mkmodel
  * writes, on the matrix-vector path (decode) and the GEMM path (prefill), and over
  * quantized, Hadamard-rotated KV caches. Exits 77 without a CUDA device. */
+#include "cuda/cuda-test.h"
 #include "cuda/gpu-forward.h"
 #include "test.h"
 
@@ -60,22 +61,6 @@ static bool mkmodel(const struct arch_case *a, const char *type, const char *out
     snprintf(cmd, sizeof cmd, "'%s/warm-mkmodel' --arch %s %s --type %s --seed 11 -o '%s' >/dev/null 2>&1",
              bin ? bin : ".", a->arch, a->shape, type, out);
     return system(cmd) == 0;
-}
-
-static double nmse(const float *a, const float *ref, int64_t n) {
-    double num = 0, den = 1e-30;
-    for (int64_t i = 0; i < n; i++) {
-        num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
-        den += (double)ref[i] * ref[i];
-    }
-    return num / den;
-}
-
-static int32_t argmax(const float *x, int64_t n) {
-    int32_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = (int32_t)i;
-    return best;
 }
 
 enum { MAX_PROMPT = 48, N_GEN = 8 };

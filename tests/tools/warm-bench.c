@@ -13,6 +13,13 @@
  *   bandwidth: reading a 1 GiB buffer with the same threads, GB/s (best of the repeats);
  *   bound:   bandwidth / bytes of weights read per decoded token; decode as % of it.
  * Each figure is the best of REPEATS (default 3) runs after one warm-up.
+ *   --device cuda:N [--gpu-layers N], --devices cuda:0,cuda:1 --split tensor: the model on
+ *            GPUs (the bandwidth bound printed is still the host's: device-check.sh's
+ *            warm-cuda-bench measures the GPU's);
+ *   --peer LLAMA_BENCH: after each thread count, that llama-bench binary on the same file,
+ *            threads, sizes, depth, cache type and repeats (-ngl 0), its best repeat, and
+ *            the ratios warm-bench / llama-bench; run back to back, so both see the same
+ *            load.
  *
  * On a shared machine the wall-clock figures fall with the load; the "cpu" columns divide
  * by the process's CPU time per thread instead (waiting workers spin, so an undisturbed
@@ -26,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -74,8 +82,13 @@ static double cpu_seconds(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* --devices / --split / --tensor-split: the context's devices (default one CPU) */
+/* --devices / --split / --tensor-split: the context's devices (default one CPU);
+ * --device / --gpu-layers: one GPU */
 static uint32_t split_n_devices = 1;
+static uint16_t split_cuda[ENGINE_MAX_DEVICES];
+static enum engine_device_kind device_kind = ENGINE_DEVICE_CPU;
+static int device_index;
+static uint32_t gpu_layers;
 static enum engine_split split_kind = ENGINE_SPLIT_NONE;
 static float split_ratio[ENGINE_MAX_DEVICES];
 static bool devices_printed;
@@ -105,7 +118,11 @@ static int bench(const struct engine_model *m, int threads, int n_prompt, int n_
     p.n_threads = threads;
     p.type_k = p.type_v = kv_type;
     p.n_devices = split_n_devices;
+    memcpy(p.split_cuda, split_cuda, sizeof split_cuda);
     p.split = split_kind;
+    p.device = device_kind;
+    p.device_index = device_index;
+    p.gpu_layers = gpu_layers;
     memcpy(p.tensor_split, split_ratio, sizeof split_ratio);
     struct engine_context *ctx = NULL;
     struct err_detail d = {0};
@@ -173,23 +190,49 @@ static int bench(const struct engine_model *m, int threads, int n_prompt, int n_
     return r;
 }
 
-/* Runs llama-bench on the same file and settings; *ret_pp and *ret_tg get its average
- * tokens/s (0 when absent). Its JSONL lines each describe one test (n_prompt or n_gen). */
+/* The best of a llama-bench JSONL line's samples_ts (tokens/s of each repeat), like our
+ * best of repeats; its avg_ts when the line has no samples. */
+static double peer_best_ts(json_t *o) {
+    json_t *samples = json_object_get(o, "samples_ts"), *v;
+    size_t i;
+    double best = 0;
+    json_array_foreach(samples, i, v) best = MAX(best, json_number_value(v));
+    return best > 0 ? best : json_number_value(json_object_get(o, "avg_ts"));
+}
+
+/* Runs llama-bench on the same file and settings; *ret_pp and *ret_tg get its best
+ * tokens/s (0 when absent), *ret_commit its build_commit. Its JSONL lines each describe
+ * one test (n_prompt or n_gen). -ngl 0: CPU against CPU even when it was built with a GPU
+ * backend. -d only when a depth is asked for (older builds lack it). Its stderr goes to a
+ * temporary file whose tail is shown when no figure came back. */
 static int peer_bench(const char *peer, const char *model, int threads, int n_prompt, int n_gen,
                       int depth, int repeats, const char *cache, double *ret_pp,
-                      double *ret_tg) {
-    char cmd[8192];
-    int n = snprintf(cmd, sizeof cmd,
-                     "'%s' -m '%s' -t %d -p %d -n %d -d %d -r %d -ctk %s -ctv %s -o jsonl "
-                     "2>/dev/null", peer, model, threads, n_prompt, n_gen, depth, repeats,
-                     cache, cache);
-    if (n < 0 || (size_t)n >= sizeof cmd || strchr(peer, '\'') || strchr(model, '\''))
-        return -EINVAL;
-    FILE *f = popen(cmd, "r");
-    if (!f) return -errno;
+                      double *ret_tg, char *ret_commit, size_t commit_size) {
     *ret_pp = *ret_tg = 0;
-    char line[16384];
-    while (fgets(line, sizeof line, f)) {
+    char err_path[] = "/tmp/warm-bench-peer-XXXXXX";
+    int efd = mkstemp(err_path);
+    if (efd < 0) return -errno;
+    close(efd);
+    char cmd[8192], dep[32] = "";
+    if (depth > 0) snprintf(dep, sizeof dep, " -d %d", depth);
+    int n = snprintf(cmd, sizeof cmd,
+                     "'%s' -m '%s' -t %d -p %d -n %d%s -r %d -ngl 0 -ctk %s -ctv %s -o jsonl "
+                     "2>'%s'", peer, model, threads, n_prompt, n_gen, dep, repeats, cache, cache,
+                     err_path);
+    if (n < 0 || (size_t)n >= sizeof cmd || strchr(peer, '\'') || strchr(model, '\'') ||
+        strchr(cache, '\'')) {
+        unlink(err_path);
+        return -EINVAL;
+    }
+    FILE *f = popen(cmd, "r");
+    if (!f) {
+        int e = -errno;
+        unlink(err_path);
+        return e;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) > 0) {
         json_error_t e;
         json_t *o = json_loads(line, 0, &e);
         if (!json_is_object(o)) {
@@ -198,21 +241,42 @@ static int peer_bench(const char *peer, const char *model, int threads, int n_pr
         }
         json_int_t np = json_integer_value(json_object_get(o, "n_prompt"));
         json_int_t ng = json_integer_value(json_object_get(o, "n_gen"));
-        double ts = json_number_value(json_object_get(o, "avg_ts"));
-        if (np > 0 && ng == 0) *ret_pp = ts;
-        if (ng > 0 && np == 0) *ret_tg = ts;
+        const char *commit = json_string_value(json_object_get(o, "build_commit"));
+        if (commit) snprintf(ret_commit, commit_size, "%s", commit);
+        if (np > 0 && ng == 0) *ret_pp = peer_best_ts(o);
+        if (ng > 0 && np == 0) *ret_tg = peer_best_ts(o);
         json_decref(o);
     }
+    free(line);
     int st = pclose(f);
-    if (st != 0 && *ret_pp == 0 && *ret_tg == 0) return -EIO;
-    return 0;
+    int r = 0;
+    if (*ret_pp == 0 && *ret_tg == 0) {
+        fprintf(stderr, "warm-bench: --peer: no figures from: %s (%s %d); its last "
+                        "messages:\n", cmd, WIFEXITED(st) ? "exit status" : "status",
+                WIFEXITED(st) ? WEXITSTATUS(st) : st);
+        char buf[4096];
+        size_t got = 0;
+        FILE *ef = fopen(err_path, "r");
+        if (ef && fseek(ef, 0, SEEK_END) == 0) {
+            long size = ftell(ef);
+            fseek(ef, size > (long)sizeof buf - 1 ? size - (long)sizeof buf + 1 : 0, SEEK_SET);
+            got = fread(buf, 1, sizeof buf - 1, ef);
+        }
+        if (ef) fclose(ef);
+        buf[got] = 0;
+        fputs(buf, stderr);
+        r = -EIO;
+    }
+    unlink(err_path);
+    return r;
 }
 
 static void usage(void) {
     fprintf(stderr, "usage: warm-bench MODEL [-t N] [-p PROMPT_TOKENS] [-g DECODE_TOKENS] "
                     "[-r REPEATS] [-d DEPTH] [--cache-type f32|f16|bf16|q8_0|q4_0|...] "
                     "[--peer LLAMA_BENCH]\n"
-                    "       [--devices cpu,cpu,... --split none|tensor [--tensor-split R,R,...]]\n"
+                    "       [--devices cpu,cpu,...|cuda:0,cuda:1,... --split none|tensor [--tensor-split R,R,...]]\n"
+                    "       [--device auto|cpu|cuda:N [--gpu-layers N]]\n"
                     "(with N devices each gets threads / N, at least one)\n");
 }
 
@@ -233,11 +297,25 @@ int main(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--devices") && v) {
             struct err_detail dd = {0};
-            int e = engine_devices_parse(v, &split_n_devices, &dd);
+            struct engine_context_params dp = {0};
+            int e = engine_devices_parse_into(v, &dp, &dd);
             if (e < 0) {
                 fprintf(stderr, "warm-bench: --devices: %s\n", err_msg(&dd, e));
                 return 2;
             }
+            split_n_devices = dp.n_devices;
+            memcpy(split_cuda, dp.split_cuda, sizeof split_cuda);
+            i++;
+        } else if (!strcmp(a, "--device") && v) {
+            struct err_detail dd = {0};
+            int e = engine_device_resolve(v, &device_kind, &device_index, NULL, 0, &dd);
+            if (e < 0) {
+                fprintf(stderr, "warm-bench: --device: %s\n", err_msg(&dd, e));
+                return 2;
+            }
+            i++;
+        } else if (!strcmp(a, "--gpu-layers") && v) {
+            gpu_layers = (uint32_t)strtoul(v, NULL, 10);
             i++;
         } else if (!strcmp(a, "--split") && v && engine_split_from_name(v) >= 0) {
             split_kind = (enum engine_split)engine_split_from_name(v);
@@ -304,14 +382,17 @@ int main(int argc, char **argv) {
                res.decode_cpu);
         fflush(stdout);
         if (!peer) continue;
-        double pp, tg;
-        int e = peer_bench(peer, path, list[k], n_prompt, n_gen, depth, repeats, cache, &pp, &tg);
-        if (e < 0) {
-            fprintf(stderr, "warm-bench: --peer %s: %s (no jsonl output)\n", peer, strerror(-e));
+        double pp = 0, tg = 0;
+        char commit[64] = "?";
+        int e = peer_bench(peer, path, list[k], n_prompt, n_gen, depth, repeats, cache, &pp, &tg,
+                           commit, sizeof commit);
+        if (e < 0) { /* -EIO: peer_bench showed llama-bench's own messages */
+            if (e != -EIO) fprintf(stderr, "warm-bench: --peer %s: %s\n", peer, strerror(-e));
             continue;
         }
-        printf("%7s %12.1f %12.1f %10s %10s %7.1f%%   (llama-bench pp%d/tg%d)\n", "peer", pp,
-               tg, "", "", 100.0 * tg / bound, n_prompt, n_gen);
+        printf("%7s %12.1f %12.1f %10s %10s %7.1f%%   (llama-bench pp%d/tg%d, best of %d, "
+               "build %s)\n", "peer", pp, tg, "", "", 100.0 * tg / bound, n_prompt, n_gen,
+               repeats, commit);
         printf("%7s %11.2fx %11.2fx   (warm-bench / llama-bench)\n", "ratio",
                pp > 0 ? res.prefill / pp : 0.0, tg > 0 ? res.decode / tg : 0.0);
         fflush(stdout);
