@@ -293,10 +293,16 @@ class AbuseTest(DaemonTest):
             if ev.HasField("summary"):
                 summary = ev.summary
         waited = summary.queue_usec / 1e6
+        # one request's own time under the same contention (the attacker's streams share the
+        # cores with it as they share them with each other): the length of one round
+        own = (summary.prefill_usec + summary.decode_usec) / 1e6
         print(f"fairness: solo {solo:.2f} s, honest queue wait {waited:.2f} s behind 16 "
-              f"unread streams, total {time.monotonic() - t0:.2f} s", file=sys.stderr)
-        # FIFO would wait for 16 / parallel = 8 of the attacker's requests
-        self.assertLess(waited, 3 * solo + 0.5)
+              f"unread streams, its own run {own:.2f} s, total {time.monotonic() - t0:.2f} s",
+              file=sys.stderr)
+        # FIFO would wait for 16 / parallel = 8 of the attacker's requests, rounds as long as
+        # its own run; a fair queue about one (seen: 0.9-1.0 under ASan). Both measured in
+        # this run, so the bound holds on a slow, busy or sanitized machine as on a fast one.
+        self.assertLess(waited, 4 * max(own, solo) + 0.5)
         p.kill()
         p.wait()
 
