@@ -518,16 +518,8 @@ X86_INLINE void kdirect_body(float *y, const uint8_t *w, size_t wst, const uint8
                                       _mm512_set1_ps(f16_load(sb + 208)));
                 qh = _mm256_loadu_si256((const __m256i *)(sb + 128));
             } else {
-                uint32_t a, b, c;
-                memcpy(&a, sb + 4, 4);
-                memcpy(&b, sb + 8, 4);
-                memcpy(&c, sb + 12, 4);
-                uint64_t sc = (uint64_t)(a & 0x3f3f3f3fu) |
-                              (uint64_t)((c & 0x0f0f0f0fu) | ((a >> 6) & 0x03030303u) << 4) << 32;
-                uint64_t mn = (uint64_t)(b & 0x3f3f3f3fu) |
-                              (uint64_t)(((c >> 4) & 0x0f0f0f0fu) | ((b >> 6) & 0x03030303u) << 4) << 32;
-                __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
-                __m256 mnf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn)));
+                __m256 scf, mnf;
+                kq_scales_mins(sb + 4, &scf, &mnf);
                 scale = _mm512_castps256_ps512(_mm256_mul_ps(scf, _mm256_set1_ps(f16_load(sb))));
                 mins = _mm256_mul_ps(mnf, _mm256_set1_ps(-0.125f * f16_load(sb + 2)));
                 if (K == WK_Q5_K) qh = _mm256_loadu_si256((const __m256i *)(sb + 16));
@@ -720,16 +712,8 @@ X86_INLINE void kdirect_body(float *y, const uint8_t *w, size_t wst, const uint8
                     acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), k_lane(dd, j), acc[r]);
                 }
             } else { /* q4_K: d | dmin | scales[12] | qs[128];  q5_K: ... | qh[32] | qs[128] */
-                uint32_t a, b, c;
-                memcpy(&a, sb + 4, 4);
-                memcpy(&b, sb + 8, 4);
-                memcpy(&c, sb + 12, 4);
-                uint64_t sc = (uint64_t)(a & 0x3f3f3f3fu) |
-                              (uint64_t)((c & 0x0f0f0f0fu) | ((a >> 6) & 0x03030303u) << 4) << 32;
-                uint64_t mn = (uint64_t)(b & 0x3f3f3f3fu) |
-                              (uint64_t)(((c >> 4) & 0x0f0f0f0fu) | ((b >> 6) & 0x03030303u) << 4) << 32;
-                __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
-                __m256 mnf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn)));
+                __m256 scf, mnf;
+                kq_scales_mins(sb + 4, &scf, &mnf);
                 const __m256 dd = _mm256_mul_ps(_mm256_mul_ps(scf, _mm256_set1_ps(f16_load(sb))), dx);
                 macc[r] = _mm256_fmadd_ps(_mm256_mul_ps(mnf, _mm256_set1_ps(-f16_load(sb + 2))),
                                           _mm256_loadu_ps(xsum + 8 * sbi), macc[r]);

@@ -28,3 +28,20 @@ static inline __attribute__((always_inline)) __m256i qh_unpack(const uint8_t *qh
     v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
     return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
+
+/* The 12 bytes of 6-bit scales and mins of a q4_K / q5_K super-block (ggml's packing:
+ * bytes 0-3 scales 0-3 and the top bits of 4-7, bytes 4-7 mins 0-3 and theirs, bytes
+ * 8-11 the low nibbles of scales and mins 4-7) as 8 floats each. */
+static inline __attribute__((always_inline)) void kq_scales_mins(const uint8_t *p, __m256 *scales,
+                                                                  __m256 *mins) {
+    uint32_t a, b, c;
+    memcpy(&a, p, 4);
+    memcpy(&b, p + 4, 4);
+    memcpy(&c, p + 8, 4);
+    uint64_t sc = (uint64_t)(a & 0x3f3f3f3fu) |
+                  (uint64_t)((c & 0x0f0f0f0fu) | ((a >> 6) & 0x03030303u) << 4) << 32;
+    uint64_t mn = (uint64_t)(b & 0x3f3f3f3fu) |
+                  (uint64_t)(((c >> 4) & 0x0f0f0f0fu) | ((b >> 6) & 0x03030303u) << 4) << 32;
+    *scales = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
+    *mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn)));
+}
