@@ -60,6 +60,18 @@ static bool mkmodel(const struct arch_case *a, const char *type, const char *out
     return system(cmd) == 0;
 }
 
+/* The model of case c in weight type `type`, made (once per name) and loaded into *ret;
+ * the test fails naming what did not work. */
+static void model_of(const struct arch_case *c, const char *type, struct engine_model **ret) {
+    char path[1024];
+    struct err_detail d = {0};
+    *ret = NULL;
+    snprintf(path, sizeof path, "%s/%s-%s.gguf", test_tmpdir(), c->name, type);
+    if (!mkmodel(c, type, path)) TEST_FAIL_("warm-mkmodel failed for %s", path);
+    int r = engine_model_load(path, NULL, ret, &d);
+    if (r < 0) TEST_FAIL_("%s: %s", path, err_msg(&d, r));
+}
+
 enum { N_PROMPT = 40, N_GEN = 12, N_CTX = 128 };
 
 static void ctx_make(const struct engine_model *m, enum engine_device_kind dev, uint32_t gpu_layers,
@@ -150,12 +162,9 @@ static void compare(struct engine_context *a, struct engine_context *b, int64_t 
 
 static void check_case(const struct arch_case *c, const char *type, enum kern_type kv, uint32_t gpu_layers,
                        double tol) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s-%s.gguf", test_tmpdir(), c->name, type);
-    if (!mkmodel(c, type, path)) TEST_FAIL_("warm-mkmodel failed for %s", path);
-    struct engine_model *m = NULL;
-    struct err_detail d = {0};
-    ASSERT_OK_D(engine_model_load(path, NULL, &m, &d), &d);
+    struct engine_model *m;
+    model_of(c, type, &m);
+    ASSERT_TRUE(m != NULL);
     struct engine_context *cpu = ctx_new(m, ENGINE_DEVICE_CPU, 0, kv, 1);
     struct engine_context *gpu = ctx_new(m, ENGINE_DEVICE_CUDA, gpu_layers, kv, 1);
     if (cpu && gpu) {
@@ -204,12 +213,10 @@ TEST(gpu_layers_and_quantized_kv) {
 /* two sequences in one batch on the GPU, each equal to its own run on the CPU */
 TEST(two_sequences_in_one_batch) {
     NEED_DEVICE();
-    char path[1024];
-    snprintf(path, sizeof path, "%s/batch.gguf", test_tmpdir());
-    if (!mkmodel(&cases[4], "f16", path)) TEST_FAIL_("warm-mkmodel failed");
-    struct engine_model *m = NULL;
+    struct engine_model *m;
+    model_of(&cases[4], "f16", &m);
+    ASSERT_TRUE(m != NULL);
     struct err_detail d = {0};
-    ASSERT_OK_D(engine_model_load(path, NULL, &m, &d), &d);
     const int64_t nv = m->hp.n_vocab;
     struct engine_context *cpu = ctx_new(m, ENGINE_DEVICE_CPU, 0, KERN_TYPE_F16, 2);
     struct engine_context *gpu = ctx_new(m, ENGINE_DEVICE_CUDA, 0, KERN_TYPE_F16, 2);
@@ -255,12 +262,10 @@ static void greedy(struct engine_context *c, int64_t nv, int32_t n, int32_t *out
 TEST(state_blobs_cross_devices) {
     NEED_DEVICE();
     for (size_t k = 0; k < ARRAY_SIZE(cases) && !test_failed_; k += 4) { /* llama, gemma3 */
-        char path[1024];
-        snprintf(path, sizeof path, "%s/blob-%zu.gguf", test_tmpdir(), k);
-        if (!mkmodel(&cases[k], "q8_0", path)) TEST_FAIL_("warm-mkmodel failed");
-        struct engine_model *m = NULL;
+        struct engine_model *m;
+        model_of(&cases[k], "q8_0", &m);
+        ASSERT_TRUE(m != NULL);
         struct err_detail d = {0};
-        ASSERT_OK_D(engine_model_load(path, NULL, &m, &d), &d);
         const int64_t nv = m->hp.n_vocab;
         for (int dir = 0; dir < 2; dir++) {
             enum engine_device_kind from = dir ? ENGINE_DEVICE_CPU : ENGINE_DEVICE_CUDA;
@@ -299,12 +304,10 @@ TEST(state_blobs_cross_devices) {
 /* a context shift of GPU KV (staged through the host) continues as the CPU's */
 TEST(context_shift) {
     NEED_DEVICE();
-    char path[1024];
-    snprintf(path, sizeof path, "%s/shift.gguf", test_tmpdir());
-    if (!mkmodel(&cases[0], "f16", path)) TEST_FAIL_("warm-mkmodel failed");
-    struct engine_model *m = NULL;
+    struct engine_model *m;
+    model_of(&cases[0], "f16", &m);
+    ASSERT_TRUE(m != NULL);
     struct err_detail d = {0};
-    ASSERT_OK_D(engine_model_load(path, NULL, &m, &d), &d);
     const int64_t nv = m->hp.n_vocab;
     struct engine_context *cpu = ctx_new(m, ENGINE_DEVICE_CPU, 0, KERN_TYPE_F16, 1);
     struct engine_context *gpu = ctx_new(m, ENGINE_DEVICE_CUDA, 0, KERN_TYPE_F16, 1);
@@ -336,12 +339,10 @@ TEST(split_over_gpu_contexts) {
     static const size_t which[] = {0, 3, 5}; /* llama 6/2 heads, shared KV, gemma4 */
     for (size_t w = 0; w < ARRAY_SIZE(which) && !test_failed_; w++) {
         const struct arch_case *c = &cases[which[w]];
-        char path[1024];
-        snprintf(path, sizeof path, "%s/split-%s.gguf", test_tmpdir(), c->name);
-        if (!mkmodel(c, "q8_0", path)) TEST_FAIL_("warm-mkmodel failed for %s", path);
-        struct engine_model *m = NULL;
+        struct engine_model *m;
+        model_of(c, "q8_0", &m);
+        ASSERT_TRUE(m != NULL);
         struct err_detail d = {0};
-        ASSERT_OK_D(engine_model_load(path, NULL, &m, &d), &d);
         for (uint32_t n = 2; n <= 4 && !test_failed_; n++) {
             struct engine_context *cpu = ctx_new(m, ENGINE_DEVICE_CPU, 0, KERN_TYPE_F16, 1);
             struct engine_context *sp = ctx_split(m, n, KERN_TYPE_F16);
@@ -395,11 +396,9 @@ TEST(auto_and_index) {
     ASSERT_EQ(engine_device_resolve("auto", &kind, &index, why, sizeof why, &d), 0);
     ASSERT_EQ(kind, ENGINE_DEVICE_AUTO);
     ASSERT_EQ(strcmp(why, ""), 0);
-    char path[1024];
-    snprintf(path, sizeof path, "%s/auto.gguf", test_tmpdir());
-    if (!mkmodel(&cases[0], "q8_0", path)) TEST_FAIL_("warm-mkmodel failed");
-    struct engine_model *m = NULL;
-    ASSERT_OK_D(engine_model_load(path, NULL, &m, &d), &d);
+    struct engine_model *m;
+    model_of(&cases[0], "q8_0", &m);
+    ASSERT_TRUE(m != NULL);
     struct engine_context *c = ctx_new(m, ENGINE_DEVICE_AUTO, 0, KERN_TYPE_F16, 1);
     ASSERT_TRUE(c != NULL);
     ASSERT_EQ(strcmp(engine_context_device_note(c), ""), 0);
