@@ -109,14 +109,11 @@ const char *engine_context_device_note(const struct engine_context *ctx);
 /* ERR_INVALID when i >= engine_context_n_devices(). */
 int engine_context_device_info(const struct engine_context *ctx, uint32_t i,
                                struct engine_device_info *ret);
-/* The devices of a list "cpu,cpu,cpu" (config `devices`, warm-run/warm-bench --devices):
- * each entry "cpu" is one CPU partition; *ret_n = their count. ERR_INVALID for an empty
- * or unknown entry, ERR_UNSUPPORTED for "cuda:N" (engine_devices_parse_into() takes
- * them), with d. */
-int engine_devices_parse(const char *list, uint32_t *ret_n, struct err_detail *d);
-/* The same into p->n_devices and p->split_cuda, entries "cpu" or "cuda:N" (a CUDA device
- * may be named more than once: each entry is its own context there); ERR_INVALID for a
- * list that mixes the two. */
+/* The devices of a list (config `devices`, warm-run/warm-bench --devices) into
+ * p->n_devices and p->split_cuda: each entry "cpu" (one CPU partition) or "cuda:N" (a
+ * CUDA device, which may be named more than once: each entry is its own context there).
+ * ERR_INVALID with d for an empty or unknown entry, more than ENGINE_MAX_DEVICES, or a
+ * list that mixes the two kinds. */
 int engine_devices_parse_into(const char *list, struct engine_context_params *p, struct err_detail *d);
 /* Config `device`: "auto", "cpu" or "cuda:N" into *ret_kind and *ret_index. auto is
  * ENGINE_DEVICE_AUTO when a CUDA device exists (engine_context_new() then tries cuda:0 for

@@ -54,17 +54,6 @@ int engine_devices_parse_into(const char *list, struct engine_context_params *pr
     return 0;
 }
 
-int engine_devices_parse(const char *list, uint32_t *ret_n, struct err_detail *d) {
-    struct engine_context_params p = {0};
-    int r = engine_devices_parse_into(list, &p, d);
-    if (r < 0) return r;
-    for (uint32_t i = 0; i < p.n_devices; i++)
-        if (p.split_cuda[i])
-            return err_set(d, ERR_UNSUPPORTED, "devices \"%s\": CUDA devices need "
-                           "engine_devices_parse_into()", list);
-    *ret_n = p.n_devices;
-    return 0;
-}
 
 /* Why cuda:index cannot run a context (NULL: it can), into buf. */
 static const char *cuda_why_not(int index, char *buf, size_t len) {

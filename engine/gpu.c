@@ -801,17 +801,12 @@ void gpu_part_info(const struct device *dv, struct engine_device_info *ret) {
     info_of(dv->gpu, ret);
 }
 
-static int part_fail(struct device *dv, int r) {
-    dv->gpu_err = r;
-    return r;
-}
-
 void gpu_part_begin(struct engine_context *ctx, struct device *dv, const struct engine_batch *b, int32_t t0,
                     int32_t n) {
     int32_t n_out;
     dv->gpu_err = 0;
     int r = upload_index(ctx, dv->gpu, b, t0, n, &n_out);
-    if (r < 0) part_fail(dv, r);
+    if (r < 0) dv->gpu_err = r;
 }
 
 /* its heads' attention from ctx->xb, or its units' FFN: the partial sum into dv->part */
@@ -823,7 +818,7 @@ static void part_block(struct engine_context *ctx, struct device *dv, int il, in
     int r = kern_cuda_buf_upload(g->act, act_off(g, g->xb), ctx->xb, bytes);
     if (r == 0) r = ffn ? ffn_block(ctx, g, il, n, g->xb, g->x) : attn_block(ctx, g, il, n, g->xb, g->x);
     if (r == 0) r = kern_cuda_buf_download(g->act, act_off(g, g->x), dv->part, bytes);
-    if (r < 0) part_fail(dv, r);
+    if (r < 0) dv->gpu_err = r;
 }
 
 void gpu_part_attention(struct engine_context *ctx, struct device *dv, int il, int32_t n) {
@@ -843,7 +838,7 @@ void gpu_part_classifier(struct engine_context *ctx, struct device *dv, int32_t 
     if (r == 0)
         r = kern_cuda_buf_download(g->act, act_off(g, g->logits), dv->logits,
                                    (size_t)n_out * dv->n_vocab * sizeof(float));
-    if (r < 0) part_fail(dv, r);
+    if (r < 0) dv->gpu_err = r;
 }
 
 #endif /* WARM_CUDA */
