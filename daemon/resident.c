@@ -276,14 +276,20 @@ int residency_acquire(struct daemon *d, const char *name, uint64_t keep_alive_us
     log_info("loaded model '%s' (%s, %llu bytes with its KV cache) in %.1f ms", name,
              runner_model(runner)->arch_name, (unsigned long long)runner_memory_bytes(runner),
              (double)usec / 1e3);
-    /* where it runs, and what that reserved on each device */
+    /* where it runs, and what that reserved on each device: one line whatever the count */
+    char where[1024];
+    size_t len = 0;
     struct engine_device_info di;
-    for (uint32_t k = 0; runner_device_info(runner, k, &di) >= 0; k++)
-        log_info("model '%s' on %s%s%s%s: reserved %llu bytes (weights %llu, KV %llu, scratch %llu)",
-                 name, di.name, *di.device_name ? " (" : "", di.device_name, *di.device_name ? ")" : "",
-                 (unsigned long long)(di.weight_bytes + di.kv_bytes + di.scratch_bytes),
-                 (unsigned long long)di.weight_bytes, (unsigned long long)di.kv_bytes,
-                 (unsigned long long)di.scratch_bytes);
+    for (uint32_t k = 0; runner_device_info(runner, k, &di) >= 0 && len < sizeof where; k++) {
+        int n = snprintf(where + len, sizeof where - len, "%s%s%s%s%s %llu bytes (weights %llu, KV %llu, "
+                         "scratch %llu)", k ? "; " : "", di.name, *di.device_name ? " (" : "",
+                         di.device_name, *di.device_name ? ")" : "",
+                         (unsigned long long)(di.weight_bytes + di.kv_bytes + di.scratch_bytes),
+                         (unsigned long long)di.weight_bytes, (unsigned long long)di.kv_bytes,
+                         (unsigned long long)di.scratch_bytes);
+        len = n < 0 ? sizeof where : len + (size_t)n;
+    }
+    log_info("model '%s' reserved on %s", name, len ? where : "no device");
     if (*runner_device_note(runner))
         log_info("model '%s': device auto: on the CPU, since %s", name, runner_device_note(runner));
     *ret = r;

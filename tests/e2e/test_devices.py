@@ -120,7 +120,7 @@ class DevicesTest(DaemonTest):
         self.assertEqual([(x.name, x.kind) for x in info.devices], [("cuda:0", "cuda")])
         self.assertTrue(info.devices[0].description)
         self.assertIn("cuda", info.features)
-        self.assertIn("model 'm' on cuda:0", g.text())
+        self.assertIn("model 'm' reserved on cuda:0", g.text())
         # greedy: the same tokens (a long prompt: prefill in several steps)
         P, Q = prompt(700, 1), prompt(300, 2)
         want_p, text_p, _ = self.gen(c, P)
@@ -166,7 +166,7 @@ class DevicesTest(DaemonTest):
         got, _, s = self.gen(g2, P)
         self.assertGreater(s.store_tokens, 0, s)
         self.assertEqual(got, want_p)
-        self.assertIn("model 'm' on cuda:0", g2.text()[g2.log_start:])
+        self.assertIn("model 'm' reserved on cuda:0", g2.text()[g2.log_start:])
 
 
 if __name__ == "__main__":
