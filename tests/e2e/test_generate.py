@@ -184,8 +184,12 @@ class GenerateTest(DaemonTest):
         end = time.monotonic() + 120
         while time.monotonic() < end:
             text = st.Metrics(pb.MetricsRequest()).text
+            # the runner lets go of a cancelled job, and the log says so, just after its
+            # stream has ended: wait for those too
             if (metric(text, 'warmd_rpc_responses_total{code="CANCELLED"}') >= n and
-                    metric(text, "warmd_streams_active") == 1):  # this Metrics call
+                    metric(text, "warmd_streams_active") == 1 and  # this Metrics call
+                    metric(text, "warmd_queue_depth") == 0 and
+                    d.text().count("Generate from uid 0: status 1: cancelled by the client") >= n):
                 break
             time.sleep(0.05)
         self.assertEqual(metric(text, 'warmd_rpc_responses_total{code="CANCELLED"}'), n, text)
