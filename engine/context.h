@@ -62,6 +62,9 @@ struct engine_context_params {
      * KV source's (the placement llama.cpp #31406 fixed). The placement check then refuses
      * the context wherever a query head would leave its KV head's device. */
     bool split_own_rotation;
+    /* Tests and benchmarks: multiply by the weights as the file lays them out, without the
+     * repacked copies a CPU device makes where its kernels read another layout faster. */
+    bool plain_weights;
     /* One device of kind `device` (index: the N of cuda:N); gpu_layers: the last layers on
      * a GPU device, the rest on the CPU (0 = all; more when a shared-KV layer among them
      * reads an earlier layer's KV, which then runs there too). engine_device_resolve()

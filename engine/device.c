@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static const char *const split_names[] = {
     [ENGINE_SPLIT_NONE] = "none",
@@ -217,6 +219,111 @@ static int cols_slice(struct device *dv, const struct engine_weight *w, int64_t 
     return 0;
 }
 
+/* Copies a device may own per layer: the two column slices (repacked in place), then 5
+ * repacked matrices; and the classifier. */
+enum { OWNED_PER_LAYER = 7 };
+
+/* Repacks w's rows where they are (writable), 8 rows at a time through tmp (8 rows'
+ * bytes). */
+static void repack_in_place(const struct engine_weight *w, uint8_t *tmp) {
+    const size_t group = 8 * w->row_bytes;
+    for (int64_t i = 0; i < w->n_out; i += 8) {
+        uint8_t *g = (uint8_t *)w->data + (size_t)i * w->row_bytes;
+        memcpy(tmp, g, group);
+        (void)kern_rows8_pack(w->type, g, tmp, w->n_in, 8); /* the shape was checked */
+    }
+}
+
+/* w (a device's view or copy of the model's mw) in the layout this CPU's kernels read
+ * fastest (kernels/types.h rows8), where that differs from the file's:
+ *   a column slice the device owns: in place;
+ *   the whole tensor of a model that owns its weights (the daemon's private copy): in
+ *     place in the model, which then holds it repacked (mw's layout), so no byte is
+ *     held twice; its part of a split, or a classifier tied to the token embeddings
+ *     (read by rows), stays as it is;
+ *   a mapped file's tensor: in a copy the device owns (the file's pages, left alone,
+ *     are the page cache's to drop). */
+static int weight_repack(struct engine_context *ctx, struct device *dv, struct engine_weight *w,
+                         struct engine_weight *mw) {
+    struct engine_model *m = (struct engine_model *)ctx->model; /* see the in-place case */
+    if (!w->data || w->layout != KERN_LAYOUT_ROWS || !kern_rows8_supported(w->type, w->n_in, w->n_out))
+        return 0;
+    size_t i = 0;
+    while (i < dv->n_owned && dv->owned[i] != w->data) i++;
+    const bool owned = i < dv->n_owned;
+    const bool whole = w->data == mw->data && w->n_out == mw->n_out && w->n_in == mw->n_in;
+    if (!owned && m->own_copy && (!whole || mw->data == m->tok_embd.data)) return 0;
+    uint8_t *tmp = malloc(8 * w->row_bytes);
+    if (!tmp) return -ENOMEM;
+    if (owned || m->own_copy) {
+        /* the model's copy is writable while devices_repack() runs; no other context
+         * reads it meanwhile (engine_model.repacked) */
+        repack_in_place(w, tmp);
+        if (!owned) {
+            mw->layout = KERN_LAYOUT_ROWS8;
+            m->repacked = true;
+        }
+    } else {
+        size_t bytes = (size_t)w->n_out * w->row_bytes;
+        void *p = malloc(bytes);
+        if (!p) {
+            free(tmp);
+            return -ENOMEM;
+        }
+        (void)kern_rows8_pack(w->type, p, w->data, w->n_in, w->n_out);
+        dv->owned[dv->n_owned++] = p;
+        dv->copied_bytes += bytes;
+        w->data = p;
+    }
+    free(tmp);
+    w->layout = KERN_LAYOUT_ROWS8;
+    return 0;
+}
+
+static int repack_all(struct engine_context *ctx, struct err_detail *d);
+
+/* Repacks the matrices of the layers the host runs (and the classifier, when the host
+ * runs it) on every CPU device; a GPU split's partitions upload the file's rows. A model
+ * an earlier context repacked in place serves one CPU device only. */
+static int devices_repack(struct engine_context *ctx, struct err_detail *d) {
+    struct engine_model *m = (struct engine_model *)ctx->model;
+    if (m->repacked && (ctx->n_dev > 1 || ctx->gpu || ctx->split_gpu || ctx->params.plain_weights))
+        return err_set(d, ERR_UNSUPPORTED, "an earlier context repacked this model's weights in "
+                       "place for one CPU device; load the model again to run it on a GPU, "
+                       "on a split or with the file's layout");
+    if (ctx->params.plain_weights || ctx->split_gpu) return 0;
+    /* the model's private copy is kept read-only, as the mapping it stands in for: the
+     * whole of it writable meanwhile (one mapping: its huge pages stay whole) */
+    const int prot = PROT_READ | PROT_WRITE;
+    if (m->own_copy && mprotect((void *)gguf_base(m->file), (size_t)gguf_size(m->file), prot) < 0)
+        return err_set(d, -errno, "cannot make the model's copy writable: %s", err_str(-errno));
+    int r = repack_all(ctx, d);
+    if (m->own_copy) (void)mprotect((void *)gguf_base(m->file), (size_t)gguf_size(m->file), PROT_READ);
+    return r;
+}
+
+static int repack_all(struct engine_context *ctx, struct err_detail *d) {
+    struct engine_model *m = (struct engine_model *)ctx->model;
+    for (uint32_t i = 0; i < ctx->n_dev; i++) {
+        struct device *de = &ctx->dev[i];
+        for (uint32_t il = 0; il < ctx->n_layer_host; il++) {
+            struct dev_layer *dl = &de->layer[il];
+            struct engine_layer *l = &m->layers[il];
+            struct engine_weight *ws[] = {&dl->wq, &dl->wk, &dl->wv, &dl->wo,
+                                          &dl->w_gate, &dl->w_up, &dl->w_down};
+            struct engine_weight *mws[] = {&l->wq, &l->wk, &l->wv, &l->wo,
+                                           &l->w_gate, &l->w_up, &l->w_down};
+            for (size_t k = 0; k < ARRAY_SIZE(ws); k++) {
+                int r = weight_repack(ctx, de, ws[k], mws[k]);
+                if (r < 0) return err_set(d, r, "cannot repack layer %u's weights for %s", il, de->name);
+            }
+        }
+        int r = ctx->gpu ? 0 : weight_repack(ctx, de, &de->output, &m->output);
+        if (r < 0) return err_set(d, r, "cannot repack the classifier for %s", de->name);
+    }
+    return 0;
+}
+
 static uint64_t weight_bytes(const struct engine_weight *w) {
     return w->data ? (uint64_t)w->n_out * w->row_bytes : 0;
 }
@@ -401,7 +508,7 @@ int devices_init(struct engine_context *ctx, struct err_detail *d) {
         /* a GPU partition's host thread only drives it */
         de->n_threads = ctx->split_gpu ? 1 : MAX(1, threads / (int)n + ((int)i < threads % (int)n));
         de->layer = calloc(n_layer, sizeof *de->layer);
-        de->owned = calloc(2 * (size_t)n_layer + 1, sizeof *de->owned);
+        de->owned = calloc(OWNED_PER_LAYER * (size_t)n_layer + 1, sizeof *de->owned);
         if (!de->layer || !de->owned) return -ENOMEM;
         if ((r = kern_pool_new(de->n_threads, &de->pool)) < 0)
             return err_set(d, r, "cannot start %d threads for %s", de->n_threads, de->name);
@@ -410,7 +517,9 @@ int devices_init(struct engine_context *ctx, struct err_detail *d) {
         return err_set(d, r, "cannot start the threads that drive %u devices", n);
     ctx->pool = ctx->dev[0].pool;
     if (ctx->split_gpu && (r = gpu_parts_open(ctx, d)) < 0) return r;
-    if ((r = plan_layers(ctx, ratio, d)) < 0 || (r = placement_check(ctx, d)) < 0) return r;
+    if ((r = plan_layers(ctx, ratio, d)) < 0 || (r = placement_check(ctx, d)) < 0 ||
+        (r = devices_repack(ctx, d)) < 0)
+        return r;
     for (uint32_t i = 0; i < n; i++)
         if ((r = device_scratch(ctx, &ctx->dev[i], d)) < 0) return r;
     return 0;

@@ -65,7 +65,7 @@ struct device {
     struct gpu *gpu;          /* a partition of a split over GPUs (engine/gpu.h), else NULL */
     int gpu_err;              /* its failure in the current step */
 
-    void **owned;             /* the column slices it copied */
+    void **owned;             /* the column slices and repacked weights it copied */
     size_t n_owned;
     uint64_t weight_bytes, copied_bytes, kv_bytes, scratch_bytes;
 };

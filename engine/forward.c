@@ -29,7 +29,8 @@
 static void matmul(struct kern_pool *pool, void *scratch, float *y, const struct engine_weight *w,
                    const float *x, int64_t n_tok) {
     bool big = w->n_in * w->n_out * n_tok >= POOL_MIN_WORK;
-    kern_matmul(big ? pool : NULL, y, w->data, w->type, x, w->n_in, w->n_out, n_tok, scratch);
+    kern_matmul_layout(big ? pool : NULL, y, w->data, w->type, w->layout, x, w->n_in, w->n_out,
+                       n_tok, scratch);
 }
 
 /* y[t] += bias for each of n_tok rows, when the weight has a bias */

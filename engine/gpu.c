@@ -352,6 +352,8 @@ static int weight_put(struct gpu *g, struct gpu_w *dst, const struct engine_weig
                       bool upload) {
     memset(dst, 0, sizeof *dst);
     if (!w->data || w->n_out == 0 || w->n_in == 0) return 0;
+    /* the CUDA kernels read the file's rows; devices_repack() keeps rows8 off GPUs */
+    if (w->layout != KERN_LAYOUT_ROWS) return ERR_UNSUPPORTED;
     size_t n = w->row_bytes * (size_t)w->n_out;
     if (upload) {
         int r = kern_cuda_buf_upload(g->weights, *off, w->data, n);

@@ -797,7 +797,10 @@ fail:
 int engine_model_load(const char *path, const struct engine_model_params *params,
                       struct engine_model **ret, struct err_detail *d) {
     struct gguf_file *f = NULL;
-    int r = params && params->private_copy ? gguf_open_copy(path, &f, d) : gguf_open(path, &f, d);
+    const bool copy = params && params->private_copy;
+    int r = copy ? gguf_open_copy(path, &f, d) : gguf_open(path, &f, d);
     if (r < 0) return r;
-    return engine_model_load_gguf(f, params, ret, d);
+    if ((r = engine_model_load_gguf(f, params, ret, d)) < 0) return r;
+    (*ret)->own_copy = copy;
+    return r;
 }

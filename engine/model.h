@@ -114,6 +114,7 @@ struct engine_hparams {
 struct engine_weight {
     const void *data;
     enum kern_type type;
+    enum kern_layout layout; /* the file's rows, or a device's repacked copy (device.c) */
     int64_t n_in, n_out;
     size_t row_bytes;
 };
@@ -152,6 +153,10 @@ struct engine_model {
     struct engine_layer *layers;      /* n_layer */
 
     struct gguf_file *file; /* owned; the weights point into its mapping */
+    /* The weights are the model's own writable copy (private_copy): the first context of
+     * one CPU device repacks them there, in place (engine/device.c), rather than beside
+     * them, and sets repacked; later contexts must then be of one CPU device too. */
+    bool own_copy, repacked;
     float *vec_arena;       /* owned: the f32 copies of 1-D tensors */
     uint64_t weight_bytes;  /* bytes of all weights, for bandwidth estimates */
 };

@@ -157,6 +157,9 @@ static void quant_task_run(void *arg, int ith, int nth) {
 
 struct mm_task {
     kern_tile_fn tile;
+    kern_tile8_fn tile8;  /* rows8 weights: one group of 8 rows per call */
+    bool rows8;
+    enum kern_type wt;
     float *y;
     const uint8_t *w, *x;
     size_t w_stride, x_stride;
@@ -176,6 +179,17 @@ static void mm_task_run(void *arg, int ith, int nth) {
         if (u >= m->n_units) break;
         int64_t r0 = u % m->n_row_units * m->unit_rows, t0 = u / m->n_row_units * MM_UNIT_TOKS;
         int64_t r1 = MIN(r0 + m->unit_rows, m->n_out), t1 = MIN(t0 + MM_UNIT_TOKS, m->n_tok);
+        if (m->rows8) { /* units are whole groups: unit_rows and n_out are multiples of 8 */
+            for (int64_t r = r0; r < r1; r += 8) {
+                float *y = m->y + t0 * m->n_out + r;
+                const uint8_t *g = m->w + r * m->w_stride, *x = m->x + t0 * m->x_stride;
+                if (m->tile8)
+                    m->tile8(y, m->n_out, g, x, m->x_stride, m->n_in, (int)(t1 - t0));
+                else
+                    kern_tile8_unpacked(m->wt, y, m->n_out, g, x, m->x_stride, m->n_in, (int)(t1 - t0));
+            }
+            continue;
+        }
         for (int64_t r = r0; r < r1; r += KERN_TILE_ROWS)
             m->tile(m->y + t0 * m->n_out + r, m->n_out, m->w + r * m->w_stride, m->w_stride,
                     m->x + t0 * m->x_stride, m->x_stride, m->n_in,
@@ -183,16 +197,35 @@ static void mm_task_run(void *arg, int ith, int nth) {
     }
 }
 
-void kern_matmul(struct kern_pool *pool, float *y, const void *w, enum kern_type wt,
-                 const float *x, int64_t n_in, int64_t n_out, int64_t n_tok, void *scratch) {
+bool kern_rows8_supported(enum kern_type wt, int64_t n_in, int64_t n_out) {
     kern_init();
     const struct kern_type_traits *tr = kern_type_traits((int)wt);
+    return tr && (unsigned)wt < KERN_TYPE_COUNT && impl.tile8[wt] && n_in > 0 &&
+           n_in % tr->blck_size == 0 && n_out > 0 && n_out % 8 == 0;
+}
+
+void kern_matmul(struct kern_pool *pool, float *y, const void *w, enum kern_type wt,
+                 const float *x, int64_t n_in, int64_t n_out, int64_t n_tok, void *scratch) {
+    kern_matmul_layout(pool, y, w, wt, KERN_LAYOUT_ROWS, x, n_in, n_out, n_tok, scratch);
+}
+
+void kern_matmul_layout(struct kern_pool *pool, float *y, const void *w, enum kern_type wt,
+                        enum kern_layout layout, const float *x, int64_t n_in, int64_t n_out,
+                        int64_t n_tok, void *scratch) {
+    kern_init();
+    const struct kern_type_traits *tr = kern_type_traits((int)wt);
+    const bool rows8 = layout == KERN_LAYOUT_ROWS8;
     assert(tr && impl.tile[wt] && n_in > 0 && n_out >= 0 && n_tok >= 0);
-    assert(n_in % tr->blck_size == 0);
+    assert(n_in % tr->blck_size == 0 && (!rows8 || n_out % 8 == 0));
+    /* a level without rows8 kernels reads the reference's activation rows */
+    assert(!rows8 || impl.tile8[wt] || impl.act_row_size == kern_row_size);
     if (n_out == 0 || n_tok == 0) return;
 
     struct mm_task m = {
         .tile = impl.tile[wt],
+        .tile8 = impl.tile8[wt],
+        .rows8 = rows8,
+        .wt = wt,
         .y = y,
         .w = w,
         .w_stride = kern_row_size(wt, n_in),

@@ -48,6 +48,20 @@ size_t kern_matmul_scratch_bytes(enum kern_type wt, int64_t n_in, int64_t n_tok)
 void kern_matmul(struct kern_pool *pool, float *y, const void *w, enum kern_type wt,
                  const float *x, int64_t n_in, int64_t n_out, int64_t n_tok, void *scratch);
 
+/* Load-time repacking into rows8 (kernels/types.h, enum kern_layout). */
+/* Whether this CPU's kernels read wt weights of n_out rows faster as rows8 (a type with
+ * rows8 kernels at the current level, n_out a multiple of 8). */
+bool kern_rows8_supported(enum kern_type wt, int64_t n_in, int64_t n_out);
+/* Converts n_out rows (a multiple of 8) of n_in values between the two layouts; returns
+ * ERR_UNSUPPORTED for a type without a rows8 layout or a shape it cannot take. */
+int kern_rows8_pack(enum kern_type wt, void *dst, const void *src, int64_t n_in, int64_t n_out);
+int kern_rows8_unpack(enum kern_type wt, void *dst, const void *src, int64_t n_in, int64_t n_out);
+/* kern_matmul over weights in the given layout (any level computes rows8: levels without
+ * its kernels unpack blocks as they go). */
+void kern_matmul_layout(struct kern_pool *pool, float *y, const void *w, enum kern_type wt,
+                        enum kern_layout layout, const float *x, int64_t n_in, int64_t n_out,
+                        int64_t n_tok, void *scratch);
+
 /* Converts n f32 values (a multiple of t's block size) to a row of type t with the
  * fastest converter this CPU has; the bytes equal the traits' reference from_f32 (SIMD
  * converters are checked bit for bit). Types without from_f32 must not be passed. */

@@ -40,6 +40,18 @@ enum kern_type {
     KERN_TYPE_COUNT = 31
 };
 
+/* Weight layouts. KERN_LAYOUT_ROWS is the file's: n_out rows of kern_row_size(wt, n_in)
+ * bytes. KERN_LAYOUT_ROWS8 interleaves each group of 8 rows block by block, so that one
+ * SIMD register holds the same block of 8 rows and its lanes are rows: no horizontal sums
+ * in decode and no repacking per call in prefill (the engine repacks at load). Same bytes
+ * as the rows. For each group of rows, for each block j, the 8 rows' fields, row r's 4
+ * bytes at 4r within every 32 (2 bytes at 2r for fp16 fields):
+ *   q4_0: d[8] | qs in 4 chunks, chunk k = bytes 4k..4k+3 of each row's qs
+ *   q8_0: d[8] | qs in 8 chunks, likewise
+ *   q4_K: d[8] | dmin[8] | scales in 3 chunks (chunk w = bytes 4w..4w+3) | qs in 4 × 8
+ *         chunks, chunk (q, k) = bytes 32q + 4k..+3 (sub-blocks 2q, 2q+1 of values 4k..) */
+enum kern_layout { KERN_LAYOUT_ROWS = 0, KERN_LAYOUT_ROWS8 = 1 };
+
 typedef uint16_t kern_f16;   /* IEEE 754 binary16 bits */
 typedef uint16_t kern_bf16;  /* bfloat16 bits */
 

@@ -67,3 +67,19 @@ int test_main(const struct test_case *cases, size_t n, int argc, char **argv) {
     if (skipped && !passed) return 77;
     return 0;
 }
+
+int32_t test_top_index(const float *x, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+double test_nmse(const float *got, const float *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += (got[i] - ref[i]) * (double)(got[i] - ref[i]);
+        den += (double)ref[i] * ref[i];
+    }
+    return den > 0 ? num / den : num;
+}

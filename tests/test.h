@@ -93,6 +93,11 @@ const char *test_shared_path(const char *rel);
 /* A fresh temporary directory for this test executable (removed at exit). */
 const char *test_tmpdir(void);
 
+/* The index of the largest of n values (the first of equals): a greedy token. */
+int32_t test_top_index(const float *x, int32_t n);
+/* Σ(got - ref)² / Σ ref² over n values (the plain sum when ref is all zero). */
+double test_nmse(const float *got, const float *ref, size_t n);
+
 int test_main(const struct test_case *cases, size_t n, int argc, char **argv);
 
 #define TEST_MAIN(...)                                                                 \

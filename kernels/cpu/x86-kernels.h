@@ -922,6 +922,195 @@ X86_QTILE(q3_K, WK_Q3_K)
 X86_QTILE(iq4_xs, WK_IQ4_XS)
 #undef X86_QTILE
 
+/* ---- rows8 weights (kernels/matmul.h): lanes are rows -------------------------------- */
+
+/* q4_0, 8 rows × NT tokens over all nb blocks of group g. Chunk k of a block holds, in
+ * lane r, row r's values 4k..4k+3 (low nibbles) and 16+4k..16+4k+3 (high nibbles): each
+ * meets the token's 4 codes broadcast to every lane, so lane r sums row r's dot and the
+ * block's 8 scales are one fp16 load. Codes u = q (0..15) against |x| <= 127: a pair is
+ * at most 3810, the 16 of a block's 8 byte dots 30480, within int16; -8·Σx comes from the
+ * half sums in the q8_0 rows' s slot. */
+/* 4 bytes at p in every 32-bit lane: a broadcast load (VPBROADCASTD), no shuffle */
+X86_INLINE __m256i bcast4(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm256_set1_epi32(v);
+}
+
+X86_INLINE void r8_q4_0_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x, size_t xst,
+                             int64_t nb, const int NT) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < nb; j++) {
+        const uint8_t *b = g + 144 * j;
+        _mm_prefetch((const char *)b + 1024, _MM_HINT_T0);
+        _mm_prefetch((const char *)b + 1024 + 64, _MM_HINT_T0);
+        __m256i lo[4], hi[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            __m256i c = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * k));
+            lo[k] = _mm256_and_si256(c, m4);
+            hi[k] = _mm256_and_si256(_mm256_srli_epi16(c, 4), m4);
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b));
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            const uint8_t *xr = x + t * xst, *xq = xr + 32 * j;
+            const float *xd = (const float *)(xr + 32 * nb);
+            int32_t hs;
+            memcpy(&hs, xd + nb + j, sizeof hs);
+            __m256i p = _mm256_maddubs_epi16(lo[0], bcast4(xq));
+            p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi[0], bcast4(xq + 16)));
+#pragma GCC unroll 4
+            for (int k = 1; k < 4; k++) {
+                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(lo[k], bcast4(xq + 4 * k)));
+                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi[k], bcast4(xq + 16 + 4 * k)));
+            }
+            /* -8·Σx in the integer unit: the vector multiplier is the busy one */
+            const int32_t corr = 8 * ((int32_t)(int16_t)(uint16_t)hs + (int32_t)(int16_t)(uint16_t)((uint32_t)hs >> 16));
+            __m256i s = _mm256_sub_epi32(_mm256_madd_epi16(p, ones), _mm256_set1_epi32(corr));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_broadcast_ss(xd + j)), acc[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) _mm256_storeu_ps(y + t * ys, acc[t]);
+}
+
+/* q4_K, 8 rows × NT tokens. Per super-block the 8 rows' 6-bit scales and mins are decoded
+ * at once from their interleaved 12 bytes (lane r = row r, ggml's packing), into d·sc and
+ * dmin·m per sub-block (lanes = rows). Sub-block 2q+h of every row is chunk (q, k)'s low
+ * (h = 0) or high nibbles, k = 0..7 over its 32 values, and meets the token's codes as
+ * q4_0's blocks do (the same int16 bound); the mins meet the q8_1 rows' s = d·Σq. */
+X86_INLINE void r8_q4_K_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x, size_t xst,
+                             int64_t nb, const int NT) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const __m256i m6 = _mm256_set1_epi8(0x3f), m2 = _mm256_set1_epi8(3), mb = _mm256_set1_epi32(0xff);
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t sbi = 0; sbi < nb / 8; sbi++) {
+        const uint8_t *b = g + 1152 * sbi;
+        const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b));
+        const __m256 dmv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + 16)));
+        const __m256i wa = _mm256_loadu_si256((const __m256i *)(b + 32));
+        const __m256i wb = _mm256_loadu_si256((const __m256i *)(b + 64));
+        const __m256i wc = _mm256_loadu_si256((const __m256i *)(b + 96));
+        /* bytes 0..3 of each lane: sub-blocks 0..3 (sc03, m03) and 4..7 (sc47, m47) */
+        const __m256i sc[2] = {_mm256_and_si256(wa, m6),
+                               _mm256_or_si256(_mm256_and_si256(wc, m4),
+                                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(wa, 6), m2), 4))};
+        const __m256i mn[2] = {_mm256_and_si256(wb, m6),
+                               _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wc, 4), m4),
+                                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(wb, 6), m2), 4))};
+        for (int q = 0; q < 4; q++) {
+            const uint8_t *c = b + 128 + 256 * q;
+            _mm_prefetch((const char *)c + 2048, _MM_HINT_T0);
+            _mm_prefetch((const char *)c + 2048 + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)c + 2048 + 128, _MM_HINT_T0);
+            _mm_prefetch((const char *)c + 2048 + 192, _MM_HINT_T0);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const int j = 2 * q + h; /* the sub-block */
+                const int sh = 8 * (j % 4);
+                const __m256 sd = _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(sc[j / 4], sh), mb)));
+                const __m256 md = _mm256_mul_ps(dmv, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(mn[j / 4], sh), mb)));
+                __m256i u[8];
+#pragma GCC unroll 8
+                for (int k = 0; k < 8; k++) {
+                    __m256i v = _mm256_loadu_si256((const __m256i *)(c + 32 * k));
+                    u[k] = _mm256_and_si256(h ? _mm256_srli_epi16(v, 4) : v, m4);
+                }
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) {
+                    const uint8_t *xr = x + t * xst, *xq = xr + 32 * (8 * sbi + j);
+                    const float *xd = (const float *)(xr + 32 * nb) + 8 * sbi + j;
+                    __m256i p = _mm256_maddubs_epi16(u[0], bcast4(xq));
+#pragma GCC unroll 8
+                    for (int k = 1; k < 8; k++) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(u[k], bcast4(xq + 4 * k)));
+                    __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+                    acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(sd, _mm256_broadcast_ss(xd)), acc[t]);
+                    acc[t] = _mm256_fnmadd_ps(md, _mm256_broadcast_ss(xd + nb), acc[t]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) _mm256_storeu_ps(y + t * ys, acc[t]);
+}
+
+/* q8_0, 8 rows × NT tokens: chunk k, lane r = row r's values 4k..4k+3, against the
+ * token's values 4k..4k+3 in every lane. Signed weights (S mode: |w| · x·sign w, each
+ * pair up to 2·127·127, widened before the sums). */
+X86_INLINE void r8_q8_0_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x, size_t xst,
+                             int64_t nb, const int NT) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < nb; j++) {
+        const uint8_t *b = g + 272 * j;
+        _mm_prefetch((const char *)b + 2048, _MM_HINT_T0);
+        _mm_prefetch((const char *)b + 2048 + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)b + 2048 + 128, _MM_HINT_T0);
+        _mm_prefetch((const char *)b + 2048 + 192, _MM_HINT_T0);
+        _mm_prefetch((const char *)b + 2048 + 256, _MM_HINT_T0);
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b));
+        __m256i is[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) is[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m256i w = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * k)), aw = _mm256_abs_epi8(w);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                const __m256i xs = _mm256_sign_epi8(bcast4(x + t * xst + 32 * j + 4 * k), w);
+                is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xs), ones));
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            const float *xd = (const float *)(x + t * xst + 32 * nb);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), _mm256_mul_ps(dw, _mm256_broadcast_ss(xd + j)), acc[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) _mm256_storeu_ps(y + t * ys, acc[t]);
+}
+
+/* A group of 8 rows × nt tokens: 4 tokens at a time (their weights unpacked once), then
+ * the 1-3 left. */
+X86_INLINE void r8_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x, size_t xst,
+                        int64_t nb, const int NT, const int K) {
+    if (K == WK_Q4_0) r8_q4_0_body(y, ys, g, x, xst, nb, NT);
+    else if (K == WK_Q8_0) r8_q8_0_body(y, ys, g, x, xst, nb, NT);
+    else r8_q4_K_body(y, ys, g, x, xst, nb, NT);
+}
+
+X86_INLINE void tile8(float *y, int64_t ys, const void *g, const void *x, size_t xst, int64_t n,
+                      int nt, const int K) {
+    const uint8_t *xb = x;
+    int t = 0;
+    for (; t + 4 <= nt; t += 4) r8_body(y + t * ys, ys, g, xb + t * xst, xst, n / 32, 4, K);
+    switch (nt - t) {
+    case 3: r8_body(y + t * ys, ys, g, xb + t * xst, xst, n / 32, 3, K); break;
+    case 2: r8_body(y + t * ys, ys, g, xb + t * xst, xst, n / 32, 2, K); break;
+    case 1: r8_body(y + t * ys, ys, g, xb + t * xst, xst, n / 32, 1, K); break;
+    default: break;
+    }
+}
+
+#define X86_TILE8(name, K)                                                                  \
+    static void X86_SFX(tile8_##name)(float *y, int64_t ys, const void *g, const void *x,   \
+                                      size_t xst, int64_t n, int nt) {                      \
+        tile8(y, ys, g, x, xst, n, nt, K);                                                  \
+    }
+X86_TILE8(q4_0, WK_Q4_0)
+X86_TILE8(q8_0, WK_Q8_0)
+X86_TILE8(q4_K, WK_Q4_K)
+#undef X86_TILE8
+
 /* ---- float weights × f32 activations ------------------------------------------------- */
 
 enum fkind { FK_F32, FK_F16, FK_BF16 };
@@ -1221,6 +1410,9 @@ void X86_SFX(kern_impl_fill)(struct kern_impl *impl) {
     impl->tile[KERN_TYPE_Q2_K] = X86_SFX(tile_q2_K);
     impl->tile[KERN_TYPE_Q3_K] = X86_SFX(tile_q3_K);
     impl->tile[KERN_TYPE_IQ4_XS] = X86_SFX(tile_iq4_xs);
+    impl->tile8[KERN_TYPE_Q4_0] = X86_SFX(tile8_q4_0);
+    impl->tile8[KERN_TYPE_Q8_0] = X86_SFX(tile8_q8_0);
+    impl->tile8[KERN_TYPE_Q4_K] = X86_SFX(tile8_q4_K);
     impl->from_f32[KERN_TYPE_Q8_0] = X86_SFX(quant_q8_0);
     impl->from_f32[KERN_TYPE_Q8_1] = X86_SFX(quant_q8_1);
     impl->from_f32[KERN_TYPE_F16] = X86_SFX(quant_f16);

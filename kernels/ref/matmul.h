@@ -20,6 +20,11 @@
 typedef void (*kern_tile_fn)(float *y, int64_t y_stride, const void *w, size_t w_stride,
                              const void *x, size_t x_stride, int64_t n, int nr, int nt);
 
+/* rows8 (kernels/matmul.h): y[t·y_stride + r] for the 8 rows of one group (r < 8),
+ * nt tokens (1 <= nt <= KERN_TILE_TOKS); g: the group's first byte. */
+typedef void (*kern_tile8_fn)(float *y, int64_t y_stride, const void *g, const void *x,
+                              size_t x_stride, int64_t n, int nt);
+
 /* Activation row layouts: the reference uses the vec_dot_type's own blocks; SIMD levels
  * may use another layout of at most KERN_ACT_BLOCK_BYTES per 32 values (scratch is sized
  * for the largest). */
@@ -28,6 +33,7 @@ typedef void (*kern_tile_fn)(float *y, int64_t y_stride, const void *w, size_t w
 struct kern_impl {
     const char *level;
     kern_tile_fn tile[KERN_TYPE_COUNT];         /* by weight type; NULL = unsupported */
+    kern_tile8_fn tile8[KERN_TYPE_COUNT];       /* rows8 weights; NULL: unpacked as they go */
     kern_from_f32_fn from_f32[KERN_TYPE_COUNT]; /* by destination type; bit-identical to
                                                  * the traits' reference from_f32 */
     kern_from_f32_fn act_from_f32[KERN_TYPE_COUNT]; /* by vec_dot_type (q8_0, q8_1) */
@@ -36,3 +42,8 @@ struct kern_impl {
 
 /* Fills every entry from the reference kernels. */
 void kern_impl_fill_ref(struct kern_impl *impl);
+
+/* rows8 weights without a tile8: rebuilds the group's blocks in the file's layout a few at
+ * a time and runs the reference dots (reference activation rows only). */
+void kern_tile8_unpacked(enum kern_type wt, float *y, int64_t y_stride, const void *g,
+                         const void *x, size_t x_stride, int64_t n, int nt);

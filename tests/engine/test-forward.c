@@ -100,13 +100,6 @@ static struct engine_context *context_open(const struct engine_model *m, uint32_
     return ctx;
 }
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 /* Greedy generation: the prompt in one batch, then one token per step, until steps
  * positions are done or stop_id (>= 0) is sampled. Returns the number generated. */
 static size_t generate_greedy(struct engine_context *ctx, const int32_t *prompt, size_t n_prompt,
@@ -118,7 +111,7 @@ static size_t generate_greedy(struct engine_context *ctx, const int32_t *prompt,
     if (engine_context_decode(ctx, &b, NULL) < 0) return 0;
     size_t n = 0;
     while (n < cap) {
-        int32_t tok = argmax(engine_context_logits(ctx, 0), n_vocab);
+        int32_t tok = test_top_index(engine_context_logits(ctx, 0), n_vocab);
         if (tok == stop_id) break;
         out[n++] = tok;
         int32_t p = (int32_t)(n_prompt - 1 + n);
@@ -345,7 +338,7 @@ TEST(batch_equals_solo) {
         ASSERT_OK(engine_context_decode(ctx, &b, NULL));
         for (int k = 0; k < STEPS; k++) {
             memcpy(solo[s][k], engine_context_logits(ctx, 0), sizeof(float) * (size_t)n_vocab);
-            int32_t tok = solo_tok[s][k] = argmax(solo[s][k], n_vocab), p = n_prompt[s] + k;
+            int32_t tok = solo_tok[s][k] = test_top_index(solo[s][k], n_vocab), p = n_prompt[s] + k;
             struct engine_batch one = {.n_tok = 1, .token = &tok, .pos = &p};
             ASSERT_OK(engine_context_decode(ctx, &one, NULL));
         }
@@ -374,7 +367,7 @@ TEST(batch_equals_solo) {
             const float *l = engine_context_logits(ctx, r);
             ASSERT_TRUE(l);
             for (int j = 0; j < n_vocab; j++) max_err = fmax(max_err, fabs(l[j] - solo[s][k][j]));
-            ASSERT_EQ(argmax(l, n_vocab), solo_tok[s][k]);
+            ASSERT_EQ(test_top_index(l, n_vocab), solo_tok[s][k]);
         }
         for (int r = 0; r < 3; r++) {
             int s = order[r];
@@ -818,7 +811,7 @@ static bool dummy_run(const char *path, int32_t *gen, float *logits, int32_t *re
         memcpy(logits + (size_t)i * n_vocab, engine_context_logits(ctx, i), sizeof(float) * (size_t)n_vocab);
     const float *last = engine_context_logits(ctx, DUMMY_PROMPT - 1);
     for (int k = 0; ok && k < DUMMY_GEN; k++) {
-        int32_t t = gen[k] = argmax(last, n_vocab), p = DUMMY_PROMPT + k;
+        int32_t t = gen[k] = test_top_index(last, n_vocab), p = DUMMY_PROMPT + k;
         struct engine_batch one = {.n_tok = 1, .token = &t, .pos = &p};
         ok = engine_context_decode(ctx, &one, NULL) >= 0;
         last = engine_context_logits(ctx, 0);

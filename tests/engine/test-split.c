@@ -61,8 +61,14 @@ static const char *case_path(const struct split_case *c, char *buf, size_t cap) 
     return system(cmd) == 0 ? buf : NULL;
 }
 
+/* context_new() flags */
+enum {
+    OWN_ROTATION = 1, /* params.split_own_rotation */
+    PLAIN = 2,        /* params.plain_weights: no repacked copies */
+};
+
 static int context_new(const struct engine_model *m, uint32_t n_dev, enum kern_type kv_type,
-                       bool own_rotation, struct engine_context **ret, struct err_detail *d) {
+                       unsigned flags, struct engine_context **ret, struct err_detail *d) {
     struct engine_context_params p;
     engine_context_params_default(&p);
     p.n_ctx = 64;
@@ -72,15 +78,9 @@ static int context_new(const struct engine_model *m, uint32_t n_dev, enum kern_t
     p.type_k = p.type_v = kv_type;
     p.n_devices = n_dev;
     p.split = n_dev > 1 ? ENGINE_SPLIT_TENSOR : ENGINE_SPLIT_NONE;
-    p.split_own_rotation = own_rotation;
+    p.split_own_rotation = flags & OWN_ROTATION;
+    p.plain_weights = flags & PLAIN;
     return engine_context_new(m, &p, ret, d);
-}
-
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
 }
 
 static void prompt_of(int32_t *tok, int32_t n_vocab) {
@@ -105,7 +105,7 @@ static int run_from(struct engine_context *ctx, uint32_t p0, int32_t *gen, float
         memcpy(logits + rows * (size_t)n_vocab, engine_context_logits(ctx, i), sizeof(float) * (size_t)n_vocab);
     const float *last = r >= 0 ? engine_context_logits(ctx, b.n_tok - 1) : NULL;
     for (int k = 0; r >= 0 && k < N_GEN; k++) {
-        int32_t t = gen[k] = argmax(last, n_vocab), p = N_PROMPT + k;
+        int32_t t = gen[k] = test_top_index(last, n_vocab), p = N_PROMPT + k;
         struct engine_batch one = {.n_tok = 1, .token = &t, .pos = &p};
         if ((r = engine_context_decode(ctx, &one, d)) < 0) break;
         last = engine_context_logits(ctx, 0);
@@ -113,15 +113,6 @@ static int run_from(struct engine_context *ctx, uint32_t p0, int32_t *gen, float
     }
     *n_rows = rows;
     return r;
-}
-
-static double nmse(const float *got, const float *ref, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        num += (got[i] - ref[i]) * (double)(got[i] - ref[i]);
-        den += (double)ref[i] * ref[i];
-    }
-    return den > 0 ? num / den : num;
 }
 
 static struct engine_model *case_model(const struct split_case *c) {
@@ -152,18 +143,18 @@ TEST(split_matches_single_device) {
         struct err_detail d = {0};
         struct engine_context *ctx = NULL;
         ASSERT_TRUE(ref && got);
-        ASSERT_OK_D(context_new(m, 1, c->kv_type, false, &ctx, &d), &d);
+        ASSERT_OK_D(context_new(m, 1, c->kv_type, 0, &ctx, &d), &d);
         ASSERT_OK_D(run_from(ctx, 0, ref_gen, ref, &rows, &d), &d);
         engine_context_free(ctx);
         printf("  %-12s n_head %u, n_head_kv %u:", c->name, m->hp.n_head, m->hp.layer[0].n_head_kv);
         for (uint32_t n = 2; n <= MAX_DEV; n++) {
-            ASSERT_OK_D(context_new(m, n, c->kv_type, false, &ctx, &d), &d);
+            ASSERT_OK_D(context_new(m, n, c->kv_type, 0, &ctx, &d), &d);
             ASSERT_EQ(engine_context_n_devices(ctx), n);
             int r = run_from(ctx, 0, gen, got, &rows_n, &d);
             engine_context_free(ctx);
             ASSERT_OK_D(r, &d);
             ASSERT_EQ(rows_n, rows);
-            double e = nmse(got, ref, rows * n_vocab);
+            double e = test_nmse(got, ref, rows * n_vocab);
             printf(" N=%u %.1e", n, e);
             if (!(e <= 1e-4)) TEST_FAIL_("%s on %u devices: NMSE %.3g above 1e-4", c->name, n, e);
             if (memcmp(gen, ref_gen, sizeof gen))
@@ -188,7 +179,7 @@ TEST(shared_kv_wrong_rotation_refused) {
     for (uint32_t n = 2; n <= MAX_DEV; n++) {
         struct engine_context *ctx = NULL;
         struct err_detail d = {0};
-        int r = context_new(m, n, KERN_TYPE_F32, true, &ctx, &d);
+        int r = context_new(m, n, KERN_TYPE_F32, OWN_ROTATION, &ctx, &d);
         if (n != 3) { /* 3 heads on 3 devices cut evenly: every rotation places the same */
             ASSERT_ERR(r, ERR_INVALID);
             ASSERT_TRUE(strstr(d.msg, "reads layer 2's KV") != NULL);
@@ -197,7 +188,7 @@ TEST(shared_kv_wrong_rotation_refused) {
             ASSERT_OK_D(r, &d);
             engine_context_free(ctx);
         }
-        ASSERT_OK_D(context_new(m, n, KERN_TYPE_F32, false, &ctx, &d), &d);
+        ASSERT_OK_D(context_new(m, n, KERN_TYPE_F32, 0, &ctx, &d), &d);
         engine_context_free(ctx);
     }
     engine_model_free(m);
@@ -206,7 +197,7 @@ TEST(shared_kv_wrong_rotation_refused) {
     for (uint32_t n = 2; n <= MAX_DEV; n++) {
         struct engine_context *ctx = NULL;
         struct err_detail d = {0};
-        int r = context_new(m, n, KERN_TYPE_F32, true, &ctx, &d);
+        int r = context_new(m, n, KERN_TYPE_F32, OWN_ROTATION, &ctx, &d);
         printf("  gemma4e N=%u forced own rotation: %s\n", n, r < 0 ? d.msg : "same placement");
         if (r < 0) ASSERT_TRUE(strstr(d.msg, "KV, but") != NULL);
         engine_context_free(ctx);
@@ -227,7 +218,7 @@ static void blob_move(const struct engine_model *m, enum kern_type kv_type, uint
     ASSERT_TRUE(logits != NULL);
     prompt_of(tok, (int32_t)n_vocab);
     for (int i = 0; i < N_PROMPT; i++) pos[i] = i;
-    ASSERT_OK_D(context_new(m, from, kv_type, false, &a, &d), &d);
+    ASSERT_OK_D(context_new(m, from, kv_type, 0, &a, &d), &d);
     struct engine_batch pb = {.n_tok = N_PROMPT - 1, .token = tok, .pos = pos};
     ASSERT_OK_D(engine_context_decode(a, &pb, &d), &d);
     ASSERT_OK_D(engine_kv_export(a, 0, 0, N_PROMPT - 1, NULL, 0, &size, &d), &d);
@@ -235,7 +226,7 @@ static void blob_move(const struct engine_model *m, enum kern_type kv_type, uint
     ASSERT_TRUE(blob != NULL);
     ASSERT_OK_D(engine_kv_export(a, 0, 0, N_PROMPT - 1, blob, size, &size, &d), &d);
     engine_context_free(a);
-    ASSERT_OK_D(context_new(m, to, kv_type, false, &b, &d), &d);
+    ASSERT_OK_D(context_new(m, to, kv_type, 0, &b, &d), &d);
     ASSERT_OK_D(engine_kv_import(b, 0, blob, size, tok, N_PROMPT, NULL, &d), &d);
     /* the last prompt token, then the steps */
     int r = run_from(b, N_PROMPT - 1, gen, logits, &rows, &d);
@@ -262,7 +253,7 @@ TEST(state_blobs_between_split_and_single) {
         struct err_detail d = {0};
         struct engine_context *ctx = NULL;
         ASSERT_TRUE(ref != NULL);
-        ASSERT_OK_D(context_new(m, 1, c->kv_type, false, &ctx, &d), &d);
+        ASSERT_OK_D(context_new(m, 1, c->kv_type, 0, &ctx, &d), &d);
         ASSERT_OK_D(run_from(ctx, 0, ref_gen, ref, &rows, &d), &d);
         engine_context_free(ctx);
         free(ref);
@@ -279,14 +270,15 @@ TEST(state_blobs_between_split_and_single) {
 }
 
 /* Every device reports its threads and bytes; weights and KV heads are cut, not copied
- * whole: the devices' weight and KV bytes add up to the single device's. */
+ * whole: the devices' weight and KV bytes add up to the single device's (with the file's
+ * layout: repacked copies, test-repack's business, would count as copies). */
 TEST(memory_per_device) {
     struct engine_model *m = case_model(&cases[2]); /* q8_0 weights: column copies by block */
     if (!m) SKIP("warm-mkmodel is not available (WARM_BIN)");
     struct err_detail d = {0};
     struct engine_context *ctx = NULL;
     struct engine_device_info one, info;
-    ASSERT_OK_D(context_new(m, 1, KERN_TYPE_Q8_0, false, &ctx, &d), &d);
+    ASSERT_OK_D(context_new(m, 1, KERN_TYPE_Q8_0, PLAIN, &ctx, &d), &d);
     ASSERT_EQ(engine_context_n_devices(ctx), 1);
     ASSERT_OK(engine_context_device_info(ctx, 0, &one));
     ASSERT_ERR(engine_context_device_info(ctx, 1, &info), ERR_INVALID);
@@ -296,7 +288,7 @@ TEST(memory_per_device) {
     ASSERT_TRUE(one.weight_bytes > 0 && one.scratch_bytes > 0);
     engine_context_free(ctx);
     for (uint32_t n = 2; n <= MAX_DEV; n++) {
-        ASSERT_OK_D(context_new(m, n, KERN_TYPE_Q8_0, false, &ctx, &d), &d);
+        ASSERT_OK_D(context_new(m, n, KERN_TYPE_Q8_0, PLAIN, &ctx, &d), &d);
         uint64_t w = 0, kvb = 0;
         for (uint32_t i = 0; i < n; i++) {
             char name[16];

@@ -110,12 +110,13 @@ static double abs_dot(const float *a, const float *b, int64_t n) {
 
 /* Runs kern_matmul with n_threads and checks every output against the spec. Returns the
  * output (caller frees) or NULL after a failure was reported. */
-static float *mm_check(struct mm_case *c, struct kern_pool *pool, const char *level) {
+static float *mm_check_layout(struct mm_case *c, struct kern_pool *pool, const char *level,
+                              const void *w, enum kern_layout layout) {
     size_t rs = kern_row_size(c->wt, c->n_in);
     size_t ny = (size_t)(c->n_out * c->n_tok);
     float *y = malloc((ny + 4) * sizeof(float));
     for (int i = 0; i < 4; i++) y[ny + i] = 12345.0f; /* sentinels past the end */
-    kern_matmul(pool, y, c->w, c->wt, c->x, c->n_in, c->n_out, c->n_tok, c->scratch);
+    kern_matmul_layout(pool, y, w, c->wt, layout, c->x, c->n_in, c->n_out, c->n_tok, c->scratch);
     for (int i = 0; i < 4; i++)
         if (y[ny + i] != 12345.0f) {
             fprintf(stderr, "%s %s: wrote past the output\n", level, kern_type_name(c->wt));
@@ -139,6 +140,10 @@ static float *mm_check(struct mm_case *c, struct kern_pool *pool, const char *le
             }
         }
     return y;
+}
+
+static float *mm_check(struct mm_case *c, struct kern_pool *pool, const char *level) {
+    return mm_check_layout(c, pool, level, c->w, KERN_LAYOUT_ROWS);
 }
 
 TEST(matmul_all_levels_vs_spec) {
@@ -329,5 +334,71 @@ TEST(level_names) {
            cpu->avx512vnni, cpu->avx_vnni, cpu->avx512bf16, cpu->level);
 }
 
+/* Weights repacked into rows8 (kernels/types.h): the conversion is a permutation of the
+ * bytes (back again byte for byte), and on every level, with or without its rows8 kernels,
+ * kern_matmul_layout gives the spec of the rows for decode, 2-7 tokens (the tile's 4-token
+ * steps and each remainder), 64 and 70 (two token units), over 1 to 5 groups of 8 rows and
+ * 3 to 72 blocks (q4_K: 1 to 9 super-blocks, half of the rows random bytes: every scale
+ * bit pattern), on 1 and 2 threads (bit-identical). */
+TEST(matmul_rows8_vs_spec) {
+    struct kern_pool *pool = NULL;
+    ASSERT_OK(kern_pool_new(2, &pool));
+    const char *saved = kern_cpu()->level;
+    static const int64_t toks[] = {1, 2, 3, 4, 5, 6, 7, 64, 70};
+    static const int64_t shapes[][2] = {{96, 8}, {2304, 24}, {1024, 40}};
+    static const int types[] = {KERN_TYPE_Q4_0, KERN_TYPE_Q8_0, KERN_TYPE_Q4_K};
+    int with_kernels = 0;
+    for (int li = 0; kern_level_name(li); li++) {
+        const char *level = kern_level_name(li);
+        if (kern_set_level(level) < 0) continue;
+        with_kernels += kern_rows8_supported(KERN_TYPE_Q4_0, 256, 16);
+        for (size_t ti = 0; ti < ARRAY_SIZE(types); ti++)
+        for (size_t si = 0; si < ARRAY_SIZE(shapes); si++)
+            for (size_t k = 0; k < ARRAY_SIZE(toks); k++) {
+                const int wt = types[ti];
+                struct mm_case c;
+                /* k-quants: 1, 9 and 4 super-blocks */
+                mm_case_init(&c, wt, wt == KERN_TYPE_Q4_K ? shapes[si][0] / 96 * 256 : shapes[si][0],
+                             shapes[si][1], toks[k]);
+                size_t bytes = kern_row_size(wt, c.n_in) * (size_t)c.n_out;
+                uint8_t *g = malloc(bytes), *back = malloc(bytes);
+                ASSERT_OK(kern_rows8_pack(wt, g, c.w, c.n_in, c.n_out));
+                ASSERT_OK(kern_rows8_unpack(wt, back, g, c.n_in, c.n_out));
+                const int64_t c_n_in = c.n_in;
+                bool ok = memcmp(back, c.w, bytes) == 0 && memcmp(g, c.w, bytes) != 0;
+                float *y = ok ? mm_check_layout(&c, NULL, level, g, KERN_LAYOUT_ROWS8) : NULL;
+                float *y2 = y ? mm_check_layout(&c, pool, level, g, KERN_LAYOUT_ROWS8) : NULL;
+                ok = y2 && memcmp(y, y2, sizeof(float) * (size_t)(c.n_out * c.n_tok)) == 0;
+                free(y);
+                free(y2);
+                free(g);
+                free(back);
+                mm_case_free(&c);
+                if (!ok)
+                    TEST_FAIL_("level %s %s n_in %lld n_out %lld n_tok %lld", level, kern_type_name(wt),
+                               (long long)c_n_in, (long long)shapes[si][1], (long long)toks[k]);
+            }
+    }
+    kern_set_level(saved);
+    kern_pool_free(pool);
+    /* the reference level reads the file's rows (its rows8 path exists only for the
+     * engine's contexts made at a SIMD level); this machine's levels have the kernels */
+    ASSERT_OK(kern_set_level("ref"));
+    ASSERT_TRUE(!kern_rows8_supported(KERN_TYPE_Q4_0, 256, 16));
+    ASSERT_TRUE(!kern_rows8_supported(KERN_TYPE_Q4_K, 256, 16));
+    kern_set_level(saved);
+    if (strcmp(saved, "ref") != 0) ASSERT_TRUE(with_kernels >= 1);
+    /* shapes and types it cannot take */
+    uint8_t a[210 * 8], b[210 * 8];
+    ASSERT_ERR(kern_rows8_pack(KERN_TYPE_Q4_0, b, a, 32, 12), ERR_UNSUPPORTED);
+    ASSERT_ERR(kern_rows8_pack(KERN_TYPE_Q4_0, b, a, 33, 8), ERR_UNSUPPORTED);
+    ASSERT_ERR(kern_rows8_pack(KERN_TYPE_Q4_K, b, a, 128, 8), ERR_UNSUPPORTED);
+    ASSERT_ERR(kern_rows8_pack(KERN_TYPE_Q6_K, b, a, 256, 8), ERR_UNSUPPORTED);
+    ASSERT_ERR(kern_rows8_unpack(KERN_TYPE_F32, b, a, 32, 8), ERR_UNSUPPORTED);
+    ASSERT_TRUE(!kern_rows8_supported(KERN_TYPE_Q4_0, 256, 12));
+    ASSERT_TRUE(!kern_rows8_supported(KERN_TYPE_Q6_K, 256, 16));
+    ASSERT_TRUE(!kern_rows8_supported((enum kern_type)77, 256, 16));
+}
+
 TEST_MAIN(T(level_names), T(matmul_edges), T(spec_vs_exact), T(quantize_row_bit_exact),
-          T(matmul_all_levels_vs_spec), T(matmul_tile_paths_vs_spec))
+          T(matmul_all_levels_vs_spec), T(matmul_tile_paths_vs_spec), T(matmul_rows8_vs_spec))

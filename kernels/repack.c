@@ -1,0 +1,94 @@
+/* rows8: weights repacked at load so that a register holds one block of 8 rows
+ * (kernels/matmul.h). The conversions both ways, and the reference tile for levels
+ * without rows8 kernels. */
+#include "base/base.h"
+#include "kernels/ref/matmul.h"
+
+#include <string.h>
+
+/* Bytes of one block of 8 rows, or 0 for a type without a rows8 layout. */
+static size_t group_block_bytes(enum kern_type wt) {
+    switch (wt) {
+    case KERN_TYPE_Q4_0: return 8 * sizeof(struct block_q4_0);
+    case KERN_TYPE_Q8_0: return 8 * sizeof(struct block_q8_0);
+    case KERN_TYPE_Q4_K: return 8 * sizeof(struct block_q4_K);
+    default: return 0;
+    }
+}
+
+static bool shape_ok(enum kern_type wt, int64_t n_in, int64_t n_out) {
+    const struct kern_type_traits *tr = kern_type_traits((int)wt);
+    return group_block_bytes(wt) && n_in > 0 && n_in % tr->blck_size == 0 && n_out > 0 &&
+           n_out % 8 == 0;
+}
+
+/* n bytes between a row's block and the group block, either way */
+static void move(uint8_t *g, uint8_t *row, size_t n, bool to_group) {
+    if (to_group) memcpy(g, row, n);
+    else memcpy(row, g, n);
+}
+
+/* Block j of 8 rows (row[r]: row r's block, file layout) to or from the group block g. */
+static void group_block(enum kern_type wt, uint8_t *g, uint8_t *row[8], bool to_group) {
+    for (int r = 0; r < 8; r++) {
+        if (wt == KERN_TYPE_Q4_0 || wt == KERN_TYPE_Q8_0) { /* d | qs[16] or qs[32] */
+            move(g + 2 * r, row[r], 2, to_group);
+            for (int k = 0; k < (wt == KERN_TYPE_Q4_0 ? 4 : 8); k++)
+                move(g + 16 + 32 * k + 4 * r, row[r] + 2 + 4 * k, 4, to_group);
+        } else { /* q4_K: d | dmin | scales[12] | qs[128] */
+            move(g + 2 * r, row[r], 2, to_group);
+            move(g + 16 + 2 * r, row[r] + 2, 2, to_group);
+            for (int w = 0; w < 3; w++) move(g + 32 + 32 * w + 4 * r, row[r] + 4 + 4 * w, 4, to_group);
+            for (int q = 0; q < 4; q++)
+                for (int k = 0; k < 8; k++)
+                    move(g + 128 + 256 * q + 32 * k + 4 * r, row[r] + 16 + 32 * q + 4 * k, 4, to_group);
+        }
+    }
+}
+
+static int convert(enum kern_type wt, uint8_t *grouped, uint8_t *plain, int64_t n_in,
+                   int64_t n_out, bool to_group) {
+    if (!shape_ok(wt, n_in, n_out)) return ERR_UNSUPPORTED;
+    const struct kern_type_traits *tr = kern_type_traits((int)wt);
+    const int64_t nb = n_in / tr->blck_size;
+    const size_t rb = kern_row_size(wt, n_in), gb = group_block_bytes(wt);
+    for (int64_t g0 = 0; g0 < n_out; g0 += 8)
+        for (int64_t j = 0; j < nb; j++) {
+            uint8_t *rows[8];
+            for (int r = 0; r < 8; r++) rows[r] = plain + (size_t)(g0 + r) * rb + (size_t)j * tr->type_size;
+            group_block(wt, grouped + (size_t)g0 * rb + (size_t)j * gb, rows, to_group);
+        }
+    return 0;
+}
+
+int kern_rows8_pack(enum kern_type wt, void *dst, const void *src, int64_t n_in, int64_t n_out) {
+    return convert(wt, dst, (uint8_t *)src, n_in, n_out, true);
+}
+
+int kern_rows8_unpack(enum kern_type wt, void *dst, const void *src, int64_t n_in, int64_t n_out) {
+    return convert(wt, (uint8_t *)src, dst, n_in, n_out, false);
+}
+
+void kern_tile8_unpacked(enum kern_type wt, float *y, int64_t y_stride, const void *g,
+                         const void *x, size_t x_stride, int64_t n, int nt) {
+    enum { CHUNK_BYTES = 1152 }; /* a few blocks of each row rebuilt at a time */
+    const struct kern_type_traits *tr = kern_type_traits((int)wt), *xt = kern_type_traits(tr->vec_dot_type);
+    const int64_t nb = n / tr->blck_size, chunk = CHUNK_BYTES / (int64_t)tr->type_size;
+    const size_t gb = group_block_bytes(wt), xb = xt->type_size * (size_t)(tr->blck_size / xt->blck_size);
+    _Alignas(16) uint8_t buf[8][CHUNK_BYTES];
+    for (int t = 0; t < nt; t++)
+        for (int r = 0; r < 8; r++) y[t * y_stride + r] = 0.0f;
+    for (int64_t j0 = 0; j0 < nb; j0 += chunk) {
+        const int64_t cnt = MIN(chunk, nb - j0);
+        for (int64_t j = 0; j < cnt; j++) {
+            uint8_t *rows[8];
+            for (int r = 0; r < 8; r++) rows[r] = buf[r] + (size_t)j * tr->type_size;
+            group_block(wt, (uint8_t *)g + (size_t)(j0 + j) * gb, rows, false);
+        }
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *xr = (const uint8_t *)x + t * x_stride + (size_t)j0 * xb;
+            for (int r = 0; r < 8; r++)
+                y[t * y_stride + r] += tr->vec_dot(buf[r], xr, cnt * tr->blck_size);
+        }
+    }
+}
