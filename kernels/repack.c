@@ -12,6 +12,7 @@ static size_t group_block_bytes(enum kern_type wt) {
     case KERN_TYPE_Q4_0: return 8 * sizeof(struct block_q4_0);
     case KERN_TYPE_Q8_0: return 8 * sizeof(struct block_q8_0);
     case KERN_TYPE_Q4_K: return 8 * sizeof(struct block_q4_K);
+    case KERN_TYPE_Q5_K: return 8 * sizeof(struct block_q5_K);
     default: return 0;
     }
 }
@@ -35,13 +36,16 @@ static void group_block(enum kern_type wt, uint8_t *g, uint8_t *row[8], bool to_
             move(g + 2 * r, row[r], 2, to_group);
             for (int k = 0; k < (wt == KERN_TYPE_Q4_0 ? 4 : 8); k++)
                 move(g + 16 + 32 * k + 4 * r, row[r] + 2 + 4 * k, 4, to_group);
-        } else { /* q4_K: d | dmin | scales[12] | qs[128] */
+        } else { /* q4_K: d | dmin | scales[12] | qs[128];  q5_K: ... | qh[32] | qs[128] */
+            const size_t qh = wt == KERN_TYPE_Q5_K ? 32 : 0; /* the qh bytes of a row */
             move(g + 2 * r, row[r], 2, to_group);
             move(g + 16 + 2 * r, row[r] + 2, 2, to_group);
             for (int w = 0; w < 3; w++) move(g + 32 + 32 * w + 4 * r, row[r] + 4 + 4 * w, 4, to_group);
+            for (int k = 0; k < (int)qh / 4; k++) move(g + 128 + 32 * k + 4 * r, row[r] + 16 + 4 * k, 4, to_group);
             for (int q = 0; q < 4; q++)
                 for (int k = 0; k < 8; k++)
-                    move(g + 128 + 256 * q + 32 * k + 4 * r, row[r] + 16 + 32 * q + 4 * k, 4, to_group);
+                    move(g + 128 + 8 * qh + 256 * q + 32 * k + 4 * r, row[r] + 16 + qh + 32 * q + 4 * k, 4,
+                         to_group);
         }
     }
 }

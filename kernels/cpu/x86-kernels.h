@@ -978,20 +978,23 @@ X86_INLINE void r8_q4_0_body(float *y, int64_t ys, const uint8_t *g, const uint8
     for (int t = 0; t < NT; t++) _mm256_storeu_ps(y + t * ys, acc[t]);
 }
 
-/* q4_K, 8 rows × NT tokens. Per super-block the 8 rows' 6-bit scales and mins are decoded
- * at once from their interleaved 12 bytes (lane r = row r, ggml's packing), into d·sc and
- * dmin·m per sub-block (lanes = rows). Sub-block 2q+h of every row is chunk (q, k)'s low
- * (h = 0) or high nibbles, k = 0..7 over its 32 values, and meets the token's codes as
- * q4_0's blocks do (the same int16 bound); the mins meet the q8_1 rows' s = d·Σq. */
-X86_INLINE void r8_q4_K_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x, size_t xst,
-                             int64_t nb, const int NT) {
+/* q4_K / q5_K, 8 rows × NT tokens. Per super-block the 8 rows' 6-bit scales and mins are
+ * decoded at once from their interleaved 12 bytes (lane r = row r, ggml's packing), into
+ * d·sc and dmin·m per sub-block (lanes = rows). Sub-block 2q+h of every row is chunk
+ * (q, k)'s low (h = 0) or high nibbles, k = 0..7 over its 32 values, and meets the token's
+ * codes as q4_0's blocks do (q5_K: bit 2q+h of the qh chunk k is the code's fifth bit,
+ * codes up to 31, so the int16 sums take 4 byte dots, not 8); the mins meet the q8_1
+ * rows' s = d·Σq. */
+X86_INLINE void r8_qk_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x, size_t xst,
+                           int64_t nb, const int NT, const int K) {
+    const size_t sbs = K == WK_Q5_K ? 1408 : 1152, qs0 = K == WK_Q5_K ? 384 : 128;
     const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     const __m256i m6 = _mm256_set1_epi8(0x3f), m2 = _mm256_set1_epi8(3), mb = _mm256_set1_epi32(0xff);
     __m256 acc[4];
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t sbi = 0; sbi < nb / 8; sbi++) {
-        const uint8_t *b = g + 1152 * sbi;
+        const uint8_t *b = g + sbs * sbi;
         const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b));
         const __m256 dmv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + 16)));
         const __m256i wa = _mm256_loadu_si256((const __m256i *)(b + 32));
@@ -1005,7 +1008,7 @@ X86_INLINE void r8_q4_K_body(float *y, int64_t ys, const uint8_t *g, const uint8
                                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wc, 4), m4),
                                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(wb, 6), m2), 4))};
         for (int q = 0; q < 4; q++) {
-            const uint8_t *c = b + 128 + 256 * q;
+            const uint8_t *c = b + qs0 + 256 * q;
             _mm_prefetch((const char *)c + 2048, _MM_HINT_T0);
             _mm_prefetch((const char *)c + 2048 + 64, _MM_HINT_T0);
             _mm_prefetch((const char *)c + 2048 + 128, _MM_HINT_T0);
@@ -1021,15 +1024,26 @@ X86_INLINE void r8_q4_K_body(float *y, int64_t ys, const uint8_t *g, const uint8
                 for (int k = 0; k < 8; k++) {
                     __m256i v = _mm256_loadu_si256((const __m256i *)(c + 32 * k));
                     u[k] = _mm256_and_si256(h ? _mm256_srli_epi16(v, 4) : v, m4);
+                    if (K == WK_Q5_K) { /* bit j of each qh byte to bit 4 */
+                        __m256i hb = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * k));
+                        hb = j < 4 ? _mm256_slli_epi16(hb, 4 - j) : j > 4 ? _mm256_srli_epi16(hb, j - 4) : hb;
+                        u[k] = _mm256_or_si256(u[k], _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+                    }
                 }
 #pragma GCC unroll 4
                 for (int t = 0; t < NT; t++) {
                     const uint8_t *xr = x + t * xst, *xq = xr + 32 * (8 * sbi + j);
                     const float *xd = (const float *)(xr + 32 * nb) + 8 * sbi + j;
-                    __m256i p = _mm256_maddubs_epi16(u[0], bcast4(xq));
+                    __m256i p = _mm256_maddubs_epi16(u[0], bcast4(xq)), p2 = _mm256_setzero_si256();
 #pragma GCC unroll 8
-                    for (int k = 1; k < 8; k++) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(u[k], bcast4(xq + 4 * k)));
-                    __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+                    for (int k = 1; k < 8; k++) {
+                        __m256i e = _mm256_maddubs_epi16(u[k], bcast4(xq + 4 * k));
+                        if (K == WK_Q5_K && k >= 4) p2 = _mm256_add_epi16(p2, e);
+                        else p = _mm256_add_epi16(p, e);
+                    }
+                    __m256i s32 = _mm256_madd_epi16(p, ones);
+                    if (K == WK_Q5_K) s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(p2, ones));
+                    __m256 f = _mm256_cvtepi32_ps(s32);
                     acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(sd, _mm256_broadcast_ss(xd)), acc[t]);
                     acc[t] = _mm256_fnmadd_ps(md, _mm256_broadcast_ss(xd + nb), acc[t]);
                 }
@@ -1085,7 +1099,7 @@ X86_INLINE void r8_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x
                         int64_t nb, const int NT, const int K) {
     if (K == WK_Q4_0) r8_q4_0_body(y, ys, g, x, xst, nb, NT);
     else if (K == WK_Q8_0) r8_q8_0_body(y, ys, g, x, xst, nb, NT);
-    else r8_q4_K_body(y, ys, g, x, xst, nb, NT);
+    else r8_qk_body(y, ys, g, x, xst, nb, NT, K);
 }
 
 X86_INLINE void tile8(float *y, int64_t ys, const void *g, const void *x, size_t xst, int64_t n,
@@ -1109,6 +1123,7 @@ X86_INLINE void tile8(float *y, int64_t ys, const void *g, const void *x, size_t
 X86_TILE8(q4_0, WK_Q4_0)
 X86_TILE8(q8_0, WK_Q8_0)
 X86_TILE8(q4_K, WK_Q4_K)
+X86_TILE8(q5_K, WK_Q5_K)
 #undef X86_TILE8
 
 /* ---- float weights × f32 activations ------------------------------------------------- */
@@ -1413,6 +1428,7 @@ void X86_SFX(kern_impl_fill)(struct kern_impl *impl) {
     impl->tile8[KERN_TYPE_Q4_0] = X86_SFX(tile8_q4_0);
     impl->tile8[KERN_TYPE_Q8_0] = X86_SFX(tile8_q8_0);
     impl->tile8[KERN_TYPE_Q4_K] = X86_SFX(tile8_q4_K);
+    impl->tile8[KERN_TYPE_Q5_K] = X86_SFX(tile8_q5_K);
     impl->from_f32[KERN_TYPE_Q8_0] = X86_SFX(quant_q8_0);
     impl->from_f32[KERN_TYPE_Q8_1] = X86_SFX(quant_q8_1);
     impl->from_f32[KERN_TYPE_F16] = X86_SFX(quant_f16);

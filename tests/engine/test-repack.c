@@ -30,6 +30,8 @@ static const struct repack_case cases[] = {
                    "--head-dim 32 --n-ff 224 --n-vocab 304 --type q4_0", true},
     {"llama-q8_0", "--arch llama --n-embd 256 --n-layer 2 --n-head 8 --n-head-kv 4 "
                    "--head-dim 32 --n-ff 224 --n-vocab 304 --type q8_0", true},
+    {"llama-q5_K", "--arch llama --n-embd 256 --n-layer 2 --n-head 8 --n-head-kv 4 "
+                   "--head-dim 32 --n-ff 512 --n-vocab 304 --type q5_K", true},
     {"llama-q4_K", "--arch llama --n-embd 256 --n-layer 2 --n-head 8 --n-head-kv 4 "
                    "--head-dim 32 --n-ff 512 --n-vocab 304 --type q4_K", true},
     /* biases, tied embeddings and a classifier of 301 rows, which stays as it is */
@@ -107,7 +109,7 @@ static uint64_t repackable_bytes(const struct engine_model *m, bool output) {
 }
 
 TEST(repacked_matches_plain) {
-    static const enum kern_type types[] = {KERN_TYPE_Q4_0, KERN_TYPE_Q8_0, KERN_TYPE_Q4_K};
+    static const enum kern_type types[] = {KERN_TYPE_Q4_0, KERN_TYPE_Q8_0, KERN_TYPE_Q4_K, KERN_TYPE_Q5_K};
     for (size_t i = 0; i < ARRAY_SIZE(types); i++) {
         if (!kern_rows8_supported(types[i], 256, 8))
             SKIP("kernels level %s has no rows8 kernels", kern_cpu()->level);
@@ -189,7 +191,7 @@ TEST(repacked_matches_plain) {
 TEST(private_copy_repacked_in_place) {
     if (!kern_rows8_supported(KERN_TYPE_Q4_0, 256, 8))
         SKIP("kernels level %s has no rows8 kernels", kern_cpu()->level);
-    static const size_t which[] = {0, 3}; /* llama-q4_0, qwen2-q4_0 (tied) */
+    static const size_t which[] = {0, 4}; /* llama-q4_0, qwen2-q4_0 (tied) */
     for (size_t wi = 0; wi < ARRAY_SIZE(which); wi++) {
         const struct repack_case *c = &cases[which[wi]];
         struct engine_model *mapped = case_model_as(c, false), *own = case_model_as(c, true);
