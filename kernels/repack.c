@@ -13,6 +13,7 @@ static size_t group_block_bytes(enum kern_type wt) {
     case KERN_TYPE_Q8_0: return 8 * sizeof(struct block_q8_0);
     case KERN_TYPE_Q4_K: return 8 * sizeof(struct block_q4_K);
     case KERN_TYPE_Q5_K: return 8 * sizeof(struct block_q5_K);
+    case KERN_TYPE_IQ4_XS: return 8 * sizeof(struct block_iq4_xs);
     default: return 0;
     }
 }
@@ -36,6 +37,11 @@ static void group_block(enum kern_type wt, uint8_t *g, uint8_t *row[8], bool to_
             move(g + 2 * r, row[r], 2, to_group);
             for (int k = 0; k < (wt == KERN_TYPE_Q4_0 ? 4 : 8); k++)
                 move(g + 16 + 32 * k + 4 * r, row[r] + 2 + 4 * k, 4, to_group);
+        } else if (wt == KERN_TYPE_IQ4_XS) { /* d | scales_h | scales_l[4] | qs[128] */
+            move(g + 2 * r, row[r], 2, to_group);
+            move(g + 16 + 2 * r, row[r] + 2, 2, to_group);
+            move(g + 32 + 4 * r, row[r] + 4, 4, to_group);
+            for (int c = 0; c < 32; c++) move(g + 64 + 32 * c + 4 * r, row[r] + 8 + 4 * c, 4, to_group);
         } else { /* q4_K: d | dmin | scales[12] | qs[128];  q5_K: ... | qh[32] | qs[128] */
             const size_t qh = wt == KERN_TYPE_Q5_K ? 32 : 0; /* the qh bytes of a row */
             move(g + 2 * r, row[r], 2, to_group);
@@ -73,22 +79,28 @@ int kern_rows8_unpack(enum kern_type wt, void *dst, const void *src, int64_t n_i
     return convert(wt, (uint8_t *)src, dst, n_in, n_out, false);
 }
 
+void kern_rows8_blocks(enum kern_type wt, uint8_t *dst, size_t dst_stride, const void *g,
+                       int64_t j0, int64_t cnt) {
+    const size_t gb = group_block_bytes(wt), tb = kern_type_traits((int)wt)->type_size;
+    for (int64_t j = 0; j < cnt; j++) {
+        uint8_t *rows[8];
+        for (int r = 0; r < 8; r++) rows[r] = dst + r * dst_stride + (size_t)j * tb;
+        group_block(wt, (uint8_t *)g + (size_t)(j0 + j) * gb, rows, false);
+    }
+}
+
 void kern_tile8_unpacked(enum kern_type wt, float *y, int64_t y_stride, const void *g,
                          const void *x, size_t x_stride, int64_t n, int nt) {
     enum { CHUNK_BYTES = 1152 }; /* a few blocks of each row rebuilt at a time */
     const struct kern_type_traits *tr = kern_type_traits((int)wt), *xt = kern_type_traits(tr->vec_dot_type);
     const int64_t nb = n / tr->blck_size, chunk = CHUNK_BYTES / (int64_t)tr->type_size;
-    const size_t gb = group_block_bytes(wt), xb = xt->type_size * (size_t)(tr->blck_size / xt->blck_size);
+    const size_t xb = xt->type_size * (size_t)(tr->blck_size / xt->blck_size);
     _Alignas(16) uint8_t buf[8][CHUNK_BYTES];
     for (int t = 0; t < nt; t++)
         for (int r = 0; r < 8; r++) y[t * y_stride + r] = 0.0f;
     for (int64_t j0 = 0; j0 < nb; j0 += chunk) {
         const int64_t cnt = MIN(chunk, nb - j0);
-        for (int64_t j = 0; j < cnt; j++) {
-            uint8_t *rows[8];
-            for (int r = 0; r < 8; r++) rows[r] = buf[r] + (size_t)j * tr->type_size;
-            group_block(wt, (uint8_t *)g + (size_t)(j0 + j) * gb, rows, false);
-        }
+        kern_rows8_blocks(wt, buf[0], CHUNK_BYTES, g, j0, cnt);
         for (int t = 0; t < nt; t++) {
             const uint8_t *xr = (const uint8_t *)x + t * x_stride + (size_t)j0 * xb;
             for (int r = 0; r < 8; r++)

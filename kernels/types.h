@@ -50,7 +50,9 @@ enum kern_type {
  *   q8_0: d[8] | qs in 8 chunks, likewise
  *   q4_K: d[8] | dmin[8] | scales in 3 chunks (chunk w = bytes 4w..4w+3) | qs in 4 × 8
  *         chunks, chunk (q, k) = bytes 32q + 4k..+3 (sub-blocks 2q, 2q+1 of values 4k..)
- *   q5_K: q4_K's with qh in 8 chunks (chunk k = bytes 4k..4k+3) before the qs */
+ *   q5_K: q4_K's with qh in 8 chunks (chunk k = bytes 4k..4k+3) before the qs
+ *   iq4_xs: d[8] | scales_h[8] | scales_l in 1 chunk | qs in 32 chunks (chunk c = bytes
+ *         4c..4c+3: sub-block c / 4, its values 4(c % 4).. low, 16 + 4(c % 4).. high) */
 enum kern_layout { KERN_LAYOUT_ROWS = 0, KERN_LAYOUT_ROWS8 = 1 };
 
 typedef uint16_t kern_f16;   /* IEEE 754 binary16 bits */

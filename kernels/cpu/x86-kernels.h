@@ -1093,18 +1093,110 @@ X86_INLINE void r8_q8_0_body(float *y, int64_t ys, const uint8_t *g, const uint8
     for (int t = 0; t < NT; t++) _mm256_storeu_ps(y + t * ys, acc[t]);
 }
 
+/* iq4_xs, 8 rows × NT tokens. Sub-block j's chunk kk holds, in lane r, row r's values
+ * 4kk.. (low nibbles) and 16 + 4kk.. (high) through the iq4_nl table, signed: S mode
+ * (|w| · x·sign w, pairs widened at once). The 8 rows' 6-bit scales of sub-block j come
+ * from the interleaved scales_l chunk and scales_h words in 32-bit lanes. */
+X86_INLINE void r8_iq4_xs_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x, size_t xst,
+                               int64_t nb, const int NT) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const __m256i tbl = _mm256_broadcastsi128_si256(_mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10,
+                                                                  1, 13, 25, 38, 53, 69, 89, 113));
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t sbi = 0; sbi < nb / 8; sbi++) {
+        const uint8_t *b = g + 1088 * sbi;
+        const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b));
+        const __m256i sh = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(b + 16)));
+        const __m256i sl = _mm256_loadu_si256((const __m256i *)(b + 32));
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *c = b + 64 + 128 * j;
+            _mm_prefetch((const char *)c + 2176, _MM_HINT_T0);
+            _mm_prefetch((const char *)c + 2176 + 64, _MM_HINT_T0);
+            const __m256i ls = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi32(sl, 4 * j), _mm256_set1_epi32(0x0f)),
+                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(sh, 2 * j), _mm256_set1_epi32(3)), 4));
+            const __m256 sd = _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32))));
+            /* a chunk's two halves at a time into each token's int32 sum: few live
+             * registers whatever NT */
+            __m256i is[4];
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) is[t] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int kk = 0; kk < 4; kk++) {
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(c + 32 * kk));
+                const __m256i vl = _mm256_shuffle_epi8(tbl, _mm256_and_si256(w, m4));
+                const __m256i vh = _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(w, 4), m4));
+                const __m256i al = _mm256_abs_epi8(vl), ah = _mm256_abs_epi8(vh);
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) {
+                    const uint8_t *xq = x + t * xst + 32 * (8 * sbi + j) + 4 * kk;
+                    __m256i pl = _mm256_maddubs_epi16(al, _mm256_sign_epi8(bcast4(xq), vl));
+                    __m256i ph = _mm256_maddubs_epi16(ah, _mm256_sign_epi8(bcast4(xq + 16), vh));
+                    is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(_mm256_madd_epi16(pl, ones), _mm256_madd_epi16(ph, ones)));
+                }
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                const float *xd = (const float *)(x + t * xst + 32 * nb) + 8 * sbi + j;
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), _mm256_mul_ps(sd, _mm256_broadcast_ss(xd)), acc[t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) _mm256_storeu_ps(y + t * ys, acc[t]);
+}
+
 /* A group of 8 rows × nt tokens: 4 tokens at a time (their weights unpacked once), then
  * the 1-3 left. */
 X86_INLINE void r8_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x, size_t xst,
                         int64_t nb, const int NT, const int K) {
     if (K == WK_Q4_0) r8_q4_0_body(y, ys, g, x, xst, nb, NT);
     else if (K == WK_Q8_0) r8_q8_0_body(y, ys, g, x, xst, nb, NT);
+    else if (K == WK_IQ4_XS) r8_iq4_xs_body(y, ys, g, x, xst, nb, NT);
     else r8_qk_body(y, ys, g, x, xst, nb, NT, K);
 }
+
+#if !X86_W512
+/* Types whose prefill runs faster through the interleaved pack of the file's rows (the
+ * table look-ups, the 5-bit codes; measured with 64 tokens): rows8 serves their decode. */
+X86_INLINE bool r8_prefill_ipack(int k) { return k == WK_Q5_K || k == WK_IQ4_XS; }
+
+/* Prefill of a rows8 group through ipack_body: every PACK_BLOCKS blocks, the 8 rows' blocks
+ * in the file's layout (kern_rows8_blocks) fill the pack of rows 0-3 and then of 4-7. */
+X86_INLINE void tile8_ipack(float *y, int64_t ys, const void *g, const uint8_t *xb, size_t xst,
+                            int64_t n, int nt, const int K) {
+    enum { ROW_CHUNK = PACK_BLOCKS / 8 * 176 }; /* PACK_BLOCKS values' blocks, the larger kind */
+    _Alignas(32) uint8_t rows[8][ROW_CHUNK];
+    struct ipack pack;
+    const int64_t nb = n / 32, per = wk_is_k(K) ? 8 : 1; /* 32-value blocks per type block */
+    enum kern_type wt = K == WK_Q5_K ? KERN_TYPE_Q5_K : KERN_TYPE_IQ4_XS;
+    for (int64_t j0 = 0; j0 < nb; j0 += PACK_BLOCKS) {
+        int64_t nbk = nb - j0 < PACK_BLOCKS ? nb - j0 : PACK_BLOCKS;
+        kern_rows8_blocks(wt, rows[0], ROW_CHUNK, g, j0 / per, nbk / per);
+        for (int h = 0; h < 2; h++) {
+            ipack_fill(&pack, rows[4 * h], ROW_CHUNK, 0, nbk, K);
+            int t = 0;
+            for (; t + 4 <= nt; t += 4)
+                ipack_body(y + t * ys + 4 * h, ys, &pack, nbk, xb + t * xst, xst, nb, j0, j0 > 0, 4, K);
+            for (; t < nt; t++)
+                ipack_body(y + t * ys + 4 * h, ys, &pack, nbk, xb + t * xst, xst, nb, j0, j0 > 0, 1, K);
+        }
+    }
+}
+#endif
 
 X86_INLINE void tile8(float *y, int64_t ys, const void *g, const void *x, size_t xst, int64_t n,
                       int nt, const int K) {
     const uint8_t *xb = x;
+#if !X86_W512
+    if (nt >= 4 && r8_prefill_ipack(K)) {
+        tile8_ipack(y, ys, g, xb, xst, n, nt, K);
+        return;
+    }
+#endif
     int t = 0;
     for (; t + 4 <= nt; t += 4) r8_body(y + t * ys, ys, g, xb + t * xst, xst, n / 32, 4, K);
     switch (nt - t) {
@@ -1124,6 +1216,7 @@ X86_TILE8(q4_0, WK_Q4_0)
 X86_TILE8(q8_0, WK_Q8_0)
 X86_TILE8(q4_K, WK_Q4_K)
 X86_TILE8(q5_K, WK_Q5_K)
+X86_TILE8(iq4_xs, WK_IQ4_XS)
 #undef X86_TILE8
 
 /* ---- float weights × f32 activations ------------------------------------------------- */
@@ -1429,6 +1522,7 @@ void X86_SFX(kern_impl_fill)(struct kern_impl *impl) {
     impl->tile8[KERN_TYPE_Q8_0] = X86_SFX(tile8_q8_0);
     impl->tile8[KERN_TYPE_Q4_K] = X86_SFX(tile8_q4_K);
     impl->tile8[KERN_TYPE_Q5_K] = X86_SFX(tile8_q5_K);
+    impl->tile8[KERN_TYPE_IQ4_XS] = X86_SFX(tile8_iq4_xs);
     impl->from_f32[KERN_TYPE_Q8_0] = X86_SFX(quant_q8_0);
     impl->from_f32[KERN_TYPE_Q8_1] = X86_SFX(quant_q8_1);
     impl->from_f32[KERN_TYPE_F16] = X86_SFX(quant_f16);

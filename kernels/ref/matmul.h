@@ -43,6 +43,11 @@ struct kern_impl {
 /* Fills every entry from the reference kernels. */
 void kern_impl_fill_ref(struct kern_impl *impl);
 
+/* Type blocks [j0, j0 + cnt) of a rows8 group g, in the file's layout: row r's at
+ * dst + r·dst_stride. */
+void kern_rows8_blocks(enum kern_type wt, uint8_t *dst, size_t dst_stride, const void *g,
+                       int64_t j0, int64_t cnt);
+
 /* rows8 weights without a tile8: rebuilds the group's blocks in the file's layout a few at
  * a time and runs the reference dots (reference activation rows only). */
 void kern_tile8_unpacked(enum kern_type wt, float *y, int64_t y_stride, const void *g,

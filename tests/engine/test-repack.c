@@ -5,7 +5,8 @@
  * q4_K; the SIMD and reference levels differ by 6e-5 to 8e-5), on one device and on a
  * 2-device split (its column slices repacked in place of the plain copies), with a
  * classifier that is repacked (304 rows) and one that is not (301, tied to the
- * embeddings); it owns exactly the bytes of the matrices it repacked; and a repacked
+ * embeddings), for each rows8 type (q4_0, q8_0, q4_K, q5_K, iq4_xs); it owns exactly the
+ * bytes of the matrices it repacked; and a repacked
  * context run on the reference level (no rows8 kernels) still gives the same logits. */
 #include "test.h"
 
@@ -32,6 +33,8 @@ static const struct repack_case cases[] = {
                    "--head-dim 32 --n-ff 224 --n-vocab 304 --type q8_0", true},
     {"llama-q5_K", "--arch llama --n-embd 256 --n-layer 2 --n-head 8 --n-head-kv 4 "
                    "--head-dim 32 --n-ff 512 --n-vocab 304 --type q5_K", true},
+    {"llama-iq4_xs", "--arch llama --n-embd 256 --n-layer 2 --n-head 8 --n-head-kv 4 "
+                     "--head-dim 32 --n-ff 512 --n-vocab 304 --type iq4_xs", true},
     {"llama-q4_K", "--arch llama --n-embd 256 --n-layer 2 --n-head 8 --n-head-kv 4 "
                    "--head-dim 32 --n-ff 512 --n-vocab 304 --type q4_K", true},
     /* biases, tied embeddings and a classifier of 301 rows, which stays as it is */
@@ -109,7 +112,8 @@ static uint64_t repackable_bytes(const struct engine_model *m, bool output) {
 }
 
 TEST(repacked_matches_plain) {
-    static const enum kern_type types[] = {KERN_TYPE_Q4_0, KERN_TYPE_Q8_0, KERN_TYPE_Q4_K, KERN_TYPE_Q5_K};
+    static const enum kern_type types[] = {KERN_TYPE_Q4_0, KERN_TYPE_Q8_0, KERN_TYPE_Q4_K, KERN_TYPE_Q5_K,
+                                           KERN_TYPE_IQ4_XS};
     for (size_t i = 0; i < ARRAY_SIZE(types); i++) {
         if (!kern_rows8_supported(types[i], 256, 8))
             SKIP("kernels level %s has no rows8 kernels", kern_cpu()->level);
@@ -191,7 +195,7 @@ TEST(repacked_matches_plain) {
 TEST(private_copy_repacked_in_place) {
     if (!kern_rows8_supported(KERN_TYPE_Q4_0, 256, 8))
         SKIP("kernels level %s has no rows8 kernels", kern_cpu()->level);
-    static const size_t which[] = {0, 4}; /* llama-q4_0, qwen2-q4_0 (tied) */
+    static const size_t which[] = {0, 5}; /* llama-q4_0, qwen2-q4_0 (tied) */
     for (size_t wi = 0; wi < ARRAY_SIZE(which); wi++) {
         const struct repack_case *c = &cases[which[wi]];
         struct engine_model *mapped = case_model_as(c, false), *own = case_model_as(c, true);
