@@ -253,12 +253,13 @@ static int weight_repack(struct engine_context *ctx, struct device *dv, struct e
     const bool owned = i < dv->n_owned;
     const bool whole = w->data == mw->data && w->n_out == mw->n_out && w->n_in == mw->n_in;
     if (!owned && m->own_copy && (!whole || mw->data == m->tok_embd.data)) return 0;
-    uint8_t *tmp = malloc(8 * w->row_bytes);
-    if (!tmp) return -ENOMEM;
     if (owned || m->own_copy) {
         /* the model's copy is writable while devices_repack() runs; no other context
          * reads it meanwhile (engine_model.repacked) */
+        uint8_t *tmp = malloc(8 * w->row_bytes);
+        if (!tmp) return -ENOMEM;
         repack_in_place(w, tmp);
+        free(tmp);
         if (!owned) {
             mw->layout = KERN_LAYOUT_ROWS8;
             m->repacked = true;
@@ -266,16 +267,12 @@ static int weight_repack(struct engine_context *ctx, struct device *dv, struct e
     } else {
         size_t bytes = (size_t)w->n_out * w->row_bytes;
         void *p = malloc(bytes);
-        if (!p) {
-            free(tmp);
-            return -ENOMEM;
-        }
+        if (!p) return -ENOMEM;
         (void)kern_rows8_pack(w->type, p, w->data, w->n_in, w->n_out);
         dv->owned[dv->n_owned++] = p;
         dv->copied_bytes += bytes;
         w->data = p;
     }
-    free(tmp);
     w->layout = KERN_LAYOUT_ROWS8;
     return 0;
 }

@@ -199,9 +199,7 @@ static void mm_task_run(void *arg, int ith, int nth) {
 
 bool kern_rows8_supported(enum kern_type wt, int64_t n_in, int64_t n_out) {
     kern_init();
-    const struct kern_type_traits *tr = kern_type_traits((int)wt);
-    return tr && (unsigned)wt < KERN_TYPE_COUNT && impl.tile8[wt] && n_in > 0 &&
-           n_in % tr->blck_size == 0 && n_out > 0 && n_out % 8 == 0;
+    return kern_rows8_shape_ok(wt, n_in, n_out) && impl.tile8[wt];
 }
 
 void kern_matmul(struct kern_pool *pool, float *y, const void *w, enum kern_type wt,

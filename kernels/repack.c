@@ -18,9 +18,9 @@ static size_t group_block_bytes(enum kern_type wt) {
     }
 }
 
-static bool shape_ok(enum kern_type wt, int64_t n_in, int64_t n_out) {
+bool kern_rows8_shape_ok(enum kern_type wt, int64_t n_in, int64_t n_out) {
     const struct kern_type_traits *tr = kern_type_traits((int)wt);
-    return group_block_bytes(wt) && n_in > 0 && n_in % tr->blck_size == 0 && n_out > 0 &&
+    return tr && group_block_bytes(wt) && n_in > 0 && n_in % tr->blck_size == 0 && n_out > 0 &&
            n_out % 8 == 0;
 }
 
@@ -56,18 +56,25 @@ static void group_block(enum kern_type wt, uint8_t *g, uint8_t *row[8], bool to_
     }
 }
 
+/* Type blocks [j0, j0 + cnt) of the group at g and of 8 rows in the file's layout (row r
+ * at plain + r·stride, from its block j0), one way or the other. */
+static void blocks_convert(enum kern_type wt, uint8_t *g, uint8_t *plain, size_t stride, int64_t j0,
+                           int64_t cnt, bool to_group) {
+    const size_t gb = group_block_bytes(wt), tb = kern_type_traits((int)wt)->type_size;
+    for (int64_t j = 0; j < cnt; j++) {
+        uint8_t *rows[8];
+        for (int r = 0; r < 8; r++) rows[r] = plain + r * stride + (size_t)j * tb;
+        group_block(wt, g + (size_t)(j0 + j) * gb, rows, to_group);
+    }
+}
+
 static int convert(enum kern_type wt, uint8_t *grouped, uint8_t *plain, int64_t n_in,
                    int64_t n_out, bool to_group) {
-    if (!shape_ok(wt, n_in, n_out)) return ERR_UNSUPPORTED;
-    const struct kern_type_traits *tr = kern_type_traits((int)wt);
-    const int64_t nb = n_in / tr->blck_size;
-    const size_t rb = kern_row_size(wt, n_in), gb = group_block_bytes(wt);
+    if (!kern_rows8_shape_ok(wt, n_in, n_out)) return ERR_UNSUPPORTED;
+    const int64_t nb = n_in / kern_type_traits((int)wt)->blck_size;
+    const size_t rb = kern_row_size(wt, n_in);
     for (int64_t g0 = 0; g0 < n_out; g0 += 8)
-        for (int64_t j = 0; j < nb; j++) {
-            uint8_t *rows[8];
-            for (int r = 0; r < 8; r++) rows[r] = plain + (size_t)(g0 + r) * rb + (size_t)j * tr->type_size;
-            group_block(wt, grouped + (size_t)g0 * rb + (size_t)j * gb, rows, to_group);
-        }
+        blocks_convert(wt, grouped + (size_t)g0 * rb, plain + (size_t)g0 * rb, rb, 0, nb, to_group);
     return 0;
 }
 
@@ -81,12 +88,7 @@ int kern_rows8_unpack(enum kern_type wt, void *dst, const void *src, int64_t n_i
 
 void kern_rows8_blocks(enum kern_type wt, uint8_t *dst, size_t dst_stride, const void *g,
                        int64_t j0, int64_t cnt) {
-    const size_t gb = group_block_bytes(wt), tb = kern_type_traits((int)wt)->type_size;
-    for (int64_t j = 0; j < cnt; j++) {
-        uint8_t *rows[8];
-        for (int r = 0; r < 8; r++) rows[r] = dst + r * dst_stride + (size_t)j * tb;
-        group_block(wt, (uint8_t *)g + (size_t)(j0 + j) * gb, rows, false);
-    }
+    blocks_convert(wt, (uint8_t *)g, dst, dst_stride, j0, cnt, false);
 }
 
 void kern_tile8_unpacked(enum kern_type wt, float *y, int64_t y_stride, const void *g,

@@ -862,6 +862,14 @@ X86_INLINE void ipack_body(float *y, int64_t ys, const struct ipack *p, int64_t 
         }
     }
 }
+
+/* The pack's 4 rows × nt tokens: 4 tokens at a time, then the rest one by one. */
+X86_INLINE void ipack_tokens(float *y, int64_t ys, const struct ipack *p, int64_t nbk, const uint8_t *x,
+                             size_t xst, int64_t nb, int64_t j0, int nt, const int K) {
+    int t = 0;
+    for (; t + 4 <= nt; t += 4) ipack_body(y + t * ys, ys, p, nbk, x + t * xst, xst, nb, j0, j0 > 0, 4, K);
+    for (; t < nt; t++) ipack_body(y + t * ys, ys, p, nbk, x + t * xst, xst, nb, j0, j0 > 0, 1, K);
+}
 #endif
 
 X86_INLINE void qtile(float *y, int64_t ys, const void *w, size_t wst, const void *x, size_t xst,
@@ -874,11 +882,7 @@ X86_INLINE void qtile(float *y, int64_t ys, const void *w, size_t wst, const voi
         for (int64_t j0 = 0; j0 < nb; j0 += PACK_BLOCKS) {
             int64_t nbk = nb - j0 < PACK_BLOCKS ? nb - j0 : PACK_BLOCKS;
             ipack_fill(&pack, wb, wst, j0, nbk, K);
-            int t = 0;
-            for (; t + 4 <= nt; t += 4)
-                ipack_body(y + t * ys, ys, &pack, nbk, xb + t * xst, xst, nb, j0, j0 > 0, 4, K);
-            for (; t < nt; t++)
-                ipack_body(y + t * ys, ys, &pack, nbk, xb + t * xst, xst, nb, j0, j0 > 0, 1, K);
+            ipack_tokens(y, ys, &pack, nbk, xb, xst, nb, j0, nt, K);
         }
         return;
     }
@@ -1178,11 +1182,7 @@ X86_INLINE void tile8_ipack(float *y, int64_t ys, const void *g, const uint8_t *
         kern_rows8_blocks(wt, rows[0], ROW_CHUNK, g, j0 / per, nbk / per);
         for (int h = 0; h < 2; h++) {
             ipack_fill(&pack, rows[4 * h], ROW_CHUNK, 0, nbk, K);
-            int t = 0;
-            for (; t + 4 <= nt; t += 4)
-                ipack_body(y + t * ys + 4 * h, ys, &pack, nbk, xb + t * xst, xst, nb, j0, j0 > 0, 4, K);
-            for (; t < nt; t++)
-                ipack_body(y + t * ys + 4 * h, ys, &pack, nbk, xb + t * xst, xst, nb, j0, j0 > 0, 1, K);
+            ipack_tokens(y + 4 * h, ys, &pack, nbk, xb, xst, nb, j0, nt, K);
         }
     }
 }

@@ -43,6 +43,9 @@ struct kern_impl {
 /* Fills every entry from the reference kernels. */
 void kern_impl_fill_ref(struct kern_impl *impl);
 
+/* Whether wt has a rows8 layout and n_out rows of n_in values can take it. */
+bool kern_rows8_shape_ok(enum kern_type wt, int64_t n_in, int64_t n_out);
+
 /* Type blocks [j0, j0 + cnt) of a rows8 group g, in the file's layout: row r's at
  * dst + r·dst_stride. */
 void kern_rows8_blocks(enum kern_type wt, uint8_t *dst, size_t dst_stride, const void *g,

@@ -74,18 +74,23 @@ static void model_of(const struct arch_case *c, const char *type, struct engine_
 
 enum { N_PROMPT = 40, N_GEN = 12, N_CTX = 128 };
 
+/* The parameters every context here shares: steps of 16 tokens, and a gemma
+ * sliding-window ring of 16 + 16 + 16 cells < N_CTX. */
+static void params_of(struct engine_context_params *p, enum kern_type kv) {
+    engine_context_params_default(p);
+    p->n_ctx = N_CTX;
+    p->n_batch = 16;
+    p->swa_chunk = 16;
+    p->n_outputs = 2 * N_PROMPT;
+    p->n_threads = 2;
+    p->type_k = p->type_v = kv;
+}
+
 static void ctx_make(const struct engine_model *m, enum engine_device_kind dev, uint32_t gpu_layers,
                      enum kern_type kv, uint32_t n_seq, struct engine_context **ret) {
     struct engine_context_params p;
-    engine_context_params_default(&p);
-    p.n_ctx = N_CTX;
+    params_of(&p, kv);
     p.n_seq = n_seq;
-    /* steps of 16 tokens, and a gemma sliding-window ring of 16 + 16 + 16 cells < N_CTX */
-    p.n_batch = 16;
-    p.swa_chunk = 16;
-    p.n_outputs = 2 * N_PROMPT;
-    p.n_threads = 2;
-    p.type_k = p.type_v = kv;
     p.device = dev;
     p.gpu_layers = gpu_layers;
     struct err_detail d = {0};
@@ -97,13 +102,7 @@ static void ctx_make(const struct engine_model *m, enum engine_device_kind dev, 
 /* a tensor split over n CUDA contexts on cuda:0 */
 static struct engine_context *ctx_split(const struct engine_model *m, uint32_t n, enum kern_type kv) {
     struct engine_context_params p;
-    engine_context_params_default(&p);
-    p.n_ctx = N_CTX;
-    p.n_batch = 16;
-    p.swa_chunk = 16;
-    p.n_outputs = 2 * N_PROMPT;
-    p.n_threads = 2;
-    p.type_k = p.type_v = kv;
+    params_of(&p, kv);
     p.split = ENGINE_SPLIT_TENSOR;
     char list[64] = "";
     for (uint32_t i = 0; i < n; i++) strcat(list, i ? ",cuda:0" : "cuda:0");
