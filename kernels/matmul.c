@@ -131,9 +131,21 @@ enum {
     MM_UNIT_TOKS = KERN_TILE_TOKS, /* tokens per work unit: their activations stay in L2 */
 };
 
+/* Float weights in rows8 meet up to 12 tokens' activation rows at once: rows a multiple
+ * of 2 KiB apart share L1 sets (at 4 KiB, all 12 streams one 8-way set, which halves the
+ * speed), so their prefill reads a copy of the rows 64 bytes further apart. */
+static size_t rows8_f32_stride(enum kern_type wt, int64_t n_in) {
+    const size_t row = (size_t)n_in * sizeof(float);
+    return (wt == KERN_TYPE_F16 || wt == KERN_TYPE_BF16) && row % 2048 == 0 ? row + 64 : 0;
+}
+
 size_t kern_matmul_scratch_bytes(enum kern_type wt, int64_t n_in, int64_t n_tok) {
     const struct kern_type_traits *tr = kern_type_traits((int)wt);
     size_t r;
+    if (tr && tr->vec_dot && tr->vec_dot_type == KERN_TYPE_F32 && n_in > 0 && n_tok > 1) {
+        const size_t s = rows8_f32_stride(wt, n_in);
+        return s && size_mul(s, (size_t)n_tok, &r) ? r : s ? SIZE_MAX : 0;
+    }
     if (!tr || !tr->vec_dot || tr->vec_dot_type == KERN_TYPE_F32 || n_tok <= 0) return 0;
     /* the largest activation layout of any level, so that levels may be switched */
     if (n_in <= 0 || n_in % 32 != 0) return 0;
@@ -248,6 +260,12 @@ void kern_matmul_layout(struct kern_pool *pool, float *y, const void *w, enum ke
         else quant_task_run(&q, 0, 1);
         m.x = scratch;
         m.x_stride = q.dst_stride;
+    } else if (rows8 && m.tile8 && n_tok > 1 && rows8_f32_stride(wt, n_in)) {
+        assert(scratch);
+        m.x_stride = rows8_f32_stride(wt, n_in);
+        for (int64_t t = 0; t < n_tok; t++)
+            memcpy((uint8_t *)scratch + t * m.x_stride, x + t * n_in, (size_t)n_in * sizeof(float));
+        m.x = scratch;
     }
     /* Decode streams the weights once: a few big units per thread keep the shared unit
      * counter (a cache line both threads write) off the critical path and each thread's

@@ -9,10 +9,15 @@
 /* Bytes of one block of 8 rows, or 0 for a type without a rows8 layout. */
 static size_t group_block_bytes(enum kern_type wt) {
     switch (wt) {
+    case KERN_TYPE_F16: return 8 * sizeof(kern_f16);
+    case KERN_TYPE_BF16: return 8 * sizeof(kern_bf16);
     case KERN_TYPE_Q4_0: return 8 * sizeof(struct block_q4_0);
     case KERN_TYPE_Q8_0: return 8 * sizeof(struct block_q8_0);
     case KERN_TYPE_Q4_K: return 8 * sizeof(struct block_q4_K);
     case KERN_TYPE_Q5_K: return 8 * sizeof(struct block_q5_K);
+    case KERN_TYPE_Q6_K: return 8 * sizeof(struct block_q6_K);
+    case KERN_TYPE_Q3_K: return 8 * sizeof(struct block_q3_K);
+    case KERN_TYPE_Q2_K: return 8 * sizeof(struct block_q2_K);
     case KERN_TYPE_IQ4_XS: return 8 * sizeof(struct block_iq4_xs);
     default: return 0;
     }
@@ -33,10 +38,27 @@ static void move(uint8_t *g, uint8_t *row, size_t n, bool to_group) {
 /* Block j of 8 rows (row[r]: row r's block, file layout) to or from the group block g. */
 static void group_block(enum kern_type wt, uint8_t *g, uint8_t *row[8], bool to_group) {
     for (int r = 0; r < 8; r++) {
-        if (wt == KERN_TYPE_Q4_0 || wt == KERN_TYPE_Q8_0) { /* d | qs[16] or qs[32] */
+        if (wt == KERN_TYPE_F16 || wt == KERN_TYPE_BF16) { /* one value */
+            move(g + 2 * r, row[r], 2, to_group);
+        } else if (wt == KERN_TYPE_Q4_0 || wt == KERN_TYPE_Q8_0) { /* d | qs[16] or qs[32] */
             move(g + 2 * r, row[r], 2, to_group);
             for (int k = 0; k < (wt == KERN_TYPE_Q4_0 ? 4 : 8); k++)
                 move(g + 16 + 32 * k + 4 * r, row[r] + 2 + 4 * k, 4, to_group);
+        } else if (wt == KERN_TYPE_Q6_K) { /* ql[128] | qh[64] | scales[16] | d */
+            move(g + 2 * r, row[r] + 208, 2, to_group);
+            for (int j = 0; j < 8; j++) move(g + 16 + 16 * j + 2 * r, row[r] + 192 + 2 * j, 2, to_group);
+            for (int c = 0; c < 32; c++) move(g + 144 + 32 * c + 4 * r, row[r] + 4 * c, 4, to_group);
+            for (int c = 0; c < 16; c++) move(g + 1168 + 32 * c + 4 * r, row[r] + 128 + 4 * c, 4, to_group);
+        } else if (wt == KERN_TYPE_Q3_K) { /* hmask[32] | qs[64] | scales[12] | d */
+            move(g + 2 * r, row[r] + 108, 2, to_group);
+            for (int w = 0; w < 3; w++) move(g + 16 + 32 * w + 4 * r, row[r] + 96 + 4 * w, 4, to_group);
+            for (int c = 0; c < 8; c++) move(g + 112 + 32 * c + 4 * r, row[r] + 4 * c, 4, to_group);
+            for (int c = 0; c < 16; c++) move(g + 368 + 32 * c + 4 * r, row[r] + 32 + 4 * c, 4, to_group);
+        } else if (wt == KERN_TYPE_Q2_K) { /* scales[16] | qs[64] | d | dmin */
+            move(g + 2 * r, row[r] + 80, 2, to_group);
+            move(g + 16 + 2 * r, row[r] + 82, 2, to_group);
+            for (int j = 0; j < 8; j++) move(g + 32 + 16 * j + 2 * r, row[r] + 2 * j, 2, to_group);
+            for (int c = 0; c < 16; c++) move(g + 160 + 32 * c + 4 * r, row[r] + 16 + 4 * c, 4, to_group);
         } else if (wt == KERN_TYPE_IQ4_XS) { /* d | scales_h | scales_l[4] | qs[128] */
             move(g + 2 * r, row[r], 2, to_group);
             move(g + 16 + 2 * r, row[r] + 2, 2, to_group);

@@ -46,11 +46,16 @@ enum kern_type {
  * in decode and no repacking per call in prefill (the engine repacks at load). Same bytes
  * as the rows. For each group of rows, for each block j, the 8 rows' fields, row r's 4
  * bytes at 4r within every 32 (2 bytes at 2r for fp16 fields):
+ *   f16, bf16: value k of the 8 rows, row r's at 2r of 16 bytes
  *   q4_0: d[8] | qs in 4 chunks, chunk k = bytes 4k..4k+3 of each row's qs
  *   q8_0: d[8] | qs in 8 chunks, likewise
  *   q4_K: d[8] | dmin[8] | scales in 3 chunks (chunk w = bytes 4w..4w+3) | qs in 4 × 8
  *         chunks, chunk (q, k) = bytes 32q + 4k..+3 (sub-blocks 2q, 2q+1 of values 4k..)
  *   q5_K: q4_K's with qh in 8 chunks (chunk k = bytes 4k..4k+3) before the qs
+ *   q6_K: d[8] | scales in 8 chunks of 16 bytes (chunk j: row r's scales 2j, 2j+1 at 2r)
+ *         | ql in 32 chunks (chunk c = bytes 4c..4c+3) | qh in 16 chunks, likewise
+ *   q3_K: d[8] | scales in 3 chunks | hmask in 8 chunks | qs in 16 chunks
+ *   q2_K: d[8] | dmin[8] | scales in 8 chunks of 16 bytes, as q6_K's | qs in 16 chunks
  *   iq4_xs: d[8] | scales_h[8] | scales_l in 1 chunk | qs in 32 chunks (chunk c = bytes
  *         4c..4c+3: sub-block c / 4, its values 4(c % 4).. low, 16 + 4(c % 4).. high) */
 enum kern_layout { KERN_LAYOUT_ROWS = 0, KERN_LAYOUT_ROWS8 = 1 };

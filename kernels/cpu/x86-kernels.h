@@ -1153,6 +1153,122 @@ X86_INLINE void r8_iq4_xs_body(float *y, int64_t ys, const uint8_t *g, const uin
     for (int t = 0; t < NT; t++) _mm256_storeu_ps(y + t * ys, acc[t]);
 }
 
+/* q6_K, q3_K and q2_K, 8 rows × NT tokens: a scale (q2_K: and an offset) per 16 values.
+ * Sub-block j = 4h + k of every row, its values 4c..4c+3 (c = 0..7) in lane r:
+ *   q6_K: the low (k < 2) or high nibbles of ql chunk 16h + 8(k % 2) + c, bits 2k, 2k+1 of
+ *         qh chunk 8h + c on top: u = 0..63, x = d·sc·(u - 32)
+ *   q3_K: bits 2k, 2k+1 of qs chunk 8h + c, bit j of hmask chunk c as 4: u = 0..7,
+ *         x = d·(sc - 32)·(u - 4)
+ *   q2_K: bits 2k, 2k+1 of qs chunk 8h + c: u = 0..3, x = d·sc·u - dmin·m
+ * The 8 rows' scales of the sub-block's halves come as int16 pairs (sc_2j, sc_2j+1) in
+ * lane r; each half's byte dots (q6_K: two per int16 sum, a pair being up to 2·63·127 =
+ * 16002; else four) meet their scale in VPMADDWD. The offsets (-32, -4, the q2_K mins m)
+ * are one VPMADDWD of the rows' pairs with the half sums in the q8_0 rows' s slot. A
+ * super-block's sub-blocks add up in float with the activations' scales, then meet the
+ * rows' d (and dmin) once. */
+X86_INLINE __m256i k16_codes(const uint8_t *b, int j, int c, const int K) {
+    const int h = j / 4, k = j % 4;
+    if (K == WK_Q6_K) {
+        __m256i l = _mm256_loadu_si256((const __m256i *)(b + 144 + 32 * (16 * h + 8 * (k % 2) + c)));
+        __m256i hb = _mm256_loadu_si256((const __m256i *)(b + 1168 + 32 * (8 * h + c)));
+        if (k >= 2) l = _mm256_srli_epi16(l, 4);
+        hb = k == 0 ? _mm256_slli_epi16(hb, 4) : k == 1 ? _mm256_slli_epi16(hb, 2) : k == 3 ? _mm256_srli_epi16(hb, 2) : hb;
+        return _mm256_or_si256(_mm256_and_si256(l, _mm256_set1_epi8(0x0f)), _mm256_and_si256(hb, _mm256_set1_epi8(0x30)));
+    }
+    __m256i q = _mm256_loadu_si256((const __m256i *)(b + (K == WK_Q3_K ? 368 : 160) + 32 * (8 * h + c)));
+    if (k) q = _mm256_srli_epi16(q, 2 * k);
+    q = _mm256_and_si256(q, _mm256_set1_epi8(3));
+    if (K == WK_Q3_K) {
+        __m256i hb = _mm256_loadu_si256((const __m256i *)(b + 112 + 32 * c));
+        hb = j < 2 ? _mm256_slli_epi16(hb, 2 - j) : j > 2 ? _mm256_srli_epi16(hb, j - 2) : hb;
+        q = _mm256_or_si256(q, _mm256_and_si256(hb, _mm256_set1_epi8(4)));
+    }
+    return q;
+}
+
+/* The 8 rows' scales of sub-block j's halves as int16 pairs in lane r (q2_K: *mp its
+ * offsets m). */
+X86_INLINE __m256i k16_scales(const uint8_t *b, int j, __m256i *mp, const int K) {
+    if (K == WK_Q6_K) return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 16 + 16 * j)));
+    if (K == WK_Q2_K) {
+        __m256i raw = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(b + 32 + 16 * j)));
+        *mp = _mm256_srli_epi16(raw, 4);
+        return _mm256_and_si256(raw, _mm256_set1_epi16(0x0f));
+    }
+    /* q3_K, scale g: low 4 bits in byte g % 8 (nibble g / 8) of chunks 0-1, top 2 bits at
+     * bits 2·(g / 4) of chunk 2's byte g % 4; g = 2j, 2j + 1 are neighbouring bytes */
+    const int o = 8 * (2 * (j % 2));
+    __m256i lo = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * ((j % 4) / 2)));
+    __m256i hi = _mm256_loadu_si256((const __m256i *)(b + 80));
+    lo = _mm256_and_si256(_mm256_srli_epi32(lo, o + 4 * (j / 4)), _mm256_set1_epi32(0x0f0f));
+    hi = _mm256_and_si256(_mm256_srli_epi32(hi, o + 2 * (j / 2)), _mm256_set1_epi32(0x0303));
+    const __m256i widen = _mm256_setr_epi8(0, -1, 1, -1, 4, -1, 5, -1, 8, -1, 9, -1, 12, -1, 13, -1,
+                                           0, -1, 1, -1, 4, -1, 5, -1, 8, -1, 9, -1, 12, -1, 13, -1);
+    __m256i sc = _mm256_shuffle_epi8(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), widen);
+    return _mm256_sub_epi16(sc, _mm256_set1_epi16(32));
+}
+
+X86_INLINE void r8_k16_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x, size_t xst,
+                            int64_t nb, const int NT, const int K) {
+    const size_t sbs = K == WK_Q6_K ? 1680 : K == WK_Q3_K ? 880 : 672;
+    const __m256i pick[2] = {_mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13,
+                                              0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13),
+                             _mm256_setr_epi8(2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15,
+                                              2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15)};
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t sbi = 0; sbi < nb / 8; sbi++) {
+        const uint8_t *b = g + sbs * sbi;
+        __m256 sacc[4], macc[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) sacc[t] = macc[t] = _mm256_setzero_ps();
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            for (size_t o = 0; o < sbs / 8; o += 64) _mm_prefetch((const char *)b + 1200 + sbs / 8 * j + o, _MM_HINT_T0);
+            __m256i mp = _mm256_setzero_si256();
+            const __m256i sp = k16_scales(b, j, &mp, K);
+            __m256i is[4];
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) is[t] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+            for (int hf = 0; hf < 2; hf++) {
+                const __m256i sc = _mm256_shuffle_epi8(sp, pick[hf]);
+                __m256i u[4];
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) u[c] = k16_codes(b, j, 4 * hf + c, K);
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) {
+                    const uint8_t *xq = x + t * xst + 32 * (8 * sbi + j) + 16 * hf;
+                    __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(u[0], bcast4(xq)),
+                                                  _mm256_maddubs_epi16(u[1], bcast4(xq + 4)));
+                    __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(u[2], bcast4(xq + 8)),
+                                                  _mm256_maddubs_epi16(u[3], bcast4(xq + 12)));
+                    is[t] = _mm256_add_epi32(is[t], K == WK_Q6_K ? _mm256_add_epi32(_mm256_madd_epi16(p0, sc), _mm256_madd_epi16(p1, sc))
+                                                                 : _mm256_madd_epi16(_mm256_add_epi16(p0, p1), sc));
+                }
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                const float *xd = (const float *)(x + t * xst + 32 * nb) + 8 * sbi + j;
+                const __m256i hs = bcast4((const uint8_t *)(xd + nb)); /* the half sums */
+                const __m256 dx = _mm256_broadcast_ss(xd);
+                if (K == WK_Q2_K) macc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mp, hs)), dx, macc[t]);
+                else is[t] = _mm256_sub_epi32(is[t], _mm256_slli_epi32(_mm256_madd_epi16(sp, hs), K == WK_Q6_K ? 5 : 2));
+                sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), dx, sacc[t]);
+            }
+        }
+        const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b));
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            acc[t] = _mm256_fmadd_ps(sacc[t], dv, acc[t]);
+            if (K == WK_Q2_K) acc[t] = _mm256_fnmadd_ps(macc[t], _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + 16))), acc[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) _mm256_storeu_ps(y + t * ys, acc[t]);
+}
+
 /* A group of 8 rows × nt tokens: 4 tokens at a time (their weights unpacked once), then
  * the 1-3 left. */
 X86_INLINE void r8_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x, size_t xst,
@@ -1160,23 +1276,30 @@ X86_INLINE void r8_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x
     if (K == WK_Q4_0) r8_q4_0_body(y, ys, g, x, xst, nb, NT);
     else if (K == WK_Q8_0) r8_q8_0_body(y, ys, g, x, xst, nb, NT);
     else if (K == WK_IQ4_XS) r8_iq4_xs_body(y, ys, g, x, xst, nb, NT);
+    else if (K == WK_Q6_K || K == WK_Q3_K || K == WK_Q2_K) r8_k16_body(y, ys, g, x, xst, nb, NT, K);
     else r8_qk_body(y, ys, g, x, xst, nb, NT, K);
 }
 
 #if !X86_W512
 /* Types whose prefill runs faster through the interleaved pack of the file's rows (the
- * table look-ups, the 5-bit codes; measured with 64 tokens): rows8 serves their decode. */
-X86_INLINE bool r8_prefill_ipack(int k) { return k == WK_Q5_K || k == WK_IQ4_XS; }
+ * table look-ups, the codes of 3, 5 and 6 bits; measured with 64 tokens): rows8 serves
+ * their decode. */
+X86_INLINE bool r8_prefill_ipack(int k) {
+    return k == WK_Q3_K || k == WK_Q5_K || k == WK_Q6_K || k == WK_IQ4_XS;
+}
 
 /* Prefill of a rows8 group through ipack_body: every PACK_BLOCKS blocks, the 8 rows' blocks
  * in the file's layout (kern_rows8_blocks) fill the pack of rows 0-3 and then of 4-7. */
 X86_INLINE void tile8_ipack(float *y, int64_t ys, const void *g, const uint8_t *xb, size_t xst,
                             int64_t n, int nt, const int K) {
-    enum { ROW_CHUNK = PACK_BLOCKS / 8 * 176 }; /* PACK_BLOCKS values' blocks, the larger kind */
+    enum { ROW_CHUNK = PACK_BLOCKS / 8 * 210 }; /* PACK_BLOCKS values' blocks, the largest kind */
     _Alignas(32) uint8_t rows[8][ROW_CHUNK];
     struct ipack pack;
     const int64_t nb = n / 32, per = wk_is_k(K) ? 8 : 1; /* 32-value blocks per type block */
-    enum kern_type wt = K == WK_Q5_K ? KERN_TYPE_Q5_K : KERN_TYPE_IQ4_XS;
+    const enum kern_type wt = K == WK_Q3_K   ? KERN_TYPE_Q3_K
+                              : K == WK_Q5_K ? KERN_TYPE_Q5_K
+                              : K == WK_Q6_K ? KERN_TYPE_Q6_K
+                                             : KERN_TYPE_IQ4_XS;
     for (int64_t j0 = 0; j0 < nb; j0 += PACK_BLOCKS) {
         int64_t nbk = nb - j0 < PACK_BLOCKS ? nb - j0 : PACK_BLOCKS;
         kern_rows8_blocks(wt, rows[0], ROW_CHUNK, g, j0 / per, nbk / per);
@@ -1207,17 +1330,20 @@ X86_INLINE void tile8(float *y, int64_t ys, const void *g, const void *x, size_t
     }
 }
 
-#define X86_TILE8(name, K)                                                                  \
+/* the level's tile8 entry points: drv (tile8, ftile8) for the type K (a wkind, an fkind) */
+#define X86_TILE8(name, drv, K)                                                             \
     static void X86_SFX(tile8_##name)(float *y, int64_t ys, const void *g, const void *x,   \
                                       size_t xst, int64_t n, int nt) {                      \
-        tile8(y, ys, g, x, xst, n, nt, K);                                                  \
+        drv(y, ys, g, x, xst, n, nt, K);                                                    \
     }
-X86_TILE8(q4_0, WK_Q4_0)
-X86_TILE8(q8_0, WK_Q8_0)
-X86_TILE8(q4_K, WK_Q4_K)
-X86_TILE8(q5_K, WK_Q5_K)
-X86_TILE8(iq4_xs, WK_IQ4_XS)
-#undef X86_TILE8
+X86_TILE8(q4_0, tile8, WK_Q4_0)
+X86_TILE8(q8_0, tile8, WK_Q8_0)
+X86_TILE8(q4_K, tile8, WK_Q4_K)
+X86_TILE8(q5_K, tile8, WK_Q5_K)
+X86_TILE8(iq4_xs, tile8, WK_IQ4_XS)
+X86_TILE8(q6_K, tile8, WK_Q6_K)
+X86_TILE8(q3_K, tile8, WK_Q3_K)
+X86_TILE8(q2_K, tile8, WK_Q2_K)
 
 /* ---- float weights × f32 activations ------------------------------------------------- */
 
@@ -1402,6 +1528,75 @@ X86_FTILE(f16, FK_F16)
 X86_FTILE(bf16, FK_BF16)
 #undef X86_FTILE
 
+/* f16 / bf16 rows8: value k of the 8 rows is 16 bytes at 16k, lane r = row r, against
+ * f32 activations. Each value of the rows is one conversion that meets up to 12 tokens'
+ * values broadcast (12 accumulators, the rows' vector and a broadcast fill 14 registers);
+ * decode keeps 4 accumulators over consecutive values so that the FMA latency hides.
+ * Prefill covers n in chunks of R8F_CHUNK values over all the tile's tokens in turn, the
+ * rows' chunk (8 KiB) staying in L1; y (+)= each chunk's sums. No horizontal sums: a
+ * token's 8 outputs are one store. */
+enum { R8F_CHUNK = 512 };
+
+X86_INLINE __m256 r8f_load(const uint8_t *g, int64_t k, const int F) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)(g + 16 * k));
+    if (F == FK_F16) return _mm256_cvtph_ps(v);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+}
+
+X86_INLINE void r8f_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x, size_t xst,
+                         int64_t i0, int64_t i1, bool add, const int NT, const int F) {
+    const int KU = NT >= 4 ? 1 : NT >= 2 ? 2 : 4; /* consecutive values per step */
+    __m256 acc[12];
+#pragma GCC unroll 12
+    for (int a = 0; a < KU * NT; a++) acc[a] = _mm256_setzero_ps();
+    int64_t k = i0;
+    for (; k + KU <= i1; k += KU) {
+        if (NT == 1) _mm_prefetch((const char *)g + 16 * k + 1536, _MM_HINT_T0);
+#pragma GCC unroll 4
+        for (int u = 0; u < KU; u++) {
+            const __m256 w = r8f_load(g, k + u, F);
+#pragma GCC unroll 12
+            for (int t = 0; t < NT; t++)
+                acc[u * NT + t] = _mm256_fmadd_ps(w, _mm256_broadcast_ss((const float *)(x + t * xst) + k + u),
+                                                  acc[u * NT + t]);
+        }
+    }
+    for (; k < i1; k++) {
+        const __m256 w = r8f_load(g, k, F);
+#pragma GCC unroll 12
+        for (int t = 0; t < NT; t++)
+            acc[t] = _mm256_fmadd_ps(w, _mm256_broadcast_ss((const float *)(x + t * xst) + k), acc[t]);
+    }
+#pragma GCC unroll 12
+    for (int t = 0; t < NT; t++) {
+        __m256 s = acc[t];
+#pragma GCC unroll 3
+        for (int u = 1; u < KU; u++) s = _mm256_add_ps(s, acc[u * NT + t]);
+        if (add) s = _mm256_add_ps(s, _mm256_loadu_ps(y + t * ys));
+        _mm256_storeu_ps(y + t * ys, s);
+    }
+}
+
+X86_INLINE void ftile8(float *y, int64_t ys, const void *g, const void *x, size_t xst, int64_t n,
+                       int nt, const int F) {
+    const uint8_t *gb = g, *xb = x;
+    if (nt == 1) {
+        r8f_body(y, ys, gb, xb, xst, 0, n, false, 1, F);
+        return;
+    }
+    for (int64_t i0 = 0; i0 < n; i0 += R8F_CHUNK) {
+        const int64_t i1 = n - i0 < R8F_CHUNK ? n : i0 + R8F_CHUNK;
+        int t = 0;
+        for (; t + 12 <= nt; t += 12) r8f_body(y + t * ys, ys, gb, xb + t * xst, xst, i0, i1, i0 > 0, 12, F);
+        for (; t + 4 <= nt; t += 4) r8f_body(y + t * ys, ys, gb, xb + t * xst, xst, i0, i1, i0 > 0, 4, F);
+        for (; t < nt; t++) r8f_body(y + t * ys, ys, gb, xb + t * xst, xst, i0, i1, i0 > 0, 1, F);
+    }
+}
+
+X86_TILE8(f16, ftile8, FK_F16)
+X86_TILE8(bf16, ftile8, FK_BF16)
+#undef X86_TILE8
+
 /* ---- activation quantizers, bit-identical to the reference --------------------------- */
 
 /* round(v) with ties away from zero, as roundf: round to nearest even, then fix exact
@@ -1523,6 +1718,11 @@ void X86_SFX(kern_impl_fill)(struct kern_impl *impl) {
     impl->tile8[KERN_TYPE_Q4_K] = X86_SFX(tile8_q4_K);
     impl->tile8[KERN_TYPE_Q5_K] = X86_SFX(tile8_q5_K);
     impl->tile8[KERN_TYPE_IQ4_XS] = X86_SFX(tile8_iq4_xs);
+    impl->tile8[KERN_TYPE_Q6_K] = X86_SFX(tile8_q6_K);
+    impl->tile8[KERN_TYPE_F16] = X86_SFX(tile8_f16);
+    impl->tile8[KERN_TYPE_BF16] = X86_SFX(tile8_bf16);
+    impl->tile8[KERN_TYPE_Q3_K] = X86_SFX(tile8_q3_K);
+    impl->tile8[KERN_TYPE_Q2_K] = X86_SFX(tile8_q2_K);
     impl->from_f32[KERN_TYPE_Q8_0] = X86_SFX(quant_q8_0);
     impl->from_f32[KERN_TYPE_Q8_1] = X86_SFX(quant_q8_1);
     impl->from_f32[KERN_TYPE_F16] = X86_SFX(quant_f16);

@@ -5,7 +5,7 @@
  * q4_K; the SIMD and reference levels differ by 6e-5 to 8e-5), on one device and on a
  * 2-device split (its column slices repacked in place of the plain copies), with a
  * classifier that is repacked (304 rows) and one that is not (301, tied to the
- * embeddings), for each rows8 type (q4_0, q8_0, q4_K, q5_K, iq4_xs); it owns exactly the
+ * embeddings), for each rows8 type (f16, bf16, q4_0, q8_0, q2_K to q6_K, iq4_xs); it owns exactly the
  * bytes of the matrices it repacked; and a repacked
  * context run on the reference level (no rows8 kernels) still gives the same logits. */
 #include "test.h"
@@ -29,10 +29,20 @@ struct repack_case {
 static const struct repack_case cases[] = {
     {"llama-q4_0", "--arch llama --n-embd 256 --n-layer 2 --n-head 8 --n-head-kv 4 "
                    "--head-dim 32 --n-ff 224 --n-vocab 304 --type q4_0", true},
+    {"llama-f16", "--arch llama --n-embd 256 --n-layer 2 --n-head 8 --n-head-kv 4 "
+                  "--head-dim 32 --n-ff 224 --n-vocab 304 --type f16", true},
+    {"llama-bf16", "--arch llama --n-embd 256 --n-layer 2 --n-head 8 --n-head-kv 4 "
+                   "--head-dim 32 --n-ff 224 --n-vocab 304 --type bf16", true},
     {"llama-q8_0", "--arch llama --n-embd 256 --n-layer 2 --n-head 8 --n-head-kv 4 "
                    "--head-dim 32 --n-ff 224 --n-vocab 304 --type q8_0", true},
     {"llama-q5_K", "--arch llama --n-embd 256 --n-layer 2 --n-head 8 --n-head-kv 4 "
                    "--head-dim 32 --n-ff 512 --n-vocab 304 --type q5_K", true},
+    {"llama-q6_K", "--arch llama --n-embd 256 --n-layer 2 --n-head 8 --n-head-kv 4 "
+                   "--head-dim 32 --n-ff 512 --n-vocab 304 --type q6_K", true},
+    {"llama-q3_K", "--arch llama --n-embd 256 --n-layer 2 --n-head 8 --n-head-kv 4 "
+                   "--head-dim 32 --n-ff 512 --n-vocab 304 --type q3_K", true},
+    {"llama-q2_K", "--arch llama --n-embd 256 --n-layer 2 --n-head 8 --n-head-kv 4 "
+                   "--head-dim 32 --n-ff 512 --n-vocab 304 --type q2_K", true},
     {"llama-iq4_xs", "--arch llama --n-embd 256 --n-layer 2 --n-head 8 --n-head-kv 4 "
                      "--head-dim 32 --n-ff 512 --n-vocab 304 --type iq4_xs", true},
     {"llama-q4_K", "--arch llama --n-embd 256 --n-layer 2 --n-head 8 --n-head-kv 4 "
@@ -112,8 +122,8 @@ static uint64_t repackable_bytes(const struct engine_model *m, bool output) {
 }
 
 TEST(repacked_matches_plain) {
-    static const enum kern_type types[] = {KERN_TYPE_Q4_0, KERN_TYPE_Q8_0, KERN_TYPE_Q4_K, KERN_TYPE_Q5_K,
-                                           KERN_TYPE_IQ4_XS};
+    static const enum kern_type types[] = {KERN_TYPE_F16, KERN_TYPE_BF16, KERN_TYPE_Q4_0, KERN_TYPE_Q8_0, KERN_TYPE_Q4_K, KERN_TYPE_Q5_K,
+                                           KERN_TYPE_Q6_K, KERN_TYPE_Q3_K, KERN_TYPE_Q2_K, KERN_TYPE_IQ4_XS};
     for (size_t i = 0; i < ARRAY_SIZE(types); i++) {
         if (!kern_rows8_supported(types[i], 256, 8))
             SKIP("kernels level %s has no rows8 kernels", kern_cpu()->level);

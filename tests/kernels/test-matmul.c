@@ -338,7 +338,7 @@ TEST(level_names) {
  * bytes (back again byte for byte), and on every level, with or without its rows8 kernels,
  * kern_matmul_layout gives the spec of the rows for decode, 2-7 tokens (the tile's 4-token
  * steps and each remainder), 64 and 70 (two token units), over 1 to 5 groups of 8 rows and
- * 3 to 72 blocks (q4_K, q5_K, iq4_xs: 1 to 9 super-blocks, half of the rows random bytes: every scale
+ * 3 to 72 blocks (k-quants and iq4_xs: 1 to 9 super-blocks, half of the rows random bytes: every scale
  * bit pattern), on 1 and 2 threads (bit-identical). */
 TEST(matmul_rows8_vs_spec) {
     struct kern_pool *pool = NULL;
@@ -346,7 +346,9 @@ TEST(matmul_rows8_vs_spec) {
     const char *saved = kern_cpu()->level;
     static const int64_t toks[] = {1, 2, 3, 4, 5, 6, 7, 64, 70};
     static const int64_t shapes[][2] = {{96, 8}, {2304, 24}, {1024, 40}};
-    static const int types[] = {KERN_TYPE_Q4_0, KERN_TYPE_Q8_0, KERN_TYPE_Q4_K, KERN_TYPE_Q5_K, KERN_TYPE_IQ4_XS};
+    static const int types[] = {KERN_TYPE_F16,  KERN_TYPE_BF16, KERN_TYPE_Q4_0, KERN_TYPE_Q8_0,
+                                KERN_TYPE_Q4_K, KERN_TYPE_Q5_K, KERN_TYPE_Q6_K, KERN_TYPE_Q3_K,
+                                KERN_TYPE_Q2_K, KERN_TYPE_IQ4_XS};
     int with_kernels = 0;
     for (int li = 0; kern_level_name(li); li++) {
         const char *level = kern_level_name(li);
@@ -393,10 +395,10 @@ TEST(matmul_rows8_vs_spec) {
     ASSERT_ERR(kern_rows8_pack(KERN_TYPE_Q4_0, b, a, 32, 12), ERR_UNSUPPORTED);
     ASSERT_ERR(kern_rows8_pack(KERN_TYPE_Q4_0, b, a, 33, 8), ERR_UNSUPPORTED);
     ASSERT_ERR(kern_rows8_pack(KERN_TYPE_Q4_K, b, a, 128, 8), ERR_UNSUPPORTED);
-    ASSERT_ERR(kern_rows8_pack(KERN_TYPE_Q6_K, b, a, 256, 8), ERR_UNSUPPORTED);
+    ASSERT_ERR(kern_rows8_pack(KERN_TYPE_Q5_0, b, a, 256, 8), ERR_UNSUPPORTED);
     ASSERT_ERR(kern_rows8_unpack(KERN_TYPE_F32, b, a, 32, 8), ERR_UNSUPPORTED);
     ASSERT_TRUE(!kern_rows8_supported(KERN_TYPE_Q4_0, 256, 12));
-    ASSERT_TRUE(!kern_rows8_supported(KERN_TYPE_Q6_K, 256, 16));
+    ASSERT_TRUE(!kern_rows8_supported(KERN_TYPE_Q5_0, 256, 16));
     ASSERT_TRUE(!kern_rows8_supported((enum kern_type)77, 256, 16));
 }
 
