@@ -131,20 +131,20 @@ enum {
     MM_UNIT_TOKS = KERN_TILE_TOKS, /* tokens per work unit: their activations stay in L2 */
 };
 
-/* Float weights in rows8 meet up to 12 tokens' activation rows at once: rows a multiple
- * of 2 KiB apart share L1 sets (at 4 KiB, all 12 streams one 8-way set, which halves the
- * speed), so their prefill reads a copy of the rows 64 bytes further apart. */
-static size_t rows8_f32_stride(enum kern_type wt, int64_t n_in) {
-    const size_t row = (size_t)n_in * sizeof(float);
-    return (wt == KERN_TYPE_F16 || wt == KERN_TYPE_BF16) && row % 2048 == 0 ? row + 64 : 0;
+/* Bytes of one block of KERN_TILE_TOKS tokens' activations packed for the f16/bf16
+ * rows8 tiles (kernels/ref/matmul.h), or 0 where rows are read as they are. */
+static size_t rows8_f32_block(enum kern_type wt, int64_t n_in) {
+    enum { PANELS = (KERN_TILE_TOKS + KERN_R8F_PANEL - 1) / KERN_R8F_PANEL };
+    if (wt != KERN_TYPE_F16 && wt != KERN_TYPE_BF16) return 0;
+    return (size_t)PANELS * KERN_R8F_PANEL * (size_t)n_in * sizeof(float);
 }
 
 size_t kern_matmul_scratch_bytes(enum kern_type wt, int64_t n_in, int64_t n_tok) {
     const struct kern_type_traits *tr = kern_type_traits((int)wt);
     size_t r;
     if (tr && tr->vec_dot && tr->vec_dot_type == KERN_TYPE_F32 && n_in > 0 && n_tok > 1) {
-        const size_t s = rows8_f32_stride(wt, n_in);
-        return s && size_mul(s, (size_t)n_tok, &r) ? r : s ? SIZE_MAX : 0;
+        const size_t b = rows8_f32_block(wt, n_in), nb = (size_t)((n_tok + KERN_TILE_TOKS - 1) / KERN_TILE_TOKS);
+        return b && size_mul(b, nb, &r) ? r : b ? SIZE_MAX : 0;
     }
     if (!tr || !tr->vec_dot || tr->vec_dot_type == KERN_TYPE_F32 || n_tok <= 0) return 0;
     /* the largest activation layout of any level, so that levels may be switched */
@@ -153,18 +153,37 @@ size_t kern_matmul_scratch_bytes(enum kern_type wt, int64_t n_in, int64_t n_tok)
     return r;
 }
 
-struct quant_task {
+/* The activations converted for the tiles: quantized rows of dst_stride bytes, or
+ * (quant NULL) f32 token blocks packed in panels for the f16/bf16 rows8 tiles
+ * (kernels/ref/matmul.h), block_bytes each. */
+struct act_task {
     kern_from_f32_fn quant;
     uint8_t *dst;
-    size_t dst_stride;
+    size_t dst_stride, block_bytes;
     const float *x;
     int64_t n_in, n_tok;
 };
 
-static void quant_task_run(void *arg, int ith, int nth) {
-    const struct quant_task *q = arg;
-    int64_t t0 = q->n_tok * ith / nth, t1 = q->n_tok * (ith + 1) / nth;
-    for (int64_t t = t0; t < t1; t++) q->quant(q->dst + t * q->dst_stride, q->x + t * q->n_in, q->n_in);
+static void act_pack_block(const struct act_task *q, int64_t b) {
+    const int64_t t0 = b * KERN_TILE_TOKS, nt = MIN((int64_t)KERN_TILE_TOKS, q->n_tok - t0);
+    float *blk = (float *)(q->dst + (size_t)b * q->block_bytes);
+    for (int64_t p = 0; p * KERN_R8F_PANEL < nt; p++) {
+        float *pan = blk + p * KERN_R8F_PANEL * q->n_in;
+        for (int l = 0; l < KERN_R8F_PANEL; l++) {
+            const int64_t t = p * KERN_R8F_PANEL + l;
+            const float *xr = q->x + (t0 + t) * q->n_in;
+            for (int64_t k = 0; k < q->n_in; k++) pan[k * KERN_R8F_PANEL + l] = t < nt ? xr[k] : 0.0f;
+        }
+    }
+}
+
+static void act_task_run(void *arg, int ith, int nth) {
+    const struct act_task *q = arg;
+    const int64_t n = q->quant ? q->n_tok : (q->n_tok + KERN_TILE_TOKS - 1) / KERN_TILE_TOKS;
+    for (int64_t i = n * ith / nth; i < n * (ith + 1) / nth; i++) {
+        if (q->quant) q->quant(q->dst + i * q->dst_stride, q->x + i * q->n_in, q->n_in);
+        else act_pack_block(q, i);
+    }
 }
 
 struct mm_task {
@@ -175,6 +194,7 @@ struct mm_task {
     float *y;
     const uint8_t *w, *x;
     size_t w_stride, x_stride;
+    size_t x_block; /* != 0: x holds packed token blocks of this many bytes */
     int64_t n_in, n_out, n_tok;
     int64_t unit_rows, n_row_units, n_units;
     _Atomic int64_t next; /* next work unit to take */
@@ -194,7 +214,8 @@ static void mm_task_run(void *arg, int ith, int nth) {
         if (m->rows8) { /* units are whole groups: unit_rows and n_out are multiples of 8 */
             for (int64_t r = r0; r < r1; r += 8) {
                 float *y = m->y + t0 * m->n_out + r;
-                const uint8_t *g = m->w + r * m->w_stride, *x = m->x + t0 * m->x_stride;
+                const uint8_t *g = m->w + r * m->w_stride;
+                const uint8_t *x = m->x_block ? m->x + t0 / MM_UNIT_TOKS * m->x_block : m->x + t0 * m->x_stride;
                 if (m->tile8)
                     m->tile8(y, m->n_out, g, x, m->x_stride, m->n_in, (int)(t1 - t0));
                 else
@@ -245,27 +266,22 @@ void kern_matmul_layout(struct kern_pool *pool, float *y, const void *w, enum ke
         .n_out = n_out,
         .n_tok = n_tok,
     };
+    struct act_task q = {.dst = scratch, .x = x, .n_in = n_in, .n_tok = n_tok};
     if (tr->vec_dot_type != KERN_TYPE_F32) {
-        struct quant_task q = {
-            .quant = impl.act_from_f32[tr->vec_dot_type],
-            .dst = scratch,
-            .dst_stride = impl.act_row_size(tr->vec_dot_type, n_in),
-            .x = x,
-            .n_in = n_in,
-            .n_tok = n_tok,
-        };
+        q.quant = impl.act_from_f32[tr->vec_dot_type];
+        q.dst_stride = impl.act_row_size(tr->vec_dot_type, n_in);
         assert(scratch && q.quant);
+    } else if (rows8 && m.tile8 && n_tok > 1 && rows8_f32_block(wt, n_in)) {
+        q.block_bytes = rows8_f32_block(wt, n_in);
+        assert(scratch);
+    }
+    if (q.dst_stride || q.block_bytes) {
         /* one token is a few hundred ns of work: not worth waking the workers */
-        if (n_tok * n_in >= 16384) kern_pool_run(pool, quant_task_run, &q);
-        else quant_task_run(&q, 0, 1);
+        if (n_tok * n_in >= 16384) kern_pool_run(pool, act_task_run, &q);
+        else act_task_run(&q, 0, 1);
         m.x = scratch;
         m.x_stride = q.dst_stride;
-    } else if (rows8 && m.tile8 && n_tok > 1 && rows8_f32_stride(wt, n_in)) {
-        assert(scratch);
-        m.x_stride = rows8_f32_stride(wt, n_in);
-        for (int64_t t = 0; t < n_tok; t++)
-            memcpy((uint8_t *)scratch + t * m.x_stride, x + t * n_in, (size_t)n_in * sizeof(float));
-        m.x = scratch;
+        m.x_block = q.block_bytes;
     }
     /* Decode streams the weights once: a few big units per thread keep the shared unit
      * counter (a cache line both threads write) off the critical path and each thread's

@@ -1532,9 +1532,11 @@ X86_FTILE(bf16, FK_BF16)
  * f32 activations. Each value of the rows is one conversion that meets up to 12 tokens'
  * values broadcast (12 accumulators, the rows' vector and a broadcast fill 14 registers);
  * decode keeps 4 accumulators over consecutive values so that the FMA latency hides.
- * Prefill covers n in chunks of R8F_CHUNK values over all the tile's tokens in turn, the
- * rows' chunk (8 KiB) staying in L1; y (+)= each chunk's sums. No horizontal sums: a
- * token's 8 outputs are one store. */
+ * Token t's value k is at x[k·xk + t·xt]: a row (xk = 1) for decode, a panel of
+ * KERN_R8F_PANEL tokens (xt = 1) for prefill, whose broadcasts then come from one stream
+ * (12 rows 4 KiB apart would share one L1 set). Prefill covers n in chunks of R8F_CHUNK
+ * values over all panels in turn, the rows' chunk (8 KiB) staying in L1; y (+)= each
+ * chunk's sums. No horizontal sums: a token's 8 outputs are one store. */
 enum { R8F_CHUNK = 512 };
 
 X86_INLINE __m256 r8f_load(const uint8_t *g, int64_t k, const int F) {
@@ -1543,8 +1545,8 @@ X86_INLINE __m256 r8f_load(const uint8_t *g, int64_t k, const int F) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
 }
 
-X86_INLINE void r8f_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x, size_t xst,
-                         int64_t i0, int64_t i1, bool add, const int NT, const int F) {
+X86_INLINE void r8f_body(float *y, int64_t ys, const uint8_t *g, const float *x, int64_t xk,
+                         int64_t xt, int64_t i0, int64_t i1, bool add, const int NT, const int F) {
     const int KU = NT >= 4 ? 1 : NT >= 2 ? 2 : 4; /* consecutive values per step */
     __m256 acc[12];
 #pragma GCC unroll 12
@@ -1555,17 +1557,16 @@ X86_INLINE void r8f_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *
 #pragma GCC unroll 4
         for (int u = 0; u < KU; u++) {
             const __m256 w = r8f_load(g, k + u, F);
+            const float *xv = x + (k + u) * xk;
 #pragma GCC unroll 12
             for (int t = 0; t < NT; t++)
-                acc[u * NT + t] = _mm256_fmadd_ps(w, _mm256_broadcast_ss((const float *)(x + t * xst) + k + u),
-                                                  acc[u * NT + t]);
+                acc[u * NT + t] = _mm256_fmadd_ps(w, _mm256_broadcast_ss(xv + t * xt), acc[u * NT + t]);
         }
     }
     for (; k < i1; k++) {
         const __m256 w = r8f_load(g, k, F);
 #pragma GCC unroll 12
-        for (int t = 0; t < NT; t++)
-            acc[t] = _mm256_fmadd_ps(w, _mm256_broadcast_ss((const float *)(x + t * xst) + k), acc[t]);
+        for (int t = 0; t < NT; t++) acc[t] = _mm256_fmadd_ps(w, _mm256_broadcast_ss(x + k * xk + t * xt), acc[t]);
     }
 #pragma GCC unroll 12
     for (int t = 0; t < NT; t++) {
@@ -1579,17 +1580,28 @@ X86_INLINE void r8f_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *
 
 X86_INLINE void ftile8(float *y, int64_t ys, const void *g, const void *x, size_t xst, int64_t n,
                        int nt, const int F) {
-    const uint8_t *gb = g, *xb = x;
+    const uint8_t *gb = g;
+    const float *xf = x;
+    (void)xst;
     if (nt == 1) {
-        r8f_body(y, ys, gb, xb, xst, 0, n, false, 1, F);
+        r8f_body(y, ys, gb, xf, 1, 0, 0, n, false, 1, F);
         return;
     }
     for (int64_t i0 = 0; i0 < n; i0 += R8F_CHUNK) {
         const int64_t i1 = n - i0 < R8F_CHUNK ? n : i0 + R8F_CHUNK;
-        int t = 0;
-        for (; t + 12 <= nt; t += 12) r8f_body(y + t * ys, ys, gb, xb + t * xst, xst, i0, i1, i0 > 0, 12, F);
-        for (; t + 4 <= nt; t += 4) r8f_body(y + t * ys, ys, gb, xb + t * xst, xst, i0, i1, i0 > 0, 4, F);
-        for (; t < nt; t++) r8f_body(y + t * ys, ys, gb, xb + t * xst, xst, i0, i1, i0 > 0, 1, F);
+        for (int t0 = 0; t0 < nt; t0 += KERN_R8F_PANEL) {
+            const float *pan = xf + (int64_t)t0 * n; /* panel t0 / KERN_R8F_PANEL */
+            const int np = nt - t0 < KERN_R8F_PANEL ? nt - t0 : KERN_R8F_PANEL;
+            int t = 0;
+            if (np == KERN_R8F_PANEL) {
+                r8f_body(y + t0 * ys, ys, gb, pan, KERN_R8F_PANEL, 1, i0, i1, i0 > 0, KERN_R8F_PANEL, F);
+                continue;
+            }
+            for (; t + 4 <= np; t += 4)
+                r8f_body(y + (t0 + t) * ys, ys, gb, pan + t, KERN_R8F_PANEL, 1, i0, i1, i0 > 0, 4, F);
+            for (; t < np; t++)
+                r8f_body(y + (t0 + t) * ys, ys, gb, pan + t, KERN_R8F_PANEL, 1, i0, i1, i0 > 0, 1, F);
+        }
     }
 }
 

@@ -306,7 +306,11 @@ TEST(matmul_edges) {
     kern_matmul(NULL, y, w, KERN_TYPE_Q8_0, x, 64, 1, 0, NULL);
     ASSERT_EQ(y[0], 1);
     ASSERT_EQ(y[3], 4);
-    ASSERT_EQ(kern_matmul_scratch_bytes(KERN_TYPE_F16, 64, 5), 0);
+    ASSERT_EQ(kern_matmul_scratch_bytes(KERN_TYPE_F32, 64, 5), 0);
+    ASSERT_EQ(kern_matmul_scratch_bytes(KERN_TYPE_F16, 64, 1), 0);
+    /* f16/bf16 prefill: room for the activations packed in panels of 12 tokens */
+    ASSERT_TRUE(kern_matmul_scratch_bytes(KERN_TYPE_F16, 64, 5) >= 12 * 64 * sizeof(float));
+    ASSERT_TRUE(kern_matmul_scratch_bytes(KERN_TYPE_BF16, 64, 70) >= 2 * 72 * 64 * sizeof(float));
     ASSERT_TRUE(kern_matmul_scratch_bytes(KERN_TYPE_Q8_0, 64, 5) >= 5 * 68);
     ASSERT_TRUE(kern_matmul_scratch_bytes(KERN_TYPE_Q4_1, 64, 5) >= 5 * 72);
     ASSERT_EQ(kern_matmul_scratch_bytes(KERN_TYPE_Q8_K, 256, 1), 0); /* no dot product */
