@@ -38,9 +38,7 @@ static void move(uint8_t *g, uint8_t *row, size_t n, bool to_group) {
 /* Block j of 8 rows (row[r]: row r's block, file layout) to or from the group block g. */
 static void group_block(enum kern_type wt, uint8_t *g, uint8_t *row[8], bool to_group) {
     for (int r = 0; r < 8; r++) {
-        if (wt == KERN_TYPE_F16 || wt == KERN_TYPE_BF16) { /* one value */
-            move(g + 2 * r, row[r], 2, to_group);
-        } else if (wt == KERN_TYPE_Q4_0 || wt == KERN_TYPE_Q8_0) { /* d | qs[16] or qs[32] */
+        if (wt == KERN_TYPE_Q4_0 || wt == KERN_TYPE_Q8_0) { /* d | qs[16] or qs[32] */
             move(g + 2 * r, row[r], 2, to_group);
             for (int k = 0; k < (wt == KERN_TYPE_Q4_0 ? 4 : 8); k++)
                 move(g + 16 + 32 * k + 4 * r, row[r] + 2 + 4 * k, 4, to_group);
@@ -83,6 +81,16 @@ static void group_block(enum kern_type wt, uint8_t *g, uint8_t *row[8], bool to_
 static void blocks_convert(enum kern_type wt, uint8_t *g, uint8_t *plain, size_t stride, int64_t j0,
                            int64_t cnt, bool to_group) {
     const size_t gb = group_block_bytes(wt), tb = kern_type_traits((int)wt)->type_size;
+    if (wt == KERN_TYPE_F16 || wt == KERN_TYPE_BF16) { /* a value per block: no per-block calls */
+        for (int r = 0; r < 8; r++) {
+            uint8_t *gv = g + (size_t)j0 * gb + 2 * r, *row = plain + r * stride;
+            for (int64_t j = 0; j < cnt; j++) {
+                if (to_group) memcpy(gv + gb * (size_t)j, row + 2 * j, 2);
+                else memcpy(row + 2 * j, gv + gb * (size_t)j, 2);
+            }
+        }
+        return;
+    }
     for (int64_t j = 0; j < cnt; j++) {
         uint8_t *rows[8];
         for (int r = 0; r < 8; r++) rows[r] = plain + r * stride + (size_t)j * tb;
