@@ -171,8 +171,12 @@ static void act_pack_block(const struct act_task *q, int64_t b) {
         float *pan = blk + p * KERN_R8F_PANEL * q->n_in;
         for (int l = 0; l < KERN_R8F_PANEL; l++) {
             const int64_t t = p * KERN_R8F_PANEL + l;
-            const float *xr = q->x + (t0 + t) * q->n_in;
-            for (int64_t k = 0; k < q->n_in; k++) pan[k * KERN_R8F_PANEL + l] = t < nt ? xr[k] : 0.0f;
+            if (t < nt) {
+                const float *xr = q->x + (t0 + t) * q->n_in;
+                for (int64_t k = 0; k < q->n_in; k++) pan[k * KERN_R8F_PANEL + l] = xr[k];
+            } else {
+                for (int64_t k = 0; k < q->n_in; k++) pan[k * KERN_R8F_PANEL + l] = 0.0f;
+            }
         }
     }
 }
