@@ -193,6 +193,7 @@ static void act_task_run(void *arg, int ith, int nth) {
 struct mm_task {
     kern_tile_fn tile;
     kern_tile8_fn tile8;  /* rows8 weights: one group of 8 rows per call */
+    kern_tile8_fn tile16; /* or two groups, where the level has it */
     bool rows8;
     enum kern_type wt;
     float *y;
@@ -216,11 +217,15 @@ static void mm_task_run(void *arg, int ith, int nth) {
         int64_t r0 = u % m->n_row_units * m->unit_rows, t0 = u / m->n_row_units * MM_UNIT_TOKS;
         int64_t r1 = MIN(r0 + m->unit_rows, m->n_out), t1 = MIN(t0 + MM_UNIT_TOKS, m->n_tok);
         if (m->rows8) { /* units are whole groups: unit_rows and n_out are multiples of 8 */
-            for (int64_t r = r0; r < r1; r += 8) {
+            for (int64_t r = r0; r < r1;) {
                 float *y = m->y + t0 * m->n_out + r;
                 const uint8_t *g = m->w + r * m->w_stride;
                 const uint8_t *x = m->x_block ? m->x + t0 / MM_UNIT_TOKS * m->x_block : m->x + t0 * m->x_stride;
-                if (m->tile8)
+                const int rows = m->tile16 && r + 16 <= r1 ? 16 : 8;
+                r += rows;
+                if (rows == 16)
+                    m->tile16(y, m->n_out, g, x, m->x_stride, m->n_in, (int)(t1 - t0));
+                else if (m->tile8)
                     m->tile8(y, m->n_out, g, x, m->x_stride, m->n_in, (int)(t1 - t0));
                 else
                     kern_tile8_unpacked(m->wt, y, m->n_out, g, x, m->x_stride, m->n_in, (int)(t1 - t0));
@@ -259,6 +264,7 @@ void kern_matmul_layout(struct kern_pool *pool, float *y, const void *w, enum ke
     struct mm_task m = {
         .tile = impl.tile[wt],
         .tile8 = impl.tile8[wt],
+        .tile16 = rows8 ? impl.tile16[wt] : NULL,
         .rows8 = rows8,
         .wt = wt,
         .y = y,

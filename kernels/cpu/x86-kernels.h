@@ -1225,7 +1225,7 @@ X86_INLINE void r8_k16_body(float *y, int64_t ys, const uint8_t *g, const uint8_
         for (int t = 0; t < NT; t++) sacc[t] = macc[t] = _mm256_setzero_ps();
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
-            for (size_t o = 0; o < sbs / 8; o += 64) _mm_prefetch((const char *)b + 1200 + sbs / 8 * j + o, _MM_HINT_T0);
+            for (size_t o = 0; o < sbs / 8; o += 64) _mm_prefetch((const char *)b + 5040 + sbs / 8 * j + o, _MM_HINT_T0);
             __m256i mp = _mm256_setzero_si256();
             const __m256i sp = k16_scales(b, j, &mp, K);
             __m256i is[4];
@@ -1607,6 +1607,87 @@ X86_INLINE void ftile8(float *y, int64_t ys, const void *g, const void *x, size_
 
 X86_TILE8(f16, ftile8, FK_F16)
 X86_TILE8(bf16, ftile8, FK_BF16)
+/* Two groups (16 rows) × prefill panels: per chunk of R16F_CHUNK values, both groups'
+ * values are converted once into f32 (value k of the 16 rows: one 64-byte line), then
+ * each half panel (6 tokens) meets them: 2 loads and 6 broadcasts per 12 FMAs, so the
+ * FMA ports rather than the load ports bound it (8 rows × 12 tokens needs 13 loads per
+ * 12 FMAs). The panels' missing tokens are zeros; only the nt tokens are stored. */
+enum { R16F_CHUNK = 256, R16F_HALF = KERN_R8F_PANEL / 2 };
+static_assert(KERN_R8F_PANEL % 2 == 0, "a panel is two half panels");
+
+X86_INLINE void r16f_convert(float *wb, const uint8_t *ga, const uint8_t *gb, int64_t i0,
+                             int64_t i1, const int F) {
+    for (int64_t k = i0; k < i1; k++) {
+        _mm256_store_ps(wb + 16 * (k - i0), r8f_load(ga, k, F));
+        _mm256_store_ps(wb + 16 * (k - i0) + 8, r8f_load(gb, k, F));
+    }
+}
+
+X86_INLINE void r16f_half(float *y, int64_t ys, const float *wb, const float *pan, int64_t c,
+                          bool add, int nv, const uint8_t *pa, const uint8_t *pb) {
+    __m256 acc[2 * R16F_HALF];
+#pragma GCC unroll 12
+    for (int a = 0; a < 2 * R16F_HALF; a++) acc[a] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < c; k++) {
+        if (pa && k % 4 == 0) { /* the next chunk's lines, 4 values per line */
+            _mm_prefetch((const char *)pa + 16 * k, _MM_HINT_T0);
+            _mm_prefetch((const char *)pb + 16 * k, _MM_HINT_T0);
+        }
+        const __m256 w0 = _mm256_load_ps(wb + 16 * k), w1 = _mm256_load_ps(wb + 16 * k + 8);
+        const float *xv = pan + k * KERN_R8F_PANEL;
+#pragma GCC unroll 6
+        for (int t = 0; t < R16F_HALF; t++) {
+            const __m256 b = _mm256_broadcast_ss(xv + t);
+            acc[2 * t] = _mm256_fmadd_ps(w0, b, acc[2 * t]);
+            acc[2 * t + 1] = _mm256_fmadd_ps(w1, b, acc[2 * t + 1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int t = 0; t < R16F_HALF; t++) { /* unrolled: acc stays in registers */
+        if (t >= nv) break;
+        __m256 s0 = acc[2 * t], s1 = acc[2 * t + 1];
+        if (add) {
+            s0 = _mm256_add_ps(s0, _mm256_loadu_ps(y + t * ys));
+            s1 = _mm256_add_ps(s1, _mm256_loadu_ps(y + t * ys + 8));
+        }
+        _mm256_storeu_ps(y + t * ys, s0);
+        _mm256_storeu_ps(y + t * ys + 8, s1);
+    }
+}
+
+X86_INLINE void ftile16(float *y, int64_t ys, const void *g, const void *x, size_t xst, int64_t n,
+                        int nt, const int F) {
+    const uint8_t *ga = g, *gb = ga + 16 * n;
+    const float *xf = x;
+    if (nt == 1) {
+        ftile8(y, ys, ga, x, xst, n, nt, F);
+        ftile8(y + 8, ys, gb, x, xst, n, nt, F);
+        return;
+    }
+    _Alignas(64) float wb[16 * R16F_CHUNK];
+    for (int64_t i0 = 0; i0 < n; i0 += R16F_CHUNK) {
+        const int64_t i1 = n - i0 < R16F_CHUNK ? n : i0 + R16F_CHUNK;
+        r16f_convert(wb, ga, gb, i0, i1, F);
+        for (int t0 = 0; t0 < nt; t0 += R16F_HALF) {
+            const float *pan = xf + (int64_t)(t0 / KERN_R8F_PANEL) * KERN_R8F_PANEL * n +
+                               i0 * KERN_R8F_PANEL + t0 % KERN_R8F_PANEL;
+            const int nv = nt - t0 < R16F_HALF ? nt - t0 : R16F_HALF;
+            /* the first half panel fetches the next chunk (or the next groups) */
+            const bool pf = t0 == 0;
+            const uint8_t *pa = i1 < n ? ga + 16 * i1 : gb + 16 * n, *pb = i1 < n ? gb + 16 * i1 : gb + 32 * n;
+            r16f_half(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, pf ? pa : NULL, pb);
+        }
+    }
+}
+
+#define X86_TILE16(name, K)                                                                 \
+    static void X86_SFX(tile16_##name)(float *y, int64_t ys, const void *g, const void *x,  \
+                                       size_t xst, int64_t n, int nt) {                     \
+        ftile16(y, ys, g, x, xst, n, nt, K);                                                \
+    }
+X86_TILE16(f16, FK_F16)
+X86_TILE16(bf16, FK_BF16)
+#undef X86_TILE16
 #undef X86_TILE8
 
 /* ---- activation quantizers, bit-identical to the reference --------------------------- */
@@ -1733,6 +1814,8 @@ void X86_SFX(kern_impl_fill)(struct kern_impl *impl) {
     impl->tile8[KERN_TYPE_Q6_K] = X86_SFX(tile8_q6_K);
     impl->tile8[KERN_TYPE_F16] = X86_SFX(tile8_f16);
     impl->tile8[KERN_TYPE_BF16] = X86_SFX(tile8_bf16);
+    impl->tile16[KERN_TYPE_F16] = X86_SFX(tile16_f16);
+    impl->tile16[KERN_TYPE_BF16] = X86_SFX(tile16_bf16);
     impl->tile8[KERN_TYPE_Q3_K] = X86_SFX(tile8_q3_K);
     impl->tile8[KERN_TYPE_Q2_K] = X86_SFX(tile8_q2_K);
     impl->from_f32[KERN_TYPE_Q8_0] = X86_SFX(quant_q8_0);

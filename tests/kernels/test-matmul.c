@@ -349,7 +349,7 @@ TEST(matmul_rows8_vs_spec) {
     ASSERT_OK(kern_pool_new(2, &pool));
     const char *saved = kern_cpu()->level;
     static const int64_t toks[] = {1, 2, 3, 4, 5, 6, 7, 64, 70};
-    static const int64_t shapes[][2] = {{96, 8}, {2304, 24}, {1024, 40}};
+    static const int64_t shapes[][2] = {{96, 8}, {2304, 24}, {1024, 40}, {288, 16}};
     static const int types[] = {KERN_TYPE_F16,  KERN_TYPE_BF16, KERN_TYPE_Q4_0, KERN_TYPE_Q8_0,
                                 KERN_TYPE_Q4_K, KERN_TYPE_Q5_K, KERN_TYPE_Q6_K, KERN_TYPE_Q3_K,
                                 KERN_TYPE_Q2_K, KERN_TYPE_IQ4_XS};
