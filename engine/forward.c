@@ -208,6 +208,21 @@ static void attention_on(struct engine_context *ctx, struct device *dv, void *ar
     matmul(dv->pool, dv->mm_scratch, dv->part, &dl->wo, dv->att, n);
 }
 
+/* The gated activation y = act(g) * u over n values, cut into ranges for the pool. */
+struct gate_args {
+    float *y;
+    const float *u;
+    int64_t n;
+    bool gelu;
+};
+
+static void gate_task(void *arg, int ith, int nth) {
+    const struct gate_args *a = arg;
+    const int64_t i0 = a->n * ith / nth / 8 * 8, i1 = ith + 1 == nth ? a->n : a->n * (ith + 1) / nth / 8 * 8;
+    if (a->gelu) kern_gelu_mul(a->y + i0, a->y + i0, a->u + i0, i1 - i0);
+    else kern_silu_mul(a->y + i0, a->y + i0, a->u + i0, i1 - i0);
+}
+
 /* The FFN of layer il on one device: part = W_down[:, its units] · (act(W_gate · xb) *
  * (W_up · xb)) over its hidden units; act is SiLU, or gemma's tanh GELU. */
 static void ffn_on(struct engine_context *ctx, struct device *dv, void *arg) {
@@ -224,10 +239,9 @@ static void ffn_on(struct engine_context *ctx, struct device *dv, void *arg) {
     }
     matmul(dv->pool, dv->mm_scratch, dv->hb, &dl->w_gate, ctx->xb, n);
     matmul(dv->pool, dv->mm_scratch, dv->hb2, &dl->w_up, ctx->xb, n);
-    if (ctx->model->hp.ffn_act == ENGINE_FFN_GELU)
-        kern_gelu_mul(dv->hb, dv->hb, dv->hb2, n * dl->n_ff);
-    else
-        kern_silu_mul(dv->hb, dv->hb, dv->hb2, n * dl->n_ff);
+    struct gate_args ga = {.y = dv->hb, .u = dv->hb2, .n = n * dl->n_ff,
+                           .gelu = ctx->model->hp.ffn_act == ENGINE_FFN_GELU};
+    pool_run(dv->pool, gate_task, &ga, ga.n * 16); /* an exp is some 16 multiply-adds */
     matmul(dv->pool, dv->mm_scratch, dv->part, &dl->w_down, dv->hb, n);
 }
 

@@ -161,6 +161,25 @@ XA_INLINE __m256 xa_exp(__m256 x) {
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
+/* SwiGLU, 8 at a time: e = e^-|g| (<= 1, so nothing overflows), sigmoid(g) = 1/(1 + e)
+ * for g >= 0, e/(1 + e) below and 0 below -87 (where e^g < 2^-125 and xa_exp clamps), so
+ * y = g·sigmoid(g)·u is -0 there as in the generic path; the tail as the generic path. */
+bool kern_silu_mul_x86(float *y, const float *g, const float *u, int64_t n) {
+    if (strcmp(kern_cpu()->level, "ref") == 0) return false;
+    const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(g + i), uv = _mm256_loadu_ps(u + i);
+        const __m256 e = xa_exp(_mm256_or_ps(v, sign)); /* -|v| */
+        const __m256 num = _mm256_blendv_ps(one, e, v); /* v < 0 (sign bit): e */
+        const __m256 sg = _mm256_and_ps(_mm256_div_ps(num, _mm256_add_ps(one, e)),
+                                        _mm256_cmp_ps(v, _mm256_set1_ps(-87.0f), _CMP_GE_OQ));
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(v, sg), uv));
+    }
+    for (; i < n; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    return true;
+}
+
 /* The per-call layout of the scratch (see the top of the file). */
 struct xa_scratch {
     float *m, *l, *acc; /* (n_query), (n_query), (n_query, hd_v) */
@@ -427,6 +446,11 @@ bool kern_attn_q_head(float *out, int64_t out_stride, const float *q, int64_t q_
 #endif
 
 #else /* not x86-64: the generic path */
+bool kern_silu_mul_x86(float *y, const float *g, const float *u, int64_t n) {
+    (void)y, (void)g, (void)u, (void)n;
+    return false;
+}
+
 bool kern_attn_q_head(float *out, int64_t out_stride, const float *q, int64_t q_stride,
                       int64_t n_tok, int64_t n_group, const int32_t *kv_lo, const int32_t *n_kv,
                       const void *k, enum kern_type kt, size_t k_stride, const void *v,

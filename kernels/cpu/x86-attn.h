@@ -1,5 +1,6 @@
-/* AVX2 attention over a KV cache (kernels/cpu/x86-attn.c), called by
- * kern_attn_head() in kernels/ops.c before its generic tile path. */
+/* AVX2 attention over a KV cache and the SwiGLU activation (kernels/cpu/x86-attn.c),
+ * called by kern_attn_head() and kern_silu_mul() in kernels/ops.c before their generic
+ * paths. */
 #pragma once
 
 #include <stdbool.h>
@@ -23,3 +24,7 @@ bool kern_attn_q_head(float *out, int64_t out_stride, const float *q, int64_t q_
                       const void *k, enum kern_type kt, size_t k_stride, const void *v,
                       enum kern_type vt, size_t v_stride, int64_t head_dim_k, int64_t head_dim_v,
                       float scale, float *scratch);
+
+/* kern_silu_mul()'s contract with a vector e^x (kernels/cpu/x86-attn.c: within a few ulp
+ * of expf); false (nothing written) at the "ref" level or off x86-64. */
+bool kern_silu_mul_x86(float *y, const float *g, const float *u, int64_t n);

@@ -158,4 +158,49 @@ TEST(cache_types_vs_generic) {
     ASSERT_OK(kern_set_level("ref"));
 }
 
-TEST_MAIN(T(cache_types_vs_generic))
+/* kern_silu_mul at every SIMD level (kernels/cpu/x86-attn.c) against y = g·u/(1 + e^-g)
+ * in double: within 2e-6 relative (a few ulp of the exp polynomial, the division and two
+ * products) + 1e-35 absolute (below -87 the result is taken as -0), every length's tail,
+ * y aliasing g as the engine calls it; infinities and NaN as the generic path gives them. */
+TEST(silu_mul_vs_spec) {
+    enum { N = 1031 };
+    static float g[N], u[N], y[N];
+    static const float edge[] = {0.0f, -0.0f, 1e-8f, -1e-8f, 1.0f, -1.0f, 20.0f, -20.0f, 86.9f,
+                                 -86.9f, -87.5f, 88.0f, -88.0f, -100.0f, 1e30f, -1e30f};
+    for (int i = 0; i < N; i++) {
+        g[i] = i < (int)ARRAY_SIZE(edge) ? edge[i] : rng_uniform() * 30.0f;
+        u[i] = rng_uniform() * 2.0f;
+    }
+    const char *saved = kern_cpu()->level;
+    int levels = 0;
+    for (int li = 0; kern_level_name(li); li++) {
+        const char *level = kern_level_name(li);
+        if (strcmp(level, "ref") == 0 || kern_set_level(level) < 0) continue;
+        levels++;
+        static const int lens[] = {0, 1, 7, 8, 9, 16, 100, N};
+        for (size_t k = 0; k < ARRAY_SIZE(lens); k++) {
+            memcpy(y, g, sizeof(y));
+            kern_silu_mul(y, y, u, lens[k]);
+            for (int i = 0; i < N; i++) {
+                const double want = i < lens[k] ? (double)g[i] * u[i] / (1.0 + exp(-(double)g[i])) : g[i];
+                if (!(fabs(y[i] - want) <= 2e-6 * fabs(want) + 1e-35))
+                    TEST_FAIL_("level %s n %d: silu(%g)·%g = %.9g, want %.9g", level, lens[k],
+                               (double)g[i], (double)u[i], (double)y[i], want);
+            }
+        }
+        const float odd[] = {INFINITY, -INFINITY, NAN, 1.0f, 2.0f, -3.0f, 4.0f, 5.0f};
+        const float ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+        float a[8], b[8];
+        kern_silu_mul(a, odd, ones, 8);
+        ASSERT_OK(kern_set_level("ref"));
+        kern_silu_mul(b, odd, ones, 8);
+        for (int i = 0; i < 3; i++)
+            if (!(a[i] == b[i] || (isnan(a[i]) && isnan(b[i]))))
+                TEST_FAIL_("level %s: silu(%g) = %g, the generic path %g", level, (double)odd[i],
+                           (double)a[i], (double)b[i]);
+    }
+    kern_set_level(saved);
+    if (strcmp(saved, "ref") != 0) ASSERT_TRUE(levels >= 1);
+}
+
+TEST_MAIN(T(cache_types_vs_generic), T(silu_mul_vs_spec))
