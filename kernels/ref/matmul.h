@@ -39,8 +39,9 @@ struct kern_impl {
     const char *level;
     kern_tile_fn tile[KERN_TYPE_COUNT];         /* by weight type; NULL = unsupported */
     kern_tile8_fn tile8[KERN_TYPE_COUNT];       /* rows8 weights; NULL: unpacked as they go */
-    kern_tile8_fn tile16[KERN_TYPE_COUNT];      /* two consecutive groups (16 rows, y's 16
-                                                 * columns); NULL: two tile8 calls */
+    kern_tile8_fn tile16[KERN_TYPE_COUNT];      /* tile8's contract for two consecutive
+                                                 * groups (g, g + 8 rows' bytes: 16 rows,
+                                                 * y's 16 columns); NULL: two tile8 calls */
     kern_from_f32_fn from_f32[KERN_TYPE_COUNT]; /* by destination type; bit-identical to
                                                  * the traits' reference from_f32 */
     kern_from_f32_fn act_from_f32[KERN_TYPE_COUNT]; /* by vec_dot_type (q8_0, q8_1) */
