@@ -1225,7 +1225,7 @@ X86_INLINE void r8_k16_body(float *y, int64_t ys, const uint8_t *g, const uint8_
         for (int t = 0; t < NT; t++) sacc[t] = macc[t] = _mm256_setzero_ps();
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
-            for (size_t o = 0; o < sbs / 8; o += 64) _mm_prefetch((const char *)b + 5040 + sbs / 8 * j + o, _MM_HINT_T0);
+            for (size_t o = 0; o < sbs / 8; o += 64) _mm_prefetch((const char *)b + 1200 + sbs / 8 * j + o, _MM_HINT_T0);
             __m256i mp = _mm256_setzero_si256();
             const __m256i sp = k16_scales(b, j, &mp, K);
             __m256i is[4];
