@@ -31,8 +31,7 @@ void kern_softmax(float *x, int64_t n) {
 }
 
 void kern_silu_mul(float *y, const float *g, const float *u, int64_t n) {
-    if (kern_silu_mul_x86(y, g, u, n)) return;
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = kern_silu_mul_x86(y, g, u, n); i < n; i++) {
         float v = g[i];
         y[i] = v / (1.0f + expf(-v)) * u[i];
     }

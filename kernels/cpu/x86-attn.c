@@ -163,9 +163,9 @@ XA_INLINE __m256 xa_exp(__m256 x) {
 
 /* SwiGLU, 8 at a time: e = e^-|g| (<= 1, so nothing overflows), sigmoid(g) = 1/(1 + e)
  * for g >= 0, e/(1 + e) below and 0 below -87 (where e^g < 2^-125 and xa_exp clamps), so
- * y = g·sigmoid(g)·u is -0 there as in the generic path; the tail as the generic path. */
-bool kern_silu_mul_x86(float *y, const float *g, const float *u, int64_t n) {
-    if (strcmp(kern_cpu()->level, "ref") == 0) return false;
+ * y = g·sigmoid(g)·u is -0 there as in the generic path. */
+int64_t kern_silu_mul_x86(float *y, const float *g, const float *u, int64_t n) {
+    if (strcmp(kern_cpu()->level, "ref") == 0) return 0;
     const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -176,8 +176,7 @@ bool kern_silu_mul_x86(float *y, const float *g, const float *u, int64_t n) {
                                         _mm256_cmp_ps(v, _mm256_set1_ps(-87.0f), _CMP_GE_OQ));
         _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(v, sg), uv));
     }
-    for (; i < n; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-    return true;
+    return i;
 }
 
 /* The per-call layout of the scratch (see the top of the file). */
@@ -446,9 +445,9 @@ bool kern_attn_q_head(float *out, int64_t out_stride, const float *q, int64_t q_
 #endif
 
 #else /* not x86-64: the generic path */
-bool kern_silu_mul_x86(float *y, const float *g, const float *u, int64_t n) {
+int64_t kern_silu_mul_x86(float *y, const float *g, const float *u, int64_t n) {
     (void)y, (void)g, (void)u, (void)n;
-    return false;
+    return 0;
 }
 
 bool kern_attn_q_head(float *out, int64_t out_stride, const float *q, int64_t q_stride,

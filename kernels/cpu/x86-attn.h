@@ -26,5 +26,6 @@ bool kern_attn_q_head(float *out, int64_t out_stride, const float *q, int64_t q_
                       float scale, float *scratch);
 
 /* kern_silu_mul()'s contract with a vector e^x (kernels/cpu/x86-attn.c: within a few ulp
- * of expf); false (nothing written) at the "ref" level or off x86-64. */
-bool kern_silu_mul_x86(float *y, const float *g, const float *u, int64_t n);
+ * of expf) for the first values, 8 at a time; returns how many it wrote (0 at the "ref"
+ * level or off x86-64): the caller does the rest. */
+int64_t kern_silu_mul_x86(float *y, const float *g, const float *u, int64_t n);

@@ -1668,14 +1668,13 @@ X86_INLINE void ftile16(float *y, int64_t ys, const void *g, const void *x, size
     for (int64_t i0 = 0; i0 < n; i0 += R16F_CHUNK) {
         const int64_t i1 = n - i0 < R16F_CHUNK ? n : i0 + R16F_CHUNK;
         r16f_convert(wb, ga, gb, i0, i1, F);
+        /* the first half panel fetches the next chunk (or the next groups) */
+        const uint8_t *pa = i1 < n ? ga + 16 * i1 : gb + 16 * n, *pb = i1 < n ? gb + 16 * i1 : gb + 32 * n;
         for (int t0 = 0; t0 < nt; t0 += R16F_HALF) {
             const float *pan = xf + (int64_t)(t0 / KERN_R8F_PANEL) * KERN_R8F_PANEL * n +
                                i0 * KERN_R8F_PANEL + t0 % KERN_R8F_PANEL;
             const int nv = nt - t0 < R16F_HALF ? nt - t0 : R16F_HALF;
-            /* the first half panel fetches the next chunk (or the next groups) */
-            const bool pf = t0 == 0;
-            const uint8_t *pa = i1 < n ? ga + 16 * i1 : gb + 16 * n, *pb = i1 < n ? gb + 16 * i1 : gb + 32 * n;
-            r16f_half(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, pf ? pa : NULL, pb);
+            r16f_half(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, t0 == 0 ? pa : NULL, pb);
         }
     }
 }
