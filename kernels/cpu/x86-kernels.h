@@ -944,6 +944,7 @@ X86_INLINE __m256i bcast4(const uint8_t *p) {
 X86_INLINE void r8_q4_0_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x, size_t xst,
                              int64_t nb, const int NT) {
     const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    (void)ones; /* the VNNI bodies sum in VPDPBUSD */
     __m256 acc[4];
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
@@ -965,6 +966,18 @@ X86_INLINE void r8_q4_0_body(float *y, int64_t ys, const uint8_t *g, const uint8
             const float *xd = (const float *)(xr + 32 * nb);
             int32_t hs;
             memcpy(&hs, xd + nb + j, sizeof hs);
+            /* -8·Σx in the integer unit: the vector multiplier is the busy one */
+            const int32_t corr = 8 * ((int32_t)(int16_t)(uint16_t)hs + (int32_t)(int16_t)(uint16_t)((uint32_t)hs >> 16));
+#if X86_VNNI
+            /* the low and high nibbles' dots in two chains, straight into int32 */
+            __m256i s = _mm256_set1_epi32(-corr), s2 = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                s = _mm256_dpbusd_epi32(s, lo[k], bcast4(xq + 4 * k));
+                s2 = _mm256_dpbusd_epi32(s2, hi[k], bcast4(xq + 16 + 4 * k));
+            }
+            s = _mm256_add_epi32(s, s2);
+#else
             __m256i p = _mm256_maddubs_epi16(lo[0], bcast4(xq));
             p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi[0], bcast4(xq + 16)));
 #pragma GCC unroll 4
@@ -972,9 +985,8 @@ X86_INLINE void r8_q4_0_body(float *y, int64_t ys, const uint8_t *g, const uint8
                 p = _mm256_add_epi16(p, _mm256_maddubs_epi16(lo[k], bcast4(xq + 4 * k)));
                 p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi[k], bcast4(xq + 16 + 4 * k)));
             }
-            /* -8·Σx in the integer unit: the vector multiplier is the busy one */
-            const int32_t corr = 8 * ((int32_t)(int16_t)(uint16_t)hs + (int32_t)(int16_t)(uint16_t)((uint32_t)hs >> 16));
             __m256i s = _mm256_sub_epi32(_mm256_madd_epi16(p, ones), _mm256_set1_epi32(corr));
+#endif
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_broadcast_ss(xd + j)), acc[t]);
         }
     }
@@ -993,6 +1005,7 @@ X86_INLINE void r8_qk_body(float *y, int64_t ys, const uint8_t *g, const uint8_t
                            int64_t nb, const int NT, const int K) {
     const size_t sbs = K == WK_Q5_K ? 1408 : 1152, qs0 = K == WK_Q5_K ? 384 : 128;
     const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    (void)ones; /* the VNNI bodies sum in VPDPBUSD */
     const __m256i m6 = _mm256_set1_epi8(0x3f), m2 = _mm256_set1_epi8(3), mb = _mm256_set1_epi32(0xff);
     __m256 acc[4];
 #pragma GCC unroll 4
@@ -1038,6 +1051,16 @@ X86_INLINE void r8_qk_body(float *y, int64_t ys, const uint8_t *g, const uint8_t
                 for (int t = 0; t < NT; t++) {
                     const uint8_t *xr = x + t * xst, *xq = xr + 32 * (8 * sbi + j);
                     const float *xd = (const float *)(xr + 32 * nb) + 8 * sbi + j;
+#if X86_VNNI
+                    __m256i s32 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u[0], bcast4(xq));
+                    __m256i s2 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u[1], bcast4(xq + 4));
+#pragma GCC unroll 8
+                    for (int k = 2; k < 8; k += 2) {
+                        s32 = _mm256_dpbusd_epi32(s32, u[k], bcast4(xq + 4 * k));
+                        s2 = _mm256_dpbusd_epi32(s2, u[k + 1], bcast4(xq + 4 * k + 4));
+                    }
+                    s32 = _mm256_add_epi32(s32, s2);
+#else
                     __m256i p = _mm256_maddubs_epi16(u[0], bcast4(xq)), p2 = _mm256_setzero_si256();
 #pragma GCC unroll 8
                     for (int k = 1; k < 8; k++) {
@@ -1047,6 +1070,7 @@ X86_INLINE void r8_qk_body(float *y, int64_t ys, const uint8_t *g, const uint8_t
                     }
                     __m256i s32 = _mm256_madd_epi16(p, ones);
                     if (K == WK_Q5_K) s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(p2, ones));
+#endif
                     __m256 f = _mm256_cvtepi32_ps(s32);
                     acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(sd, _mm256_broadcast_ss(xd)), acc[t]);
                     acc[t] = _mm256_fnmadd_ps(md, _mm256_broadcast_ss(xd + nb), acc[t]);
@@ -1064,6 +1088,7 @@ X86_INLINE void r8_qk_body(float *y, int64_t ys, const uint8_t *g, const uint8_t
 X86_INLINE void r8_q8_0_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x, size_t xst,
                              int64_t nb, const int NT) {
     const __m256i ones = _mm256_set1_epi16(1);
+    (void)ones; /* the VNNI bodies sum in VPDPBUSD */
     __m256 acc[4];
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
@@ -1078,6 +1103,21 @@ X86_INLINE void r8_q8_0_body(float *y, int64_t ys, const uint8_t *g, const uint8
         __m256i is[4];
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) is[t] = _mm256_setzero_si256();
+#if X86_VNNI
+        /* U mode: u = w + 128, and -128·Σx from the rows' half sums */
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            int32_t hs;
+            memcpy(&hs, (const float *)(x + t * xst + 32 * nb) + nb + j, sizeof hs);
+            is[t] = _mm256_set1_epi32(-128 * ((int32_t)(int16_t)(uint16_t)hs + (int32_t)(int16_t)(uint16_t)((uint32_t)hs >> 16)));
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m256i w = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(b + 16 + 32 * k)), _mm256_set1_epi8((char)0x80));
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) is[t] = _mm256_dpbusd_epi32(is[t], w, bcast4(x + t * xst + 32 * j + 4 * k));
+        }
+#else
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             const __m256i w = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * k)), aw = _mm256_abs_epi8(w);
@@ -1087,6 +1127,7 @@ X86_INLINE void r8_q8_0_body(float *y, int64_t ys, const uint8_t *g, const uint8
                 is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xs), ones));
             }
         }
+#endif
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
             const float *xd = (const float *)(x + t * xst + 32 * nb);
@@ -1106,6 +1147,8 @@ X86_INLINE void r8_iq4_xs_body(float *y, int64_t ys, const uint8_t *g, const uin
     const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     const __m256i tbl = _mm256_broadcastsi128_si256(_mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10,
                                                                   1, 13, 25, 38, 53, 69, 89, 113));
+    const __m256i utbl = _mm256_xor_si256(tbl, _mm256_set1_epi8((char)0x80));
+    (void)ones, (void)utbl; /* one of the two is unused at each level */
     __m256 acc[4];
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
@@ -1126,6 +1169,26 @@ X86_INLINE void r8_iq4_xs_body(float *y, int64_t ys, const uint8_t *g, const uin
             /* a chunk's two halves at a time into each token's int32 sum: few live
              * registers whatever NT */
             __m256i is[4];
+#if X86_VNNI
+            /* U mode: the table + 128, and -128·Σx from the rows' half sums */
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                int32_t hs;
+                memcpy(&hs, (const float *)(x + t * xst + 32 * nb) + nb + 8 * sbi + j, sizeof hs);
+                is[t] = _mm256_set1_epi32(-128 * ((int32_t)(int16_t)(uint16_t)hs + (int32_t)(int16_t)(uint16_t)((uint32_t)hs >> 16)));
+            }
+#pragma GCC unroll 4
+            for (int kk = 0; kk < 4; kk++) {
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(c + 32 * kk));
+                const __m256i ul = _mm256_shuffle_epi8(utbl, _mm256_and_si256(w, m4));
+                const __m256i uh = _mm256_shuffle_epi8(utbl, _mm256_and_si256(_mm256_srli_epi16(w, 4), m4));
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) {
+                    const uint8_t *xq = x + t * xst + 32 * (8 * sbi + j) + 4 * kk;
+                    is[t] = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(is[t], ul, bcast4(xq)), uh, bcast4(xq + 16));
+                }
+            }
+#else
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) is[t] = _mm256_setzero_si256();
 #pragma GCC unroll 4
@@ -1142,6 +1205,7 @@ X86_INLINE void r8_iq4_xs_body(float *y, int64_t ys, const uint8_t *g, const uin
                     is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(_mm256_madd_epi16(pl, ones), _mm256_madd_epi16(ph, ones)));
                 }
             }
+#endif
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) {
                 const float *xd = (const float *)(x + t * xst + 32 * nb) + 8 * sbi + j;
@@ -1244,8 +1308,14 @@ X86_INLINE void r8_k16_body(float *y, int64_t ys, const uint8_t *g, const uint8_
                                                   _mm256_maddubs_epi16(u[1], bcast4(xq + 4)));
                     __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(u[2], bcast4(xq + 8)),
                                                   _mm256_maddubs_epi16(u[3], bcast4(xq + 12)));
+#if X86_VNNI
+                    /* VPDPWSSD: the scale's products and their sum in one */
+                    is[t] = K == WK_Q6_K ? _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(is[t], p0, sc), p1, sc)
+                                         : _mm256_dpwssd_epi32(is[t], _mm256_add_epi16(p0, p1), sc);
+#else
                     is[t] = _mm256_add_epi32(is[t], K == WK_Q6_K ? _mm256_add_epi32(_mm256_madd_epi16(p0, sc), _mm256_madd_epi16(p1, sc))
                                                                  : _mm256_madd_epi16(_mm256_add_epi16(p0, p1), sc));
+#endif
                 }
             }
 #pragma GCC unroll 4
