@@ -177,6 +177,9 @@ static inline bool u64_align_up(uint64_t x, uint64_t align, uint64_t *r) {
 /* malloc(n * size) with the product checked; NULL on overflow or failure. */
 void *malloc_array(size_t n, size_t size);
 void *calloc_array(size_t n, size_t size);
+/* malloc_array on a 64-byte boundary (free() frees it): buffers that threads write in
+ * 64-byte column blocks then share no cache line, and a 512-bit store splits none. */
+void *malloc_array_aligned(size_t n, size_t size);
 
 /* ---- hashing (XXH3 from libxxhash; no random seeds: values are stable on disk) ------ */
 

@@ -59,6 +59,13 @@ void *malloc_array(size_t n, size_t size) {
     return malloc(bytes ? bytes : 1);
 }
 
+void *malloc_array_aligned(size_t n, size_t size) {
+    size_t bytes;
+    void *p;
+    if (!size_mul(n, size, &bytes)) return NULL;
+    return posix_memalign(&p, 64, bytes ? bytes : 1) == 0 ? p : NULL;
+}
+
 void *calloc_array(size_t n, size_t size) {
     size_t bytes;
     if (!size_mul(n, size, &bytes)) return NULL;

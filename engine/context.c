@@ -42,7 +42,7 @@ void engine_context_free(struct engine_context *ctx) {
 
 /* rows × cols floats, or NULL (overflow, no memory) */
 static float *floats_new(size_t rows, uint64_t cols) {
-    return malloc_array(rows, (size_t)cols * sizeof(float));
+    return malloc_array_aligned(rows, (size_t)cols * sizeof(float));
 }
 
 /* the shared work's matmuls: the gemma4 per-layer branch (the devices size their own) */

@@ -451,7 +451,7 @@ static int device_scratch(struct engine_context *ctx, struct device *de, struct 
     de->scratch_bytes = mm;
     for (size_t i = 0; i < ARRAY_SIZE(bufs); i++) {
         if (bufs[i] == &de->logits && ctx->n_dev == 1) continue; /* it writes ctx->logits */
-        if (!(*bufs[i] = malloc_array(floats[i], sizeof(float))))
+        if (!(*bufs[i] = malloc_array_aligned(floats[i], sizeof(float))))
             return err_set(d, -ENOMEM, "cannot allocate %s's scratch", de->name);
         de->scratch_bytes += floats[i] * sizeof(float);
     }

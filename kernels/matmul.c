@@ -130,20 +130,22 @@ enum {
     MM_DECODE_MAX_ROWS = 512,
     MM_UNIT_TOKS = KERN_TILE_TOKS, /* tokens per work unit: their activations stay in L2 */
 };
+static_assert(KERN_R8F_BLOCK_TOKS > 0 && KERN_R8F_BLOCK_TOKS % KERN_R8F_PANEL == 0 &&
+                  KERN_R8F_BLOCK_TOKS <= KERN_TILE_TOKS,
+              "f16/bf16 rows8 token blocks are whole panels within a tile's tokens");
 
-/* Bytes of one block of KERN_TILE_TOKS tokens' activations packed for the f16/bf16
+/* Bytes of one block of KERN_R8F_BLOCK_TOKS tokens' activations packed for the f16/bf16
  * rows8 tiles (kernels/ref/matmul.h), or 0 where rows are read as they are. */
 static size_t rows8_f32_block(enum kern_type wt, int64_t n_in) {
-    enum { PANELS = (KERN_TILE_TOKS + KERN_R8F_PANEL - 1) / KERN_R8F_PANEL };
     if (wt != KERN_TYPE_F16 && wt != KERN_TYPE_BF16) return 0;
-    return (size_t)PANELS * KERN_R8F_PANEL * (size_t)n_in * sizeof(float);
+    return (size_t)KERN_R8F_BLOCK_TOKS * (size_t)n_in * sizeof(float);
 }
 
 size_t kern_matmul_scratch_bytes(enum kern_type wt, int64_t n_in, int64_t n_tok) {
     const struct kern_type_traits *tr = kern_type_traits((int)wt);
     size_t r;
     if (tr && tr->vec_dot && tr->vec_dot_type == KERN_TYPE_F32 && n_in > 0 && n_tok > 1) {
-        const size_t b = rows8_f32_block(wt, n_in), nb = (size_t)((n_tok + KERN_TILE_TOKS - 1) / KERN_TILE_TOKS);
+        const size_t b = rows8_f32_block(wt, n_in), nb = (size_t)((n_tok + KERN_R8F_BLOCK_TOKS - 1) / KERN_R8F_BLOCK_TOKS);
         return b && size_mul(b, nb, &r) ? r : b ? SIZE_MAX : 0;
     }
     if (!tr || !tr->vec_dot || tr->vec_dot_type == KERN_TYPE_F32 || n_tok <= 0) return 0;
@@ -165,7 +167,7 @@ struct act_task {
 };
 
 static void act_pack_block(const struct act_task *q, int64_t b) {
-    const int64_t t0 = b * KERN_TILE_TOKS, nt = MIN((int64_t)KERN_TILE_TOKS, q->n_tok - t0);
+    const int64_t t0 = b * KERN_R8F_BLOCK_TOKS, nt = MIN((int64_t)KERN_R8F_BLOCK_TOKS, q->n_tok - t0);
     float *blk = (float *)(q->dst + (size_t)b * q->block_bytes);
     for (int64_t p = 0; p * KERN_R8F_PANEL < nt; p++) {
         float *pan = blk + p * KERN_R8F_PANEL * q->n_in;
@@ -183,7 +185,7 @@ static void act_pack_block(const struct act_task *q, int64_t b) {
 
 static void act_task_run(void *arg, int ith, int nth) {
     const struct act_task *q = arg;
-    const int64_t n = q->quant ? q->n_tok : (q->n_tok + KERN_TILE_TOKS - 1) / KERN_TILE_TOKS;
+    const int64_t n = q->quant ? q->n_tok : (q->n_tok + KERN_R8F_BLOCK_TOKS - 1) / KERN_R8F_BLOCK_TOKS;
     for (int64_t i = n * ith / nth; i < n * (ith + 1) / nth; i++) {
         if (q->quant) q->quant(q->dst + i * q->dst_stride, q->x + i * q->n_in, q->n_in);
         else act_pack_block(q, i);
@@ -201,7 +203,7 @@ struct mm_task {
     size_t w_stride, x_stride;
     size_t x_block; /* != 0: x holds packed token blocks of this many bytes */
     int64_t n_in, n_out, n_tok;
-    int64_t unit_rows, n_row_units, n_units;
+    int64_t unit_rows, unit_toks, n_row_units, n_units;
     _Atomic int64_t next; /* next work unit to take */
 };
 
@@ -214,13 +216,13 @@ static void mm_task_run(void *arg, int ith, int nth) {
     for (;;) {
         int64_t u = atomic_fetch_add_explicit(&m->next, 1, memory_order_relaxed);
         if (u >= m->n_units) break;
-        int64_t r0 = u % m->n_row_units * m->unit_rows, t0 = u / m->n_row_units * MM_UNIT_TOKS;
-        int64_t r1 = MIN(r0 + m->unit_rows, m->n_out), t1 = MIN(t0 + MM_UNIT_TOKS, m->n_tok);
+        int64_t r0 = u % m->n_row_units * m->unit_rows, t0 = u / m->n_row_units * m->unit_toks;
+        int64_t r1 = MIN(r0 + m->unit_rows, m->n_out), t1 = MIN(t0 + m->unit_toks, m->n_tok);
         if (m->rows8) { /* units are whole groups: unit_rows and n_out are multiples of 8 */
             for (int64_t r = r0; r < r1;) {
                 float *y = m->y + t0 * m->n_out + r;
                 const uint8_t *g = m->w + r * m->w_stride;
-                const uint8_t *x = m->x_block ? m->x + t0 / MM_UNIT_TOKS * m->x_block : m->x + t0 * m->x_stride;
+                const uint8_t *x = m->x_block ? m->x + t0 / m->unit_toks * m->x_block : m->x + t0 * m->x_stride;
                 const int rows = m->tile16 && r + 16 <= r1 ? 16 : 8;
                 r += rows;
                 if (rows == 16)
@@ -304,7 +306,8 @@ void kern_matmul_layout(struct kern_pool *pool, float *y, const void *w, enum ke
         m.unit_rows = MAX((int64_t)MM_UNIT_ROWS, MIN(want, (int64_t)MM_DECODE_MAX_ROWS));
     }
     m.n_row_units = (n_out + m.unit_rows - 1) / m.unit_rows;
-    m.n_units = m.n_row_units * ((n_tok + MM_UNIT_TOKS - 1) / MM_UNIT_TOKS);
+    m.unit_toks = m.x_block ? KERN_R8F_BLOCK_TOKS : MM_UNIT_TOKS; /* a unit is a packed block */
+    m.n_units = m.n_row_units * ((n_tok + m.unit_toks - 1) / m.unit_toks);
     atomic_init(&m.next, 0);
     kern_pool_run(pool, mm_task_run, &m);
 }

@@ -23,10 +23,12 @@ typedef void (*kern_tile_fn)(float *y, int64_t y_stride, const void *w, size_t w
 /* rows8 (kernels/matmul.h): y[t·y_stride + r] for the 8 rows of one group (r < 8),
  * nt tokens (1 <= nt <= KERN_TILE_TOKS); g: the group's first byte. f16/bf16 with nt > 1
  * take their f32 activations packed in panels of KERN_R8F_PANEL tokens (kern_matmul
- * packs each block of KERN_TILE_TOKS): panel p holds [n][KERN_R8F_PANEL] floats, value
- * k of its tokens side by side (a missing token's 0), and starts p·KERN_R8F_PANEL·n
- * floats into x; x_stride is then unused. */
+ * packs and covers the tokens in blocks of KERN_R8F_BLOCK_TOKS, whole panels, so that
+ * only a matmul's last block computes a panel short of tokens): panel p holds
+ * [n][KERN_R8F_PANEL] floats, value k of its tokens side by side (a missing token's 0),
+ * and starts p·KERN_R8F_PANEL·n floats into x; x_stride is then unused. */
 #define KERN_R8F_PANEL 12
+#define KERN_R8F_BLOCK_TOKS (KERN_TILE_TOKS / KERN_R8F_PANEL * KERN_R8F_PANEL)
 typedef void (*kern_tile8_fn)(float *y, int64_t y_stride, const void *g, const void *x,
                               size_t x_stride, int64_t n, int nt);
 

@@ -308,9 +308,12 @@ TEST(matmul_edges) {
     ASSERT_EQ(y[3], 4);
     ASSERT_EQ(kern_matmul_scratch_bytes(KERN_TYPE_F32, 64, 5), 0);
     ASSERT_EQ(kern_matmul_scratch_bytes(KERN_TYPE_F16, 64, 1), 0);
-    /* f16/bf16 prefill: room for the activations packed in panels of 12 tokens */
+    /* f16/bf16 prefill: room for the activations packed in panels of 12 tokens, in blocks
+     * of 60 tokens (5 panels) */
     ASSERT_TRUE(kern_matmul_scratch_bytes(KERN_TYPE_F16, 64, 5) >= 12 * 64 * sizeof(float));
-    ASSERT_TRUE(kern_matmul_scratch_bytes(KERN_TYPE_BF16, 64, 70) >= 2 * 72 * 64 * sizeof(float));
+    ASSERT_TRUE(kern_matmul_scratch_bytes(KERN_TYPE_BF16, 64, 60) >= 60 * 64 * sizeof(float));
+    ASSERT_TRUE(kern_matmul_scratch_bytes(KERN_TYPE_BF16, 64, 70) >= 2 * 60 * 64 * sizeof(float));
+    ASSERT_TRUE(kern_matmul_scratch_bytes(KERN_TYPE_F16, 64, 121) >= 3 * 60 * 64 * sizeof(float));
     ASSERT_TRUE(kern_matmul_scratch_bytes(KERN_TYPE_Q8_0, 64, 5) >= 5 * 68);
     ASSERT_TRUE(kern_matmul_scratch_bytes(KERN_TYPE_Q4_1, 64, 5) >= 5 * 72);
     ASSERT_EQ(kern_matmul_scratch_bytes(KERN_TYPE_Q8_K, 256, 1), 0); /* no dot product */
@@ -341,14 +344,15 @@ TEST(level_names) {
 /* Weights repacked into rows8 (kernels/types.h): the conversion is a permutation of the
  * bytes (back again byte for byte), and on every level, with or without its rows8 kernels,
  * kern_matmul_layout gives the spec of the rows for decode, 2-7 tokens (the tile's 4-token
- * steps and each remainder), 64 and 70 (two token units), over 1 to 5 groups of 8 rows and
+ * steps and each remainder), 60 (f16/bf16: one whole token block of 5 panels), 64 and 70
+ * (two token units; f16/bf16: a second block of 4 and 10 tokens), over 1 to 5 groups of 8 rows and
  * 3 to 72 blocks (k-quants and iq4_xs: 1 to 9 super-blocks, half of the rows random bytes: every scale
  * bit pattern), on 1 and 2 threads (bit-identical). */
 TEST(matmul_rows8_vs_spec) {
     struct kern_pool *pool = NULL;
     ASSERT_OK(kern_pool_new(2, &pool));
     const char *saved = kern_cpu()->level;
-    static const int64_t toks[] = {1, 2, 3, 4, 5, 6, 7, 64, 70};
+    static const int64_t toks[] = {1, 2, 3, 4, 5, 6, 7, 60, 64, 70};
     static const int64_t shapes[][2] = {{96, 8}, {2304, 24}, {1024, 40}, {288, 16}};
     static const int types[] = {KERN_TYPE_F16,  KERN_TYPE_BF16, KERN_TYPE_Q4_0, KERN_TYPE_Q8_0,
                                 KERN_TYPE_Q4_K, KERN_TYPE_Q5_K, KERN_TYPE_Q6_K, KERN_TYPE_Q3_K,
