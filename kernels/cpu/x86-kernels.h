@@ -1084,7 +1084,8 @@ X86_INLINE void r8_qk_body(float *y, int64_t ys, const uint8_t *g, const uint8_t
 
 /* q8_0, 8 rows × NT tokens: chunk k, lane r = row r's values 4k..4k+3, against the
  * token's values 4k..4k+3 in every lane. Signed weights (S mode: |w| · x·sign w, each
- * pair up to 2·127·127, widened before the sums). */
+ * pair up to 2·127·127, widened before the sums); with VNNI, U mode (VPDPBUSD sums into
+ * int32, no pair to saturate). */
 X86_INLINE void r8_q8_0_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x, size_t xst,
                              int64_t nb, const int NT) {
     const __m256i ones = _mm256_set1_epi16(1);
@@ -1140,7 +1141,8 @@ X86_INLINE void r8_q8_0_body(float *y, int64_t ys, const uint8_t *g, const uint8
 
 /* iq4_xs, 8 rows × NT tokens. Sub-block j's chunk kk holds, in lane r, row r's values
  * 4kk.. (low nibbles) and 16 + 4kk.. (high) through the iq4_nl table, signed: S mode
- * (|w| · x·sign w, pairs widened at once). The 8 rows' 6-bit scales of sub-block j come
+ * (|w| · x·sign w, pairs widened at once; with VNNI, U mode through the table + 128).
+ * The 8 rows' 6-bit scales of sub-block j come
  * from the interleaved scales_l chunk and scales_h words in 32-bit lanes. */
 X86_INLINE void r8_iq4_xs_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x, size_t xst,
                                int64_t nb, const int NT) {
