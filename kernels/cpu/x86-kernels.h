@@ -950,8 +950,8 @@ X86_INLINE void r8_q4_0_body(float *y, int64_t ys, const uint8_t *g, const uint8
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t j = 0; j < nb; j++) {
         const uint8_t *b = g + 144 * j;
-        _mm_prefetch((const char *)b + 1024, _MM_HINT_T0);
-        _mm_prefetch((const char *)b + 1024 + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)b + 2048, _MM_HINT_T0);
+        _mm_prefetch((const char *)b + 2048 + 64, _MM_HINT_T0);
         __m256i lo[4], hi[4];
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
