@@ -941,6 +941,14 @@ X86_INLINE __m256i bcast4(const uint8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
+/* Σ of the codes of block j of a q8_0 activation row xr (nb blocks): the two int16 half
+ * sums act_q8_0 leaves in the row's s slot */
+X86_INLINE int32_t act_q8_0_sum(const uint8_t *xr, int64_t nb, int64_t j) {
+    int32_t hs;
+    memcpy(&hs, (const float *)(xr + 32 * nb) + nb + j, sizeof hs);
+    return (int32_t)(int16_t)(uint16_t)hs + (int32_t)(int16_t)(uint16_t)((uint32_t)hs >> 16);
+}
+
 X86_INLINE void r8_q4_0_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x, size_t xst,
                              int64_t nb, const int NT) {
     const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
@@ -964,10 +972,8 @@ X86_INLINE void r8_q4_0_body(float *y, int64_t ys, const uint8_t *g, const uint8
         for (int t = 0; t < NT; t++) {
             const uint8_t *xr = x + t * xst, *xq = xr + 32 * j;
             const float *xd = (const float *)(xr + 32 * nb);
-            int32_t hs;
-            memcpy(&hs, xd + nb + j, sizeof hs);
             /* -8·Σx in the integer unit: the vector multiplier is the busy one */
-            const int32_t corr = 8 * ((int32_t)(int16_t)(uint16_t)hs + (int32_t)(int16_t)(uint16_t)((uint32_t)hs >> 16));
+            const int32_t corr = 8 * act_q8_0_sum(xr, nb, j);
 #if X86_VNNI
             /* the low and high nibbles' dots in two chains, straight into int32 */
             __m256i s = _mm256_set1_epi32(-corr), s2 = _mm256_setzero_si256();
@@ -1107,11 +1113,7 @@ X86_INLINE void r8_q8_0_body(float *y, int64_t ys, const uint8_t *g, const uint8
 #if X86_VNNI
         /* U mode: u = w + 128, and -128·Σx from the rows' half sums */
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) {
-            int32_t hs;
-            memcpy(&hs, (const float *)(x + t * xst + 32 * nb) + nb + j, sizeof hs);
-            is[t] = _mm256_set1_epi32(-128 * ((int32_t)(int16_t)(uint16_t)hs + (int32_t)(int16_t)(uint16_t)((uint32_t)hs >> 16)));
-        }
+        for (int t = 0; t < NT; t++) is[t] = _mm256_set1_epi32(-128 * act_q8_0_sum(x + t * xst, nb, j));
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             const __m256i w = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(b + 16 + 32 * k)), _mm256_set1_epi8((char)0x80));
@@ -1174,11 +1176,7 @@ X86_INLINE void r8_iq4_xs_body(float *y, int64_t ys, const uint8_t *g, const uin
 #if X86_VNNI
             /* U mode: the table + 128, and -128·Σx from the rows' half sums */
 #pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) {
-                int32_t hs;
-                memcpy(&hs, (const float *)(x + t * xst + 32 * nb) + nb + 8 * sbi + j, sizeof hs);
-                is[t] = _mm256_set1_epi32(-128 * ((int32_t)(int16_t)(uint16_t)hs + (int32_t)(int16_t)(uint16_t)((uint32_t)hs >> 16)));
-            }
+            for (int t = 0; t < NT; t++) is[t] = _mm256_set1_epi32(-128 * act_q8_0_sum(x + t * xst, nb, 8 * sbi + j));
 #pragma GCC unroll 4
             for (int kk = 0; kk < 4; kk++) {
                 const __m256i w = _mm256_loadu_si256((const __m256i *)(c + 32 * kk));
@@ -1731,6 +1729,13 @@ X86_INLINE void r16f_half(float *y, int64_t ys, const float *wb, const float *pa
 /* 512-bit: value k of the 16 rows is one register that meets a whole panel (12
  * accumulators, each FMA's broadcast from the panel's stream): 13 loads per 12 FMAs of
  * 16 lanes, twice the work per FMA of the 256-bit half panels. */
+X86_INLINE void r16f_step(__m512 *acc, const float *wb, const float *pan, int64_t k) {
+    const __m512 w = _mm512_load_ps(wb + 16 * k);
+    const float *xv = pan + k * KERN_R8F_PANEL;
+#pragma GCC unroll 12
+    for (int t = 0; t < KERN_R8F_PANEL; t++) acc[t] = _mm512_fmadd_ps(w, _mm512_set1_ps(xv[t]), acc[t]);
+}
+
 X86_INLINE void r16f_panel(float *y, int64_t ys, const float *wb, const float *pan, int64_t c,
                            bool add, int nv, const uint8_t *pa, const uint8_t *pb) {
     __m512 acc[KERN_R8F_PANEL];
@@ -1743,19 +1748,9 @@ X86_INLINE void r16f_panel(float *y, int64_t ys, const float *wb, const float *p
             _mm_prefetch((const char *)pb + 16 * k, _MM_HINT_T0);
         }
 #pragma GCC unroll 4
-        for (int u = 0; u < 4; u++) {
-            const __m512 w = _mm512_load_ps(wb + 16 * (k + u));
-            const float *xv = pan + (k + u) * KERN_R8F_PANEL;
-#pragma GCC unroll 12
-            for (int t = 0; t < KERN_R8F_PANEL; t++) acc[t] = _mm512_fmadd_ps(w, _mm512_set1_ps(xv[t]), acc[t]);
-        }
+        for (int u = 0; u < 4; u++) r16f_step(acc, wb, pan, k + u);
     }
-    for (; k < c; k++) {
-        const __m512 w = _mm512_load_ps(wb + 16 * k);
-        const float *xv = pan + k * KERN_R8F_PANEL;
-#pragma GCC unroll 12
-        for (int t = 0; t < KERN_R8F_PANEL; t++) acc[t] = _mm512_fmadd_ps(w, _mm512_set1_ps(xv[t]), acc[t]);
-    }
+    for (; k < c; k++) r16f_step(acc, wb, pan, k);
 #pragma GCC unroll 12
     for (int t = 0; t < KERN_R8F_PANEL; t++) {
         if (t >= nv) break;
@@ -1779,7 +1774,7 @@ X86_INLINE void ftile16(float *y, int64_t ys, const void *g, const void *x, size
     for (int64_t i0 = 0; i0 < n; i0 += R16F_CHUNK) {
         const int64_t i1 = n - i0 < R16F_CHUNK ? n : i0 + R16F_CHUNK;
         r16f_convert(wb, ga, gb, i0, i1, F);
-        /* the first half panel fetches the next chunk (or the next groups) */
+        /* the first (half) panel fetches the next chunk (or the next groups) */
         const uint8_t *pa = i1 < n ? ga + 16 * i1 : gb + 16 * n, *pb = i1 < n ? gb + 16 * i1 : gb + 32 * n;
 #if X86_W512
         for (int t0 = 0; t0 < nt; t0 += KERN_R8F_PANEL) {
