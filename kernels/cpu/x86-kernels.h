@@ -1623,7 +1623,9 @@ X86_INLINE void r8f_body(float *y, int64_t ys, const uint8_t *g, const float *x,
     for (int a = 0; a < KU * NT; a++) acc[a] = _mm256_setzero_ps();
     int64_t k = i0;
     for (; k + KU <= i1; k += KU) {
-        if (NT == 1) _mm_prefetch((const char *)g + 16 * k + 3072, _MM_HINT_T0);
+        /* decode streams the rows: 6 KiB ahead (whole-model runs: 3 KiB lost 10 % on a
+         * 2048-wide model, 8 KiB lost on a 1024-wide one) */
+        if (NT == 1) _mm_prefetch((const char *)g + 16 * k + 6144, _MM_HINT_T0);
 #pragma GCC unroll 4
         for (int u = 0; u < KU; u++) {
             const __m256 w = r8f_load(g, k + u, F);
