@@ -127,7 +127,7 @@ void kern_quantize_row(enum kern_type t, void *dst, const float *src, int64_t n)
 enum {
     MM_UNIT_ROWS = 16,      /* rows per prefill work unit: a multiple of KERN_TILE_ROWS */
     MM_DECODE_UNITS = 2,    /* decode work units per thread */
-    MM_DECODE_MAX_ROWS = 8192,
+    MM_DECODE_MAX_ROWS = 8192, /* a large vocabulary's output rows still split finer */
     MM_UNIT_TOKS = KERN_TILE_TOKS, /* tokens per work unit: their activations stay in L2 */
 };
 static_assert(KERN_R8F_BLOCK_TOKS > 0 && KERN_R8F_BLOCK_TOKS % KERN_R8F_PANEL == 0 &&
