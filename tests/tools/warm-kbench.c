@@ -1,11 +1,14 @@
 /* warm-kbench: matmul microbenchmark next to memory bandwidth measured in the same run.
  *
- *   warm-kbench [--types q4_0,q8_0,...] [--threads 1,2] [--quick] [--cpu-time]
+ *   warm-kbench [--types q4_0,q8_0,...] [--threads 1,2] [--quick] [--cpu-time] [--rows]
  *   warm-kbench --attn [--types f16,q8_0,...] [--cpu-time]
  *
  * Decode (n_tok = 1): GB/s of weights read, compared with memcpy bandwidth (read + write,
  * and the read half of it), over enough copies of the weight matrix (>= 256 MiB) that
  * nothing is served from cache. Prefill (n_tok = 64, 512): GFLOP/s.
+ * Weights are in the layout the engine runs them in: rows8 (repacked at load) where the
+ * level has rows8 kernels for the type and shape, the file's rows otherwise; the "lay"
+ * column says which. --rows measures the file's rows throughout.
  * Last, a matmul-only estimate for llama-bench's yardstick model (n_embd 1024, 16 layers,
  * n_ff 2816, vocab 32000): tg = 1 / Σ decode times, pp512 = 512 / Σ prefill times. It
  * ignores attention and element-wise ops, so it is an upper bound for the full model.
@@ -28,6 +31,7 @@ enum { MIN_BYTES = 256 << 20 };
  * for machines shared with other work (a descheduled thread then costs nothing; memory
  * and cache contention still do). */
 static bool use_cpu_time;
+static bool rows_only; /* --rows: the file's layout even where the engine repacks */
 static int bench_threads = 1;
 
 static uint64_t clock_usec(void) {
@@ -83,6 +87,7 @@ static double memcpy_gbs(struct kern_pool *pool) {
 
 struct mm_setup {
     int wt;
+    enum kern_layout layout;
     int64_t n_in, n_out, n_tok;
     size_t w_bytes;
     int n_copies;
@@ -149,24 +154,46 @@ static int mm_setup_init(struct mm_setup *m, int wt, int64_t n_in, int64_t n_out
     for (int64_t i = 0; i < n_in * n_tok; i++) m->x[i] = frand();
     free(proto);
     free(row);
+    /* repacked as the engine's load does (engine/device.c), one copy at a time */
+    m->layout = KERN_LAYOUT_ROWS;
+    if (!rows_only && kern_rows8_supported(wt, n_in, n_out)) {
+        uint8_t *tmp = malloc(m->w_bytes);
+        if (!tmp) {
+            mm_setup_free(m);
+            return -ENOMEM;
+        }
+        for (int c = 0; c < m->n_copies; c++) {
+            uint8_t *w = m->w + m->w_bytes * (size_t)c;
+            memcpy(tmp, w, m->w_bytes);
+            if (kern_rows8_pack(wt, w, tmp, n_in, n_out) < 0) {
+                free(tmp);
+                mm_setup_free(m);
+                return -EINVAL;
+            }
+        }
+        free(tmp);
+        m->layout = KERN_LAYOUT_ROWS8;
+    }
     return 0;
 }
+
+static const char *layout_name(enum kern_layout l) { return l == KERN_LAYOUT_ROWS8 ? "rows8" : "rows"; }
 
 /* Seconds per matmul (best of a few batches), rotating over the weight copies. */
 static double mm_time(struct mm_setup *m, struct kern_pool *pool, double min_seconds) {
     int c = 0;
     /* warm up: page in every copy */
     for (int i = 0; i < m->n_copies; i++)
-        kern_matmul(pool, m->y, m->w + m->w_bytes * (size_t)i, m->wt, m->x, m->n_in, m->n_out,
-                    m->n_tok, m->scratch);
+        kern_matmul_layout(pool, m->y, m->w + m->w_bytes * (size_t)i, m->wt, m->layout, m->x,
+                           m->n_in, m->n_out, m->n_tok, m->scratch);
     double best = 1e30;
     uint64_t start = clock_usec();
     for (int batch = 0; batch < 20; batch++) {
         int iters = m->n_copies > 4 ? m->n_copies : 4;
         uint64_t t0 = clock_usec();
         for (int i = 0; i < iters; i++) {
-            kern_matmul(pool, m->y, m->w + m->w_bytes * (size_t)c, m->wt, m->x, m->n_in,
-                        m->n_out, m->n_tok, m->scratch);
+            kern_matmul_layout(pool, m->y, m->w + m->w_bytes * (size_t)c, m->wt, m->layout, m->x,
+                               m->n_in, m->n_out, m->n_tok, m->scratch);
             c = (c + 1) % m->n_copies;
         }
         double s = (double)(clock_usec() - t0) * 1e-6 / iters;
@@ -266,9 +293,11 @@ int main(int argc, char **argv) {
             use_cpu_time = true;
         } else if (strcmp(argv[i], "--attn") == 0) {
             attn = true;
+        } else if (strcmp(argv[i], "--rows") == 0) {
+            rows_only = true;
         } else {
             fprintf(stderr, "usage: warm-kbench [--types q4_0,q8_0,...] [--threads 1,2] [--quick] "
-                            "[--cpu-time] [--attn]\n");
+                            "[--cpu-time] [--rows] [--attn]\n");
             return 2;
         }
     }
@@ -300,8 +329,8 @@ int main(int argc, char **argv) {
         double bw = memcpy_gbs(pool);
         printf("\n== %d thread(s): memcpy %.1f GB/s (read+write), read half %.1f GB/s\n",
                threads[ti], bw, bw / 2);
-        printf("%-7s %-6s %6s %6s %5s %9s %9s %7s\n", "type", "mode", "n_in", "n_out", "n_tok",
-               "GFLOP/s", "GB/s(w)", "w/copy");
+        printf("%-7s %-6s %-5s %6s %6s %5s %9s %9s %7s\n", "type", "mode", "lay", "n_in", "n_out",
+               "n_tok", "GFLOP/s", "GB/s(w)", "w/copy");
         for (int k = 0; k < n_types; k++) {
             int wt = types[k];
             if (!kern_type_traits(wt) || !kern_type_traits(wt)->vec_dot) continue;
@@ -312,8 +341,8 @@ int main(int argc, char **argv) {
                     return 1;
                 double sec = mm_time(&m, pool, quick ? 0.1 : 0.3);
                 double gbs = (double)m.w_bytes / sec * 1e-9;
-                printf("%-7s %-6s %6lld %6lld %5d %9.1f %9.1f %6.0f%%\n", kern_type_name(wt),
-                       "decode", (long long)m.n_in, (long long)m.n_out, 1,
+                printf("%-7s %-6s %-5s %6lld %6lld %5d %9.1f %9.1f %6.0f%%\n", kern_type_name(wt),
+                       "decode", layout_name(m.layout), (long long)m.n_in, (long long)m.n_out, 1,
                        2.0 * (double)(m.n_in * m.n_out) / sec * 1e-9, gbs, 100.0 * gbs / bw);
                 mm_setup_free(&m);
             }
@@ -325,8 +354,8 @@ int main(int argc, char **argv) {
                                       prefill_toks[p], false) < 0)
                         return 1;
                     double sec = mm_time(&m, pool, quick ? 0.2 : 0.5);
-                    printf("%-7s %-6s %6lld %6lld %5lld %9.1f %9.1f\n", kern_type_name(wt),
-                           "pp", (long long)m.n_in, (long long)m.n_out, (long long)m.n_tok,
+                    printf("%-7s %-6s %-5s %6lld %6lld %5lld %9.1f %9.1f\n", kern_type_name(wt),
+                           "pp", layout_name(m.layout), (long long)m.n_in, (long long)m.n_out, (long long)m.n_tok,
                            2.0 * (double)(m.n_in * m.n_out * m.n_tok) / sec * 1e-9,
                            (double)m.w_bytes / sec * 1e-9);
                     mm_setup_free(&m);
