@@ -23,7 +23,9 @@
  * the unpacking is paid once per up to KERN_TILE_TOKS tokens; single tokens (decode)
  * unpack as they go. The 256-bit level (16 registers) packs the 4 rows interleaved
  * instead (ipack: one register holds 4 rows, see ipack_body), decodes k-quants a
- * super-block at a time (kdirect_body) and runs float tiles of 4 rows × 3 tokens. */
+ * super-block at a time (kdirect_body) and runs float tiles of 4 rows × 3 tokens. Rows8
+ * weights (kernels/ref/matmul.h) run 8 rows per register (r8_body); the 512-bit level's
+ * prefill of q4_0 and the k-quants runs 16, two groups side by side (x86-rows16.h). */
 #include <immintrin.h>
 #include <string.h>
 
@@ -1350,6 +1352,10 @@ X86_INLINE void r8_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x
     else r8_qk_body(y, ys, g, x, xst, nb, NT, K);
 }
 
+#if X86_W512
+#include "kernels/cpu/x86-rows16.h"
+#endif
+
 #if !X86_W512
 /* Types whose prefill runs faster through the interleaved pack of the file's rows (the
  * table look-ups, the codes of 3, 5 and 6 bits; measured with 64 tokens): rows8 serves
@@ -1414,6 +1420,14 @@ X86_TILE8(iq4_xs, tile8, WK_IQ4_XS)
 X86_TILE8(q6_K, tile8, WK_Q6_K)
 X86_TILE8(q3_K, tile8, WK_Q3_K)
 X86_TILE8(q2_K, tile8, WK_Q2_K)
+#if X86_W512
+X86_TILE8(16_q4_0, tile16q, WK_Q4_0)
+X86_TILE8(16_q4_K, tile16q, WK_Q4_K)
+X86_TILE8(16_q5_K, tile16q, WK_Q5_K)
+X86_TILE8(16_q6_K, tile16q, WK_Q6_K)
+X86_TILE8(16_q3_K, tile16q, WK_Q3_K)
+X86_TILE8(16_q2_K, tile16q, WK_Q2_K)
+#endif
 
 /* ---- float weights × f32 activations ------------------------------------------------- */
 
@@ -1933,6 +1947,14 @@ void X86_SFX(kern_impl_fill)(struct kern_impl *impl) {
     impl->tile16[KERN_TYPE_BF16] = X86_SFX(tile16_bf16);
     impl->tile8[KERN_TYPE_Q3_K] = X86_SFX(tile8_q3_K);
     impl->tile8[KERN_TYPE_Q2_K] = X86_SFX(tile8_q2_K);
+#if X86_W512
+    impl->tile16[KERN_TYPE_Q4_0] = X86_SFX(tile8_16_q4_0);
+    impl->tile16[KERN_TYPE_Q4_K] = X86_SFX(tile8_16_q4_K);
+    impl->tile16[KERN_TYPE_Q5_K] = X86_SFX(tile8_16_q5_K);
+    impl->tile16[KERN_TYPE_Q6_K] = X86_SFX(tile8_16_q6_K);
+    impl->tile16[KERN_TYPE_Q3_K] = X86_SFX(tile8_16_q3_K);
+    impl->tile16[KERN_TYPE_Q2_K] = X86_SFX(tile8_16_q2_K);
+#endif
     impl->from_f32[KERN_TYPE_Q8_0] = X86_SFX(quant_q8_0);
     impl->from_f32[KERN_TYPE_Q8_1] = X86_SFX(quant_q8_1);
     impl->from_f32[KERN_TYPE_F16] = X86_SFX(quant_f16);
