@@ -266,7 +266,7 @@ void kern_matmul_layout(struct kern_pool *pool, float *y, const void *w, enum ke
     struct mm_task m = {
         .tile = impl.tile[wt],
         .tile8 = impl.tile8[wt],
-        /* quantized decode keeps the 8-row bodies (kernels/cpu/x86-rows16.h) */
+        /* quantized decode: tile8's 8-row bodies are faster (kernels/cpu/x86-rows16.h) */
         .tile16 = rows8 && (n_tok > 1 || tr->vec_dot_type == KERN_TYPE_F32) ? impl.tile16[wt] : NULL,
         .rows8 = rows8,
         .wt = wt,

@@ -237,21 +237,16 @@ X86_INLINE void r16_body(float *y, int64_t ys, const uint8_t *ga, const uint8_t 
     else r16_k16_body(y, ys, ga, gb, x, xst, nb, NT, K);
 }
 
-/* 16 rows × nt tokens: 4 tokens at a time, then the 1-3 left. Decode (one token) runs
- * the 8-row body on each group instead: there the multiplies bound the work (512-bit
- * VPMADDUBSW and VPMADDWD issue on one port, their 256-bit forms on two), and the lane
- * inserts only add to it. */
+/* 16 rows × nt tokens: 4 tokens at a time, then the 1-3 left. Decode (one token) does
+ * not come here: kern_matmul_layout gives it tile8 (the 8-row bodies), since there the
+ * multiplies bound the work (512-bit VPMADDUBSW and VPMADDWD issue on one port, their
+ * 256-bit forms on two) and the lane inserts only add to it. */
 X86_INLINE void tile16q(float *y, int64_t ys, const void *g, const void *x, size_t xst, int64_t n,
                         int nt, const int K) {
     const uint8_t *ga = g, *xb = x;
     const int64_t nb = n / 32;
     /* the group's bytes: 8 rows of nb blocks (k-quants: nb / 8 super-blocks) */
     const uint8_t *gb = ga + 8 * (size_t)(wk_is_k(K) ? nb / 8 : nb) * wk_bytes(K);
-    if (nt == 1) {
-        r8_body(y, ys, ga, xb, xst, nb, 1, K);
-        r8_body(y + 8, ys, gb, xb, xst, nb, 1, K);
-        return;
-    }
     int t = 0;
     for (; t + 4 <= nt; t += 4) r16_body(y + t * ys, ys, ga, gb, xb + t * xst, xst, nb, 4, K);
     switch (nt - t) {
