@@ -5,8 +5,9 @@
  * it carries; warmd decides what that user may do. warmd itself never sees TCP or HTTP.
  *
  * Files: main.c (command line, sockets, signals), config.c (settings table), peer.c (uid
- * of a loopback peer), clients.c (libwarm connections per represented user), server.c
- * (libmicrohttpd: connection caps, Host/Origin checks, bodies, routing, replies), gen.c
+ * of a loopback peer), gate.c (accepting: connection caps per user at accept, request
+ * deadlines), clients.c (libwarm connections per represented user), server.c
+ * (libmicrohttpd: header framing, Host/Origin checks, bodies, routing, replies), gen.c
  * (a generation on its own thread feeding a streamed or a whole reply), openai.c and
  * ollama.c (the two APIs).
  *
@@ -14,7 +15,7 @@
  * a handler may block on its connection's thread. A generation runs on a thread of its
  * own and hands bytes to the connection's thread through its struct gen_job (locked).
  * The only shared state is struct httpd (config read-only after start, the client pool
- * and the per-uid connection counts behind their locks). */
+ * and the gate's connection list and counts behind their locks). */
 #pragma once
 
 #include "base/base.h"
@@ -51,6 +52,7 @@ struct httpd_config {
     uint64_t max_body_bytes;
     uint32_t max_connections;          /* per listening address */
     uint32_t max_connections_per_uid;
+    uint32_t max_connections_unidentified; /* all peers without a uid together */
     uint64_t connection_timeout_usec;  /* idle connection, or a client that stops reading */
     uint64_t request_timeout_usec;     /* headers and body must arrive within this */
     char default_model[136];           /* "" = warmd's default model */
@@ -119,6 +121,68 @@ struct uid_count {
     uint32_t uid, n;
 };
 
+/* Where a connection's current request is (gate.c keeps its deadline). */
+enum conn_phase {
+    CONN_WAITING,       /* between two requests: idle, only connection_timeout applies */
+    CONN_HEADERS,       /* its first bytes came (or it is new): request_timeout runs */
+    CONN_BODY,          /* headers whole, body coming: request_timeout still runs */
+    CONN_ANSWERING,     /* request whole: being answered */
+};
+
+/* One accepted connection, from accept (gate.c) to libmicrohttpd's CLOSED notification. */
+struct conn_info {
+    int fd;
+    size_t listener;                /* index of its listening socket */
+    uint16_t local_port;
+    bool identified;                /* uid is the peer's, from peer_uid() */
+    uint32_t uid;
+    int lookup_error;               /* peer_uid's error when not identified */
+    bool started;                   /* libmicrohttpd took it (its socket context) */
+    bool expired;                   /* past its request deadline: shut down */
+    enum conn_phase phase;
+    uint64_t phase_usec;            /* when the request's clock started */
+    uint64_t rx_bytes;              /* bytes received when it went CONN_WAITING */
+    uint64_t accepted_usec;
+    uint64_t serial;
+    struct conn_info *prev, *next;
+};
+
+/* warm-httpd's counters, in /metrics. */
+enum httpd_metric {
+    HM_ACCEPTED, HM_REFUSED_PER_UID, HM_REFUSED_UNIDENTIFIED, HM_REFUSED_TOTAL,
+    HM_REQUEST_TIMEOUTS, HM_BAD_HEADERS, HM_COUNT
+};
+
+struct gate_log_slot {
+    bool used;
+    uint32_t uid;
+    unsigned why;
+    uint64_t last_usec, left_out;
+};
+
+/* The accept thread, the connection caps and the request deadlines (gate.c). */
+struct gate {
+    int fds[HTTPD_MAX_LISTEN];
+    size_t n_fds;
+    int stop_fd;
+    pthread_t thread;
+    bool running;
+    pthread_mutex_t lock;           /* everything below */
+    struct conn_info *conns;        /* admitted, open */
+    uint32_t open[HTTPD_MAX_LISTEN];
+    uint32_t open_unidentified;
+    struct uid_count *uids;         /* open connections per identified uid */
+    size_t n_uids, cap_uids;
+    uint64_t serial;
+    struct gate_log_slot log[64];
+    _Atomic uint64_t metrics[HM_COUNT];
+};
+
+struct gate_stats {
+    uint64_t counters[HM_COUNT];
+    uint32_t open, open_unidentified, users;
+};
+
 struct httpd {
     struct httpd_config cfg;
     struct clients clients;
@@ -126,20 +190,21 @@ struct httpd {
     _Atomic bool stopping;          /* set first by httpd_stop: waits end, jobs cancel */
     struct MHD_Daemon *mhd[HTTPD_MAX_LISTEN];
     size_t n_mhd;
-    pthread_mutex_t conn_lock;      /* open connections per identified uid */
-    struct uid_count *conns;
-    size_t n_conns, cap_conns;
+    struct gate gate;
 };
 
-/* What a connection is known as from its socket (looked up once, when it opens). */
-struct conn_info {
-    int fd;
-    uint16_t local_port;
-    bool identified;                /* uid is the peer's, from peer_uid() */
-    uint32_t uid;
-    int lookup_error;               /* peer_uid's error when not identified */
-    bool over_cap;                  /* past max_connections_per_uid: answered 429 */
-};
+/* Accepts on the listening sockets fds (one libmicrohttpd daemon each, h->mhd[k]) in a
+ * thread of its own; gate_stop ends it, gate_done frees what is left once libmicrohttpd
+ * has stopped. */
+int gate_start(struct httpd *h, const int *fds, size_t n, struct err_detail *err);
+void gate_stop(struct httpd *h);
+void gate_done(struct httpd *h);
+/* libmicrohttpd's notifications: the conn_info admitted for fd (NULL: none), and its end. */
+struct conn_info *gate_conn_started(struct httpd *h, int fd);
+void gate_conn_closed(struct httpd *h, struct conn_info *ci);
+/* The request on ci moved to phase (called from its connection's thread). */
+void gate_conn_phase(struct httpd *h, struct conn_info *ci, enum conn_phase phase);
+void gate_metrics(struct httpd *h, struct gate_stats *ret);
 
 struct request {
     struct httpd *h;
@@ -153,6 +218,7 @@ struct request {
     uint64_t start_usec;
     bool refused;                   /* answered (or to be); the rest of the body is dropped */
     bool too_big;                   /* a body without Content-Length passed max_body */
+    bool close_after;               /* the reply closes the connection */
     const char *cors_origin;        /* allowed Origin to echo, or NULL */
     struct identity id;
     json_t *json;                   /* the parsed body, NULL without one */
@@ -169,9 +235,9 @@ struct route {
     handler_fn handler;
 };
 
-/* Starts one libmicrohttpd daemon per listening socket (fds, already listening). */
-int httpd_start(struct httpd *h, const int *fds, const int *families, size_t n,
-                struct err_detail *err);
+/* Serves the listening sockets fds (already listening; made non-blocking here): the gate
+ * accepts, one libmicrohttpd daemon per socket serves what it admits. */
+int httpd_start(struct httpd *h, const int *fds, size_t n, struct err_detail *err);
 void httpd_stop(struct httpd *h);
 
 /* Replies. Each queues a response on r's connection and returns MHD's result. */

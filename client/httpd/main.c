@@ -91,7 +91,7 @@ not_loopback:
                    "only this machine (remote peers have no local uid)", s);
 }
 
-static int bind_listen(const char *addr, int *ret_fd, int *ret_family, struct err_detail *err) {
+static int bind_listen(const char *addr, int *ret_fd, struct err_detail *err) {
     struct sockaddr_storage ss;
     socklen_t len = 0;
     int r = parse_addr(addr, &ss, &len, err);
@@ -107,7 +107,6 @@ static int bind_listen(const char *addr, int *ret_fd, int *ret_family, struct er
         return err_set(err, r, "listen: cannot listen on %s: %s", addr, strerror(-r));
     }
     *ret_fd = fd;
-    *ret_family = ss.ss_family;
     return 0;
 }
 
@@ -127,12 +126,6 @@ static void describe(int fd, char *buf, size_t size) {
         port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
     }
     snprintf(buf, size, "%s:%u", host, port);
-}
-
-static int family_of(int fd) {
-    struct sockaddr_storage ss;
-    socklen_t len = sizeof ss;
-    return getsockname(fd, (struct sockaddr *)&ss, &len) == 0 ? ss.ss_family : AF_UNSPEC;
 }
 
 /* ---- main ----------------------------------------------------------------------------------- */
@@ -184,7 +177,7 @@ int main(int argc, char **argv) {
     journal = getenv("JOURNAL_STREAM") != NULL;
     log_set_sink(sink, NULL);
 
-    int fds[HTTPD_MAX_LISTEN], families[HTTPD_MAX_LISTEN];
+    int fds[HTTPD_MAX_LISTEN];
     size_t n = 0;
     int activated = listen_given ? 0 : sd_listen_fds(1);
     if (activated > HTTPD_MAX_LISTEN) activated = HTTPD_MAX_LISTEN;
@@ -199,12 +192,11 @@ int main(int argc, char **argv) {
             log_msg(LOG_LEVEL_ERROR, "socket-activated fd %d is not a listening TCP socket", fd);
             return 1;
         }
-        fds[n] = fd;
-        families[n++] = family_of(fd);
+        fds[n++] = fd;
     }
     if (n == 0) {
         for (size_t i = 0; i < h->cfg.n_listen; i++) {
-            r = bind_listen(h->cfg.listen[i], &fds[i], &families[i], &err);
+            r = bind_listen(h->cfg.listen[i], &fds[i], &err);
             if (r < 0) {
                 log_msg(LOG_LEVEL_ERROR, "%s", err_msg(&err, r));
                 return 1;
@@ -232,7 +224,7 @@ int main(int argc, char **argv) {
         log_msg(LOG_LEVEL_ERROR, "warmd_socket: %s", strerror(-r));
         return 1;
     }
-    r = httpd_start(h, fds, families, n, &err);
+    r = httpd_start(h, fds, n, &err);
     if (r < 0) {
         log_msg(LOG_LEVEL_ERROR, "%s", err_msg(&err, r));
         return 1;

@@ -1,13 +1,13 @@
-/* server — the HTTP side on libmicrohttpd: one thread per connection, capped per listening
- * address (max_connections) and per local user (max_connections_per_uid); who opened the
- * connection is looked up once when it opens (peer.c). Every request then passes, before
- * its body is read: the Host check (only localhost, 127.0.0.1 and [::1] with our port are
- * served, so a web page whose name was rebound to 127.0.0.1 gets nothing), the Origin check
- * (a browser page is refused unless its origin is in allowed_origins; no wildcard CORS
- * unless configured), the route table, the identity (the connection's uid, else a bearer
- * token, else 401 naming both) and the body cap (413). Bodies must arrive within
- * request_timeout; an idle connection or a client that stops reading is closed after
- * connection_timeout. */
+/* server — the HTTP side on libmicrohttpd: one thread per connection, for the connections
+ * the gate admitted (gate.c: accept, the caps per user and per listening address, the
+ * request deadline). Every request then passes, before its body is read: the header
+ * framing (two Host headers, Content-Length values that disagree: 400), the Host check
+ * (only localhost, 127.0.0.1 and [::1] with our port are served, so a web page whose name
+ * was rebound to 127.0.0.1 gets nothing), the Origin check (a browser page is refused
+ * unless its origin is in allowed_origins; no wildcard CORS unless configured), the route
+ * table, the identity (the connection's uid, else a bearer token, else 401 naming both)
+ * and the body cap (413). An idle connection or a client that stops reading is closed
+ * after connection_timeout. */
 #include "httpd.h"
 
 #include <errno.h>
@@ -23,9 +23,12 @@
 /* Headers of one request must fit this (libmicrohttpd's per-connection pool). */
 #define CONN_MEMORY_BYTES (64 * 1024)
 
+static enum MHD_Result httpd_metrics(struct request *r);
+
 static const struct route routes[] = {
     {"GET", "/", API_PLAIN, false, false, ollama_root},
     {"HEAD", "/", API_PLAIN, false, false, ollama_root},
+    {"GET", "/metrics", API_PLAIN, false, false, httpd_metrics},
     {"GET", "/v1/models", API_OPENAI, true, false, openai_models},
     {"GET", "/v1/models/*", API_OPENAI, true, false, openai_model},
     {"POST", "/v1/chat/completions", API_OPENAI, true, true, openai_chat},
@@ -97,6 +100,7 @@ void reply_add_cors(struct request *r, struct MHD_Response *resp) {
 static enum MHD_Result queue(struct request *r, unsigned status, struct MHD_Response *resp) {
     if (!resp) return MHD_NO;
     reply_add_cors(r, resp);
+    if (r->close_after) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result m = MHD_queue_response(r->conn, status, resp);
     MHD_destroy_response(resp);
     log_debug("%s uid %s%u: %u", r->url, r->id.by_token ? "token:" : "",
@@ -155,67 +159,17 @@ enum MHD_Result reply_warm_error(struct request *r, const struct warm_error *e) 
 
 /* ---- identity and per-uid caps ----------------------------------------------------------- */
 
-static void conns_add(struct httpd *h, struct conn_info *ci) {
-    pthread_mutex_lock(&h->conn_lock);
-    struct uid_count *u = NULL;
-    for (size_t i = 0; i < h->n_conns; i++)
-        if (h->conns[i].uid == ci->uid) u = &h->conns[i];
-    if (!u && h->n_conns == h->cap_conns) {
-        size_t cap = h->cap_conns ? 2 * h->cap_conns : 16;
-        struct uid_count *n = realloc(h->conns, cap * sizeof *n);
-        if (n) {
-            h->conns = n;
-            h->cap_conns = cap;
-        }
-    }
-    if (!u && h->n_conns < h->cap_conns) {
-        u = &h->conns[h->n_conns++];
-        *u = (struct uid_count){.uid = ci->uid};
-    }
-    if (u && u->n < h->cfg.max_connections_per_uid) u->n++;
-    else ci->over_cap = true;   /* counted nowhere: refused at its first request */
-    pthread_mutex_unlock(&h->conn_lock);
-}
-
-static void conns_del(struct httpd *h, struct conn_info *ci) {
-    pthread_mutex_lock(&h->conn_lock);
-    for (size_t i = 0; i < h->n_conns; i++) {
-        if (h->conns[i].uid != ci->uid) continue;
-        if (--h->conns[i].n == 0) h->conns[i] = h->conns[--h->n_conns];
-        break;
-    }
-    pthread_mutex_unlock(&h->conn_lock);
-}
-
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode code) {
     struct httpd *h = cls;
     if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
-        struct conn_info *ci = *socket_context;
-        if (ci && ci->identified && !ci->over_cap) conns_del(h, ci);
-        free(ci);
+        if (*socket_context) gate_conn_closed(h, *socket_context);
         *socket_context = NULL;
         return;
     }
-    struct conn_info *ci = calloc(1, sizeof *ci);
-    if (!ci) return;            /* its requests are answered 503 */
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    ci->fd = info ? info->connect_fd : -1;
-    struct sockaddr_storage local;
-    socklen_t len = sizeof local;
-    if (ci->fd >= 0 && getsockname(ci->fd, (struct sockaddr *)&local, &len) == 0)
-        ci->local_port = ntohs(local.ss_family == AF_INET6
-                                   ? ((struct sockaddr_in6 *)&local)->sin6_port
-                                   : ((struct sockaddr_in *)&local)->sin_port);
-    /* Streamed tokens are small writes: send each at once (warm-httpd.socket sets it too). */
-    int one = 1;
-    if (ci->fd >= 0) (void)setsockopt(ci->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    int r = ci->fd >= 0 ? peer_uid(&h->diag, ci->fd, &ci->uid) : -EBADF;
-    ci->identified = r == 0;
-    ci->lookup_error = r;
-    if (r < 0 && r != -ENOENT) log_msg(LOG_LEVEL_WARN, "peer uid lookup failed: %s", strerror(-r));
-    if (ci->identified) conns_add(h, ci);
-    *socket_context = ci;
+    /* NULL (never expected: every connection comes through the gate) answers 503. */
+    *socket_context = info ? gate_conn_started(h, info->connect_fd) : NULL;
 }
 
 /* The bearer token of an Authorization header, or NULL. */
@@ -297,11 +251,97 @@ static bool path_matches(const char *pattern, const char *path) {
     return strcmp(pattern, path) == 0;
 }
 
+/* ---- /metrics ---------------------------------------------------------------------------- */
+
+/* warm-httpd's own counters in Prometheus' text format. Totals only: nothing in it tells
+ * one local user what another does (which is why it needs no identity). */
+static enum MHD_Result httpd_metrics(struct request *r) {
+    struct gate_stats st;
+    gate_metrics(r->h, &st);
+    const uint64_t *c = st.counters;
+    char text[2048];
+    snprintf(text, sizeof text,
+             "# HELP warm_httpd_connections_accepted_total Connections admitted at accept.\n"
+             "# TYPE warm_httpd_connections_accepted_total counter\n"
+             "warm_httpd_connections_accepted_total %llu\n"
+             "# HELP warm_httpd_connections_refused_total Connections refused at accept, by "
+             "the cap that was reached.\n"
+             "# TYPE warm_httpd_connections_refused_total counter\n"
+             "warm_httpd_connections_refused_total{cap=\"max_connections_per_uid\"} %llu\n"
+             "warm_httpd_connections_refused_total{cap=\"max_connections_unidentified\"} %llu\n"
+             "warm_httpd_connections_refused_total{cap=\"max_connections\"} %llu\n"
+             "# HELP warm_httpd_request_timeouts_total Requests not received whole within "
+             "request_timeout (closed).\n"
+             "# TYPE warm_httpd_request_timeouts_total counter\n"
+             "warm_httpd_request_timeouts_total %llu\n"
+             "# HELP warm_httpd_bad_headers_total Requests refused for their header framing "
+             "(two Host headers, Content-Length values that disagree, a NUL byte).\n"
+             "# TYPE warm_httpd_bad_headers_total counter\n"
+             "warm_httpd_bad_headers_total %llu\n"
+             "# HELP warm_httpd_connections_open Connections open now.\n"
+             "# TYPE warm_httpd_connections_open gauge\n"
+             "warm_httpd_connections_open %u\n"
+             "# HELP warm_httpd_connections_open_unidentified Of those, peers whose user "
+             "cannot be told.\n"
+             "# TYPE warm_httpd_connections_open_unidentified gauge\n"
+             "warm_httpd_connections_open_unidentified %u\n",
+             (unsigned long long)c[HM_ACCEPTED], (unsigned long long)c[HM_REFUSED_PER_UID],
+             (unsigned long long)c[HM_REFUSED_UNIDENTIFIED],
+             (unsigned long long)c[HM_REFUSED_TOTAL], (unsigned long long)c[HM_REQUEST_TIMEOUTS],
+             (unsigned long long)c[HM_BAD_HEADERS], st.open, st.open_unidentified);
+    return reply_text(r, 200, "text/plain; version=0.0.4", text);
+}
+
+/* ---- header framing ---------------------------------------------------------------------- */
+
+/* What RFC 9112 says a server must refuse with 400, because a proxy in front of us may
+ * have read the request otherwise: two Host headers (§3.2), Content-Length values that
+ * disagree (§6.3); and a NUL byte in a header, which C strings would cut short. */
+struct header_scan {
+    unsigned n_host;
+    const char *length;
+    size_t length_size;
+    bool length_differs;
+    const char *nul_in;             /* the header with a NUL, or NULL */
+};
+
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   size_t key_size, const char *value, size_t value_size) {
+    (void)kind;
+    struct header_scan *sc = cls;
+    if ((key && memchr(key, '\0', key_size)) || (value && memchr(value, '\0', value_size)))
+        sc->nul_in = key ? key : "";
+    if (key && strcasecmp(key, "Host") == 0) sc->n_host++;
+    if (key && strcasecmp(key, "Content-Length") == 0) {
+        if (sc->length && (sc->length_size != value_size ||
+                           memcmp(sc->length, value, value_size) != 0))
+            sc->length_differs = true;
+        sc->length = value;
+        sc->length_size = value_size;
+    }
+    return MHD_YES;
+}
+
+static const char *header_framing_error(struct MHD_Connection *conn) {
+    struct header_scan sc = {0};
+    MHD_get_connection_values_n(conn, MHD_HEADER_KIND, scan_header, &sc);
+    if (sc.nul_in) return "a header carries a NUL byte";
+    if (sc.n_host > 1) return "the request has more than one Host header";
+    if (sc.length_differs) return "the request has Content-Length headers that disagree";
+    return NULL;
+}
+
 static enum MHD_Result admit(struct request *r, const char *method) {
     struct httpd_config *c = &r->h->cfg;
     r->api = strncmp(r->url, "/api/", 5) == 0 ? API_OLLAMA : API_OPENAI;
     r->refused = true;          /* until every check passed */
     if (!r->ci) return reply_error(r, 503, NULL, "out of memory for this connection");
+    const char *framing = header_framing_error(r->conn);
+    if (framing) {
+        atomic_fetch_add(&r->h->gate.metrics[HM_BAD_HEADERS], 1);
+        r->close_after = true;  /* what follows may not be framed as we think */
+        return reply_error(r, 400, NULL, "%s (RFC 9112)", framing);
+    }
     const char *host = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Host");
     if (!host_ok(host, r->ci->local_port))
         return reply_error(r, 403, NULL,
@@ -331,9 +371,6 @@ static enum MHD_Result admit(struct request *r, const char *method) {
         return reply_error(r, 404, NULL, "no such endpoint: %s %s", method, r->url);
     }
     if (r->route->api != API_PLAIN) r->api = r->route->api;
-    if (r->ci->over_cap)
-        return reply_error(r, 429, NULL, "this user has %u connections open to warm-httpd "
-                           "(max_connections_per_uid); close some", c->max_connections_per_uid);
     if (r->route->needs_identity && !identify(r)) return reply_unidentified(r);
     const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
     if (cl) {
@@ -390,22 +427,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         const union MHD_ConnectionInfo *info =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         r->ci = info ? info->socket_context : NULL;
+        if (r->ci) gate_conn_phase(r->h, r->ci, CONN_BODY);
         *con_cls = r;
         return admit(r, method);
     }
+    /* (A body that does not arrive within request_timeout of the request's first byte is
+     * cut off by the gate.) */
     if (*upload_size) {
         size_t n = *upload_size;
         *upload_size = 0;
         if (r->refused) return MHD_YES;   /* answered; the rest is dropped */
-        if (time_now_usec() - r->start_usec > r->h->cfg.request_timeout_usec) {
-            log_msg(LOG_LEVEL_INFO, "%s: body not received within request_timeout; closing", url);
-            return MHD_NO;
-        }
         int e = body_append(r, upload, n);
         if (e == -E2BIG) r->refused = r->too_big = true; /* answered when the body ends */
         else if (e < 0) return MHD_NO;
         return MHD_YES;
     }
+    if (r->ci) gate_conn_phase(r->h, r->ci, CONN_ANSWERING);
     if (r->too_big) {
         r->too_big = false;
         return reply_error(r, 413, NULL, "request body is larger than max_body (%llu bytes)",
@@ -421,6 +458,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)cls, (void)conn, (void)why;
     struct request *r = *con_cls;
     if (!r) return;
+    /* The next request's clock starts with its first byte. */
+    if (r->ci) gate_conn_phase(r->h, r->ci, CONN_WAITING);
     json_decref(r->json);
     free(r->body);
     explicit_bzero(r->id.token, sizeof r->id.token);
@@ -428,8 +467,33 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
 }
 
+/* libmicrohttpd's messages are mostly about what clients did (a connection closed before
+ * its request was whole, a malformed line), so a client can cause as many as it likes: at
+ * most MHD_LOG_BURST lines per MHD_LOG_WINDOW_USEC, then one line saying how many were left
+ * out. */
+#define MHD_LOG_BURST 20
+#define MHD_LOG_WINDOW_USEC 10000000ull
+
 static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
     (void)cls;
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static uint64_t window_usec, left_out;
+    static unsigned n_logged;
+    uint64_t now = time_now_usec(), dropped = 0;
+    pthread_mutex_lock(&lock);
+    if (now - window_usec >= MHD_LOG_WINDOW_USEC) {
+        dropped = left_out;
+        window_usec = now;
+        n_logged = left_out = 0;
+    }
+    bool log = n_logged < MHD_LOG_BURST;
+    if (log) n_logged++;
+    else left_out++;
+    pthread_mutex_unlock(&lock);
+    if (dropped)
+        log_msg(LOG_LEVEL_INFO, "libmicrohttpd: %llu more messages were left out",
+                (unsigned long long)dropped);
+    if (!log) return;
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);
     size_t n = strlen(msg);
@@ -448,20 +512,19 @@ struct client_ref *request_client(struct request *r, enum MHD_Result *ret) {
     return c;
 }
 
-int httpd_start(struct httpd *h, const int *fds, const int *families, size_t n,
-                struct err_detail *err) {
+int httpd_start(struct httpd *h, const int *fds, size_t n, struct err_detail *err) {
     if (n > HTTPD_MAX_LISTEN) return err_set(err, -E2BIG, "at most %d listening sockets", HTTPD_MAX_LISTEN);
-    pthread_mutex_init(&h->conn_lock, NULL);
     unsigned timeout_s = (unsigned)(h->cfg.connection_timeout_usec / 1000000);
     for (size_t i = 0; i < n; i++) {
+        /* No listening socket of its own: the gate accepts and adds what it admits. Its
+         * limit is above ours, which counts a connection out a moment before it does. */
         unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                         MHD_USE_POLL | MHD_USE_ERROR_LOG;
-        if (families[i] == AF_INET6) flags |= MHD_USE_IPv6;
+                         MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET |
+                         MHD_USE_ITC;
         struct MHD_Daemon *d = MHD_start_daemon(
             flags, 0, NULL, NULL, on_request, h,
             MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,   /* first, to catch the rest */
-            MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fds[i],
-            MHD_OPTION_CONNECTION_LIMIT, (unsigned)h->cfg.max_connections,
+            MHD_OPTION_CONNECTION_LIMIT, 2 * (unsigned)h->cfg.max_connections,
             MHD_OPTION_CONNECTION_TIMEOUT, timeout_s,
             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY_BYTES,
             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
@@ -470,18 +533,20 @@ int httpd_start(struct httpd *h, const int *fds, const int *families, size_t n,
             MHD_OPTION_END);
         if (!d) {
             httpd_stop(h);
-            return err_set(err, -EIO, "libmicrohttpd could not serve listening socket %d", fds[i]);
+            return err_set(err, -EIO, "libmicrohttpd could not start for listening socket %d",
+                           fds[i]);
         }
         h->mhd[h->n_mhd++] = d;
     }
-    return 0;
+    int r = gate_start(h, fds, n, err);
+    if (r < 0) httpd_stop(h);
+    return r;
 }
 
 void httpd_stop(struct httpd *h) {
     atomic_store(&h->stopping, true);
+    gate_stop(h);
     for (size_t i = 0; i < h->n_mhd; i++) MHD_stop_daemon(h->mhd[i]);
     h->n_mhd = 0;
-    free(h->conns);
-    h->conns = NULL;
-    h->n_conns = h->cap_conns = 0;
+    gate_done(h);
 }

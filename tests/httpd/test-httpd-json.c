@@ -41,10 +41,9 @@ static int server_start(void) {
         getsockname(fd, (struct sockaddr *)&a, &len) < 0)
         return -errno;
     port = ntohs(a.sin_port);
-    int family = AF_INET;
     if ((r = peer_diag_init(&srv->diag, -1)) < 0) return r;
     if ((r = clients_init(&srv->clients, srv->cfg.warmd_socket)) < 0) return r;
-    r = httpd_start(srv, &fd, &family, 1, &e);
+    r = httpd_start(srv, &fd, 1, &e);
     if (r < 0) fprintf(stderr, "%s\n", err_msg(&e, r));
     return r;
 }

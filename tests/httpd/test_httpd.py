@@ -107,7 +107,9 @@ class Httpd:
         return self.proc.returncode
 
 
-class HttpdTest(DaemonTest):
+class HttpdHarness(DaemonTest):
+    """warmd with two models and warm-httpd in front, and the helpers the tests share."""
+
     def setUp(self):
         super().setUp()
         if os.geteuid() != 0 or not shutil.which("setpriv") or not shutil.which("curl"):
@@ -193,6 +195,39 @@ class HttpdTest(DaemonTest):
         self.assertEqual(p.returncode, 0, f"{p.stderr}\n{self.h.text()[-3000:]}")
         return json.loads(p.stdout)
 
+    def activated(self, with_diag):
+        """Starts warm-httpd as systemd would: listening socket (and, with_diag, the
+        socket-diagnostics netlink socket) made here, in the host's network namespace,
+        passed as fds 3.. with LISTEN_FDS, and the server itself in a network namespace
+        of its own (PrivateNetwork=yes)."""
+        if not shutil.which("unshare"):
+            self.skipTest("needs unshare")
+        lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        lst.bind(("127.0.0.1", 0))
+        lst.listen(16)
+        fds = [lst.fileno()]
+        keep = [lst]
+        if with_diag:
+            nl = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 4)  # NETLINK_SOCK_DIAG
+            nl.bind((0, 0))
+            fds.append(nl.fileno())
+            keep.append(nl)
+        self.addCleanup(lambda: [s.close() for s in keep])
+
+        def launch(cmd, log):
+            def child():
+                for i, fd in enumerate(fds):
+                    os.dup2(fd, 3 + i)
+                    os.set_inheritable(3 + i, True)
+            sh = ('LISTEN_PID=$$ LISTEN_FDS=%d exec unshare --net -- %s "$@"'
+                  % (len(fds), " ".join(as_uid(PROXY))))
+            return subprocess.Popen(["sh", "-c", sh, "sh", *cmd], stdout=log,
+                                    stderr=subprocess.STDOUT, preexec_fn=child,
+                                    pass_fds=range(3, 3 + len(fds)))
+        return launch
+
+
+class HttpdTest(HttpdHarness):
     # ---- the SDKs ----
 
     def test_openai_sdk(self):
@@ -350,37 +385,6 @@ class HttpdTest(DaemonTest):
         st, text = self.curl("/v1/models", uid=ALICE, base=untrusted.base)
         self.assertEqual(st, 403, text)
         self.assertIn("trusted_proxy_uids", text)
-
-    def activated(self, with_diag):
-        """Starts warm-httpd as systemd would: listening socket (and, with_diag, the
-        socket-diagnostics netlink socket) made here, in the host's network namespace,
-        passed as fds 3.. with LISTEN_FDS, and the server itself in a network namespace
-        of its own (PrivateNetwork=yes)."""
-        if not shutil.which("unshare"):
-            self.skipTest("needs unshare")
-        lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        lst.bind(("127.0.0.1", 0))
-        lst.listen(16)
-        fds = [lst.fileno()]
-        keep = [lst]
-        if with_diag:
-            nl = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 4)  # NETLINK_SOCK_DIAG
-            nl.bind((0, 0))
-            fds.append(nl.fileno())
-            keep.append(nl)
-        self.addCleanup(lambda: [s.close() for s in keep])
-
-        def launch(cmd, log):
-            def child():
-                for i, fd in enumerate(fds):
-                    os.dup2(fd, 3 + i)
-                    os.set_inheritable(3 + i, True)
-            sh = ('LISTEN_PID=$$ LISTEN_FDS=%d exec unshare --net -- %s "$@"'
-                  % (len(fds), " ".join(as_uid(PROXY))))
-            return subprocess.Popen(["sh", "-c", sh, "sh", *cmd], stdout=log,
-                                    stderr=subprocess.STDOUT, preexec_fn=child,
-                                    pass_fds=range(3, 3 + len(fds)))
-        return launch
 
     def test_token_when_unidentified(self):
         # Without the host's socket diagnostics, warm-httpd sees no client socket in its
