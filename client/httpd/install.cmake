@@ -7,6 +7,11 @@
 function(warm_httpd_render prefix outdir)
   warm_install_dirs("${prefix}")
   set(WARMD_BINDIR "${WARM_BINDIR}")
+  # warm-httpd reads /etc/warmd/warm-httpd.conf; an install elsewhere names its own file.
+  set(WARM_HTTPD_ARGS "")
+  if(NOT WARM_SYSCONFDIR STREQUAL "/etc")
+    set(WARM_HTTPD_ARGS " --config=${WARM_SYSCONFDIR}/warmd/warm-httpd.conf")
+  endif()
   set(WARMD_DOCDIR "${WARM_DOCDIR}")
   set(WARMD_SYSCONFDIR "${WARM_SYSCONFDIR}/warmd")
   file(READ "${WARM_SOURCE_DIR}/packaging/warm-httpd.service.in" unit)
@@ -27,6 +32,9 @@ function(warm_httpd_install)
   # its config, so the bridge works once installed and the admin's warmd.conf is not edited.
   file(INSTALL DESTINATION "${WARM_SYSCONFDIR}/warmd/warmd.conf.d" TYPE FILE
        FILES "${WARM_SOURCE_DIR}/packaging/warmd.conf.d/10-warm-httpd.conf")
+  # Its own settings, every key commented out (built by the warm_httpd_conf target).
+  file(INSTALL DESTINATION "${WARM_SYSCONFDIR}/warmd" TYPE FILE
+       FILES "${WARM_BINARY_DIR}/packaging/warm-httpd.conf")
   file(REMOVE_RECURSE "${tmp}")
   set(CMAKE_INSTALL_MANIFEST_FILES "${CMAKE_INSTALL_MANIFEST_FILES}" PARENT_SCOPE)
 endfunction()

@@ -248,8 +248,8 @@ static int cache_check(struct ctl *ctl, const struct cache_args *a) {
         struct warm_error err = {.code = r == ERR_STORE_CORRUPT ? WARM_DATA_LOSS : WARM_BAD_REQUEST};
         const char *hint = "";
         if (r == -EACCES || r == -EPERM)
-            hint = "; the store belongs to the daemon's user: run as root or "
-                   "'sudo -u warm warmctl cache check'";
+            hint = "; the store belongs to the daemon's user: run as root, or as that user "
+                   "('runuser -u warm -- warmctl cache check')";
         else if (r == -ENOENT || r == ERR_NOT_FOUND)
             hint = "; give the daemon's state directory with --state-dir (or the store with --path)";
         snprintf(err.message, sizeof err.message, "cannot open the store in %.380s read-only: %.380s%s",

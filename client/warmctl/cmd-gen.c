@@ -227,6 +227,7 @@ struct sink {
     char *text;
     size_t len, cap;
     bool out_of_memory;
+    bool escape;                /* control characters shown as ^X (stdout is a terminal) */
     /* bench: arrival times. */
     uint64_t t_first, t_last;
     uint32_t n_tokens;
@@ -282,7 +283,7 @@ static int sink_token(int32_t id, const char *text, size_t len, void *userdata) 
         json_object_end(&j);
         json_end(&j);
     } else if (len) {
-        fwrite(text, 1, len, stdout);
+        ctl_write_text(stdout, text, len, k->escape);
         fflush(stdout);
         k->at_line_start = text[len - 1] == '\n';
     }
@@ -368,7 +369,7 @@ int ctl_cmd_run(struct ctl *ctl, int argc, char **argv) {
     }
     catch_sigint();
     struct sink k = {.ctl = ctl, .at_line_start = true, .show_progress = progress_wanted(ctl),
-                     .model = g.params.model};
+                     .escape = ctl_escape_wanted(ctl), .model = g.params.model};
     g.params.on_progress = sink_progress;
     struct warm_summary s;
     struct warm_error err;
@@ -747,7 +748,7 @@ int ctl_cmd_chat(struct ctl *ctl, int argc, char **argv) {
     if (x.system && history_add(&h, "system", x.system) < 0) return ctl_fail_msg(ctl, "out of memory");
     size_t n_keep = h.n;        /* /clear keeps the system message */
     struct sink k = {.ctl = ctl, .at_line_start = true, .show_progress = progress_wanted(ctl),
-                     .model = g.params.model};
+                     .escape = ctl_escape_wanted(ctl), .model = g.params.model};
     g.params.on_progress = sink_progress;
     struct reader rd;
     reader_init(&rd, tty);

@@ -213,7 +213,8 @@ int ctl_cmd_load(struct ctl *ctl, int argc, char **argv) {
 static const char unload_usage[] =
     "Usage: warmctl unload MODEL [--json]\n"
     "\n"
-    "Unloads MODEL; streams running on it end with UNAVAILABLE. Admin only.\n";
+    "Unloads MODEL; streams running on it end with UNAVAILABLE. Admin only: the daemon's\n"
+    "admin_group, root or the daemon's user.\n";
 
 int ctl_cmd_unload(struct ctl *ctl, int argc, char **argv) {
     int r = simple_options(ctl, argc, argv, unload_usage, 1, 1);

@@ -36,11 +36,14 @@ static int config_dir(char *buf, size_t n) {
     return 0;
 }
 
-/* Writes text + newline to dir/token through a temporary file (0600) and a rename. */
+/* Writes text + newline to dir/token (its path into path[0..n)) through a temporary file
+ * (0600) and a rename; -ENAMETOOLONG where a path does not fit, never a cut one. */
 static int write_token(const char *dir, const char *text, char *path, size_t n) {
     char tmp[PATH_MAX];
-    snprintf(path, n, "%s/token", dir);
-    snprintf(tmp, sizeof tmp, "%s/.token.%ld", dir, (long)getpid());
+    int w = snprintf(path, n, "%s/token", dir);
+    if (w < 0 || (size_t)w >= n) return -ENAMETOOLONG;
+    w = snprintf(tmp, sizeof tmp, "%s/.token.%ld", dir, (long)getpid());
+    if (w < 0 || (size_t)w >= sizeof tmp) return -ENAMETOOLONG;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) return -errno;
     size_t len = strlen(text);
@@ -61,9 +64,7 @@ int ctl_cmd_token(struct ctl *ctl, int argc, char **argv) {
     bool create = strcmp(argv[1], "create") == 0;
     if (!create && strcmp(argv[1], "revoke") != 0)
         return ctl_usage_error(ctl, token_usage, "unknown token command '%s'", argv[1]);
-    static char name[16];
-    snprintf(name, sizeof name, "token %s", argv[1]);
-    ctl->command = name;
+    ctl->command = create ? "token create" : "token revoke";
     enum { OPT_PRINT = 1 };
     static const struct option opts[] = {{"print", no_argument, NULL, OPT_PRINT},
                                          CTL_COMMON_OPTIONS, {0}};

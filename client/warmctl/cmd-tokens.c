@@ -111,7 +111,7 @@ int ctl_cmd_tokenize(struct ctl *ctl, int argc, char **argv) {
     } else if (pieces) {
         for (size_t i = 0; i < n; i++) {
             printf("%8d  '", ids[i]);
-            fwrite(piece[i], 1, piece_len[i], stdout);
+            ctl_write_text(stdout, piece[i], piece_len[i], ctl_escape_wanted(ctl));
             printf("'\n");
         }
     } else {
@@ -188,7 +188,7 @@ int ctl_cmd_detokenize(struct ctl *ctl, int argc, char **argv) {
         json_strn(&j, "text", text, len);
         json_end(&j);
     } else {
-        fwrite(text, 1, len, stdout);
+        ctl_write_text(stdout, text, len, ctl_escape_wanted(ctl));
         printf("\n");
     }
     warm_free(text);

@@ -15,8 +15,8 @@ static const struct command commands[] = {
     {"status", ctl_cmd_status, "daemon version, uptime, configuration, who you are to it"},
     {"models", ctl_cmd_models, "list the models of the models directory"},
     {"show", ctl_cmd_show, "a model in detail: metadata, chat template, cache settings"},
-    {"load", ctl_cmd_load, "load a model now and keep it resident (admin)"},
-    {"unload", ctl_cmd_unload, "unload a model (admin)"},
+    {"load", ctl_cmd_load, "load a model now and keep it resident (admins only)"},
+    {"unload", ctl_cmd_unload, "unload a model (admins only)"},
     {"run", ctl_cmd_run, "complete a prompt, printing tokens as they arrive"},
     {"chat", ctl_cmd_chat, "interactive chat that keeps the conversation"},
     {"tokenize", ctl_cmd_tokenize, "text to token ids"},
@@ -47,6 +47,35 @@ static void usage(FILE *f) {
             "Exit status: 0 ok, 1 the request failed, 2 usage error, 3 warmd not reachable,\n"
             "4 the daemon does not implement the call, 5 'cache check' found problems.\n",
             WARM_DEFAULT_SOCKET);
+}
+
+/* Whether name begins with word's stem: word less its last letter when it has 5 or more,
+ * at least 4 letters ("tokens": token and tokenize; "stat": status). */
+static bool same_stem(const char *word, const char *name) {
+    size_t n = strlen(word);
+    if (n >= 5) n--;
+    return n >= 4 && strncmp(word, name, n) == 0;
+}
+
+/* "unknown command" with the commands the user may have meant: the nearest typo and those
+ * of the same stem, each with its summary when there are several ('tokens' may be 'token'
+ * or 'tokenize'). */
+static void unknown_command(const char *word) {
+    const size_t n = sizeof commands / sizeof commands[0];
+    const char *names[sizeof commands / sizeof commands[0]];
+    for (size_t k = 0; k < n; k++) names[k] = commands[k].name;
+    const char *typo = ctl_closest(word, names, n);
+    const struct command *near[sizeof commands / sizeof commands[0]];
+    size_t n_near = 0;
+    for (size_t k = 0; k < n; k++)
+        if (names[k] == typo || same_stem(word, names[k])) near[n_near++] = &commands[k];
+    fprintf(stderr, "warmctl: unknown command '%s'", word);
+    if (n_near == 1) fprintf(stderr, "; did you mean '%s'?", near[0]->name);
+    if (n_near > 1) fprintf(stderr, "; did you mean one of these?");
+    fputc('\n', stderr);
+    for (size_t k = 0; n_near > 1 && k < n_near; k++)
+        fprintf(stderr, "  %-11s %s\n", near[k]->name, near[k]->summary);
+    fprintf(stderr, "Try 'warmctl --help' for the commands.\n");
 }
 
 int main(int argc, char **argv) {
@@ -100,11 +129,6 @@ int main(int argc, char **argv) {
         warm_disconnect(ctl.client);
         return r;
     }
-    const char *names[sizeof commands / sizeof commands[0]];
-    for (size_t k = 0; k < sizeof commands / sizeof commands[0]; k++) names[k] = commands[k].name;
-    const char *near = ctl_closest(name, names, sizeof names / sizeof names[0]);
-    fprintf(stderr, "warmctl: unknown command '%s'", name);
-    if (near) fprintf(stderr, "; did you mean '%s'?", near);
-    fprintf(stderr, "\nTry 'warmctl --help' for the commands.\n");
+    unknown_command(name);
     return CTL_EXIT_USAGE;
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int ctl_common_option(struct ctl *ctl, int opt, const char *usage) {
     switch (opt) {
@@ -282,6 +283,34 @@ const char *ctl_fmt_usec(char buf[32], uint64_t usec) {
     else snprintf(buf, 32, "%" PRIu64 "h%02" PRIu64 "m", (uint64_t)(usec / 3600000000ULL),
                   usec / 60000000 % 60);
     return buf;
+}
+
+bool ctl_escape_wanted(const struct ctl *ctl) {
+    return !ctl->json && isatty(STDOUT_FILENO);
+}
+
+void ctl_write_text(FILE *f, const char *text, size_t len, bool escape) {
+    if (!escape) {
+        fwrite(text, 1, len, f);
+        return;
+    }
+    const unsigned char *p = (const unsigned char *)text;
+    size_t plain = 0; /* start of the bytes not yet written, which need no escape */
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = p[i];
+        /* U+0080..U+009F, the C1 controls, are 0xC2 0x80..0x9F in UTF-8 */
+        bool c1 = c == 0xC2 && i + 1 < len && p[i + 1] >= 0x80 && p[i + 1] <= 0x9F;
+        if ((c >= 0x20 && c != 0x7F && !c1) || c == '\n' || c == '\t') continue;
+        fwrite(p + plain, 1, i - plain, f);
+        if (c1) {
+            fputs("M-BM-", f); /* cat -v: 0xC2 is M-B, 0x80 + x is M-^X */
+            c = p[++i] & 0x7F;
+        }
+        fputc('^', f);
+        fputc(c == 0x7F ? '?' : c + '@', f);
+        plain = i + 1;
+    }
+    fwrite(p + plain, 1, len - plain, f);
 }
 
 int ctl_read_all(const char *path, char **ret, size_t *ret_len) {

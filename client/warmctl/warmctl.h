@@ -77,6 +77,13 @@ int ctl_parse_duration(const char *s, uint64_t *ret_usec);
 const char *ctl_fmt_bytes(char buf[32], uint64_t bytes);
 const char *ctl_fmt_usec(char buf[32], uint64_t usec);
 
+/* Whether text from the model goes to stdout escaped: stdout is a terminal and no --json. */
+bool ctl_escape_wanted(const struct ctl *ctl);
+/* Writes the UTF-8 text[0..len) to f; with escape, its control characters but \n and \t as
+ * `cat -v` shows them (ESC as ^[, CR as ^M, DEL as ^?, U+009B as M-BM-^[), so a model's
+ * output cannot move the cursor or change the terminal's settings. */
+void ctl_write_text(FILE *f, const char *text, size_t len, bool escape);
+
 /* Reads all of a stream ("-" = stdin, else a file) into a NUL-terminated heap string. */
 int ctl_read_all(const char *path, char **ret, size_t *ret_len);
 

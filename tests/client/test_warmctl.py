@@ -20,6 +20,7 @@ from warmd_harness import metric  # noqa: E402
 
 TEST_BIN = os.environ.get("WARM_TEST_BIN", os.path.join(BIN, "..", "tests"))
 MKSTORE = os.path.join(TEST_BIN, "warm-client-mkstore")
+MKMODEL = os.path.join(BIN, "warm-mkmodel")
 COMMANDS = ["status", "models", "load", "unload", "run", "chat", "tokenize", "detokenize",
             "cache", "metrics", "bench"]
 EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_UNIMPLEMENTED, EXIT_CHECK = 1, 2, 3, 4, 5
@@ -31,6 +32,26 @@ def tokens_of(events):
 
 def summaries_of(events):
     return [e["summary"] for e in events if "summary" in e]
+
+
+def cat_v(text):
+    """text as `cat -v` shows its control characters (all but \\n and \\t) in UTF-8."""
+    out = []
+    for ch in text:
+        o = ord(ch)
+        if ch in "\n\t" or 0x20 <= o < 0x7F or o > 0x9F:
+            out.append(ch)
+        elif o == 0x7F:
+            out.append("^?")
+        elif o < 0x20:
+            out.append("^" + chr(o + 64))
+        else:  # C1: 0xC2 0x80+x, cat -v's M-B and M-^x
+            out.append("M-BM-^" + chr(o - 0x80 + 64))
+    return "".join(out)
+
+
+def has_controls(text):
+    return any(cat_v(ch) != ch for ch in text)
 
 
 class WarmctlOffline(ClientTest):
@@ -95,6 +116,42 @@ class WarmctlOffline(ClientTest):
         self.assertIn("--keep-alive: 'soon' is not a duration", r.err)
         for args in (["run", "m", "p", "-n", "abc"], ["stauts"], ["models", "--bogus"]):
             self.assertNotIn("Usage:", self.run_ctl(*args, rc=EXIT_USAGE).err, args)
+
+    def test_near_commands_named_with_what_they_do(self):
+        """'tokens' may mean bearer tokens or tokenizing: both are offered, each with its
+        summary; a plain typo keeps the one-line suggestion."""
+        r = self.run_ctl("tokens", rc=EXIT_USAGE)
+        self.assertIn("unknown command 'tokens'; did you mean one of these?\n", r.err)
+        self.assertRegex(r.err, r"\n  token +bearer tokens for apps")
+        self.assertRegex(r.err, r"\n  tokenize +text to token ids\n")
+        self.assertNotIn("Commands:", r.err)
+        r = self.run_ctl("stat", rc=EXIT_USAGE)
+        self.assertIn("unknown command 'stat'; did you mean 'status'?\n", r.err)
+
+    def test_load_and_unload_say_they_are_for_admins(self):
+        lines = self.run_ctl("--help").out.splitlines()
+        for c in ("load", "unload"):
+            line = next(l for l in lines if l.split()[:1] == [c])
+            self.assertIn("(admins only)", line)
+            usage = " ".join(self.run_ctl(c, "--help").out.split())
+            self.assertIn("Admin only: the daemon's admin_group, root or the daemon's user", usage)
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to run warmctl as another user")
+    def test_cache_check_hint_needs_no_sudo(self):
+        """Minimal Debian has no sudo: the hint for a store of another user says runuser."""
+        if not os.path.exists(MKSTORE):
+            self.skipTest("warm-client-mkstore not built")
+        state = os.path.join(self.tmp, "private")
+        os.makedirs(state)
+        os.chmod(state, 0o700)  # root's: user nobody cannot open the store in it
+        subprocess.run([MKSTORE, os.path.join(state, "cache"), "1"], check=True, timeout=120)
+        r = self.run_ctl("cache", "check", "--state-dir", state, user=65534, rc=None)
+        if r.rc == 126:
+            self.skipTest("nobody cannot run the build's warmctl here")
+        self.assertEqual(r.rc, EXIT_FAILED, r)
+        self.assertIn("the store belongs to the daemon's user", r.err)
+        self.assertIn("'runuser -u warm -- warmctl cache check'", r.err)
+        self.assertNotIn("sudo", r.err)
 
     def test_socket_that_is_not_a_socket(self):
         r = self.run_ctl("--socket", self.tmp, "status", rc=EXIT_UNREACHABLE)
@@ -580,6 +637,64 @@ class WarmctlNewcomer(ClientTest):
         self.assertEqual(p.wait(), 0, p.out)
         self.assertNotIn(b"prompt: ", p.out)
         self.assertNotIn(b"\x1b[K", p.out)
+
+    def start_bytes_model(self):
+        """A daemon serving "bytes": random weights over a vocabulary of the 3 special
+        tokens, the 256 byte tokens (id 3 + b is byte b) and one piece, so its replies are
+        full of control bytes."""
+        if not os.path.exists(MKMODEL):
+            self.skipTest("warm-mkmodel not built")
+        self.d = self.daemon(config=self.config)
+        subprocess.run([MKMODEL, "--arch", "llama", "--n-embd", "64", "--n-layer", "1",
+                        "--n-head", "2", "--n-ff", "128", "--n-vocab", "260", "--ctx", "512",
+                        "--type", "f32", "--seed", "5", "-o",
+                        os.path.join(self.d.models, "bytes.gguf")],
+                       check=True, capture_output=True, timeout=120)
+        self.d.start()
+
+    def raw(self, *args):
+        """warmctl's stdout through a pipe, as bytes (no newline translation)."""
+        p = subprocess.run([WARMCTL, "--socket", self.d.socket, *map(str, args)],
+                           capture_output=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return p.stdout
+
+    def on_terminal(self, *args):
+        """What a terminal receives from warmctl's stdout, after the progress line's erase."""
+        p = self.pty(*args)
+        self.assertEqual(p.wait(), 0, p.out)
+        out = p.out
+        return out[out.rindex(b"\x1b[K") + 3:] if b"\x1b[K" in out else out
+
+    def test_control_bytes_escaped_on_a_terminal_only(self):
+        """Generated text with ESC, CR, BS... must not drive the terminal: on a tty they
+        are shown as `cat -v` shows them; piped or with --json the text is as generated."""
+        self.start_bytes_model()
+        args = ("run", "bytes", "Once", "-n", "64", "--greedy", "--no-cache")
+        events = [json.loads(l) for l in self.raw(*args, "--json").splitlines()]
+        text = "".join(t["text"] for t in tokens_of(events))
+        self.assertTrue(has_controls(text), repr(text))  # the premise
+        end = "" if text.endswith("\n") else "\n"
+        self.assertEqual(self.raw(*args), (text + end).encode())
+        # The terminal's line discipline turns \n into \r\n (onlcr); nothing else is raw.
+        shown = self.on_terminal(*args)
+        self.assertEqual(shown, (cat_v(text) + end).replace("\n", "\r\n").encode())
+        self.assertFalse(has_controls(shown.decode().replace("\r\n", "\n")), shown)
+        # --json on a terminal: JSON's own escapes, the same text.
+        p = self.pty(*args, "--json")
+        self.assertEqual(p.wait(), 0, p.out)
+        events = [json.loads(l) for l in p.out.decode().splitlines() if l.startswith("{")]
+        self.assertEqual("".join(t["text"] for t in tokens_of(events)), text)
+        # detokenize: each kind of control character, exactly.
+        ids = [3 + b for b in b"\x1b[2J\r\x07\x08\x7f\t\na\xc2\x9b\xc3\xa9"]
+        self.assertEqual(self.on_terminal("detokenize", "bytes", *ids),
+                         "^[[2J^M^G^H^?\t\r\naM-BM-^[\u00e9\r\n".encode())
+        self.assertEqual(self.raw("detokenize", "bytes", *ids),
+                         "\x1b[2J\r\x07\x08\x7f\t\na\u009b\u00e9\n".encode())
+        # tokenize --pieces shows the pieces the same way.
+        shown = self.on_terminal("tokenize", "bytes", "\x1b[2J", "--pieces")
+        self.assertIn(b"'^['\r\n", shown)
+        self.assertNotIn(b"\x1b", shown)
 
     def test_verbose_summary_load_time_and_seed(self):
         self.start()

@@ -2,12 +2,14 @@
 # packaging-install-prefix (CTest): `cmake --install BUILD --prefix P` of a build configured
 # for another prefix writes files that point at P, not at the configured prefix:
 #   1. warmd.service's ExecStart= runs P/bin/warmd, --config names P/etc/warmd/warmd.conf,
-#      Documentation= names P/share/doc/warmd/README.md, and all three exist;
+#      Documentation= names P/share/doc/warmd/README.md, and all three exist; the same for
+#      warm-httpd.service and P/etc/warmd/warm-httpd.conf;
 #   2. gpu.conf names P/share/warmd/gpu.conf;
 #   3. warm.pc says prefix=P, and `pkg-config --cflags --libs warm` gives P's include and
 #      lib directories and no flag of the gRPC chain (-DNOMINMAX);
 #   4. the same install with DESTDIR=D and --prefix /usr writes ExecStart=/usr/bin/warmd
-#      and prefix=/usr (what the Debian package does).
+#      (and /usr/bin/warm-httpd, no --config: both read /etc/warmd) and prefix=/usr (what
+#      the Debian package does).
 # Usage: check-install-prefix.sh BUILD_DIR
 set -eu
 B=$(cd "${1:?usage: check-install-prefix.sh BUILD_DIR}" && pwd)
@@ -32,6 +34,15 @@ doc=$(sed -n 's/^Documentation=.* file:\(.*\)$/\1/p' "$unit")
 [ "$doc" = "$P/share/doc/warmd/README.md" ] && [ -f "$doc" ] || fail "Documentation= names '$doc'"
 if grep -n "$configured/" "$unit"; then fail "warmd.service names the configured prefix"; fi
 echo "ok: ExecStart=$exec_start; Documentation= $doc"
+# warm-httpd's unit names the settings file installed beside warmd.conf.
+hunit=$(find "$P" -name warm-httpd.service)
+if [ -n "$hunit" ]; then
+    exec_start=$(sed -n 's/^ExecStart=//p' "$hunit")
+    [ "$exec_start" = "$P/bin/warm-httpd --config=$P/etc/warmd/warm-httpd.conf" ] ||
+        fail "warm-httpd.service: ExecStart=$exec_start"
+    [ -f "$P/etc/warmd/warm-httpd.conf" ] || fail "$P/etc/warmd/warm-httpd.conf missing"
+    echo "ok: warm-httpd.service: ExecStart=$exec_start"
+fi
 
 # ---- 2. gpu.conf --------------------------------------------------------------------------
 grep -q "install -D -m 0644 $P/share/warmd/gpu.conf " "$P/share/warmd/gpu.conf" ||
@@ -59,5 +70,11 @@ unit=$(find "$D" -name warmd.service)
 [ -x "$D/usr/bin/warmd" ] || fail "DESTDIR install: no $D/usr/bin/warmd"
 [ "$(sed -n 's/^prefix=//p' "$(find "$D" -name warm.pc)")" = "/usr" ] || fail "DESTDIR install: warm.pc"
 [ -f "$D/etc/warmd/warmd.conf" ] || fail "DESTDIR install: no $D/etc/warmd/warmd.conf"
-echo "ok: DESTDIR=... --prefix /usr: ExecStart=/usr/bin/warmd, prefix=/usr, /etc/warmd/warmd.conf"
+if [ -n "$hunit" ]; then
+    hunit=$(find "$D" -name warm-httpd.service)
+    [ "$(sed -n 's/^ExecStart=//p' "$hunit")" = "/usr/bin/warm-httpd" ] ||
+        fail "DESTDIR install: warm-httpd.service $(grep ^ExecStart= "$hunit")"
+    [ -f "$D/etc/warmd/warm-httpd.conf" ] || fail "DESTDIR install: no $D/etc/warmd/warm-httpd.conf"
+fi
+echo "ok: DESTDIR=... --prefix /usr: ExecStart=/usr/bin/warmd, prefix=/usr, /etc/warmd/warmd.conf${hunit:+, /etc/warmd/warm-httpd.conf}"
 echo "1 passed, 0 failed"

@@ -8,9 +8,10 @@
 #
 # Checks: warmd --version; every file in place (units, sysusers.d, tmpfiles.d, conffile,
 # the drop-in directory, gpu.conf, warmctl, warm-gguf, warm-bench and their manuals,
-# libwarm, warm.h, warm.pc, the Python client); the installed README and the unit
-# comments refer to nothing admins lack; user and group warm and the state directories;
-# the conffile is warmd --print-default-config and loads; drop-ins in
+# libwarm, warm.h, warm.pc, the Python client and its example); the installed README and
+# the unit comments refer to nothing admins lack; user and group warm and the state
+# directories; the conffile is warmd --print-default-config and loads; the conffile
+# warm-httpd.conf lists every setting of warm-httpd commented out and sets nothing; drop-ins in
 # /etc/warmd/warmd.conf.d are read in lexical order and a drop-in with two errors gets
 # both reported with file:line; units enabled; systemd-analyze verify clean;
 # systemd-analyze security --offline=yes --threshold=10 for the CPU unit and for the unit
@@ -19,7 +20,7 @@
 # client/README.md's example compiles with -Wall -Wextra -Werror against the installed
 # package; the smoke run (the installed warmd as user warm, its socket set by a drop-in)
 # serves warmctl, the README example (whose output ends in a newline) and
-# `import warm_client` from python3-warm with no checkout on the path; warm-gguf
+# `import warm_client` and examples/stream.py from python3-warm with no checkout on the path; warm-gguf
 # --supported and --check work; `cmake --install --prefix P` of the package's build tree
 # points at P (check-install-prefix.sh); lintian shows no error and no warning outside
 # the reviewed allow-list below; purge removes everything but the user, group and models.
@@ -123,7 +124,7 @@ multi=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 for f in /usr/bin/warmd /usr/bin/warmctl /etc/warmd/warmd.conf \
          "$unitdir/warmd.service" "$unitdir/warmd.socket" \
          /usr/bin/warm-httpd "$unitdir/warm-httpd.service" "$unitdir/warm-httpd.socket" \
-         /etc/warmd/warmd.conf.d/10-warm-httpd.conf \
+         /etc/warmd/warmd.conf.d/10-warm-httpd.conf /etc/warmd/warm-httpd.conf \
          /usr/lib/sysusers.d/warmd.conf /usr/lib/tmpfiles.d/warmd.conf \
          /usr/share/warmd/gpu.conf /usr/share/doc/warmd/README.md /usr/share/doc/warmd/copyright \
          /usr/lib/$multi/libwarm.so.0 /usr/lib/$multi/libwarm.so /usr/lib/$multi/libwarm.a \
@@ -133,7 +134,8 @@ for f in /usr/bin/warmd /usr/bin/warmctl /etc/warmd/warmd.conf \
          /etc/warmd/warmd.conf.d \
          /usr/lib/python3/dist-packages/warm_client/__init__.py \
          /usr/lib/python3/dist-packages/warm/v1/warm_pb2.py \
-         /usr/lib/python3/dist-packages/warm/v1/warm_pb2_grpc.py; do
+         /usr/lib/python3/dist-packages/warm/v1/warm_pb2_grpc.py \
+         /usr/share/doc/python3-warm/examples/stream.py; do
     [ -e "$f" ] || fail "$f missing"
     echo "  $f"
 done
@@ -160,6 +162,18 @@ warmd --print-config | grep -qx "trusted_proxy_uids = $(id -u warm-httpd)" ||
 [ "$(warmd --print-config | grep -v '^trusted_proxy_uids = ')" = \
   "$(warmd --config /dev/null --print-config | grep -v '^trusted_proxy_uids = ')" ] ||
     fail "the shipped warmd.conf or its drop-in changes a default besides trusted_proxy_uids"
+# warm-httpd's settings file (README.md and its CORS refusal name it): a conffile, every
+# key of warm-httpd --print-config commented out, loading as exactly the defaults.
+dpkg-query -W -f='${Conffiles}\n' warmd | grep -q "^ /etc/warmd/warm-httpd.conf " ||
+    fail "/etc/warmd/warm-httpd.conf is not a conffile"
+warm-httpd --config=/dev/null --print-config >"$W/httpd-defaults"
+warm-httpd --print-config | cmp -s - "$W/httpd-defaults" ||
+    fail "the shipped /etc/warmd/warm-httpd.conf changes a default"
+for key in $(sed -n 's/^\([a-z_0-9]*\) = .*/\1/p' "$W/httpd-defaults"); do
+    [ "$(grep -c "^#$key =" /etc/warmd/warm-httpd.conf)" = 1 ] ||
+        fail "/etc/warmd/warm-httpd.conf does not list $key once"
+done
+echo "conffile /etc/warmd/warm-httpd.conf: every setting of warm-httpd, commented out"
 echo "conffile /etc/warmd/warmd.conf: generated from the schema, loads, sets nothing;"
 echo "conffile /etc/warmd/warmd.conf.d/10-warm-httpd.conf: trusted_proxy_uids = warm-httpd ($(id -u warm-httpd))"
 getent passwd warm | grep -q ':/var/lib/warmd:/usr/sbin/nologin$' || fail "no system user warm"
@@ -306,6 +320,12 @@ with warm_client.Client() as c:
     assert s.summary.generated_tokens > 0, s.summary
 print('python3-warm:', warm_client.__file__, 'generated', repr(text))
 ") || fail "import warm_client from python3-warm"
+    # The example python3-warm ships (README.md points at it), run as a user would.
+    (cd / && env -u WARM_PYTHON -u PYTHONPATH /usr/share/doc/python3-warm/examples/stream.py \
+        --socket "$run/warmd.sock" "$model" "Once upon a time" -n 8) >"$W/stream.out" ||
+        fail "/usr/share/doc/python3-warm/examples/stream.py failed"
+    [ -s "$W/stream.out" ] || fail "stream.py printed nothing"
+    echo "python3-warm's examples/stream.py: $(head -c 60 "$W/stream.out")"
     warm-gguf --check "/var/lib/warmd/models/$model.gguf" || fail "warm-gguf --check $model.gguf"
 else
     echo "(no stories260K.gguf in $models: model loading not checked)"

@@ -13,7 +13,8 @@
 #      warm-httpd, the latter in group warm).
 #   5. warm-httpd.service and warm-httpd.socket: verify clean, security under the same
 #      threshold; the warmd.conf.d drop-in trusts user warm-httpd and sets nothing else;
-#      warm-httpd.1 documents the settings of warm-httpd --help.
+#      warm-httpd.1 documents the settings of warm-httpd --help; warm-httpd.conf (the
+#      default settings file) lists each of them once, commented out with its default.
 # Usage: check-units.sh BUILD_DIR. Exit 77 (skip) without systemd-analyze.
 set -eu
 B=$(cd "${1:?usage: check-units.sh BUILD_DIR}" && pwd)
@@ -115,13 +116,35 @@ if [ -x "$H" ] && [ -f "$P/warm-httpd.service" ]; then
         fail "$D sets more or less than trusted_proxy_uids = warm-httpd"
     echo "ok: warmd.conf.d/10-warm-httpd.conf sets trusted_proxy_uids = warm-httpd only"
     # warm-httpd(1) documents the settings of warm-httpd --help, in the same order.
-    "$H" --help | sed -n 's/^  --\([a-z_]*\)  .*/\1/p' | grep -v '^config$' >"$T/httpd-keys"
+    "$H" --help | sed -n 's/^  --\([a-z_0-9]*\) .*/\1/p' | grep -v '^config$' >"$T/httpd-keys"
     awk '/^\.SH/ { in_settings = ($2 == "SETTINGS") }
          in_settings && prev == ".TP" && /^\.B / { print $2 } { prev = $0 }' \
         "$S/warm-httpd.1" >"$T/httpd-man-keys"
     [ -s "$T/httpd-keys" ] && cmp -s "$T/httpd-keys" "$T/httpd-man-keys" ||
         { diff "$T/httpd-keys" "$T/httpd-man-keys"; fail "warm-httpd.1 settings differ from warm-httpd --help"; }
     echo "ok: warm-httpd.1 documents the $(wc -l <"$T/httpd-keys") settings of warm-httpd --help"
+    # The default settings file (installed as /etc/warmd/warm-httpd.conf) is gen-httpd-conf.sh's
+    # output for this warm-httpd: every key of --print-config once, in order, commented
+    # out; as shipped it sets nothing, and uncommented it reads back as exactly the defaults.
+    C=$P/warm-httpd.conf
+    [ -f "$C" ] || fail "$C missing (build warm_httpd_conf)"
+    sh "$S/gen-httpd-conf.sh" "$H" "$T/warm-httpd.conf"
+    cmp -s "$T/warm-httpd.conf" "$C" ||
+        fail "$C differs from gen-httpd-conf.sh's output (rebuild warm_httpd_conf)"
+    "$H" --config=/dev/null --print-config >"$T/httpd-defaults"
+    sed -n 's/^\([a-z_0-9]*\) = .*/\1/p' "$T/httpd-defaults" >"$T/httpd-print-keys"
+    sed -n 's/^#\([a-z_0-9]*\) =.*/\1/p' "$C" >"$T/httpd-conf-keys"
+    [ -s "$T/httpd-print-keys" ] && cmp -s "$T/httpd-print-keys" "$T/httpd-conf-keys" ||
+        { diff "$T/httpd-print-keys" "$T/httpd-conf-keys"; fail "$C does not list the keys of warm-httpd --print-config"; }
+    if grep -v '^#' "$C" | grep -n .; then fail "$C sets something"; fi
+    "$H" --config="$C" --print-config | cmp -s - "$T/httpd-defaults" ||
+        fail "warm-httpd --config=$C does not read back as the defaults"
+    sed 's/^#\([a-z_0-9]* =\)/\1/' "$C" >"$T/httpd-all.conf"
+    "$H" --config="$T/httpd-all.conf" --print-config >"$T/httpd-all" ||
+        fail "$C uncommented does not load"
+    cmp -s "$T/httpd-all" "$T/httpd-defaults" ||
+        { diff "$T/httpd-defaults" "$T/httpd-all"; fail "$C uncommented is not the defaults"; }
+    echo "ok: warm-httpd.conf lists the $(wc -l <"$T/httpd-conf-keys") settings commented out; uncommented they are the defaults"
 else
     echo "(warm-httpd not built: its units are not checked)"
 fi

@@ -4,6 +4,8 @@
     WARM_PYTHON=build/python PYTHONPATH=client/python \
         /usr/bin/python3 client/python/examples/stream.py MODEL "Once upon a time" -n 64
 
+Installed with python3-warm: /usr/share/doc/python3-warm/examples/stream.py MODEL PROMPT.
+
 Use Debian's /usr/bin/python3 (python3-grpcio); a pyenv python3 earlier on PATH cannot
 see it."""
 
