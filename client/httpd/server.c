@@ -89,6 +89,43 @@ const char *openai_error_type(unsigned status) {
     return "server_error";
 }
 
+/* ---- log lines clients cause ----------------------------------------------------------- */
+
+/* Log lines a client can cause as often as it likes (libmicrohttpd's messages about what
+ * clients did, 5xx answers) come in bursts of at most LOG_BURST per LOG_WINDOW_USEC each
+ * kind; then one line says how many were left out. */
+#define LOG_BURST 20
+#define LOG_WINDOW_USEC 10000000ull
+
+struct log_burst {
+    pthread_mutex_t lock;
+    const char *what;               /* "libmicrohttpd messages", in the left-out line */
+    uint64_t window_usec, left_out;
+    unsigned n_logged;
+};
+
+static bool log_burst_take(struct log_burst *b) {
+    uint64_t now = time_now_usec(), dropped = 0;
+    pthread_mutex_lock(&b->lock);
+    if (now - b->window_usec >= LOG_WINDOW_USEC) {
+        dropped = b->left_out;
+        b->window_usec = now;
+        b->n_logged = 0;
+        b->left_out = 0;
+    }
+    bool take = b->n_logged < LOG_BURST;
+    if (take) b->n_logged++;
+    else b->left_out++;
+    pthread_mutex_unlock(&b->lock);
+    if (dropped)
+        log_msg(LOG_LEVEL_INFO, "%llu more %s were left out of the log",
+                (unsigned long long)dropped, b->what);
+    return take;
+}
+
+static struct log_burst mhd_burst = {PTHREAD_MUTEX_INITIALIZER, "libmicrohttpd messages", 0, 0, 0};
+static struct log_burst error_burst = {PTHREAD_MUTEX_INITIALIZER, "5xx answers", 0, 0, 0};
+
 /* ---- replies ----------------------------------------------------------------------------- */
 
 void reply_add_cors(struct request *r, struct MHD_Response *resp) {
@@ -148,7 +185,8 @@ enum MHD_Result reply_error(struct request *r, unsigned status, const char *para
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (status >= 500) log_msg(LOG_LEVEL_WARN, "%s: %u: %s", r->url, status, msg);
+    if (status >= 500 && log_burst_take(&error_burst))
+        log_msg(LOG_LEVEL_WARN, "%s: %u: %s", r->url, status, msg);
     return reply_json(r, status, error_doc(r->api, status, param, msg));
 }
 
@@ -467,33 +505,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
 }
 
-/* libmicrohttpd's messages are mostly about what clients did (a connection closed before
- * its request was whole, a malformed line), so a client can cause as many as it likes: at
- * most MHD_LOG_BURST lines per MHD_LOG_WINDOW_USEC, then one line saying how many were left
- * out. */
-#define MHD_LOG_BURST 20
-#define MHD_LOG_WINDOW_USEC 10000000ull
-
 static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
     (void)cls;
-    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    static uint64_t window_usec, left_out;
-    static unsigned n_logged;
-    uint64_t now = time_now_usec(), dropped = 0;
-    pthread_mutex_lock(&lock);
-    if (now - window_usec >= MHD_LOG_WINDOW_USEC) {
-        dropped = left_out;
-        window_usec = now;
-        n_logged = left_out = 0;
-    }
-    bool log = n_logged < MHD_LOG_BURST;
-    if (log) n_logged++;
-    else left_out++;
-    pthread_mutex_unlock(&lock);
-    if (dropped)
-        log_msg(LOG_LEVEL_INFO, "libmicrohttpd: %llu more messages were left out",
-                (unsigned long long)dropped);
-    if (!log) return;
+    if (!log_burst_take(&mhd_burst)) return;
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);
     size_t n = strlen(msg);

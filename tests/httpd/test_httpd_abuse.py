@@ -147,6 +147,20 @@ class AbuseTest(HttpdHarness):
             time.sleep(0.1)
         self.assertEqual(self.curl("/api/version", uid=ALICE)[0], 200)
 
+    def test_log_lines_clients_cause_are_capped(self):
+        # warmd gone: every request is answered 503 and used to be logged; 60 of them log
+        # at most 20 lines per 10 s, then one saying how many were left out.
+        self.start()
+        self.d.stop()
+        t0 = time.monotonic()
+        for _ in range(60):
+            self.assertEqual(self.curl("/v1/models", uid=ALICE)[0], 503)
+        windows = 1 + (time.monotonic() - t0) // 10
+        self.assertEqual(self.curl("/v1/models", uid=ALICE)[0], 503)
+        lines = [l for l in self.h.text().splitlines() if "/v1/models: 503:" in l]
+        self.assertGreaterEqual(len(lines), 1)
+        self.assertLessEqual(len(lines), 20 * windows, lines[:3])
+
     # ---- item: request_timeout holds from the first byte ----
 
     def drip(self, sock, data, every, limit):
