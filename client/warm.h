@@ -198,8 +198,10 @@ struct warm_model_details {
  * *ret_n entries freed with warm_free (NULL when there are none). */
 WARM_API int warm_models_list(struct warm_client *c, struct warm_model_info **ret, size_t *ret_n,
                               struct warm_error *err);
-/* Loads a model and pins it for keep_alive_usec (0 = the daemon's default; capped by the
- * daemon). Admin only. ret_info and ret_load_usec may be NULL. */
+/* Loads a model now and holds the caller's keep-alive lease on it for keep_alive_usec after
+ * the caller's last use (0 = the daemon's default; capped by the daemon), as a generation
+ * would; other users' leases are their own. Admin only. ret_info and ret_load_usec may be
+ * NULL. */
 WARM_API int warm_model_load(struct warm_client *c, const char *model, uint64_t keep_alive_usec,
                              struct warm_model_info *ret_info, uint64_t *ret_load_usec,
                              struct warm_error *err);

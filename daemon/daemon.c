@@ -103,7 +103,9 @@ static void preload(struct daemon *d) {
         struct resident *res;
         uint64_t usec;
         struct err_detail e = {0};
-        int r = residency_acquire(d, name, d->config.max_keep_alive_usec, &res, &usec, &e);
+        /* the pin: max_keep_alive after the model's last use by anyone */
+        int r = residency_acquire(d, name, RESIDENCY_PIN, d->config.max_keep_alive_usec, &res,
+                                  &usec, &e);
         if (r < 0) {
             log_error("preload: %s", err_msg(&e, r));
             continue;

@@ -108,6 +108,67 @@ static uint64_t keep_alive(const struct config *c, uint64_t want) {
     return MIN(want ? want : c->keep_alive_usec, c->max_keep_alive_usec);
 }
 
+/* ---- leases: who keeps a model loaded, and how long ------------------------------------- */
+
+/* How long lease l still holds at now; 0 = it ended. */
+static uint64_t lease_left(const struct resident_lease *l, uint64_t now) {
+    uint64_t idle_for = now > l->last_used_usec ? now - l->last_used_usec : 0;
+    return idle_for < l->keep_alive_usec ? l->keep_alive_usec - idle_for : 0;
+}
+
+/* How long the longest lease on r still holds at now; 0 = none holds. */
+static uint64_t leases_left(const struct resident *r, uint64_t now) {
+    uint64_t left = 0;
+    for (unsigned i = 0; i < r->n_leases; i++) left = MAX(left, lease_left(&r->leases[i], now));
+    return left;
+}
+
+static struct resident_lease *lease_find(struct resident *r, uint32_t uid) {
+    for (unsigned i = 0; i < r->n_leases; i++)
+        if (r->leases[i].uid == uid) return &r->leases[i];
+    return NULL;
+}
+
+/* A place for a new lease (lock held). With all RESIDENT_LEASES taken, the lease that ends
+ * soonest gives up its place (never the pin): the other leases, 30 at least, all end no
+ * sooner, so the model stays at least as long as it would have. */
+static struct resident_lease *lease_slot(struct resident *r, uint64_t now) {
+    if (r->n_leases < RESIDENT_LEASES) return &r->leases[r->n_leases++];
+    struct resident_lease *soonest = NULL;
+    for (unsigned i = 0; i < r->n_leases; i++) {
+        struct resident_lease *l = &r->leases[i];
+        if (l->uid != RESIDENCY_PIN && (!soonest || lease_left(l, now) < lease_left(soonest, now)))
+            soonest = l;
+    }
+    return soonest;
+}
+
+/* Renews uid's lease from now (lock held); keep_alive_usec as in residency_acquire. Every
+ * use renews the pin as well: it holds for its length after the model's last use. */
+static void lease_renew_locked(const struct config *c, struct resident *r, uint32_t uid,
+                               uint64_t keep_alive_usec, uint64_t now) {
+    struct resident_lease *l = lease_find(r, uid);
+    if (!l) {
+        l = lease_slot(r, now);
+        *l = (struct resident_lease){.uid = uid, .keep_alive_usec = keep_alive(c, 0)};
+    }
+    if (keep_alive_usec) l->keep_alive_usec = keep_alive(c, keep_alive_usec);
+    l->last_used_usec = now;
+    struct resident_lease *pin = lease_find(r, RESIDENCY_PIN);
+    if (pin) pin->last_used_usec = now;
+}
+
+/* A busy model is in use (lock held): the leases of the uids with a job queued or running
+ * on it count from now, and so does the pin. A handler holding it renewed its uid's lease
+ * when it acquired it. */
+static void leases_renew_busy(struct resident *r, uint64_t now) {
+    for (unsigned i = 0; i < r->n_leases; i++) {
+        struct resident_lease *l = &r->leases[i];
+        if (l->uid == RESIDENCY_PIN || (r->runner && runner_n_jobs_of(r->runner, l->uid)))
+            l->last_used_usec = now;
+    }
+}
+
 /* Waits for a model another thread is loading (lock held, a reference taken). */
 static int wait_loading(struct daemon *d, struct resident *r, struct err_detail *err) {
     struct residency *rs = &d->residency;
@@ -118,7 +179,7 @@ static int wait_loading(struct daemon *d, struct resident *r, struct err_detail 
     return e;
 }
 
-int residency_acquire(struct daemon *d, const char *name, uint64_t keep_alive_usec,
+int residency_acquire(struct daemon *d, const char *name, uint32_t uid, uint64_t keep_alive_usec,
                       struct resident **ret, uint64_t *ret_load_usec, struct err_detail *err) {
     struct residency *rs = &d->residency;
     const struct config *c = &d->config;
@@ -152,7 +213,7 @@ int residency_acquire(struct daemon *d, const char *name, uint64_t keep_alive_us
         e = wait_loading(d, r, err);
         if (e >= 0) {
             r->last_used_usec = time_now_usec();
-            if (keep_alive_usec) r->keep_alive_usec = keep_alive(c, keep_alive_usec);
+            lease_renew_locked(c, r, uid, keep_alive_usec, r->last_used_usec);
             *ret = r;
             *ret_load_usec = 0;
         }
@@ -195,7 +256,7 @@ int residency_acquire(struct daemon *d, const char *name, uint64_t keep_alive_us
         r->loading = true;
         r->refs = 1;
         r->estimate_bytes = m.size_bytes;
-        r->keep_alive_usec = keep_alive(c, keep_alive_usec);
+        lease_renew_locked(c, r, uid, keep_alive_usec, time_now_usec());
         rs->loaded[rs->n_loaded++] = r;
         metrics_set(&d->metrics, METRIC_MODELS_LOADED, rs->n_loaded);
     }
@@ -269,6 +330,7 @@ int residency_acquire(struct daemon *d, const char *name, uint64_t keep_alive_us
     }
     r->runner = runner;
     r->last_used_usec = time_now_usec();
+    lease_renew_locked(c, r, uid, 0, r->last_used_usec); /* from the end of the load */
     if (!r->unloaded) metrics_add(&d->metrics, METRIC_MEMORY_BYTES, runner_memory_bytes(runner));
     metrics_add(&d->metrics, METRIC_MODEL_LOADS, 1);
     pthread_cond_broadcast(&rs->load_done);
@@ -347,8 +409,10 @@ void residency_expire(struct daemon *d, uint64_t now) {
     }
     for (size_t i = 0; i < rs->n_loaded;) {
         struct resident *r = rs->loaded[i];
-        if (!idle(r)) r->last_used_usec = now;  /* busy counts as use */
-        else if (now - r->last_used_usec >= r->keep_alive_usec) {
+        if (!idle(r)) {  /* busy counts as use */
+            r->last_used_usec = now;
+            leases_renew_busy(r, now);
+        } else if (!leases_left(r, now)) {
             expired[n++] = take_locked(d, i);
             continue;
         }
@@ -369,8 +433,7 @@ void residency_info(struct daemon *d, const char *name, struct residency_info *r
         const struct engine_model *m = runner_model(r->runner);
         ret->loaded = true;
         ret->memory_bytes = runner_memory_bytes(r->runner);
-        uint64_t idle_for = now > r->last_used_usec ? now - r->last_used_usec : 0;
-        ret->keep_alive_left_usec = idle_for < r->keep_alive_usec ? r->keep_alive_usec - idle_for : 0;
+        ret->keep_alive_left_usec = leases_left(r, now);
         ret->fingerprint = m->fingerprint;
         snprintf(ret->architecture, sizeof ret->architecture, "%s", m->arch_name);
     }
@@ -438,10 +501,17 @@ void residency_done(struct daemon *d) {
     pthread_mutex_destroy(&rs->lock);
 }
 
-uint64_t residency_keep_alive(struct daemon *d, struct resident *r, const uint64_t *set_usec) {
+uint64_t residency_lease_get(struct daemon *d, struct resident *r, uint32_t uid) {
     pthread_mutex_lock(&d->residency.lock);
-    if (set_usec) r->keep_alive_usec = *set_usec;
-    uint64_t v = r->keep_alive_usec;
+    const struct resident_lease *l = lease_find(r, uid);
+    uint64_t v = l ? l->keep_alive_usec : 0;
     pthread_mutex_unlock(&d->residency.lock);
     return v;
+}
+
+void residency_lease_end(struct daemon *d, struct resident *r, uint32_t uid) {
+    pthread_mutex_lock(&d->residency.lock);
+    struct resident_lease *l = lease_find(r, uid);
+    if (l) *l = r->leases[--r->n_leases];
+    pthread_mutex_unlock(&d->residency.lock);
 }

@@ -1,6 +1,13 @@
-/* resident — which models are loaded: load on first use (or LoadModel), keep-alive per
- * model capped by max_keep_alive, at most max_loaded_models and memory_budget bytes
+/* resident — which models are loaded: load on first use (or LoadModel), keep-alive as a
+ * lease per uid capped by max_keep_alive, at most max_loaded_models and memory_budget bytes
  * (idle models, least recently used first, are unloaded to make room), explicit unload.
+ *
+ * Keep-alive: each uid that uses a model holds a lease on it, its keep-alive counted from
+ * its own last use (a job of its that queues or runs counts as use). An idle model stays
+ * while any lease holds, so one user's keep-alive (or unload_after) never cuts another's
+ * short; ending a lease ends only that uid's. The preload list holds the pin,
+ * RESIDENCY_PIN's lease, counted from the model's last use by anyone. An unload (admin)
+ * takes the model out at once, leases and all.
  *
  * A handler acquires a resident model, uses its runner, and releases it. A model is idle
  * when nobody holds it and its runner has no job. Unloading a busy model ends its streams
@@ -24,8 +31,21 @@
 #include <pthread.h>
 
 #define RESIDENT_MAX 64
+/* Leases per model. Bounded: a uid beyond them takes the place of the lease that ends
+ * soonest (resident.c says why that never shortens the model's stay). */
+#define RESIDENT_LEASES 32
+/* The owner of the pin: the preload list's lease. No caller has this uid (the kernel
+ * never reports (uid_t)-1, and represented uids are below it, server.c). */
+#define RESIDENCY_PIN UINT32_MAX
 
 struct daemon;
+
+/* uid keeps the model loaded until keep_alive_usec after last_used_usec. */
+struct resident_lease {
+    uint32_t uid;
+    uint64_t last_used_usec;
+    uint64_t keep_alive_usec;
+};
 
 struct resident {
     char name[CONFIG_NAME_MAX];
@@ -39,8 +59,9 @@ struct resident {
     int load_err;                /* a failed load: its code and message, for waiters */
     char load_msg[512];
     uint64_t estimate_bytes;     /* the file size, counted while loading */
-    uint64_t last_used_usec;
-    uint64_t keep_alive_usec;
+    uint64_t last_used_usec;     /* by anyone: the order in which idle models make room */
+    struct resident_lease leases[RESIDENT_LEASES];
+    unsigned n_leases;
 };
 
 struct residency {
@@ -56,21 +77,24 @@ void residency_init(struct residency *rs);
 /* Unloads everything (after the server stopped). */
 void residency_done(struct daemon *d);
 
-/* The loaded model `name` (loading it if needed). keep_alive_usec: 0 = the config's,
- * capped at max_keep_alive. *ret_load_usec: time spent loading (0 if resident). Errors:
- * ERR_INVALID / ERR_NOT_FOUND (name), -EBUSY (every slot busy), ERR_TOO_LARGE (over the
- * memory budget), model load errors with their detail. */
-int residency_acquire(struct daemon *d, const char *name, uint64_t keep_alive_usec,
+/* The loaded model `name` (loading it if needed), with uid's lease on it renewed from now
+ * (uid RESIDENCY_PIN: the pin). keep_alive_usec: the lease's length, capped at
+ * max_keep_alive; 0 = as the lease was, or the config's keep_alive for a new lease.
+ * *ret_load_usec: time spent loading (0 if resident). Errors: ERR_INVALID / ERR_NOT_FOUND
+ * (name), -EBUSY (every slot busy), ERR_TOO_LARGE (over the memory budget), model load
+ * errors with their detail. */
+int residency_acquire(struct daemon *d, const char *name, uint32_t uid, uint64_t keep_alive_usec,
                       struct resident **ret, uint64_t *ret_load_usec, struct err_detail *err);
 void residency_release(struct daemon *d, struct resident *res);
 /* Unloads a model; *ret_was_loaded says whether it was resident. */
 int residency_unload(struct daemon *d, const char *name, bool *ret_was_loaded);
-/* Unloads idle models whose keep-alive ran out (the main loop's tick). */
+/* Unloads idle models on which no lease holds (the main loop's tick). */
 void residency_expire(struct daemon *d, uint64_t now_usec);
 
 struct residency_info {
     bool loaded;
-    uint64_t memory_bytes, keep_alive_left_usec;
+    uint64_t memory_bytes;
+    uint64_t keep_alive_left_usec;  /* of the lease that holds longest */
     struct hash128 fingerprint;
     char architecture[32];
 };
@@ -92,6 +116,8 @@ size_t residency_devices(struct daemon *d, struct residency_device *ret, size_t 
 uint32_t residency_ctx_size(const struct config *c, uint32_t n_ctx_train);
 /* Generation requests queued or running on all loaded models. */
 unsigned residency_queue_depth(struct daemon *d);
-/* The keep-alive of a model the caller holds, after setting it to *set_usec exactly (no
- * cap; 0 = unloaded by the next tick once idle) when set_usec is not NULL. */
-uint64_t residency_keep_alive(struct daemon *d, struct resident *r, const uint64_t *set_usec);
+/* The keep-alive of uid's lease on a model the caller holds; 0 when uid holds none. */
+uint64_t residency_lease_get(struct daemon *d, struct resident *r, uint32_t uid);
+/* Ends uid's lease on a model the caller holds (unload_after): the next tick unloads the
+ * model once it is idle, unless another lease holds. */
+void residency_lease_end(struct daemon *d, struct resident *r, uint32_t uid);

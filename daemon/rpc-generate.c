@@ -90,7 +90,7 @@ struct gen_job {
     size_t n_pending, cap_pending;
     int stop_hit;               /* index into stop, or -1 */
     uint64_t seed, start_usec, load_usec;
-    uint64_t keep_alive_usec;   /* the model's keep-alive after this request */
+    uint64_t keep_alive_usec;   /* the caller's lease on the model after this request */
     char warning[256];          /* Summary.warnings (one at most so far); "" = none */
     char warning_ctx[256];      /* the prompt is past the trained context; "" = not */
 };
@@ -430,10 +430,11 @@ static const char *fmt_duration(char buf[32], uint64_t usec) {
     return buf;
 }
 
-/* Keep-alive as Ollama's: 0 = the server's default, UINT64_MAX = as long as the server
- * allows, unload_after = until the request ends; more than max_keep_alive is capped and
- * the summary says so. Returns the value to acquire the model with (0 leaves a resident
- * model's own keep-alive as it is). */
+/* Keep-alive as Ollama's, for the caller's own lease on the model: 0 = the server's
+ * default, UINT64_MAX = as long as the server allows, unload_after = until the request
+ * ends; more than max_keep_alive is capped and the summary says so. Returns the value to
+ * acquire the model with (0 leaves the caller's lease as it is, or gives a new one the
+ * server's keep_alive). */
 static uint64_t keep_alive_want(const struct config *cfg, const struct gen_args *q, char *warning,
                                 size_t n_warning) {
     uint64_t want = q->keep_alive_usec;
@@ -462,17 +463,18 @@ static void generate_start(struct rpc_call *c, const struct gen_args *q) {
     if (!ri.loaded)
         send_progress(c, WARM__V1__PROGRESS_STAGE__PROGRESS_STAGE_LOAD, start, NULL);
     struct resident *res;
-    if (rpc_model_acquire(c, m.name, keep_alive, &res, &load_usec) < 0) return;
+    uint32_t uid = rpc_call_peer(c)->uid;
+    if (rpc_model_acquire(c, m.name, uid, keep_alive, &res, &load_usec) < 0) return;
     struct gen_job *j = calloc(1, sizeof *j);
     if (!j) {
         rpc_call_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         residency_release(d, res);
         return;
     }
-    /* unload_after: a keep-alive of 0, which the next tick applies once the model is
-     * idle (no other request holds it or runs on it) */
-    static const uint64_t none = 0;
-    j->keep_alive_usec = residency_keep_alive(d, res, q->unload_after ? &none : NULL);
+    /* unload_after ends the caller's lease only: the next tick unloads the model once it
+     * is idle (no request holds it or runs on it) and no other user's lease holds it */
+    if (q->unload_after) residency_lease_end(d, res, uid);
+    j->keep_alive_usec = residency_lease_get(d, res, uid);
     snprintf(j->warning, sizeof j->warning, "%s", warning);
     if (*warning)
         log_info("uid %u, model '%s': %s", rpc_call_peer(c)->uid, res->name, warning);

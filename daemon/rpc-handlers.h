@@ -31,10 +31,11 @@ void rpc_pool_defer(struct rpc_call *c, const ProtobufCMessage *req, rpc_handler
  * failure the call is answered (INVALID_ARGUMENT for a bad name, NOT_FOUND otherwise)
  * and a negative code is returned. */
 int rpc_model_resolve(struct rpc_call *c, const char *name, struct registry_model *ret);
-/* Resolves the model like rpc_model_resolve and acquires it (loading it if needed; see
- * resident.h). On failure the call is answered and a negative code returned; on success
- * the caller releases *ret with residency_release. */
-int rpc_model_acquire(struct rpc_call *c, const char *name, uint64_t keep_alive_usec,
+/* Resolves the model like rpc_model_resolve and acquires it (loading it if needed), with
+ * uid's lease on it renewed (see residency_acquire; uid is the caller's or RESIDENCY_PIN).
+ * On failure the call is answered and a negative code returned; on success the caller
+ * releases *ret with residency_release. */
+int rpc_model_acquire(struct rpc_call *c, const char *name, uint32_t uid, uint64_t keep_alive_usec,
                       struct resident **ret, uint64_t *ret_load_usec);
 /* Answers a request that needs a part of the engine this build lacks (UNIMPLEMENTED,
  * "<Method>: <what> are not available in this build of warmd yet"). */

@@ -316,7 +316,10 @@ static void load_run(struct rpc_call *c, const ProtobufCMessage *req) {
     struct daemon *d = rpc_call_daemon(c);
     struct resident *res;
     uint64_t load_usec;
-    if (rpc_model_acquire(c, q->model, q->keep_alive_usec, &res, &load_usec) < 0) return;
+    /* the admin's own lease: another user's unload_after leaves it, the admin's ends it */
+    if (rpc_model_acquire(c, q->model, rpc_call_peer(c)->uid, q->keep_alive_usec, &res,
+                          &load_usec) < 0)
+        return;
     struct registry_model m;
     struct err_detail e = {0};
     Warm__V1__ModelInfo info;

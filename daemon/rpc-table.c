@@ -76,7 +76,7 @@ int rpc_model_resolve(struct rpc_call *c, const char *name, struct registry_mode
     return 0;
 }
 
-int rpc_model_acquire(struct rpc_call *c, const char *name, uint64_t keep_alive_usec,
+int rpc_model_acquire(struct rpc_call *c, const char *name, uint32_t uid, uint64_t keep_alive_usec,
                       struct resident **ret, uint64_t *ret_load_usec) {
     struct daemon *d = rpc_call_daemon(c);
     struct registry_model m;
@@ -86,7 +86,7 @@ int rpc_model_acquire(struct rpc_call *c, const char *name, uint64_t keep_alive_
     /* A load (or the wait for another call's) lasts as long as the file is big: the
      * watchdog does not count it against this thread's loop. */
     notify_beat_pause();
-    r = residency_acquire(d, m.name, keep_alive_usec, ret, ret_load_usec, &e);
+    r = residency_acquire(d, m.name, uid, keep_alive_usec, ret, ret_load_usec, &e);
     notify_beat_resume();
     if (r < 0) {
         grpc_status_code code = rpc_status_from_err(r);

@@ -24,7 +24,7 @@ static void tokenize_run(struct rpc_call *c, const ProtobufCMessage *req) {
     }
     struct resident *res;
     uint64_t load_usec;
-    if (rpc_model_acquire(c, q->model, 0, &res, &load_usec) < 0) return;
+    if (rpc_model_acquire(c, q->model, rpc_call_peer(c)->uid, 0, &res, &load_usec) < 0) return;
     const struct engine_vocab *v = runner_vocab(res->runner);
     unsigned flags = (q->add_special ? ENGINE_TOKENIZE_ADD_SPECIAL : 0) |
                      (q->parse_special ? ENGINE_TOKENIZE_PARSE_SPECIAL : 0);
@@ -69,7 +69,7 @@ static void detokenize_run(struct rpc_call *c, const ProtobufCMessage *req) {
     }
     struct resident *res;
     uint64_t load_usec;
-    if (rpc_model_acquire(c, q->model, 0, &res, &load_usec) < 0) return;
+    if (rpc_model_acquire(c, q->model, rpc_call_peer(c)->uid, 0, &res, &load_usec) < 0) return;
     const struct engine_vocab *v = runner_vocab(res->runner);
     int32_t n_vocab = engine_vocab_n_tokens(v);
     for (size_t i = 0; i < q->n_tokens; i++) {

@@ -106,6 +106,13 @@ static unsigned uid_jobs_locked(struct runner *r, uint32_t uid) {
     return n;
 }
 
+unsigned runner_n_jobs_of(struct runner *r, uint32_t uid) {
+    pthread_mutex_lock(&r->lock);
+    unsigned n = uid_jobs_locked(r, uid);
+    pthread_mutex_unlock(&r->lock);
+    return n;
+}
+
 unsigned runner_max_jobs_per_uid(const struct runner *r) { return r->max_jobs_per_uid; }
 
 int runner_submit(struct runner *r, struct runner_job *j) {

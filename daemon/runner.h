@@ -136,6 +136,8 @@ int runner_device_info(const struct runner *r, uint32_t i, struct engine_device_
 const char *runner_device_note(const struct runner *r);
 /* Jobs queued or running. */
 unsigned runner_n_jobs(struct runner *r);
+/* Jobs of uid queued or running. */
+unsigned runner_n_jobs_of(struct runner *r, uint32_t uid);
 /* What one uid may have queued or running (runner_params.max_jobs_per_uid, effective). */
 unsigned runner_max_jobs_per_uid(const struct runner *r);
 

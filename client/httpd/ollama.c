@@ -1,8 +1,9 @@
 /* ollama — the Ollama API that desktop apps use: /api/version, /api/tags, /api/ps,
  * /api/show, /api/generate and /api/chat (NDJSON streams by default, one object with
  * "stream": false), with "options" (sampling, num_predict, stop) and keep_alive in
- * Ollama's meanings: a duration ("5m", or a number of seconds), 0 = unload once no one
- * uses the model, negative = as long as warmd allows (its max_keep_alive caps every
+ * Ollama's meanings for the user's own lease on the model (warm.proto): a duration ("5m",
+ * or a number of seconds), 0 = end it (the model goes once no request uses it and no other
+ * user's lease holds it), negative = as long as warmd allows (its max_keep_alive caps every
  * value). Calls that manage models (/api/pull, /api/delete, /api/create, ...) answer 501
  * saying how models reach warmd. Errors are {"error": "message"}. */
 #include "httpd.h"
@@ -60,9 +61,11 @@ static int go_duration(const char *s, double *ret) {
     return 0;
 }
 
-/* keep_alive to warmd's keep_alive_usec (0 = warmd's default): 0 becomes 1 µs (the model
- * goes once it is idle), a negative value the largest (capped by warmd). */
-static int parse_keep_alive(struct field_ctx *f, json_t *v, uint64_t *ret) {
+/* keep_alive to warmd's keep_alive_usec (absent: 0, warmd's default) and unload_after:
+ * 0 ends the user's lease (unload_after; a later request without keep_alive gets warmd's
+ * default again), less than 1 µs becomes 1 µs, a negative value the largest (capped by
+ * warmd). */
+static int parse_keep_alive(struct field_ctx *f, json_t *v, struct warm_gen_params *ret) {
     double usec;
     if (!v || json_is_null(v)) return 0;
     if (json_is_number(v)) usec = json_number_value(v) * 1e6;
@@ -72,8 +75,9 @@ static int parse_keep_alive(struct field_ctx *f, json_t *v, uint64_t *ret) {
                              "model loaded as long as warmd allows");
         return -EINVAL;
     }
-    if (usec < 0 || usec >= 1.8e19) *ret = UINT64_MAX;
-    else *ret = usec < 1 ? 1 : (uint64_t)usec;
+    if (usec == 0) ret->unload_after = true;
+    else if (usec < 0 || usec >= 1.8e19) ret->keep_alive_usec = UINT64_MAX;
+    else ret->keep_alive_usec = usec < 1 ? 1 : (uint64_t)usec;
     return 0;
 }
 
@@ -207,7 +211,7 @@ static int check_common(struct field_ctx *f, json_t *b, struct gen_job *j) {
     j->params.model = request_model(f->r, model, j->model_buf);
     j->stream = true;           /* Ollama streams unless told not to */
     if (field_bool(f, b, "stream", &j->stream) < 0) return -EINVAL;
-    if (parse_keep_alive(f, json_object_get(b, "keep_alive"), &j->params.keep_alive_usec) < 0)
+    if (parse_keep_alive(f, json_object_get(b, "keep_alive"), &j->params) < 0)
         return -EINVAL;
     return parse_options(f, json_object_get(b, "options"), j);
 }

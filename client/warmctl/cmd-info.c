@@ -156,8 +156,9 @@ int ctl_cmd_metrics(struct ctl *ctl, int argc, char **argv) {
 static const char load_usage[] =
     "Usage: warmctl load MODEL [--keep-alive DURATION] [--json]\n"
     "\n"
-    "Loads MODEL now and keeps it resident for DURATION after its last use (e.g. 30s, 10m,\n"
-    "2h; default: the daemon's keep_alive, capped by its max_keep_alive). Admin only: the\n"
+    "Loads MODEL now and holds your keep-alive lease on it for DURATION after your last use\n"
+    "of it (e.g. 30s, 10m, 2h; default: the daemon's keep_alive, capped by its\n"
+    "max_keep_alive); other users' leases keep it as long as theirs run. Admin only: the\n"
     "daemon's admin_group, root or the daemon's user.\n";
 
 int ctl_cmd_load(struct ctl *ctl, int argc, char **argv) {

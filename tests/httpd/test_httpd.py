@@ -3,8 +3,9 @@
 by the official openai and ollama npm packages (pinned, installed into this test's scratch
 directory) and by curl. Checked: models, streamed and whole chats and completions whose text
 equals warmctl's greedy output, stop strings, usage and cached tokens, unsupported fields
-refused by name, the Ollama calls and keep_alive 0, two local users in separate namespaces
-(clients run as other uids with setpriv), a uid outside the policy refused, a client that
+refused by name, the Ollama calls and keep_alive 0 (one user's leaves the model another
+user keeps), two local users in separate namespaces (clients run as other uids with
+setpriv), a uid outside the policy refused, a client that
 cannot be identified (warm-httpd in a network namespace of its own, socket-activated)
 refused with 401 and then served with a `warmctl token create` token, the same server
 identifying users through a socket-diagnostics socket handed in from the host's namespace
@@ -385,6 +386,28 @@ class HttpdTest(HttpdHarness):
         st, text = self.curl("/v1/models", uid=ALICE, base=untrusted.base)
         self.assertEqual(st, 403, text)
         self.assertIn("trusted_proxy_uids", text)
+
+    def test_keep_alive_0_ends_only_the_users_own_hold(self):
+        # keep_alive is a lease per user: Bob's 0 leaves the model Alice keeps loaded.
+        self.start()
+        gen = {"model": "stories", "prompt": PROMPT, "raw": True, "options": {"num_predict": 1},
+               "stream": False}
+        self.assertGreater(self.jcurl("/api/generate", dict(gen, keep_alive="10m"),
+                                      uid=ALICE)["load_duration"], 0)
+        self.jcurl("/api/generate", dict(gen, keep_alive=0), uid=BOB)
+        # With every model idle, chatty (only Bob's ended lease holds it) goes at warmd's
+        # next sweep, which would take stories too if no lease held it.
+        end = time.monotonic() + WAIT
+        while metric(self.metrics(), "warmd_queue_depth") and time.monotonic() < end:
+            time.sleep(0.05)
+        self.jcurl("/api/generate", dict(gen, model="chatty", keep_alive=0), uid=BOB)
+        while time.monotonic() < end:
+            loaded = [m["name"] for m in self.jcurl("/api/ps")["models"]]
+            if "chatty" not in loaded:
+                break
+            time.sleep(0.05)
+        self.assertEqual(loaded, ["stories"], "Bob's keep_alive 0 unloaded Alice's model")
+        self.assertEqual(self.jcurl("/api/generate", gen, uid=ALICE)["load_duration"], 0)
 
     def test_token_when_unidentified(self):
         # Without the host's socket diagnostics, warm-httpd sees no client socket in its
