@@ -334,21 +334,41 @@ static enum MHD_Result httpd_metrics(struct request *r) {
 
 /* What RFC 9112 says a server must refuse with 400, because a proxy in front of us may
  * have read the request otherwise: two Host headers (§3.2), Content-Length values that
- * disagree (§6.3); and a NUL byte in a header, which C strings would cut short. */
+ * disagree (§6.3); and a NUL byte in a header, where C strings stop short of what was sent.
+ *
+ * libmicrohttpd refuses a NUL in a header's name, but hands a value out only up to its
+ * first NUL (strlen), so the rest of that line is never seen. It parses the head in place:
+ * one buffer from the method's first byte, REQUEST_HEADER_SIZE bytes long, each line's end
+ * (CRLF or LF) overwritten with NULs. So between the end of one value and the next name
+ * there is just the line's end, 1 or 2 bytes, when nothing was hidden; more is a NUL and
+ * what followed it. Where the strings do not lie in that buffer in order (another
+ * libmicrohttpd, or a continuation line it joined elsewhere), the check does not judge. */
 struct header_scan {
+    uintptr_t lo, hi;               /* the head, [lo, hi) */
+    uintptr_t end;                  /* where the last line seen ends (its value's end) */
+    bool in_place;                  /* every string so far lies in [lo, hi), in order */
+    bool hidden;                    /* bytes between two lines that no string shows */
     unsigned n_host;
     const char *length;
     size_t length_size;
     bool length_differs;
-    const char *nul_in;             /* the header with a NUL, or NULL */
 };
+
+static bool line_gap_ok(uintptr_t from, uintptr_t to, uintptr_t min, uintptr_t max) {
+    return to >= from + min && to <= from + max;
+}
 
 static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key,
                                    size_t key_size, const char *value, size_t value_size) {
     (void)kind;
     struct header_scan *sc = cls;
-    if ((key && memchr(key, '\0', key_size)) || (value && memchr(value, '\0', value_size)))
-        sc->nul_in = key ? key : "";
+    uintptr_t k = (uintptr_t)key, v = (uintptr_t)value;
+    if (!key || !value || k < sc->end || v < k + key_size || v + value_size >= sc->hi)
+        sc->in_place = false;
+    if (sc->in_place) {
+        if (!line_gap_ok(sc->end, k, 1, 2)) sc->hidden = true;
+        sc->end = v + value_size;
+    }
     if (key && strcasecmp(key, "Host") == 0) sc->n_host++;
     if (key && strcasecmp(key, "Content-Length") == 0) {
         if (sc->length && (sc->length_size != value_size ||
@@ -360,21 +380,34 @@ static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const cha
     return MHD_YES;
 }
 
-static const char *header_framing_error(struct MHD_Connection *conn) {
-    struct header_scan sc = {0};
+static const char *header_framing_error(struct MHD_Connection *conn, const char *method,
+                                        const char *version) {
+    const union MHD_ConnectionInfo *size =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    struct header_scan sc = {.lo = (uintptr_t)method, .end = (uintptr_t)version};
+    sc.in_place = size && version && sc.end > sc.lo;
+    if (sc.in_place) {
+        sc.hi = sc.lo + size->header_size;
+        sc.end += strlen(version);
+        sc.in_place = sc.end < sc.hi;
+    }
     MHD_get_connection_values_n(conn, MHD_HEADER_KIND, scan_header, &sc);
-    if (sc.nul_in) return "a header carries a NUL byte";
+    /* After the last line: its end and the empty line's, 1 or 2 bytes each. */
+    if (sc.in_place && !line_gap_ok(sc.end, sc.hi, 2, 4)) sc.hidden = true;
+    if (sc.in_place && sc.hidden)
+        return "a header carries a NUL byte (what follows it in the line could be read "
+               "otherwise by others)";
     if (sc.n_host > 1) return "the request has more than one Host header";
     if (sc.length_differs) return "the request has Content-Length headers that disagree";
     return NULL;
 }
 
-static enum MHD_Result admit(struct request *r, const char *method) {
+static enum MHD_Result admit(struct request *r, const char *method, const char *version) {
     struct httpd_config *c = &r->h->cfg;
     r->api = strncmp(r->url, "/api/", 5) == 0 ? API_OLLAMA : API_OPENAI;
     r->refused = true;          /* until every check passed */
     if (!r->ci) return reply_error(r, 503, NULL, "out of memory for this connection");
-    const char *framing = header_framing_error(r->conn);
+    const char *framing = header_framing_error(r->conn, method, version);
     if (framing) {
         atomic_fetch_add(&r->h->gate.metrics[HM_BAD_HEADERS], 1);
         r->close_after = true;  /* what follows may not be framed as we think */
@@ -456,7 +489,6 @@ static enum MHD_Result dispatch(struct request *r) {
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload, size_t *upload_size, void **con_cls) {
-    (void)version;
     struct request *r = *con_cls;
     if (!r) {
         r = calloc(1, sizeof *r);
@@ -467,7 +499,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->ci = info ? info->socket_context : NULL;
         if (r->ci) gate_conn_phase(r->h, r->ci, CONN_BODY);
         *con_cls = r;
-        return admit(r, method);
+        return admit(r, method, version);
     }
     /* (A body that does not arrive within request_timeout of the request's first byte is
      * cut off by the gate.) */
