@@ -89,15 +89,13 @@ bool cache_namespace_shared_ok(const char *shared, const struct peer *p, const c
     char list[sizeof ((struct config *)0)->cache_shared_namespaces];
     if (!shared || !*ns || strlen(shared) >= sizeof list) return false;
     memcpy(list, shared, strlen(shared) + 1);
-    char *save = NULL;
-    for (char *ent = strtok_r(list, ";", &save); ent; ent = strtok_r(NULL, ";", &save)) {
-        /* the last colon separates the groups; "uid:..." names are never shared */
-        char *colon = strrchr(ent, ':');
-        if (!colon) continue;
-        *colon = 0;
-        if (strcmp(trim(ent), ns) != 0 || strncmp(ns, "uid:", 4) == 0) continue;
+    char *s = list, *name, *groups;
+    int r;
+    while ((r = config_shared_ns_next(&s, &name, &groups, NULL)) != 0) {
+        /* a malformed entry (the config refuses them when read) never matches */
+        if (r < 0 || strcmp(name, ns) != 0) continue;
         char *gsave = NULL;
-        for (char *g = strtok_r(colon + 1, ",", &gsave); g; g = strtok_r(NULL, ",", &gsave)) {
+        for (char *g = strtok_r(groups, ",", &gsave); g; g = strtok_r(NULL, ",", &gsave)) {
             gid_t gid;
             g = trim(g);
             if (*g && group_id(g, &gid) && peer_in_group(p, gid)) return true;
@@ -168,13 +166,10 @@ size_t cache_namespaces_visible(const struct config *cfg, const struct peer *p,
     snprintf(ret[n++], CACHE_NS_MAX, "uid:%u", p->uid);
     char list[sizeof cfg->cache_shared_namespaces];
     snprintf(list, sizeof list, "%s", cfg->cache_shared_namespaces);
-    char *save = NULL;
-    for (char *ent = strtok_r(list, ";", &save); ent && n < max; ent = strtok_r(NULL, ";", &save)) {
-        char *colon = strrchr(ent, ':');
-        if (!colon) continue;
-        *colon = 0;
-        const char *name = trim(ent);
-        if (strlen(name) >= CACHE_NS_MAX ||
+    char *s = list, *name, *groups;
+    int r;
+    while (n < max && (r = config_shared_ns_next(&s, &name, &groups, NULL)) != 0) {
+        if (r < 0 || strlen(name) >= CACHE_NS_MAX ||
             !cache_namespace_shared_ok(cfg->cache_shared_namespaces, p, name))
             continue;
         bool dup = false;

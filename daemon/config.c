@@ -1,5 +1,7 @@
 /* config — the schema table and its parsers (see config.h). */
 #include "daemon/config.h"
+#include "daemon/registry.h"
+#include "engine/engine.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -36,6 +38,85 @@ static const char *const log_level_names[LOG_LEVEL_COUNT + 1] = {
 
 #define OFF(field) offsetof(struct config, field)
 #define SIZE(field) sizeof(((struct config *)0)->field)
+#define TEXT_(x) #x
+#define TEXT(x) TEXT_(x) /* a number macro as the text of a default */
+
+/* ---- structured strings: checked when read by the parser their user runs -------------- */
+
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s)) s++;
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1])) s[--n] = 0;
+    return s;
+}
+
+static int check_device(const char *v, struct err_detail *d) {
+    enum engine_device_kind kind;
+    int index;
+    return engine_device_parse(v, &kind, &index, d);
+}
+
+/* "" = one CPU, as the runner reads it */
+static int check_devices(const char *v, struct err_detail *d) {
+    struct engine_context_params p;
+    engine_context_params_default(&p);
+    return *v ? engine_devices_parse_into(v, &p, d) : 0;
+}
+
+static int check_tensor_split(const char *v, struct err_detail *d) {
+    float share[ENGINE_MAX_DEVICES];
+    return *v ? engine_tensor_split_parse(v, share, ENGINE_MAX_DEVICES, d) : 0;
+}
+
+static int check_model_name(const char *v, struct err_detail *d) {
+    return *v ? registry_name_check(v, d) : 0;
+}
+
+static int check_model_names(const char *v, struct err_detail *d) {
+    char list[SIZE(preload)];
+    if (snprintf(list, sizeof list, "%s", v) >= (int)sizeof list)
+        return err_set(d, ERR_CONFIG, "longer than %zu bytes", sizeof list - 1);
+    char *save = NULL;
+    for (char *name = strtok_r(list, CONFIG_LIST_SEP, &save); name;
+         name = strtok_r(NULL, CONFIG_LIST_SEP, &save)) {
+        struct err_detail nd = {0};
+        int r = registry_name_check(name, &nd);
+        if (r < 0) return err_set(d, r, "'%s': %s", name, err_msg(&nd, r));
+    }
+    return 0;
+}
+
+int config_shared_ns_next(char **s, char **ret_name, char **ret_groups, struct err_detail *d) {
+    while (*s) {
+        char *ent = *s, *end = strchr(ent, ';');
+        if (end) *end = 0;
+        *s = end ? end + 1 : NULL;
+        ent = trim(ent);
+        if (!*ent) continue;
+        char *colon = strrchr(ent, ':');
+        if (colon) *colon = 0;
+        char *name = trim(ent), *groups = colon ? trim(colon + 1) : NULL;
+        if (!colon || !*name || strspn(groups, ", \t") == strlen(groups))
+            return err_set(d, ERR_CONFIG, "'%s%s%s' is not NAME:GROUP[,GROUP...]", name,
+                           colon ? ":" : "", colon ? groups : "");
+        if (strncmp(name, "uid:", 4) == 0)
+            return err_set(d, ERR_CONFIG, "'%s': a user's own namespace is never shared", name);
+        *ret_name = name;
+        *ret_groups = groups;
+        return 1;
+    }
+    return 0;
+}
+
+static int check_shared_namespaces(const char *v, struct err_detail *d) {
+    char list[SIZE(cache_shared_namespaces)];
+    if (snprintf(list, sizeof list, "%s", v) >= (int)sizeof list)
+        return err_set(d, ERR_CONFIG, "longer than %zu bytes", sizeof list - 1);
+    char *s = list, *name, *groups;
+    int r;
+    while ((r = config_shared_ns_next(&s, &name, &groups, d)) > 0) {}
+    return r;
+}
 
 /* The schema. Order = the order of --help and --print-config. */
 const struct config_key config_keys[] = {
@@ -83,7 +164,8 @@ const struct config_key config_keys[] = {
      "relative share of each device under split = tensor, e.g. 3,1 (empty = equal)"},
     {"cache_max_bytes", CONFIG_TYPE_BYTES, OFF(cache_max_bytes), "8G", 0, 1024 * TIB, NULL,
      "byte budget of the persistent prompt cache; 0 = no persistent cache"},
-    {"cache_chunk_tokens", CONFIG_TYPE_U32, OFF(cache_chunk_tokens), "256", 16, 4096, NULL,
+    {"cache_chunk_tokens", CONFIG_TYPE_U32, OFF(cache_chunk_tokens), TEXT(ENGINE_CHUNK_TOKENS),
+     16, 4096, NULL,
      "tokens per prompt-cache chunk record (a changed value starts new chains)"},
     {"cache_restore_min_tokens", CONFIG_TYPE_U32, OFF(cache_restore_min_tokens), "16", 0,
      1048576, NULL,
@@ -148,6 +230,21 @@ const struct config_key config_keys[] = {
      "error, warn, info or debug"},
 };
 const size_t config_n_keys = ARRAY_SIZE(config_keys);
+
+/* The STRING keys with a syntax of their own (a device list, shares, names) and the parser
+ * their user runs later, run on the value when it is read: a typo is an error naming the
+ * file and line at start, never at the first request that needs the value. */
+static const struct {
+    size_t offset;
+    int (*check)(const char *value, struct err_detail *d);
+} string_checks[] = {
+    {OFF(default_model), check_model_name},
+    {OFF(preload), check_model_names},
+    {OFF(device), check_device},
+    {OFF(devices), check_devices},
+    {OFF(tensor_split), check_tensor_split},
+    {OFF(cache_shared_namespaces), check_shared_namespaces},
+};
 
 /* ---- value parsers: text -> field; each writes dst only on success ----------------- */
 
@@ -275,6 +372,11 @@ static int key_set(struct config *c, const struct config_key *k, const char *v,
         if (strlen(v) >= k->max)
             return err_set(d, ERR_CONFIG, "%s: longer than %llu bytes", k->name,
                            (unsigned long long)k->max - 1);
+        for (size_t i = 0; i < ARRAY_SIZE(string_checks); i++) {
+            struct err_detail kd = {0};
+            if (string_checks[i].offset == k->offset && (r = string_checks[i].check(v, &kd)) < 0)
+                return err_set(d, ERR_CONFIG, "%s: %s", k->name, err_msg(&kd, r));
+        }
         strcpy(field, v);
         return 0;
     case CONFIG_TYPE_U32:
@@ -352,13 +454,6 @@ void config_apply_env(struct config *c) {
 }
 
 /* ---- config file --------------------------------------------------------------------- */
-
-static char *trim(char *s) {
-    while (isspace((unsigned char)*s)) s++;
-    size_t n = strlen(s);
-    while (n > 0 && isspace((unsigned char)s[n - 1])) s[--n] = 0;
-    return s;
-}
 
 #define CONFIG_FILE_MAX (1024 * 1024)
 
@@ -532,6 +627,16 @@ static int check(const struct config *c, struct err_detail *d) {
         return err_set(d, ERR_CONFIG, "keep_alive is larger than max_keep_alive");
     if (c->max_prompt_tokens > c->ctx_size)
         return err_set(d, ERR_CONFIG, "max_prompt_tokens is larger than ctx_size");
+    /* devices, split and tensor_split together, as a model load would take them */
+    struct engine_context_params p;
+    struct err_detail sd = {0};
+    engine_context_params_default(&p);
+    p.split = (enum engine_split)c->split;
+    int r = *c->devices ? engine_devices_parse_into(c->devices, &p, &sd) : 0;
+    if (r >= 0 && *c->tensor_split)
+        r = engine_tensor_split_parse(c->tensor_split, p.tensor_split, ENGINE_MAX_DEVICES, &sd);
+    if (r >= 0) r = engine_split_check(&p, &sd);
+    if (r < 0) return err_set(d, ERR_CONFIG, "%s", err_msg(&sd, r));
     return 0;
 }
 

@@ -137,6 +137,18 @@ int config_load_file(struct config *c, const char *path, struct err_detail *d);
  * off. */
 void config_apply_env(struct config *c);
 
+/* Between the names of a list setting (preload). */
+#define CONFIG_LIST_SEP ", \t"
+
+/* cache_shared_namespaces, entry by entry: *s walks a writable copy of the value (start
+ * with *s = the copy), which it cuts in place. Entries are separated by ';' and read
+ * NAME:GROUP[,GROUP...], the last ':' starting the groups; blanks around NAME and the
+ * groups are dropped. Returns 1 with *ret_name and *ret_groups ("GROUP[,GROUP...]") pointing
+ * into the copy, 0 at the end, or ERR_CONFIG with d for an entry without a name or a group,
+ * or naming a user's own namespace ("uid:..."); the walk goes on past it. The one parser of
+ * the setting: the config checks it when read, daemon/cache.c walks it per request. */
+int config_shared_ns_next(char **s, char **ret_name, char **ret_groups, struct err_detail *d);
+
 /* What the command line asked for besides settings. */
 struct config_cmdline {
     bool help, version, print_config, print_default_config;

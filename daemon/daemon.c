@@ -90,8 +90,8 @@ static void status_line(struct daemon *d, char *buf, size_t n) {
 static void preload(struct daemon *d) {
     char list[sizeof d->config.preload];
     snprintf(list, sizeof list, "%s", d->config.preload);
-    for (char *save = NULL, *name = strtok_r(list, ", \t", &save); name;
-         name = strtok_r(NULL, ", \t", &save)) {
+    for (char *save = NULL, *name = strtok_r(list, CONFIG_LIST_SEP, &save); name;
+         name = strtok_r(NULL, CONFIG_LIST_SEP, &save)) {
         char status[256];
         snprintf(status, sizeof status, "loading model %s", name);
         notify_status(&d->notify, status);

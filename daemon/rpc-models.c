@@ -175,7 +175,7 @@ static bool rotates(const struct config *c, int cache_type, uint32_t head_dim) {
 
 /* The prompt-cache chunk the runner would choose (runner.c: records of at most ~4 MiB). */
 static uint32_t chunk_tokens(const struct config *c, const struct registry_meta *m) {
-    uint32_t n = c->cache_chunk_tokens ? c->cache_chunk_tokens : 256;
+    uint32_t n = c->cache_chunk_tokens ? c->cache_chunk_tokens : ENGINE_CHUNK_TOKENS;
     if (c->cache_chunk_tokens) return n;
     size_t k = kern_row_size((enum kern_type)kern_type_from_name(
                                  config_cache_type_names[c->cache_type_k]),

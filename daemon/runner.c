@@ -677,7 +677,7 @@ int runner_new(const char *name, int fd, const struct runner_params *p, struct r
         (e = engine_tensor_split_parse(p->tensor_split, cp.tensor_split, ENGINE_MAX_DEVICES, d)) < 0)
         goto fail;
     /* an SWA ring keeps a chunk's rows until it is exported (chunks only shrink below) */
-    cp.swa_chunk = p->chunk_tokens ? p->chunk_tokens : 256;
+    if (p->chunk_tokens) cp.swa_chunk = p->chunk_tokens;
     e = engine_context_new(r->model, &cp, &r->ctx, d);
     if (e < 0) goto fail;
     r->n_ctx = engine_context_params(r->ctx)->n_ctx;
@@ -685,9 +685,10 @@ int runner_new(const char *name, int fd, const struct runner_params *p, struct r
     r->memory_bytes = r->model->weight_bytes + engine_context_kv_bytes(r->ctx);
     struct engine_kv_info kvi;
     engine_context_kv_info(r->ctx, &kvi);
-    /* Chunk records of at most ~4 MiB: C = 256 tokens, halved for big KV rows. Sized by
-     * the record itself, not by kv_bytes / n_ctx, which undercounts an SWA ring's rows. */
-    r->chunk_tokens = p->chunk_tokens ? p->chunk_tokens : 256;
+    /* Chunk records of at most ~4 MiB: C = cache_chunk_tokens, halved for big KV rows.
+     * Sized by the record itself, not by kv_bytes / n_ctx, which undercounts an SWA ring's
+     * rows. */
+    r->chunk_tokens = cp.swa_chunk;
     r->restore_min_tokens = p->restore_min_tokens;
     while (r->chunk_tokens > 16 && chunk_record_bytes(r->model, &kvi, r->chunk_tokens) > (4u << 20))
         r->chunk_tokens /= 2;

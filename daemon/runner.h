@@ -112,7 +112,8 @@ struct runner_params {
     const char *devices;       /* config devices ("cpu,cpu"; NULL = one CPU) */
     int split;                 /* config split (enum engine_split) */
     const char *tensor_split;  /* config tensor_split (NULL or "" = equal shares) */
-    uint32_t chunk_tokens;     /* C (config cache_chunk_tokens; halved for big KV rows) */
+    uint32_t chunk_tokens;     /* C (config cache_chunk_tokens; halved for big KV rows; 0 =
+                                  ENGINE_CHUNK_TOKENS) */
     uint32_t restore_min_tokens;   /* config cache_restore_min_tokens */
     uint64_t test_stall_usec;  /* tests (WARM_TEST_STALL_USEC): sleep before each decode
                                   step, like a wedged forward pass; 0 in production */

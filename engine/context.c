@@ -15,7 +15,7 @@ void engine_context_params_default(struct engine_context_params *p) {
         .type_k = KERN_TYPE_F16,
         .type_v = KERN_TYPE_F16,
         .kv_rotation = true,
-        .swa_chunk = 256,
+        .swa_chunk = ENGINE_CHUNK_TOKENS,
         .swa_full = false,
     };
 }
@@ -108,7 +108,8 @@ static int context_new(const struct engine_model *m, struct engine_context_param
     ctx->params = p;
     /* an SWA ring holds the window, one chunk (exported before its rows leave) and one
      * batch (DESIGN.md 3.6) */
-    uint32_t ring_extra = p.swa_full ? 0 : p.n_batch + (p.swa_chunk ? p.swa_chunk : 256);
+    uint32_t ring_extra =
+        p.swa_full ? 0 : p.n_batch + (p.swa_chunk ? p.swa_chunk : ENGINE_CHUNK_TOKENS);
     int r;
     /* a GPU first: it decides which layers' KV lives on the device */
     ctx->n_layer_host = hp->n_layer;

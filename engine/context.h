@@ -16,6 +16,9 @@
 #include "kernels/types.h"
 
 #define ENGINE_MAX_DEVICES 16 /* as llama.cpp's meta device */
+/* Tokens of a state chunk unless a caller says otherwise: the default of swa_chunk below
+ * and of the daemon's cache_chunk_tokens (a plain number: config.c prints it as text). */
+#define ENGINE_CHUNK_TOKENS 256
 
 /* How a context spreads over more than one device (DESIGN.md 3.7). */
 enum engine_split {
@@ -44,8 +47,8 @@ struct engine_context_params {
     bool kv_rotation;
     /* Models with sliding-window layers: the SWA cache is a ring of window + swa_chunk +
      * n_batch cells per sequence (swa_chunk: the tokens of a state chunk, exported before
-     * their rows leave the ring; 0 = 256). swa_full: the SWA cache holds every position,
-     * as the full one (llama.cpp's --swa-full). */
+     * their rows leave the ring; 0 = ENGINE_CHUNK_TOKENS). swa_full: the SWA cache holds
+     * every position, as the full one (llama.cpp's --swa-full). */
     uint32_t swa_chunk;
     bool swa_full;
     /* Devices: n_devices CPU partitions (0 = 1), each with its own threads (n_threads
@@ -118,7 +121,12 @@ int engine_context_device_info(const struct engine_context *ctx, uint32_t i,
  * ERR_INVALID with d for an empty or unknown entry, more than ENGINE_MAX_DEVICES, or a
  * list that mixes the two kinds. */
 int engine_devices_parse_into(const char *list, struct engine_context_params *p, struct err_detail *d);
-/* Config `device`: "auto", "cpu" or "cuda:N" into *ret_kind and *ret_index. auto is
+/* Config `device` as written: "auto", "cpu" or "cuda:N" into *ret_kind (auto stays
+ * ENGINE_DEVICE_AUTO) and *ret_index, asking no driver which devices exist (the config
+ * checks it when read). ERR_INVALID with d for anything else. */
+int engine_device_parse(const char *spec, enum engine_device_kind *ret_kind, int *ret_index,
+                        struct err_detail *d);
+/* Config `device`, parsed as engine_device_parse() does, for a context. auto is
  * ENGINE_DEVICE_AUTO when a CUDA device exists (engine_context_new() then tries cuda:0 for
  * each model), else the CPU, and then why_not (may be NULL) says why no CUDA device is
  * used (e.g. "this build has no CUDA backend"); it is "" otherwise. ERR_INVALID for
@@ -133,6 +141,11 @@ const char *engine_cuda_device_name(int index, char *buf, size_t len);
 /* Shares "3,1" (config `tensor_split`, --tensor-split) into ratio[0..max): each a number
  * >= 0, at most max of them, the rest 0. ERR_INVALID with d otherwise. */
 int engine_tensor_split_parse(const char *list, float *ratio, uint32_t max, struct err_detail *d);
+/* Whether p's devices make a split engine_context_new() accepts: at most
+ * ENGINE_MAX_DEVICES, more than one only with split = tensor, every tensor_split share of
+ * them >= 0, and not one CUDA device alone (that is device = cuda:N). 0, or ERR_INVALID
+ * with d naming the setting. */
+int engine_split_check(const struct engine_context_params *p, struct err_detail *d);
 /* "none" / "tensor" and back (< 0: ERR_INVALID). */
 const char *engine_split_name(enum engine_split s);
 int engine_split_from_name(const char *name);

@@ -95,14 +95,12 @@ const char *engine_cuda_device_name(int index, char *buf, size_t len) {
     return buf;
 }
 
-int engine_device_resolve(const char *spec, enum engine_device_kind *ret_kind, int *ret_index,
-                          char *why_not, size_t why_len, struct err_detail *d) {
-    char why[256] = "";
+int engine_device_parse(const char *spec, enum engine_device_kind *ret_kind, int *ret_index,
+                        struct err_detail *d) {
     enum engine_device_kind kind = ENGINE_DEVICE_CPU;
     int index = 0;
     if (!strcmp(spec, "auto")) {
-        /* the first CUDA device, tried for each model (engine_context_new) */
-        if (!cuda_why_not(0, why, sizeof why)) kind = ENGINE_DEVICE_AUTO;
+        kind = ENGINE_DEVICE_AUTO;
     } else if (!strncmp(spec, "cuda:", 5)) {
         char *end;
         errno = 0;
@@ -114,6 +112,20 @@ int engine_device_resolve(const char *spec, enum engine_device_kind *ret_kind, i
     } else if (strcmp(spec, "cpu")) {
         return err_set(d, ERR_INVALID, "device \"%s\" is not auto, cpu or cuda:N", spec);
     }
+    *ret_kind = kind;
+    *ret_index = index;
+    return 0;
+}
+
+int engine_device_resolve(const char *spec, enum engine_device_kind *ret_kind, int *ret_index,
+                          char *why_not, size_t why_len, struct err_detail *d) {
+    char why[256] = "";
+    enum engine_device_kind kind;
+    int index;
+    int r = engine_device_parse(spec, &kind, &index, d);
+    if (r < 0) return r;
+    /* auto: the first CUDA device, tried for each model (engine_context_new) */
+    if (kind == ENGINE_DEVICE_AUTO && cuda_why_not(0, why, sizeof why)) kind = ENGINE_DEVICE_CPU;
     *ret_kind = kind;
     *ret_index = index;
     if (why_not && why_len) snprintf(why_not, why_len, "%s", why);
@@ -483,31 +495,37 @@ static int device_scratch(struct engine_context *ctx, struct device *de, struct 
     return 0;
 }
 
-int devices_init(struct engine_context *ctx, struct err_detail *d) {
-    const struct engine_context_params *p = &ctx->params;
+int engine_split_check(const struct engine_context_params *p, struct err_detail *d) {
     const uint32_t n = p->n_devices ? p->n_devices : 1;
     if (n > ENGINE_MAX_DEVICES)
         return err_set(d, ERR_INVALID, "%u devices, at most %d", n, ENGINE_MAX_DEVICES);
     if (n > 1 && p->split != ENGINE_SPLIT_TENSOR)
         return err_set(d, ERR_INVALID, "%u devices need split = tensor (split = %s takes one)", n,
                        engine_split_name(p->split));
-    float ratio[ENGINE_MAX_DEVICES];
-    double sum = 0;
-    for (uint32_t i = 0; i < n; i++) {
+    for (uint32_t i = 0; i < n; i++)
         if (!(p->tensor_split[i] >= 0) || !isfinite(p->tensor_split[i]))
             return err_set(d, ERR_INVALID, "tensor_split[%u] = %g is not a share >= 0", i,
                            (double)p->tensor_split[i]);
-        sum += p->tensor_split[i];
-    }
+    if (p->n_devices > 0 && p->split_cuda[0] != 0 && n < 2) /* as ctx->split_gpu */
+        return err_set(d, ERR_INVALID, "devices = cuda:%d alone is not a split: use device = cuda:%d",
+                       p->split_cuda[0] - 1, p->split_cuda[0] - 1);
+    return 0;
+}
+
+int devices_init(struct engine_context *ctx, struct err_detail *d) {
+    const struct engine_context_params *p = &ctx->params;
+    int r = engine_split_check(p, d);
+    if (r < 0) return r;
+    const uint32_t n = p->n_devices ? p->n_devices : 1;
+    float ratio[ENGINE_MAX_DEVICES];
+    double sum = 0;
+    for (uint32_t i = 0; i < n; i++) sum += p->tensor_split[i];
     for (uint32_t i = 0; i < n; i++) ratio[i] = sum > 0 ? p->tensor_split[i] : 1.0f;
 
     const uint32_t n_layer = ctx->model->hp.n_layer;
-    if (ctx->split_gpu && n < 2)
-        return err_set(d, ERR_INVALID, "devices = cuda:%d alone is not a split: use device = cuda:%d",
-                       p->split_cuda[0] - 1, p->split_cuda[0] - 1);
     ctx->n_dev = n;
     if (!(ctx->dev = calloc(n, sizeof *ctx->dev))) return -ENOMEM;
-    int threads = MAX(p->n_threads, 1), r;
+    int threads = MAX(p->n_threads, 1);
     for (uint32_t i = 0; i < n; i++) {
         struct device *de = &ctx->dev[i];
         if (n == 1)

@@ -1,5 +1,7 @@
 #include "test.h"
 
+#include <stdarg.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <ftw.h>
 
@@ -38,6 +40,61 @@ const char *test_shared_path(const char *rel) {
     if (!dir) return NULL;
     snprintf(buf, sizeof buf, "%s/%s", dir, rel);
     return access(buf, R_OK) == 0 ? buf : NULL;
+}
+
+const char *test_tool_path(const char *name) {
+    static _Thread_local char buf[4096];
+    const char *bin = getenv("WARM_BIN");
+    if (!bin) return NULL;
+    snprintf(buf, sizeof buf, "%s/%s", bin, name);
+    return access(buf, X_OK) == 0 ? buf : NULL;
+}
+
+static int mkmodel_vrun(const char *path, const char *fmt, va_list ap) {
+    const char *tool = test_tool_path("warm-mkmodel");
+    if (!tool) return -1;
+    char args[4096], cmd[8192];
+    vsnprintf(args, sizeof args, fmt, ap);
+    snprintf(cmd, sizeof cmd, "'%s' %s -o '%s' > '%s/mkmodel.log' 2>&1", tool, args, path,
+             test_tmpdir());
+    int st = system(cmd);
+    return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int test_mkmodel_run(const char *path, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int st = mkmodel_vrun(path, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+/* The models test_mkmodel() made, by name (kept until exit: callers hold their paths). */
+struct made_model {
+    struct made_model *next;
+    char name[64];
+    char path[4096];
+};
+static struct made_model *made_models;
+
+const char *test_mkmodel(const char *name, const char *fmt, ...) {
+    for (struct made_model *m = made_models; m; m = m->next)
+        if (strcmp(m->name, name) == 0) return m->path;
+    struct made_model *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    snprintf(m->name, sizeof m->name, "%s", name);
+    snprintf(m->path, sizeof m->path, "%s/%s.gguf", test_tmpdir(), name);
+    va_list ap;
+    va_start(ap, fmt);
+    int st = mkmodel_vrun(m->path, fmt, ap);
+    va_end(ap);
+    if (st != 0) {
+        free(m);
+        return NULL;
+    }
+    m->next = made_models;
+    made_models = m;
+    return m->path;
 }
 
 int test_main(const struct test_case *cases, size_t n, int argc, char **argv) {

@@ -93,6 +93,22 @@ const char *test_shared_path(const char *rel);
 /* A fresh temporary directory for this test executable (removed at exit). */
 const char *test_tmpdir(void);
 
+/* $WARM_BIN/NAME (WARM_BIN: the build's bin/, set by CTest) when it is an executable there,
+ * else NULL, so the caller can SKIP. Valid until the next call. */
+const char *test_tool_path(const char *name);
+/* Runs warm-mkmodel with the options printf(fmt, ...) (shell words, quoted as the shell
+ * needs), writing the model to path; its messages go to test_tmpdir()/mkmodel.log, which
+ * each run overwrites. Returns the tool's exit status, -1 when it is not built or did not
+ * run. */
+int test_mkmodel_run(const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* The model warm-mkmodel makes with the options printf(fmt, ...), in
+ * test_tmpdir()/NAME.gguf, made once per test executable: a later call with the same name
+ * returns that file (a different shape takes a different name). Returns its path, valid
+ * until exit, or NULL when warm-mkmodel is not built or failed (see mkmodel.log). */
+const char *test_mkmodel(const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 /* The index of the largest of n values (the first of equals): a greedy token. */
 int32_t test_top_index(const float *x, int32_t n);
 /* Σ(got - ref)² / Σ ref² over n values (the plain sum when ref is all zero). */

@@ -53,21 +53,15 @@ static const struct arch_case cases[] = {
                "--window 16 --swa-pattern 2 --ple 64 --shared-kv-layers 2"},
 };
 
-static bool mkmodel(const struct arch_case *a, const char *type, const char *out) {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s/warm-mkmodel' %s --type %s --seed 5 -o '%s' >/dev/null 2>&1",
-             getenv("WARM_BIN"), a->args, type, out);
-    return system(cmd) == 0;
-}
-
 /* The model of case c in weight type `type`, made (once per name) and loaded into *ret;
  * the test fails naming what did not work. */
 static void model_of(const struct arch_case *c, const char *type, struct engine_model **ret) {
-    char path[1024];
+    char name[64];
     struct err_detail d = {0};
     *ret = NULL;
-    snprintf(path, sizeof path, "%s/%s-%s.gguf", test_tmpdir(), c->name, type);
-    if (!mkmodel(c, type, path)) TEST_FAIL_("warm-mkmodel failed for %s", path);
+    snprintf(name, sizeof name, "%s-%s", c->name, type);
+    const char *path = test_mkmodel(name, "%s --type %s --seed 5", c->args, type);
+    if (!path) TEST_FAIL_("warm-mkmodel failed for %s", name);
     int r = engine_model_load(path, NULL, ret, &d);
     if (r < 0) TEST_FAIL_("%s: %s", path, err_msg(&d, r));
 }

@@ -55,12 +55,10 @@ static struct kern_cuda_ctx *dev_ctx(void) {
         if (!dev_ctx()) SKIP("no CUDA device (no GPU or no driver): the CUDA forward is untested here"); \
     } while (0)
 
-static bool mkmodel(const struct arch_case *a, const char *type, const char *out) {
-    const char *bin = getenv("WARM_BIN");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s/warm-mkmodel' --arch %s %s --type %s --seed 11 -o '%s' >/dev/null 2>&1",
-             bin ? bin : ".", a->arch, a->shape, type, out);
-    return system(cmd) == 0;
+/* The model of case a in weight type `type`, as test_tmpdir()/NAME.gguf; NULL when
+ * warm-mkmodel failed. */
+static const char *mkmodel(const char *name, const struct arch_case *a, const char *type) {
+    return test_mkmodel(name, "--arch %s %s --type %s --seed 11", a->arch, a->shape, type);
 }
 
 enum { MAX_PROMPT = 48, N_GEN = 8 };
@@ -138,13 +136,14 @@ static int compare_run(const char *path, uint32_t n_prompt, enum kern_type kt, e
 }
 
 /* One model: decode-path logits against the CPU engine, f32 KV, a 6-token prompt. */
-static void check_decode(const struct arch_case *a, const char *type, const char *path, bool optional) {
-    if (!mkmodel(a, type, path)) {
+static void check_decode(const struct arch_case *a, const char *type, const char *name, bool optional) {
+    const char *path = mkmodel(name, a, type);
+    if (!path) {
         if (optional) {
             printf("  %-6s %-7s not checked: warm-mkmodel does not write this type\n", a->arch, type);
             return;
         }
-        TEST_FAIL_("warm-mkmodel failed for %s", path);
+        TEST_FAIL_("warm-mkmodel failed for %s", name);
     }
     struct err_detail d = {0};
     double worst = 0;
@@ -158,15 +157,15 @@ static void check_decode(const struct arch_case *a, const char *type, const char
 TEST(logits_decode) {
     NEED_DEVICE();
     if (!getenv("WARM_BIN")) SKIP("WARM_BIN is not set (warm-mkmodel)");
-    char path[1024];
+    char name[64];
     for (size_t a = 0; a < ARRAY_SIZE(arch_cases); a++)
         for (size_t t = 0; t < ARRAY_SIZE(weight_types) && !test_failed_; t++) {
-            snprintf(path, sizeof path, "%s/%s-%zu-%s.gguf", test_tmpdir(), arch_cases[a].arch, a, weight_types[t]);
-            check_decode(&arch_cases[a], weight_types[t], path, false);
+            snprintf(name, sizeof name, "%s-%zu-%s", arch_cases[a].arch, a, weight_types[t]);
+            check_decode(&arch_cases[a], weight_types[t], name, false);
         }
     for (size_t t = 0; t < ARRAY_SIZE(kquant_types) && !test_failed_; t++) {
-        snprintf(path, sizeof path, "%s/kq-%s.gguf", test_tmpdir(), kquant_types[t]);
-        check_decode(&kquant_case, kquant_types[t], path, true); /* k-quants: test-cuda-ops covers the ops */
+        snprintf(name, sizeof name, "kq-%s", kquant_types[t]);
+        check_decode(&kquant_case, kquant_types[t], name, true); /* k-quants: test-cuda-ops covers the ops */
     }
 }
 
@@ -174,10 +173,11 @@ TEST(logits_decode) {
 TEST(logits_prefill) {
     NEED_DEVICE();
     if (!getenv("WARM_BIN")) SKIP("WARM_BIN is not set (warm-mkmodel)");
-    char path[1024];
+    char name[64];
     for (size_t t = 0; t < ARRAY_SIZE(weight_types); t++) {
-        snprintf(path, sizeof path, "%s/prefill-%s.gguf", test_tmpdir(), weight_types[t]);
-        if (!mkmodel(&arch_cases[0], weight_types[t], path)) TEST_FAIL_("warm-mkmodel failed for %s", path);
+        snprintf(name, sizeof name, "prefill-%s", weight_types[t]);
+        const char *path = mkmodel(name, &arch_cases[0], weight_types[t]);
+        if (!path) TEST_FAIL_("warm-mkmodel failed for %s", name);
         struct err_detail d = {0};
         double worst = 0;
         int agree = 0;
@@ -195,9 +195,8 @@ TEST(logits_kv_types) {
         {KERN_TYPE_F16, KERN_TYPE_F16},   {KERN_TYPE_BF16, KERN_TYPE_Q4_1}, {KERN_TYPE_Q8_0, KERN_TYPE_Q8_0},
         {KERN_TYPE_Q4_0, KERN_TYPE_Q4_0}, {KERN_TYPE_Q5_0, KERN_TYPE_Q5_1}, {KERN_TYPE_IQ4_NL, KERN_TYPE_IQ4_NL},
     };
-    char path[1024];
-    snprintf(path, sizeof path, "%s/kv-q8_0.gguf", test_tmpdir());
-    if (!mkmodel(&arch_cases[0], "q8_0", path)) TEST_FAIL_("warm-mkmodel failed for %s", path);
+    const char *path = mkmodel("kv-q8_0", &arch_cases[0], "q8_0");
+    if (!path) TEST_FAIL_("warm-mkmodel failed for kv-q8_0");
     for (size_t i = 0; i < ARRAY_SIZE(pairs); i++) {
         struct err_detail d = {0};
         double worst = 0;
@@ -279,9 +278,8 @@ TEST(state_blobs) {
     NEED_DEVICE();
     if (!getenv("WARM_BIN")) SKIP("WARM_BIN is not set (warm-mkmodel)");
     static const int pairs[][2] = {{KERN_TYPE_F16, KERN_TYPE_F16}, {KERN_TYPE_Q8_0, KERN_TYPE_Q4_0}};
-    char path[1024];
-    snprintf(path, sizeof path, "%s/blob-q8_0.gguf", test_tmpdir());
-    if (!mkmodel(&arch_cases[0], "q8_0", path)) TEST_FAIL_("warm-mkmodel failed for %s", path);
+    const char *path = mkmodel("blob-q8_0", &arch_cases[0], "q8_0");
+    if (!path) TEST_FAIL_("warm-mkmodel failed for blob-q8_0");
     struct err_detail d = {0};
     struct engine_model *m = NULL;
     ASSERT_OK_D(engine_model_load(path, NULL, &m, &d), &d);

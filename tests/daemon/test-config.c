@@ -8,6 +8,7 @@
 #include "daemon/metrics.h"
 #include "daemon/registry.h"
 #include "daemon/rpc-handlers.h"
+#include "engine/engine.h"
 #include "warm/v1/warm.pb-c.h"
 
 #include <errno.h>
@@ -311,6 +312,88 @@ TEST(many_errors) {
     ASSERT_TRUE(strstr(d.msg, want) != NULL);   /* the lines shown are the first ones */
 }
 
+/* The settings with a syntax of their own are parsed when read, by the parser their user
+ * runs later: a typo in devices or tensor_split is an error naming the file and line at
+ * start (it was first seen when a model loaded), as is one in device, preload,
+ * default_model or cache_shared_namespaces; and devices, split and tensor_split are
+ * checked together once every file and option is in. */
+TEST(structured_values) {
+    struct config c;
+    struct err_detail d = {0};
+    ASSERT_OK(config_init(&c, NULL));
+    ASSERT_STREQ(c.devices, "cpu");
+    ASSERT_EQ(c.cache_chunk_tokens, ENGINE_CHUNK_TOKENS);
+    ASSERT_OK_D(config_set(&c, "devices", "cuda:0,cuda:0,cuda:1", &d), &d);
+    ASSERT_OK_D(config_set(&c, "devices", "", &d), &d);
+    ASSERT_OK_D(config_set(&c, "devices", "cpu,cpu", &d), &d);
+    ASSERT_OK_D(config_set(&c, "tensor_split", "", &d), &d);
+    ASSERT_OK_D(config_set(&c, "tensor_split", "3,1", &d), &d);
+    ASSERT_OK_D(config_set(&c, "device", "cuda:3", &d), &d); /* which GPUs exist: at load */
+    ASSERT_OK_D(config_set(&c, "preload", "a, b.c\tQ-1,", &d), &d);
+    ASSERT_OK_D(config_set(&c, "default_model", "stories", &d), &d);
+    ASSERT_OK_D(config_set(&c, "cache_shared_namespaces", " team : root, 0 ; a:b:nosuchgroup ;",
+                           &d), &d);
+
+    /* Typos name the key and the entry, and leave the value as it was. */
+    ASSERT_ERR(config_set(&c, "devices", "cpu,cpux", &d), ERR_CONFIG);
+    ASSERT_STREQ(d.msg, "devices: device \"cpux\" in \"cpu,cpux\" is not cpu or cuda:N");
+    ASSERT_ERR(config_set(&c, "devices", "cpu,cuda:0", &d), ERR_CONFIG);
+    ASSERT_TRUE(strstr(d.msg, "devices: devices \"cpu,cuda:0\" mix CPU partitions") == d.msg);
+    ASSERT_STREQ(c.devices, "cpu,cpu");
+    ASSERT_ERR(config_set(&c, "tensor_split", "3;1", &d), ERR_CONFIG);
+    ASSERT_STREQ(d.msg, "tensor_split: tensor split \"3;1\": share 0 is not a number >= 0");
+    ASSERT_ERR(config_set(&c, "tensor_split", "1,-2", &d), ERR_CONFIG);
+    ASSERT_STREQ(d.msg, "tensor_split: tensor split \"1,-2\": share 1 is not a number >= 0");
+    ASSERT_STREQ(c.tensor_split, "3,1");
+    ASSERT_ERR(config_set(&c, "device", "gpu", &d), ERR_CONFIG);
+    ASSERT_STREQ(d.msg, "device: device \"gpu\" is not auto, cpu or cuda:N");
+    ASSERT_STREQ(c.device, "cuda:3");
+    ASSERT_ERR(config_set(&c, "preload", "a;b", &d), ERR_CONFIG);
+    ASSERT_TRUE(strstr(d.msg, "preload: 'a;b': bad model name: byte 1 is not allowed") == d.msg);
+    ASSERT_ERR(config_set(&c, "default_model", "my model", &d), ERR_CONFIG);
+    ASSERT_TRUE(strstr(d.msg, "default_model: bad model name: byte 2") == d.msg);
+    static const char *const bad_ns[][2] = {
+        {"team", "'team' is not NAME:GROUP[,GROUP...]"},
+        {"x:y; team: ,", "'team:,' is not NAME:GROUP[,GROUP...]"},
+        {" :root", "':root' is not NAME:GROUP[,GROUP...]"},
+        {"uid:5:root", "'uid:5': a user's own namespace is never shared"},
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(bad_ns); i++) {
+        char want[256];
+        snprintf(want, sizeof want, "cache_shared_namespaces: %s", bad_ns[i][1]);
+        ASSERT_ERR(config_set(&c, "cache_shared_namespaces", bad_ns[i][0], &d), ERR_CONFIG);
+        ASSERT_STREQ(d.msg, want);
+    }
+
+    /* In a file: FILE:LINE, every bad line. */
+    const char *path = write_file("typo.conf", "split = tensor\n"
+                                               "devices = cpu,cpu\n"
+                                               "tensor_split = 3,,1\n"
+                                               "devices = cpu.cpu\n");
+    ASSERT_TRUE(path != NULL);
+    char want[16384];
+    snprintf(want, sizeof want,
+             "%s:3: tensor_split: tensor split \"3,,1\": share 1 is not a number >= 0\n"
+             "%s:4: devices: device \"cpu.cpu\" in \"cpu.cpu\" is not cpu or cuda:N", path, path);
+    ASSERT_ERR(config_load_file(&c, path, &d), ERR_CONFIG);
+    ASSERT_STREQ(d.msg, want);
+
+    /* Together, after the files and the options: more than one device needs a split. */
+    struct config_cmdline cl;
+    char *file = strdup(write_file("split.conf", "devices = cpu,cpu\ntensor_split = 1,3\n"));
+    ASSERT_TRUE(file != NULL);
+    char *nosplit[] = {"warmd", "--config", file, NULL};
+    ASSERT_ERR(config_parse_args(&c, 3, nosplit, &cl, &d), ERR_CONFIG);
+    ASSERT_STREQ(d.msg, "2 devices need split = tensor (split = none takes one)");
+    char *split[] = {"warmd", "--config", file, "--split=tensor", NULL};
+    ASSERT_OK_D(config_parse_args(&c, 4, split, &cl, &d), &d);
+    ASSERT_STREQ(c.devices, "cpu,cpu");
+    char *lone[] = {"warmd", "--config", file, "--devices=cuda:1", NULL};
+    ASSERT_ERR(config_parse_args(&c, 4, lone, &cl, &d), ERR_CONFIG);
+    ASSERT_STREQ(d.msg, "devices = cuda:1 alone is not a split: use device = cuda:1");
+    free(file);
+}
+
 TEST(env_rotation) {
     struct config c;
     ASSERT_OK(config_init(&c, NULL));
@@ -574,5 +657,5 @@ TEST(status_map) {
 }
 
 TEST_MAIN(T(defaults), T(values), T(file), T(print_roundtrip), T(cmdline), T(dropins),
-          T(many_errors), T(env_rotation),
+          T(many_errors), T(structured_values), T(env_rotation),
           T(policy), T(model_names), T(model_dir), T(model_name_suggestions), T(utf8), T(metrics_text), T(status_map))

@@ -67,6 +67,10 @@ class ConfigTest(DaemonTest):
             ("just words\n", f"{conf}:1: expected 'key = value'"),
             ("models_dir = relative\n", f"{conf}:1: models_dir: 'relative' is not an absolute path"),
             ("allowed_uids = nobody-warmd-e2e\n", f"{conf}:1: allowed_uids: unknown user"),
+            ("split = tensor\ndevices = cpu,cpux\n",
+             f'{conf}:2: devices: device "cpux" in "cpu,cpux" is not cpu or cuda:N'),
+            ("tensor_split = 3;1\n",
+             f'{conf}:1: tensor_split: tensor split "3;1": share 0 is not a number >= 0'),
         ]
         for text, want in cases:
             with open(conf, "w") as f:

@@ -8,13 +8,10 @@ namespace. Then B's own request is counted for B alone. Needs root, useradd and 
 import json
 import os
 import random
-import shutil
 import subprocess
-import sys
 import time
-import unittest
 
-from warmd_harness import BIN, PYTHON_DIR, Daemon, DaemonTest, main, metric, pb
+from warmd_harness import BIN, Daemon, UsersTest, main, metric, pb
 
 TAG = str(os.getpid() % 100000)
 SOCK_GROUP, SHARED_GROUP = f"wmsk{TAG}", f"wmsh{TAG}"
@@ -56,10 +53,6 @@ print(json.dumps(out))
 '''
 
 
-def sh(*cmd):
-    subprocess.run(cmd, check=True, capture_output=True)
-
-
 def prompt(n, seed):
     rnd = random.Random(seed)
     return [rnd.randrange(3, N_VOCAB) for _ in range(n)]
@@ -80,44 +73,15 @@ def sample_names(text):
     return out
 
 
-@unittest.skipUnless(os.geteuid() == 0 and shutil.which("useradd") and shutil.which("setpriv"),
-                     "needs root, useradd and setpriv")
-class MetricsNamespaceTest(DaemonTest):
-    @classmethod
-    def setUpClass(cls):
-        for g in (SOCK_GROUP, SHARED_GROUP):
-            subprocess.run(["groupdel", g], capture_output=True)
-            sh("groupadd", g)
-        cls.ids = {}
-        for user, groups in USERS.items():
-            subprocess.run(["userdel", user], capture_output=True)
-            sh("useradd", "-M", "-U", "-s", "/usr/sbin/nologin", "-G", ",".join(groups), user)
-            uid = subprocess.run(["id", "-u", user], capture_output=True, text=True, check=True)
-            gid = subprocess.run(["id", "-g", user], capture_output=True, text=True, check=True)
-            cls.ids[user] = (int(uid.stdout), int(gid.stdout))
-
-    @classmethod
-    def tearDownClass(cls):
-        for user in USERS:
-            subprocess.run(["userdel", user], capture_output=True)
-            subprocess.run(["groupdel", user], capture_output=True)
-        for g in (SOCK_GROUP, SHARED_GROUP):
-            subprocess.run(["groupdel", g], capture_output=True)
+class MetricsNamespaceTest(UsersTest):
+    GROUPS = (SOCK_GROUP, SHARED_GROUP)
+    USERS = USERS
+    CLIENT = CLIENT
 
     def setUp(self):
         super().setUp()
         if not os.path.exists(MKMODEL):
             self.skipTest("warm-mkmodel not built")
-        self.py = os.path.join(self.tmp, "py")
-        shutil.copytree(PYTHON_DIR, self.py)
-        self.client = os.path.join(self.tmp, "client.py")
-        with open(self.client, "w") as f:
-            f.write(CLIENT)
-        for root, dirs, files in os.walk(self.tmp):
-            for n in dirs:
-                os.chmod(os.path.join(root, n), 0o755)
-            for n in files:
-                os.chmod(os.path.join(root, n), 0o644)
         self.config = (f"socket_group = {SOCK_GROUP}\nthreads = 1\nparallel = 1\n"
                        f"ctx_size = 1024\ncache_shared_namespaces = team:{SHARED_GROUP}\n")
         self.d = self.daemon(config=self.config)
@@ -128,14 +92,7 @@ class MetricsNamespaceTest(DaemonTest):
         self.d.start()
 
     def as_user(self, user, action, ns="", tokens=()):
-        uid, gid = self.ids[user]
-        r = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--init-groups",
-                            sys.executable, self.client, self.py, self.d.socket, action, ns,
-                            json.dumps(list(tokens))],
-                           capture_output=True, text=True, timeout=120,
-                           env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"})
-        self.assertEqual(r.returncode, 0, r.stderr)
-        out = json.loads(r.stdout)
+        out = self.run_client(user, self.d.socket, action, ns, json.dumps(list(tokens)))
         self.assertTrue(out["ok"], out)
         return out
 

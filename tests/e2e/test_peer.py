@@ -3,14 +3,9 @@ connect (EACCES); a uid in the group but outside allowed_uids is closed before a
 byte of RPC is exchanged; an allowed uid sees its own identity; admin-only RPCs need the
 admin group. Needs root (useradd, setpriv); skipped otherwise."""
 
-import json
 import os
-import shutil
-import subprocess
-import sys
-import unittest
 
-from warmd_harness import PYTHON_DIR, DaemonTest, main, metric, pb, write_model
+from warmd_harness import UsersTest, main, metric, pb, write_model
 
 TAG = f"{os.getpid() % 100000}"
 SOCK_GROUP, ADMIN_GROUP = f"wtsock{TAG}", f"wtadm{TAG}"
@@ -63,49 +58,13 @@ print(json.dumps(out))
 '''
 
 
-def sh(*cmd):
-    subprocess.run(cmd, check=True, capture_output=True)
-
-
-@unittest.skipUnless(os.geteuid() == 0 and shutil.which("useradd") and shutil.which("setpriv"),
-                     "needs root, useradd and setpriv")
-class PeerTest(DaemonTest):
-    @classmethod
-    def setUpClass(cls):
-        for g in (SOCK_GROUP, ADMIN_GROUP):
-            subprocess.run(["groupdel", g], capture_output=True)
-            sh("groupadd", g)
-        cls.ids = {}
-        for user, groups in USERS.items():
-            subprocess.run(["userdel", user], capture_output=True)
-            cmd = ["useradd", "-M", "-U", "-s", "/usr/sbin/nologin"]
-            if groups:
-                cmd += ["-G", ",".join(groups)]
-            sh(*cmd, user)
-            out = subprocess.run(["id", "-u", user], capture_output=True, text=True, check=True)
-            gid = subprocess.run(["id", "-g", user], capture_output=True, text=True, check=True)
-            cls.ids[user] = (int(out.stdout), int(gid.stdout))
-
-    @classmethod
-    def tearDownClass(cls):
-        for user in USERS:
-            subprocess.run(["userdel", user], capture_output=True)
-        for g in (SOCK_GROUP, ADMIN_GROUP):
-            subprocess.run(["groupdel", g], capture_output=True)
+class PeerTest(UsersTest):
+    GROUPS = (SOCK_GROUP, ADMIN_GROUP)
+    USERS = USERS
+    CLIENT = CLIENT
 
     def setUp(self):
         super().setUp()
-        # Stubs and the client where the test users can read them.
-        self.py = os.path.join(self.tmp, "py")
-        shutil.copytree(PYTHON_DIR, self.py)
-        self.client = os.path.join(self.tmp, "client.py")
-        with open(self.client, "w") as f:
-            f.write(CLIENT)
-        for root, dirs, files in os.walk(self.tmp):
-            for n in dirs:
-                os.chmod(os.path.join(root, n), 0o755)
-            for n in files:
-                os.chmod(os.path.join(root, n), 0o644)
         a, d = f"wta{TAG}", f"wtd{TAG}"
         self.d = self.daemon(config=f"socket_group = {SOCK_GROUP}\n"
                                     f"allowed_uids = {a}, {d}\n"
@@ -118,13 +77,7 @@ class PeerTest(DaemonTest):
         super().tearDown()
 
     def as_user(self, user, action):
-        uid, gid = self.ids[user]
-        r = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--init-groups",
-                            sys.executable, self.client, self.py, self.d.socket, action],
-                           capture_output=True, text=True, timeout=120,
-                           env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"})
-        self.assertEqual(r.returncode, 0, r.stderr)
-        return json.loads(r.stdout)
+        return self.run_client(user, self.d.socket, action)
 
     def metrics(self):
         return self.d.stub().Metrics(pb.MetricsRequest()).text

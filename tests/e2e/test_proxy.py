@@ -13,7 +13,7 @@ import subprocess
 import time
 import unittest
 
-from warmd_harness import BIN, PYTHON_DIR, SHARED, DaemonTest, main, pb
+from warmd_harness import BIN, SHARED, UsersTest, main, pb
 
 TAG = f"{os.getpid() % 100000}"
 SOCK_GROUP, ADMIN_GROUP = f"wpsock{TAG}", f"wpadm{TAG}"
@@ -65,10 +65,6 @@ print(json.dumps(out))
 '''
 
 
-def sh(*cmd):
-    subprocess.run(cmd, check=True, capture_output=True)
-
-
 def on_behalf(uid):
     return [["warm-on-behalf-of-uid", str(uid)]]
 
@@ -77,29 +73,13 @@ def with_token(token):
     return [["warm-user-token", token]]
 
 
-@unittest.skipUnless(os.geteuid() == 0 and shutil.which("useradd") and shutil.which("setpriv"),
-                     "needs root, useradd and setpriv")
-class ProxyTest(DaemonTest):
-    @classmethod
-    def setUpClass(cls):
-        for g in (SOCK_GROUP, ADMIN_GROUP):
-            subprocess.run(["groupdel", g], capture_output=True)
-            sh("groupadd", g)
-        cls.ids = {}
-        for user, groups in USERS.items():
-            subprocess.run(["userdel", user], capture_output=True)
-            cmd = ["useradd", "-M", "-U", "-s", "/usr/sbin/nologin"]
-            if groups:
-                cmd += ["-G", ",".join(groups)]
-            sh(*cmd, user)
-            cls.ids[user] = int(subprocess.check_output(["id", "-u", user]))
+class ProxyTest(UsersTest):
+    GROUPS = (SOCK_GROUP, ADMIN_GROUP)
+    USERS = USERS
+    CLIENT = CLIENT
 
-    @classmethod
-    def tearDownClass(cls):
-        for user in USERS:
-            subprocess.run(["userdel", user], capture_output=True)
-        for g in (SOCK_GROUP, ADMIN_GROUP):
-            subprocess.run(["groupdel", g], capture_output=True)
+    def uids(self):
+        return {user: uid for user, (uid, _) in self.ids.items()}
 
     def start(self):
         d = self.daemon(config=f"allowed_groups = {SOCK_GROUP}\nadmin_group = {ADMIN_GROUP}\n"
@@ -111,16 +91,12 @@ class ProxyTest(DaemonTest):
         os.chmod(d.socket, 0o666)  # reachable by every test user; the policy decides
         return d
 
-    def run_as(self, d, user, calls, env=None):
-        cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups",
-               "/usr/bin/python3", "-c", CLIENT, PYTHON_DIR, d.socket, json.dumps(calls)]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-        self.assertEqual(p.returncode, 0, p.stderr)
-        return json.loads(p.stdout)
+    def run_as(self, d, user, calls):
+        return self.run_client(user, d.socket, json.dumps(calls), timeout=300)
 
     def test_represented_user_gets_their_policy_rights_and_namespace(self):
         d = self.start()
-        ids = self.ids
+        ids = self.uids()
         r = self.run_as(d, PROXY, [["info", None, None],
                                    ["info", on_behalf(ids[USER]), None],
                                    ["info", on_behalf(ids[ADMIN]), None],
@@ -161,7 +137,7 @@ class ProxyTest(DaemonTest):
                          "needs ../shared/models/stories260K.gguf")
     def test_prompt_cache_lands_in_the_represented_namespace(self):
         d = self.start()
-        ids = self.ids
+        ids = self.uids()
         prompt = "Once upon a time there was a little cat who liked to play in the sun."
         r = self.run_as(d, PROXY, [["generate", on_behalf(ids[USER]), prompt]])
         self.assertEqual(r[0][0], "OK", r)
@@ -180,7 +156,7 @@ class ProxyTest(DaemonTest):
 
     def test_tokens(self):
         d = self.start()
-        ids = self.ids
+        ids = self.uids()
         made = self.run_as(d, USER, [["token", None, None]])[0]
         self.assertEqual(made[0], "OK", made)
         token = made[1]
@@ -225,22 +201,21 @@ class ProxyTest(DaemonTest):
         d = self.start()
         home = os.path.join(self.tmp, "home")
         os.makedirs(home)
-        os.chown(home, self.ids[USER], self.ids[USER])
+        os.chown(home, *self.ids[USER])
         env = dict(os.environ, HOME=home, WARM_SOCKET=d.socket)
         env.pop("XDG_CONFIG_HOME", None)
-        p = subprocess.run(["setpriv", f"--reuid={USER}", f"--regid={USER}", "--init-groups",
-                            os.path.join(BIN, "warmctl"), "token", "create"],
+        p = subprocess.run(self.setpriv(USER) + [os.path.join(BIN, "warmctl"), "token", "create"],
                            capture_output=True, text=True, env=env, timeout=60)
         self.assertEqual(p.returncode, 0, p.stderr)
         path = os.path.join(home, ".config", "warmd", "token")
         self.assertIn(path, p.stdout)
         st = os.stat(path)
         self.assertEqual(stat.S_IMODE(st.st_mode), 0o600)
-        self.assertEqual(st.st_uid, self.ids[USER])
+        self.assertEqual(st.st_uid, self.ids[USER][0])
         with open(path) as f:
             token = f.read().strip()
         r = self.run_as(d, PROXY, [["info", with_token(token), None]])
-        self.assertEqual(r[0][1]["uid"], self.ids[USER], r)
+        self.assertEqual(r[0][1]["uid"], self.ids[USER][0], r)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 """Shared helpers of the warmd end-to-end tests: start a real warmd on a temporary
 socket, talk to it with Debian's grpcio and the stubs generated at build time, capture
-sd_notify messages on a test NOTIFY_SOCKET, and stop it with a signal.
+sd_notify messages on a test NOTIFY_SOCKET, and stop it with a signal; run clients as
+local users made for the test (UsersTest).
 
 Environment (set by CTest): WARM_BIN (build/bin), WARM_PYTHON (generated stubs),
 WARM_SHARED_MODELS (reference models)."""
 
+import json
 import os
 import shutil
 import signal
@@ -217,6 +219,79 @@ class DaemonTest(unittest.TestCase):
         if contains:
             self.assertIn(contains, cm.exception.details())
         return cm.exception
+
+
+def _sh(*cmd):
+    subprocess.run(cmd, check=True, capture_output=True)
+
+
+@unittest.skipUnless(os.geteuid() == 0 and shutil.which("useradd") and shutil.which("setpriv"),
+                     "needs root, useradd and setpriv")
+class UsersTest(DaemonTest):
+    """Tests whose clients run as local users of their own (setpriv). A subclass names
+    GROUPS and USERS (name -> its supplementary groups; each user also gets a group of its
+    own): they are made for the class, replacing any an interrupted run left behind, and
+    deleted after it; ids[name] = (uid, gid). Each test writes CLIENT, a Python script, with
+    a copy of the stubs where those users can read them; run_client() runs it as one."""
+
+    GROUPS = ()
+    USERS = {}
+    CLIENT = ""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        for g in cls.GROUPS:
+            subprocess.run(["groupdel", g], capture_output=True)
+            _sh("groupadd", g)
+        cls.ids = {}
+        for user, groups in cls.USERS.items():
+            subprocess.run(["userdel", user], capture_output=True)
+            subprocess.run(["groupdel", user], capture_output=True)
+            cmd = ["useradd", "-M", "-U", "-s", "/usr/sbin/nologin"]
+            if groups:
+                cmd += ["-G", ",".join(groups)]
+            _sh(*cmd, user)
+            uid = subprocess.run(["id", "-u", user], capture_output=True, text=True, check=True)
+            gid = subprocess.run(["id", "-g", user], capture_output=True, text=True, check=True)
+            cls.ids[user] = (int(uid.stdout), int(gid.stdout))
+
+    @classmethod
+    def tearDownClass(cls):
+        for user in cls.USERS:
+            subprocess.run(["userdel", user], capture_output=True)
+            subprocess.run(["groupdel", user], capture_output=True)
+        for g in cls.GROUPS:
+            subprocess.run(["groupdel", g], capture_output=True)
+        super().tearDownClass()
+
+    def setUp(self):
+        super().setUp()
+        self.py = os.path.join(self.tmp, "py")
+        shutil.copytree(PYTHON_DIR, self.py)
+        self.client = os.path.join(self.tmp, "client.py")
+        with open(self.client, "w") as f:
+            f.write(self.CLIENT)
+        for root, dirs, files in os.walk(self.tmp):
+            for n in dirs:
+                os.chmod(os.path.join(root, n), 0o755)
+            for n in files:
+                os.chmod(os.path.join(root, n), 0o644)
+
+    def setpriv(self, user):
+        """The command prefix that runs what follows as user: its uid, its primary group
+        and its supplementary groups."""
+        uid, gid = self.ids[user]
+        return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--init-groups"]
+
+    def run_client(self, user, *args, timeout=120):
+        """CLIENT run as user with the stubs' directory and args (strings); the JSON it
+        printed."""
+        r = subprocess.run(self.setpriv(user) + [sys.executable, self.client, self.py, *args],
+                           capture_output=True, text=True, timeout=timeout,
+                           env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)
 
 
 def main():

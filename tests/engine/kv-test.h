@@ -1,5 +1,5 @@
-/* Helpers shared by the KV tests (test-kv.c, test-state.c): dummy models made by
- * warm-mkmodel, contexts with given cache types and rotation, greedy decoding. */
+/* Helpers shared by the KV tests (test-kv.c, test-state.c): dummy models (made by
+ * test_mkmodel()) opened, contexts with given cache types and rotation, greedy decoding. */
 #pragma once
 
 #include "engine/engine.h"
@@ -8,25 +8,6 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-
-/* Makes (once per test executable) a model with warm-mkmodel options `shape` under the
- * temporary directory; returns its path or NULL (WARM_BIN unset, tool failed). */
-static inline const char *kvt_model_path(const char *name, const char *shape) {
-    static char paths[16][512];
-    static char names[16][64];
-    static int n;
-    for (int i = 0; i < n; i++)
-        if (strcmp(names[i], name) == 0) return paths[i];
-    const char *bin = getenv("WARM_BIN");
-    if (!bin || n == 16) return NULL;
-    snprintf(paths[n], sizeof paths[n], "%s/%s.gguf", test_tmpdir(), name);
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s/warm-mkmodel' %s -o '%s' >/dev/null 2>&1", bin, shape,
-             paths[n]);
-    if (system(cmd) != 0) return NULL;
-    snprintf(names[n], sizeof names[n], "%s", name);
-    return paths[n++];
-}
 
 static inline struct engine_model *kvt_model_open(const char *path) {
     struct engine_model *m = NULL;

@@ -782,13 +782,6 @@ static const struct type_case type_cases[] = {
     {"q5_1", 1.6e-1}, {"q5_0", 1.6e-1}, {"q4_1", 3.5e-1}, {"q4_0", 3.5e-1},
 };
 
-static bool mkmodel(const char *bin, const struct arch_case *a, const char *type, const char *out) {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s/warm-mkmodel' --arch %s %s --type %s --seed 7 -o '%s' "
-             ">/dev/null 2>&1", bin, a->arch, a->shape, type, out);
-    return system(cmd) == 0;
-}
-
 enum { DUMMY_PROMPT = 6, DUMMY_GEN = 10 };
 
 /* Greedy tokens and the logits of every prompt position and generated step. */
@@ -822,20 +815,18 @@ static bool dummy_run(const char *path, int32_t *gen, float *logits, int32_t *re
 }
 
 TEST(dummy_models) {
-    const char *bin = getenv("WARM_BIN");
-    if (!bin) SKIP("WARM_BIN is not set");
-    char mk[1024];
-    snprintf(mk, sizeof mk, "%s/warm-mkmodel", bin);
-    if (access(mk, X_OK) != 0) SKIP("%s is not built", mk);
+    if (!test_tool_path("warm-mkmodel")) SKIP("WARM_BIN/warm-mkmodel is not built");
     enum { MAXV = 320 };
     static float ref[DUMMY_PROMPT * MAXV], got[DUMMY_PROMPT * MAXV];
     for (size_t a = 0; a < ARRAY_SIZE(arch_cases); a++) {
         int32_t ref_gen[DUMMY_GEN], gen[DUMMY_GEN], gen2[DUMMY_GEN], n_vocab = 0;
         for (size_t t = 0; t < ARRAY_SIZE(type_cases); t++) {
-            char path[1024];
-            snprintf(path, sizeof path, "%s/%s-%s.gguf", test_tmpdir(), arch_cases[a].arch,
-                     type_cases[t].name);
-            if (!mkmodel(bin, &arch_cases[a], type_cases[t].name, path))
+            char name[64];
+            snprintf(name, sizeof name, "%s-%s", arch_cases[a].arch, type_cases[t].name);
+            const char *path = test_mkmodel(name, "--arch %s %s --type %s --seed 7",
+                                            arch_cases[a].arch, arch_cases[a].shape,
+                                            type_cases[t].name);
+            if (!path)
                 TEST_FAIL_("warm-mkmodel failed for %s %s", arch_cases[a].arch, type_cases[t].name);
             float *l = t == 0 ? ref : got;
             if (!dummy_run(path, t == 0 ? ref_gen : gen, l, &n_vocab))

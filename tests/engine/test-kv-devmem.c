@@ -72,7 +72,8 @@ static void move_cache(struct engine_context *ctx, struct host_space *h, uint32_
     *h = (struct host_space){.kv = &ctx->kv,
                              .mem = {.ud = h, .alloc = hs_alloc, .free = hs_free, .get = hs_get, .set = hs_set,
                                      .copy = hs_copy}};
-    uint32_t ring_extra = p->swa_full ? 0 : p->n_batch + (p->swa_chunk ? p->swa_chunk : 256);
+    uint32_t ring_extra =
+        p->swa_full ? 0 : p->n_batch + (p->swa_chunk ? p->swa_chunk : ENGINE_CHUNK_TOKENS);
     kv_cache_done(&ctx->kv);
     struct err_detail d = {0};
     ASSERT_OK_D(kv_cache_init(&ctx->kv, ctx->model, p->type_k, p->type_v, p->n_seq, p->n_ctx, p->kv_rotation,
@@ -105,8 +106,8 @@ static bool same_logits(const struct engine_context *a, const struct engine_cont
 }
 
 TEST(device_slots_route_through_kv_mem) {
-    const char *path = kvt_model_path("devmem", "--arch llama --n-embd 256 --n-layer 4 --n-head 4 --n-head-kv 2 "
-                                                "--head-dim 64 --n-ff 384 --n-vocab 320 --type q8_0");
+    const char *path = test_mkmodel("devmem", "--arch llama --n-embd 256 --n-layer 4 --n-head 4 --n-head-kv 2 "
+                                              "--head-dim 64 --n-ff 384 --n-vocab 320 --type q8_0");
     if (!path) SKIP("warm-mkmodel is not available (WARM_BIN)");
     struct engine_model *m = kvt_model_open(path);
     ASSERT_TRUE(m != NULL);
@@ -175,8 +176,8 @@ TEST(device_slots_route_through_kv_mem) {
 /* n_seq 2: a copy between sequences of device slots is one device-to-device copy per
  * K and V of each device layer, and equals the host's */
 TEST(sequence_copy_on_device) {
-    const char *path = kvt_model_path("devmem", "--arch llama --n-embd 256 --n-layer 4 --n-head 4 --n-head-kv 2 "
-                                                "--head-dim 64 --n-ff 384 --n-vocab 320 --type q8_0");
+    const char *path = test_mkmodel("devmem", "--arch llama --n-embd 256 --n-layer 4 --n-head 4 --n-head-kv 2 "
+                                              "--head-dim 64 --n-ff 384 --n-vocab 320 --type q8_0");
     if (!path) SKIP("warm-mkmodel is not available (WARM_BIN)");
     struct engine_model *m = kvt_model_open(path);
     ASSERT_TRUE(m != NULL);

@@ -68,7 +68,7 @@ static const struct {
 
 TEST(resident_at_load) {
     for (size_t c = 0; c < ARRAY_SIZE(cases); c++) {
-        const char *path = kvt_model_path(cases[c].name, cases[c].shape);
+        const char *path = test_mkmodel(cases[c].name, "%s", cases[c].shape);
         if (!path) SKIP("warm-mkmodel unavailable (WARM_BIN)");
         struct engine_model *m = kvt_model_open(path);
         ASSERT_TRUE(m);
@@ -99,7 +99,7 @@ TEST(resident_at_load) {
  * a fresh context (the whole-blob bulk copy into pages faulted at load), decode the rest
  * and generate: the tokens equal the uninterrupted run's. */
 TEST(import_into_prefaulted) {
-    const char *path = kvt_model_path(cases[0].name, cases[0].shape);
+    const char *path = test_mkmodel(cases[0].name, "%s", cases[0].shape);
     if (!path) SKIP("warm-mkmodel unavailable (WARM_BIN)");
     struct engine_model *m = kvt_model_open(path);
     ASSERT_TRUE(m);

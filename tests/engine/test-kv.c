@@ -112,7 +112,7 @@ TEST(rotation_recorded_per_head_size) {
         {"h96", "--arch llama --n-embd 192 --n-layer 1 --n-head 2 --head-dim 96 --n-ff 128 --n-vocab 300", 0, 0},
     };
     for (size_t i = 0; i < ARRAY_SIZE(rows); i++) {
-        const char *path = kvt_model_path(rows[i].name, rows[i].shape);
+        const char *path = test_mkmodel(rows[i].name, "%s", rows[i].shape);
         if (!path) SKIP("warm-mkmodel is not available (WARM_BIN)");
         struct engine_model *m = kvt_model_open(path);
         ASSERT_TRUE(m);
@@ -318,8 +318,8 @@ TEST(rotation_quality_outliers) {
 /* ---- shared-KV layers --------------------------------------------------------------- */
 
 TEST(shared_kv_layers) {
-    const char *path = kvt_model_path("shared", "--arch qwen3 --n-embd 128 --n-layer 3 --n-head 2 "
-                                      "--head-dim 64 --n-ff 128 --n-vocab 300 --shared-kv-layers 2");
+    const char *path = test_mkmodel("shared", "--arch qwen3 --n-embd 128 --n-layer 3 --n-head 2 "
+                                    "--head-dim 64 --n-ff 128 --n-vocab 300 --shared-kv-layers 2");
     if (!path) SKIP("warm-mkmodel is not available (WARM_BIN)");
     struct engine_model *m = kvt_model_open(path);
     ASSERT_TRUE(m);
@@ -408,8 +408,8 @@ static bool logits_run(const char *path, float *out, int32_t n_vocab) {
  * (negating them changes no bit), while the same file without the key (every layer owns
  * KV, so layer 2 uses them) computes something else. */
 TEST(shared_kv_layer_ignores_own_kv_weights) {
-    const char *path = kvt_model_path("shared3", "--arch llama --n-embd 128 --n-layer 3 --n-head 2 "
-                                      "--head-dim 64 --n-ff 128 --n-vocab 300 --shared-kv-layers 1");
+    const char *path = test_mkmodel("shared3", "--arch llama --n-embd 128 --n-layer 3 --n-head 2 "
+                                    "--head-dim 64 --n-ff 128 --n-vocab 300 --shared-kv-layers 1");
     if (!path) SKIP("warm-mkmodel is not available (WARM_BIN)");
     char neg[600], plain[600], plain_neg[600];
     snprintf(neg, sizeof neg, "%s/shared3-neg.gguf", test_tmpdir());
@@ -472,8 +472,8 @@ static double shift_error(const struct engine_model *m, enum kern_type tk, enum 
 }
 
 TEST(context_shift) {
-    const char *path = kvt_model_path("shift", "--arch llama --n-embd 128 --n-layer 2 --n-head 2 "
-                                      "--head-dim 64 --n-ff 128 --n-vocab 300");
+    const char *path = test_mkmodel("shift", "--arch llama --n-embd 128 --n-layer 2 --n-head 2 "
+                                    "--head-dim 64 --n-ff 128 --n-vocab 300");
     if (!path) SKIP("warm-mkmodel is not available (WARM_BIN)");
     struct engine_model *m = kvt_model_open(path);
     ASSERT_TRUE(m);

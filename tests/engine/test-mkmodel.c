@@ -9,26 +9,9 @@
 
 #include <errno.h>
 #include <stdio.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-static char tool[1024], checker[1024];
 
 static bool tools_found(void) {
-    const char *bin = getenv("WARM_BIN");
-    if (!bin) return false;
-    snprintf(tool, sizeof tool, "%s/warm-mkmodel", bin);
-    snprintf(checker, sizeof checker, "%s/warm-gguf", bin);
-    return access(tool, X_OK) == 0 && access(checker, X_OK) == 0;
-}
-
-/* Runs warm-mkmodel with args, output to path; returns its exit status. */
-static int mkmodel(const char *args, const char *path) {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "'%s' %s -o '%s' > '%s/mkmodel.log' 2>&1", tool, args, path,
-             test_tmpdir());
-    int st = system(cmd);
-    return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return test_tool_path("warm-mkmodel") && test_tool_path("warm-gguf");
 }
 
 static char *read_file(const char *path, size_t *size) {
@@ -164,7 +147,7 @@ TEST(every_arch_and_type) {
                      "--head-dim %d --n-ff 96 --n-vocab 300 --ctx 256 --seed 7",
                      archs[a].name, types[t].name, (int)archs[a].head_dim);
             snprintf(path, sizeof path, "%s/%s-%s.gguf", test_tmpdir(), archs[a].name, types[t].name);
-            if (mkmodel(args, path) != 0) TEST_FAIL_("warm-mkmodel %s failed", args);
+            if (test_mkmodel_run(path, "%s", args) != 0) TEST_FAIL_("warm-mkmodel %s failed", args);
 
             struct gguf_file *f = NULL;
             struct err_detail d = {0};
@@ -282,10 +265,11 @@ TEST(seed_determinism) {
     snprintf(b, sizeof b, "%s/seed-b.gguf", test_tmpdir());
     snprintf(c, sizeof c, "%s/seed-c.gguf", test_tmpdir());
     const char *args = "--arch qwen2 --type q4_1 --n-embd 64 --n-head 4 --n-ff 64 --seed 42";
-    ASSERT_EQ(mkmodel(args, a), 0);
-    ASSERT_EQ(mkmodel(args, b), 0);
+    ASSERT_EQ(test_mkmodel_run(a, "%s", args), 0);
+    ASSERT_EQ(test_mkmodel_run(b, "%s", args), 0);
     ASSERT_TRUE(files_equal(a, b));
-    ASSERT_EQ(mkmodel("--arch qwen2 --type q4_1 --n-embd 64 --n-head 4 --n-ff 64 --seed 43", c), 0);
+    ASSERT_EQ(test_mkmodel_run(c, "--arch qwen2 --type q4_1 --n-embd 64 --n-head 4 --n-ff 64 "
+                                  "--seed 43"), 0);
     ASSERT_TRUE(!files_equal(a, c));
     /* a different seed changes the weights, not the layout */
     struct gguf_file *fa = NULL, *fc = NULL;
@@ -300,8 +284,8 @@ TEST(seed_determinism) {
     gguf_close(fa);
     gguf_close(fc);
     /* the default seed is 1 */
-    ASSERT_EQ(mkmodel("--arch llama --n-embd 32 --n-head 2 --n-ff 32", a), 0);
-    ASSERT_EQ(mkmodel("--arch llama --n-embd 32 --n-head 2 --n-ff 32 --seed 1", b), 0);
+    ASSERT_EQ(test_mkmodel_run(a, "--arch llama --n-embd 32 --n-head 2 --n-ff 32"), 0);
+    ASSERT_EQ(test_mkmodel_run(b, "--arch llama --n-embd 32 --n-head 2 --n-ff 32 --seed 1"), 0);
     ASSERT_TRUE(files_equal(a, b));
 }
 
@@ -309,9 +293,9 @@ TEST(tied_and_options) {
     if (!tools_found()) SKIP("WARM_BIN/warm-mkmodel is not built");
     char path[512];
     snprintf(path, sizeof path, "%s/tied.gguf", test_tmpdir());
-    ASSERT_EQ(mkmodel("--arch qwen3 --tied --n-embd 64 --n-layer 3 --n-head 2 --n-ff 64 "
-                      "--shared-kv-layers 2 --rope-base 500000 --eps 1e-5 --name tiny",
-                      path), 0);
+    ASSERT_EQ(test_mkmodel_run(path, "--arch qwen3 --tied --n-embd 64 --n-layer 3 --n-head 2 "
+                                     "--n-ff 64 --shared-kv-layers 2 --rope-base 500000 "
+                                     "--eps 1e-5 --name tiny"), 0);
     struct gguf_file *f = NULL;
     struct err_detail d = {0};
     ASSERT_OK_D(gguf_open(path, &f, &d), &d);
@@ -334,16 +318,16 @@ TEST(tied_and_options) {
     gguf_close(f);
 
     /* refusals: exit 2 for bad arguments, 1 for shapes the type cannot hold */
-    ASSERT_EQ(mkmodel("--arch gpt2", path), 2);
-    ASSERT_EQ(mkmodel("--arch llama --type q9_K", path), 2);
+    ASSERT_EQ(test_mkmodel_run(path, "--arch gpt2"), 2);
+    ASSERT_EQ(test_mkmodel_run(path, "--arch llama --type q9_K"), 2);
     /* 256-value types need n_in a multiple of 256 (the default n_embd is not) */
-    ASSERT_EQ(mkmodel("--arch llama --type q4_K", path), 1);
+    ASSERT_EQ(test_mkmodel_run(path, "--arch llama --type q4_K"), 1);
     ASSERT_TRUE(log_contains("is not a multiple of q4_K's block size 256"));
-    ASSERT_EQ(mkmodel("--arch llama --n-head 4 --n-head-kv 3", path), 2);
+    ASSERT_EQ(test_mkmodel_run(path, "--arch llama --n-head 4 --n-head-kv 3"), 2);
     ASSERT_TRUE(log_contains("multiple of --n-head-kv"));
-    ASSERT_EQ(mkmodel("--arch qwen2 --n-embd 64 --n-head 4 --head-dim 32", path), 2);
-    ASSERT_EQ(mkmodel("--arch llama --n-vocab 100", path), 2);
-    ASSERT_EQ(mkmodel("--arch llama --type q8_0 --n-embd 48 --n-head 4", path), 1);
+    ASSERT_EQ(test_mkmodel_run(path, "--arch qwen2 --n-embd 64 --n-head 4 --head-dim 32"), 2);
+    ASSERT_EQ(test_mkmodel_run(path, "--arch llama --n-vocab 100"), 2);
+    ASSERT_EQ(test_mkmodel_run(path, "--arch llama --type q8_0 --n-embd 48 --n-head 4"), 1);
     ASSERT_TRUE(log_contains("token_embd.weight: ne[0] = 48 is not a multiple of q8_0's block size 32"));
 }
 
@@ -372,7 +356,7 @@ TEST(vocab_from) {
         snprintf(path, sizeof path, "%s/vocab-%zu.gguf", test_tmpdir(), v);
         snprintf(args, sizeof args, "--arch qwen2 --n-embd 32 --n-head 2 --n-ff 32 --type f16 "
                  "--tied --vocab-from '%s'", src_path);
-        ASSERT_EQ(mkmodel(args, path), 0);
+        ASSERT_EQ(test_mkmodel_run(path, "%s", args), 0);
         struct gguf_file *f = NULL, *src = NULL;
         struct err_detail d = {0};
         ASSERT_OK_D(gguf_open(path, &f, &d), &d);
@@ -415,8 +399,8 @@ TEST(demo_command) {
     snprintf(args, sizeof args, "--arch llama --n-embd 256 --n-layer 4 --n-head 8 --n-head-kv 4 "
              "--n-ff 512 --type q8_0 --seed 1 %s%s%s", vocab ? "--vocab-from '" : "",
              vocab ? vocab : "", vocab ? "'" : "");
-    ASSERT_EQ(mkmodel(args, path), 0);
-    snprintf(cmd, sizeof cmd, "'%s' --check '%s' > /dev/null", checker, path);
+    ASSERT_EQ(test_mkmodel_run(path, "%s", args), 0);
+    snprintf(cmd, sizeof cmd, "'%s' --check '%s' > /dev/null", test_tool_path("warm-gguf"), path);
     ASSERT_EQ(system(cmd), 0);
     struct gguf_file *f = NULL;
     struct err_detail d = {0};
@@ -437,7 +421,7 @@ TEST(synthetic_vocab_loads) {
         snprintf(path, sizeof path, "%s/vocab-%d.gguf", test_tmpdir(), sizes[i]);
         snprintf(args, sizeof args, "--arch llama --n-embd 64 --n-layer 1 --n-head 2 "
                  "--n-head-kv 2 --n-ff 64 --n-vocab %d", sizes[i]);
-        ASSERT_EQ(mkmodel(args, path), 0);
+        ASSERT_EQ(test_mkmodel_run(path, "%s", args), 0);
         struct gguf_file *f = NULL;
         struct engine_vocab *v = NULL;
         struct err_detail d = {0};

@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 enum { N_PROMPT = 9, N_GEN = 8, N_ROWS = N_PROMPT + N_GEN };
 
@@ -55,12 +54,8 @@ static const struct repack_case cases[] = {
 /* The case's model, mapped or (copy) read into the model's own memory as the daemon
  * loads it. */
 static struct engine_model *case_model_as(const struct repack_case *c, bool copy) {
-    const char *bin = getenv("WARM_BIN");
-    if (!bin) return NULL;
-    char path[1024], cmd[2048];
-    snprintf(path, sizeof path, "%s/%s.gguf", test_tmpdir(), c->name);
-    snprintf(cmd, sizeof cmd, "'%s/warm-mkmodel' %s --seed 5 -o '%s' >/dev/null 2>&1", bin, c->mk, path);
-    if (access(path, R_OK) != 0 && system(cmd) != 0) return NULL;
+    const char *path = test_mkmodel(c->name, "%s --seed 5", c->mk);
+    if (!path) return NULL;
     struct engine_model *m = NULL;
     struct err_detail d = {0};
     const struct engine_model_params p = {.private_copy = copy};

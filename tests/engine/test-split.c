@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 enum { N_PROMPT = 7, N_GEN = 8, MAX_DEV = 4 };
 
@@ -48,17 +47,9 @@ static const struct split_case cases[] = {
     {"gemma4e", NULL, "gemma/gemma4e-tiny.gguf", KERN_TYPE_F32},
 };
 
-/* The model file of a case, made or found; NULL (with a reason) when it cannot be had. */
-static const char *case_path(const struct split_case *c, char *buf, size_t cap) {
-    if (c->shared) return test_shared_path(c->shared);
-    const char *bin = getenv("WARM_BIN");
-    if (!bin) return NULL;
-    snprintf(buf, cap, "%s/%s.gguf", test_tmpdir(), c->name);
-    if (access(buf, R_OK) == 0) return buf;
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s/warm-mkmodel' %s --seed 11 -o '%s' >/dev/null 2>&1", bin,
-             c->mk, buf);
-    return system(cmd) == 0 ? buf : NULL;
+/* The model file of a case, made or found; NULL when it cannot be had. */
+static const char *case_path(const struct split_case *c) {
+    return c->shared ? test_shared_path(c->shared) : test_mkmodel(c->name, "%s --seed 11", c->mk);
 }
 
 /* context_new() flags */
@@ -116,8 +107,7 @@ static int run_from(struct engine_context *ctx, uint32_t p0, int32_t *gen, float
 }
 
 static struct engine_model *case_model(const struct split_case *c) {
-    char buf[1024];
-    const char *path = case_path(c, buf, sizeof buf);
+    const char *path = case_path(c);
     if (!path) return NULL;
     struct engine_model *m = NULL;
     struct err_detail d = {0};

@@ -203,7 +203,7 @@ TEST(state_matrix) {
     for (int i = 0; i < N_TYPES; i++) some[4 + i][0] = some[4 + i][1] = i;
     for (size_t i = 0; i < ARRAY_SIZE(matrix_models); i++) {
         const struct matrix_model *mm = &matrix_models[i];
-        const char *path = mm->shape ? kvt_model_path(mm->name, mm->shape)
+        const char *path = mm->shape ? test_mkmodel(mm->name, "%s", mm->shape)
                                      : test_shared_path("stories260K.gguf");
         if (!path) {
             printf("  %-12s skipped: %s\n", mm->name, mm->shape ? "warm-mkmodel unavailable"
@@ -222,7 +222,7 @@ TEST(state_matrix) {
            total.passed, total.vacuous, total.not_applicable, total.failed);
     if (total.run == 0) SKIP("no model available");
     ASSERT_EQ(total.failed, 0);
-    if (kvt_model_path("gemma4-mixed", matrix_models[ARRAY_SIZE(matrix_models) - 1].shape))
+    if (test_mkmodel("gemma4-mixed", "%s", matrix_models[ARRAY_SIZE(matrix_models) - 1].shape))
         ASSERT_TRUE(total.rot_differ > 0); /* gemma4-mixed: per-cache rotation sizes exercised */
     ASSERT_EQ(total.passed, total.run);
 }
@@ -238,10 +238,10 @@ struct bad_env {
 };
 
 static int bad_env_open(struct bad_env *e, enum kern_type tk, enum kern_type tv, uint32_t n) {
-    const char *p = kvt_model_path("llama-h64", matrix_models[1].shape);
-    const char *q = kvt_model_path("llama-h64-other",
-                                   "--arch llama --n-embd 128 --n-layer 2 --n-head 2 --head-dim 64 "
-                                   "--n-ff 128 --n-vocab 300 --seed 99");
+    const char *p = test_mkmodel("llama-h64", "%s", matrix_models[1].shape);
+    const char *q = test_mkmodel("llama-h64-other",
+                                 "--arch llama --n-embd 128 --n-layer 2 --n-head 2 --head-dim 64 "
+                                 "--n-ff 128 --n-vocab 300 --seed 99");
     if (!p || !q) return ERR_NOT_FOUND;
     memset(e, 0, sizeof *e);
     e->m = kvt_model_open(p);
@@ -509,7 +509,7 @@ static const char *line_of(const char *out, const char *prefix) {
 
 TEST(warm_run_save_load_reject) {
     const char *bin = getenv("WARM_BIN");
-    const char *model = kvt_model_path("llama-h64", matrix_models[1].shape);
+    const char *model = test_mkmodel("llama-h64", "%s", matrix_models[1].shape);
     if (!bin || !model) SKIP("WARM_BIN / warm-mkmodel is not available");
     char cmd[4096], blob[512];
     snprintf(blob, sizeof blob, "%s/run.blob", test_tmpdir());

@@ -18,19 +18,8 @@
 
 #include <errno.h>
 #include <stdio.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #define LOGIT_REL_TOL 0.1 /* LOGIT_TOL / max |logit| */
-
-static char tool[1024];
-
-static bool tool_found(void) {
-    const char *bin = getenv("WARM_BIN");
-    if (!bin) return false;
-    snprintf(tool, sizeof tool, "%s/warm-mkmodel", bin);
-    return access(tool, X_OK) == 0;
-}
 
 /* Writes a copy of src with every tensor converted to F32. */
 static int write_f32_copy(const char *src, const char *dst) {
@@ -106,22 +95,19 @@ static int argmax(const float *x, int n, float *ret_margin) {
 }
 
 TEST(quantized_vs_dequantized) {
-    if (!tool_found()) SKIP("WARM_BIN/warm-mkmodel is not built");
+    if (!test_tool_path("warm-mkmodel")) SKIP("WARM_BIN/warm-mkmodel is not built");
     static const char *const types[] = {"q2_K", "q3_K", "iq4_xs", "q4_K", "q5_K", "q6_K"};
     static float lq[N_TOK * N_VOCAB], lf[N_TOK * N_VOCAB];
     int32_t tok[N_TOK];
     for (int i = 0; i < N_TOK; i++) tok[i] = (int32_t)(1 + (i * 97 + 13) % (N_VOCAB - 1));
     for (size_t t = 0; t < ARRAY_SIZE(types); t++) {
-        char cmd[4096], qpath[512], fpath[512];
-        snprintf(qpath, sizeof qpath, "%s/%s.gguf", test_tmpdir(), types[t]);
+        char fpath[512];
         snprintf(fpath, sizeof fpath, "%s/%s-f32.gguf", test_tmpdir(), types[t]);
         /* every matrix's n_in a multiple of 256 (n_embd, n_head·head_dim, n_ff) */
-        snprintf(cmd, sizeof cmd,
-                 "'%s' --arch llama --type %s --n-embd 256 --n-layer 2 --n-head 4 --n-head-kv 2 "
-                 "--n-ff 512 --n-vocab %d --ctx 128 --seed 3 -o '%s' > '%s/mkmodel.log' 2>&1",
-                 tool, types[t], N_VOCAB, qpath, test_tmpdir());
-        int st = system(cmd);
-        if (!(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0))
+        const char *qpath = test_mkmodel(types[t], "--arch llama --type %s --n-embd 256 "
+                                         "--n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 512 "
+                                         "--n-vocab %d --ctx 128 --seed 3", types[t], N_VOCAB);
+        if (!qpath)
             TEST_FAIL_("warm-mkmodel --type %s failed (see %s/mkmodel.log)", types[t],
                        test_tmpdir());
         struct gguf_file *f = NULL;

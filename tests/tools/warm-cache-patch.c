@@ -144,7 +144,7 @@ static void usage(void) {
 
 int main(int argc, char **argv) {
     const char *dir = NULL;
-    long long version = -1, chunk = 256, budget = 8ll << 30;
+    long long version = -1, chunk = ENGINE_CHUNK_TOKENS, budget = 8ll << 30;
     static const struct option opts[] = {
         {"store", required_argument, NULL, 's'},
         {"set-version", required_argument, NULL, 'v'},
