@@ -17,12 +17,20 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #define READ_BYTES (64 << 10)
 #define SOCKPAIR_BUF_BYTES (64 << 10)
 #define ACCEPTS_PER_ROUND 64
+/* The accept loop's nice value (its thread only). A peer that connects and closes in a
+ * loop spends about as much CPU per connection as its refusal costs here: when it runs as
+ * often as this thread, it fills the listen backlog, and every other connect then fails
+ * with EAGAIN (two such processes on 2 cores failed over half of an allowed user's).
+ * Raising it needs CAP_SYS_NICE or RLIMIT_NICE (warmd.service: LimitNICE=); without
+ * either the loop runs at the daemon's priority. */
+#define ACCEPT_NICE (-10)
 #define SWEEP_USEC 100000ull
 #define RESET_WINDOW_USEC 10000000ull
 #define LOG_INTERVAL_USEC 10000000ull
@@ -611,8 +619,21 @@ static void sweep(struct guard *g, uint64_t now) {
     }
 }
 
+/* Raises the calling thread to ACCEPT_NICE; says so once when it may not. */
+static void accept_priority_raise(void) {
+    id_t tid = (id_t)gettid();
+    errno = 0;
+    int cur = getpriority(PRIO_PROCESS, tid);
+    if (errno == 0 && cur <= ACCEPT_NICE) return;
+    if (setpriority(PRIO_PROCESS, tid, ACCEPT_NICE) < 0)
+        log_info("accept loop: cannot take nice %d (%s); peers churning connections can "
+                 "fill the listen backlog of a busy machine (LimitNICE=%d allows it)",
+                 ACCEPT_NICE, strerror(errno), ACCEPT_NICE);
+}
+
 static void *guard_loop(void *arg) {
     struct guard *g = arg;
+    accept_priority_raise();
     struct epoll_event evs[64];
     bool stop = false;
     while (!stop) {

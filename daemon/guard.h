@@ -1,12 +1,14 @@
 /* guard — the accept loop and the connection guard: what one client can make warmd hold
  * over its connections is bounded here, before gRPC sees a byte.
  *
- * One thread (epoll) accepts on the listening socket, reads SO_PEERCRED, applies the
- * access policy and the connection caps (in total and per uid), and relays every admitted
- * connection through a socketpair whose other end is handed to gRPC. The relay reads the
- * HTTP/2 frame headers in both directions (never the payloads) and so knows, per
- * connection, which streams are open, how many request bytes gRPC holds for them, how
- * many streams the client reset, and whether the client reads what it is sent:
+ * One thread (epoll; nice -10 where RLIMIT_NICE or CAP_SYS_NICE allows, so that peers
+ * churning connections cannot fill the listen backlog before it refuses them) accepts on
+ * the listening socket, reads SO_PEERCRED, applies the access policy and the connection
+ * caps (in total and per uid), and relays every admitted connection through a socketpair
+ * whose other end is handed to gRPC. The relay reads the HTTP/2 frame headers in both
+ * directions (never the payloads) and so knows, per connection, which streams are open,
+ * how many request bytes gRPC holds for them, how many streams the client reset, and
+ * whether the client reads what it is sent:
  *
  *  - request bytes of streams the server has not finished (incomplete or queued
  *    requests): per connection at most 2 x max_request_bytes + one read, per uid

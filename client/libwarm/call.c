@@ -31,6 +31,11 @@
 /* How long the probe waits for the daemon's first bytes (its HTTP/2 SETTINGS, sent at once
  * to a peer it serves) before it stops waiting and lets gRPC find out. */
 #define PROBE_WAIT_MSEC 5000
+/* gRPC waits 1 s, then longer, before it connects again after a failed connect: a call
+ * that waits for the daemon's full listen backlog to drain (wait_connected) tries again
+ * after 20 ms, then at most every 250 ms. */
+#define RECONNECT_FIRST_MSEC 20
+#define RECONNECT_MAX_MSEC 250
 
 /* ---- errors -------------------------------------------------------------------------- */
 
@@ -108,10 +113,16 @@ int lw_socket_probe(const char *path, struct warm_error *err) {
         return lw_fail(err, WARM_BAD_REQUEST, "socket path '%s' is longer than %zu bytes", path,
                        sizeof sa.sun_path - 1);
     memcpy(sa.sun_path, path, strlen(path) + 1);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* Non-blocking: a full listen backlog fails the connect with EAGAIN instead of waiting
+     * for room (a Unix socket connect never is in progress). */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return lw_fail(err, WARM_NOT_RUNNING, "socket(AF_UNIX): %s", strerror(errno));
     int r = connect(fd, (const struct sockaddr *)&sa, sizeof sa);
     int e = errno;
+    if (r < 0 && e == EAGAIN) { /* it listens, busy: the calls wait for room (wait_connected) */
+        close(fd);
+        return 0;
+    }
     if (r == 0) {
         /* warmd greets a peer it serves with its HTTP/2 SETTINGS, and one its access
          * policy refuses with a GOAWAY naming the policy, then closes: telling them apart
@@ -200,6 +211,10 @@ WARM_API int warm_connect(const char *socket_path, struct warm_client **ret,
          .value.integer = MAX_RECEIVE_BYTES},
         {.type = GRPC_ARG_STRING, .key = GRPC_ARG_PRIMARY_USER_AGENT_STRING,
          .value.string = "libwarm/" LIBWARM_VERSION},
+        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+         .value.integer = RECONNECT_FIRST_MSEC},
+        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+         .value.integer = RECONNECT_MAX_MSEC},
     };
     grpc_channel_args ch_args = {.num_args = ARRAY_LEN(args), .args = args};
     grpc_channel_credentials *creds = grpc_insecure_credentials_create();
@@ -371,11 +386,49 @@ static int status_fail(struct warm_client *c, const char *method, grpc_status_co
     return lw_fail(err, code, "%s", *msg ? msg : warm_code_name(code));
 }
 
-int lw_call_unary(struct warm_client *c, const char *method, const ProtobufCMessage *req,
-                  const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **ret,
-                  struct warm_error *err) {
+/* True when a connect to path fails with EAGAIN now: the daemon's listen backlog is full
+ * (it is busy refusing a flood of connections), and gRPC's connect may have failed so. */
+static bool backlog_full(const char *path) {
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path) return false;
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return false;
+    bool full = connect(fd, (const struct sockaddr *)&sa, sizeof sa) < 0 && errno == EAGAIN;
+    close(fd);
+    return full;
+}
+
+/* After a call failed UNAVAILABLE: when the daemon's listen backlog is full, waits until
+ * the channel is connected, gRPC connecting again after its backoff. True when it is
+ * before deadline; false at once for any other failure, and as soon as the probe says the
+ * daemon went away or refuses this user. */
+static bool wait_connected(struct warm_client *c, gpr_timespec deadline) {
+    if (!backlog_full(c->socket)) return false;
     grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
-    grpc_call *call = call_create(c, cq, method, deadline_after(c->timeout_usec));
+    bool ok = true;
+    grpc_connectivity_state s;
+    while (ok && (s = grpc_channel_check_connectivity_state(c->channel, 1)) != GRPC_CHANNEL_READY) {
+        if (s == GRPC_CHANNEL_SHUTDOWN ||
+            (s == GRPC_CHANNEL_TRANSIENT_FAILURE && lw_socket_probe(c->socket, NULL) < 0)) {
+            ok = false;
+            break;
+        }
+        grpc_channel_watch_connectivity_state(c->channel, s, deadline, cq, &s);
+        ok = grpc_completion_queue_pluck(cq, &s, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).success;
+    }
+    cq_destroy(cq);
+    return ok;
+}
+
+/* One attempt of a unary call. With may_wait, a failure because the daemon's listen
+ * backlog was full returns UNARY_AGAIN once the channel has connected. */
+#define UNARY_AGAIN 1
+static int unary_once(struct warm_client *c, const char *method, const ProtobufCMessage *req,
+                      const ProtobufCMessageDescriptor *resp_desc, gpr_timespec deadline,
+                      bool may_wait, ProtobufCMessage **ret, struct warm_error *err) {
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+    grpc_call *call = call_create(c, cq, method, deadline);
     grpc_byte_buffer *send = pack(req), *recv = NULL;
     grpc_metadata_array md_initial, md_trailing;
     grpc_metadata_array_init(&md_initial);
@@ -403,7 +456,9 @@ int lw_call_unary(struct warm_client *c, const char *method, const ProtobufCMess
         r = lw_fail(err, WARM_INTERNAL, "%s: the gRPC call could not start", method);
     } else {
         wait_tag(cq, call, ops, NULL, &cancelled);
-        if (status != GRPC_STATUS_OK) {
+        if (status == GRPC_STATUS_UNAVAILABLE && may_wait && wait_connected(c, deadline)) {
+            r = UNARY_AGAIN;
+        } else if (status != GRPC_STATUS_OK) {
             r = status_fail(c, method, status, details, err);
         } else if (!recv) {
             r = lw_fail(err, WARM_PROTOCOL, "%s: warmd answered OK without a message", method);
@@ -424,6 +479,15 @@ int lw_call_unary(struct warm_client *c, const char *method, const ProtobufCMess
     gpr_free((void *)error_string);
     grpc_call_unref(call);
     cq_destroy(cq);
+    return r;
+}
+
+int lw_call_unary(struct warm_client *c, const char *method, const ProtobufCMessage *req,
+                  const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **ret,
+                  struct warm_error *err) {
+    gpr_timespec deadline = deadline_after(c->timeout_usec);
+    int r = unary_once(c, method, req, resp_desc, deadline, true, ret, err);
+    if (r == UNARY_AGAIN) r = unary_once(c, method, req, resp_desc, deadline, false, ret, err);
     return r;
 }
 

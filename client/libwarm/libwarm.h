@@ -28,12 +28,15 @@ int lw_fail(struct warm_error *err, int code, const char *fmt, ...)
 void lw_copy(char *dst, size_t size, const char *src);
 
 /* Connects to path with a plain AF_UNIX socket and closes it again: 0 when something
- * listens; otherwise fills err with WARM_NOT_RUNNING or WARM_SOCKET_ACCESS and the
- * message telling the person what to do. */
+ * listens (also when its listen backlog is full: the connect fails with EAGAIN, and
+ * does not wait); otherwise fills err with WARM_NOT_RUNNING or WARM_SOCKET_ACCESS and
+ * the message telling the person what to do. */
 int lw_socket_probe(const char *path, struct warm_error *err);
 
 /* One unary RPC: method is the bare name ("GetInfo"); *ret is the unpacked response,
- * freed with protobuf_c_message_free_unpacked(*ret, NULL). */
+ * freed with protobuf_c_message_free_unpacked(*ret, NULL). A call that fails because the
+ * daemon's listen backlog is full (gRPC's connect failed with EAGAIN) is made once more
+ * when the channel has connected, within the same deadline. */
 int lw_call_unary(struct warm_client *c, const char *method, const ProtobufCMessage *req,
                   const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **ret,
                   struct warm_error *err);

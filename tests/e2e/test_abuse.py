@@ -5,7 +5,6 @@ measures the daemon's idle RSS and an honest GetInfo's idle latency first, in th
 test, and bounds what the attack may add as a ratio or a stated number of bytes. Needs
 root (setpriv, chmod of the socket) and python3-h2; skipped otherwise."""
 
-import collections
 import json
 import os
 import shutil
@@ -14,18 +13,28 @@ import sys
 import threading
 import time
 
-from warmd_harness import BIN, DaemonTest, START_TIMEOUT, grpc, main, metric, pb, pbg
+from warmd_harness import BIN, DaemonTest, START_TIMEOUT, grpc, main, metric, pb
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "client", "python"))
+import warm_client  # noqa: E402
 
 C = grpc.StatusCode
 HERE = os.path.dirname(os.path.abspath(__file__))
 ATTACK = os.path.join(HERE, "h2_attack.py")
 MKMODEL = os.path.join(BIN, "warm-mkmodel")
+INFO_LOOP = os.path.join(BIN, "..", "tests", "warm-info-loop")
 NOBODY = 65534
 MIB = 1 << 20
 # What an attack may add to the daemon's RSS above idle in these tests, whose caps are
 # max_pending_bytes_per_uid = 8M and max_pending_bytes = 16M: the caps, gRPC's and the
 # allocator's overhead on them, and the relays' buffers.
 RSS_BOUND = 96 * MIB
+# The churn test: seconds of fresh-connection calls per client, idle and under churn, and
+# each call's deadline (within which the clients wait for a full listen backlog to drain).
+IDLE_SECONDS = 2.0
+CHURN_SECONDS = 5.0
+CALL_DEADLINE = 5.0
 
 
 def have_h2():
@@ -238,34 +247,69 @@ class AbuseTest(DaemonTest):
 
     # ---- item 5: refused users' churn ------------------------------------------------
 
-    def test_refused_churn(self):
-        """A uid the policy refuses connects and closes in a loop as fast as it can:
-        allowed calls keep succeeding, and the refusals are logged once per interval."""
-        self.start("allowed_uids = 0\n")
-        procs = [self.attack("churn", 6.0, background=True)]
-        ok, failed, t_end = 0, [], time.monotonic() + 5.0
-        while time.monotonic() < t_end:
+    def fresh_calls(self, seconds):
+        """GetInfo on a fresh connection with a deadline, again and again for seconds,
+        through the Python client and then through libwarm: {client: (answered, calls,
+        last failure)}."""
+        out = {}
+        ok, n, last, end = 0, 0, "", time.monotonic() + seconds
+        while time.monotonic() < end:
+            n += 1
             try:
-                ch = self.d.channel()
-                # wait_for_ready: on a loaded machine the churn can fill the kernel's accept
-                # backlog for a moment (warmd closes refused connections as fast as it is
-                # scheduled, but cannot accept what the kernel refused), and a connect then
-                # fails at once with EAGAIN; a client that retries its connect, as gRPC's
-                # wait_for_ready does, must still be served within the call's deadline.
-                pbg.WarmStub(ch).GetInfo(pb.GetInfoRequest(), timeout=10, wait_for_ready=True)
-                ch.close()
+                with warm_client.Client(self.d.socket, timeout=CALL_DEADLINE) as c:
+                    self.assertEqual(c.info().api_version, "warm.v1")
                 ok += 1
-            except grpc.RpcError as e:
-                failed.append((e.code(), e.details()))
+            except warm_client.WarmError as e:
+                last = f"{e.code}: {e.message}"
+        out["python"] = (ok, n, last)
+        p = subprocess.run([INFO_LOOP, self.d.socket, str(seconds),
+                            str(int(CALL_DEADLINE * 1000))], capture_output=True, text=True,
+                           timeout=seconds + 3 * CALL_DEADLINE + 60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        r = json.loads(p.stdout)
+        out["libwarm"] = (r["ok"], r["ok"] + r["failed"], r["last_error"])
+        return out
+
+    def refused(self):
+        """Connections refused so far; -1 when the call failed."""
+        try:
+            with warm_client.Client(self.d.socket, timeout=CALL_DEADLINE) as c:
+                return metric(c.metrics(), "warmd_connections_refused_total")
+        except warm_client.WarmError:
+            return -1
+
+    def test_refused_churn(self):
+        """Two processes of a uid the policy refuses connect and close in a loop as fast as
+        they can (round 2's F4: they filled the listen backlog, and an allowed user's
+        connect failed with EAGAIN 56-79 % of the time on 2 cores): the allowed user's
+        GetInfo on fresh connections, through the Python client and libwarm, is answered
+        at least 95 % as often as with no churn, measured first in this test; the
+        refusals are logged once per interval."""
+        if not os.path.exists(INFO_LOOP):
+            self.skipTest("warm-info-loop not built")
+        self.start("allowed_uids = 0\n")
+        idle = self.fresh_calls(IDLE_SECONDS)
+        procs = [self.attack("churn", 2 * CHURN_SECONDS + 1.0, background=True)
+                 for _ in range(2)]
+        end = time.monotonic() + START_TIMEOUT  # the churners run before it counts
+        while time.monotonic() < end and self.refused() < 1000:
+            time.sleep(0.05)
+        busy = self.fresh_calls(CHURN_SECONDS)
         n = sum(self.result(p)["connects"] for p in procs)
-        self.assertGreater(n, 100, "the churn did not run")
-        kinds = collections.Counter(f"{c.name}: {m}" for c, m in failed)
-        self.assertEqual(len(failed), 0, f"{len(failed)} of {ok + len(failed)} calls failed: {kinds}")
+        self.assertGreater(n, 1000, "the churn did not run")
         lines = [l for l in self.d.text().splitlines() if "refused connection" in l]
         self.assertLessEqual(len(lines), 4, f"{len(lines)} refusal lines for {n} connects")
         self.assertGreaterEqual(metric(self.metrics(), "warmd_connections_refused_total"), n // 2)
-        print(f"churn: {n} refused connects, {ok} allowed calls served, {len(lines)} log lines",
-              file=sys.stderr)
+        for client in ("python", "libwarm"):
+            (ok0, n0, _), (ok, calls, _) = idle[client], busy[client]
+            print(f"churn, {client}: {ok}/{calls} calls answered ({100 * ok / calls:.1f} %) "
+                  f"beside {n} refused connects; idle {ok0}/{n0}", file=sys.stderr)
+        for client in ("python", "libwarm"):
+            (ok0, n0, last0), (ok, calls, last) = idle[client], busy[client]
+            self.assertGreater(ok0, 0, f"{client} idle: {last0}")
+            self.assertGreaterEqual(ok / calls, 0.95 * ok0 / n0,
+                                    f"{client}: {ok}/{calls} answered under churn, {ok0}/{n0} "
+                                    f"idle; last failure: {last}")
 
     # ---- item 10: fairness ------------------------------------------------------------
 

@@ -1,10 +1,13 @@
 """The client: one gRPC channel over the daemon's Unix socket, methods named after the
 warm.v1.Warm RPCs, errors as WarmError with a message a person can act on."""
 
+import errno
 import grp
 import os
+import queue
 import socket as _socket
 import sys
+import time
 
 import grpc
 
@@ -23,6 +26,12 @@ except ImportError:  # the stubs live in the build tree: $WARM_PYTHON names it
 
 DEFAULT_SOCKET = "/run/warmd.sock"
 MAX_MESSAGE_BYTES = 64 << 20
+# gRPC waits 1 s, then longer, before it connects again after a failed connect: a call
+# that waits for the daemon's full listen backlog to drain (Client._wait_connected) tries
+# again after 20 ms, then at most every 250 ms.
+_CHANNEL_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                    ("grpc.initial_reconnect_backoff_ms", 20),
+                    ("grpc.max_reconnect_backoff_ms", 250)]
 _CACHE_MODES = {"use": pb.CACHE_MODE_USE, "skip": pb.CACHE_MODE_SKIP,
                 "refresh": pb.CACHE_MODE_REFRESH}
 
@@ -37,28 +46,39 @@ class WarmError(Exception):
         self.message = message
 
 
-def _probe(path):
-    """None when something listens on path, else a WarmError saying what to do."""
+def _connect_errno(path):
+    """0 when a connect to path succeeds now, else its errno. EAGAIN: something listens
+    there, but its listen backlog is full (a Unix socket refuses to queue more); the
+    connect does not wait for room."""
     s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    s.setblocking(False)
     try:
         s.connect(path)
+        return 0
+    except OSError as e:
+        return e.errno
+    finally:
+        s.close()
+
+
+def _probe(path):
+    """None when something listens on path, else a WarmError saying what to do."""
+    e = _connect_errno(path)
+    if e in (0, errno.EAGAIN):
         return None
-    except (FileNotFoundError, NotADirectoryError):
+    if e in (errno.ENOENT, errno.ENOTDIR):
         return WarmError("NOT_RUNNING", f"warmd is not running: no socket at {path}; start it "
                          "with 'sudo systemctl start warmd.socket' (or run 'warmd')")
-    except ConnectionRefusedError:
+    if e == errno.ECONNREFUSED:
         return WarmError("NOT_RUNNING", f"warmd is not running: nothing listens on {path}")
-    except PermissionError:
+    if e in (errno.EACCES, errno.EPERM):
         try:
             group = grp.getgrgid(os.stat(path).st_gid).gr_name
         except (OSError, KeyError):
             group = "warm"
         return WarmError("SOCKET_ACCESS", f"permission denied on {path}: join the group "
                          f"'{group}' ('sudo usermod -aG {group} $USER', then log in again)")
-    except OSError as e:
-        return WarmError("NOT_RUNNING", f"cannot connect to {path}: {e}")
-    finally:
-        s.close()
+    return WarmError("NOT_RUNNING", f"cannot connect to {path}: {os.strerror(e)}")
 
 
 class Stream:
@@ -98,9 +118,7 @@ class Client:
         if err:
             raise err
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(
-            "unix:" + self.socket,
-            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
+        self._channel = grpc.insecure_channel("unix:" + self.socket, options=_CHANNEL_OPTIONS)
         self._stub = pbg.WarmStub(self._channel)
 
     def close(self):
@@ -119,11 +137,46 @@ class Client:
                 return probe
         return WarmError(e.code(), e.details() or e.code().name)
 
-    def _unary(self, method, request):
+    def _wait_connected(self, deadline):
+        """After a call failed UNAVAILABLE: when the daemon's listen backlog is full (a
+        connect fails with EAGAIN, as gRPC's did: the daemon is busy refusing a flood of
+        connections), waits until the channel is connected, gRPC connecting again after
+        its backoff. True when it is, before deadline (time.monotonic(); None = none);
+        False at once for any other failure, or when the daemon went away meanwhile."""
+        if _connect_errno(self.socket) != errno.EAGAIN:
+            return False
+        states = queue.Queue()
+        put = states.put
+        self._channel.subscribe(put, try_to_connect=True)
         try:
-            return getattr(self._stub, method)(request, timeout=self.timeout)
-        except grpc.RpcError as e:
-            raise self._error(e) from None
+            while True:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                try:
+                    state = states.get(timeout=left)
+                except queue.Empty:
+                    return False
+                if state == grpc.ChannelConnectivity.READY:
+                    return True
+                if (state == grpc.ChannelConnectivity.TRANSIENT_FAILURE and
+                        _connect_errno(self.socket) not in (0, errno.EAGAIN)):
+                    return False
+        finally:
+            self._channel.unsubscribe(put)
+
+    def _unary(self, method, request):
+        """One unary call within self.timeout; a call that failed because the daemon's
+        listen backlog was full is made once more when the channel has connected."""
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        for again in (True, False):
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            try:
+                return getattr(self._stub, method)(request, timeout=left)
+            except grpc.RpcError as e:
+                if not (again and e.code() == grpc.StatusCode.UNAVAILABLE and
+                        self._wait_connected(deadline)):
+                    raise self._error(e) from None
 
     # ---- info, models, tokens -----------------------------------------------------------
 
