@@ -1,6 +1,8 @@
 /* Devices: the split plan, the weight slices, each device's threads and scratch
  * (engine/device.h says what is cut where and why). */
 #include "engine/forward.h"
+
+#include "engine/arch.h"
 #ifdef WARM_CUDA
 #include "kernels/cuda/cuda.h"
 #endif
@@ -323,19 +325,21 @@ static int devices_repack(struct engine_context *ctx, struct err_detail *d) {
     return r;
 }
 
+/* The matrices a device multiplies by: the sliced ones of its layers (engine/arch.h). */
+static bool spec_on_devices(const struct tensor_spec *s) {
+    return s->kind == KIND_MATMUL && s->split != SPLIT_HOST && s->split != SPLIT_ALL;
+}
+
 static int repack_all(struct engine_context *ctx, struct err_detail *d) {
     struct engine_model *m = (struct engine_model *)ctx->model;
     for (uint32_t i = 0; i < ctx->n_dev; i++) {
         struct device *de = &ctx->dev[i];
         for (uint32_t il = 0; il < ctx->n_layer_host; il++) {
-            struct dev_layer *dl = &de->layer[il];
-            struct engine_layer *l = &m->layers[il];
-            struct engine_weight *ws[] = {&dl->wq, &dl->wk, &dl->wv, &dl->wo,
-                                          &dl->w_gate, &dl->w_up, &dl->w_down};
-            struct engine_weight *mws[] = {&l->wq, &l->wk, &l->wv, &l->wo,
-                                           &l->w_gate, &l->w_up, &l->w_down};
-            for (size_t k = 0; k < ARRAY_SIZE(ws); k++) {
-                int r = weight_repack(ctx, de, ws[k], mws[k]);
+            for (size_t k = 0; k < engine_n_layer_specs; k++) {
+                const struct tensor_spec *s = &engine_layer_specs[k];
+                if (!spec_on_devices(s)) continue;
+                int r = weight_repack(ctx, de, spec_field(&de->layer[il].w, s),
+                                      spec_field(&m->layers[il], s));
                 if (r < 0) return err_set(d, r, "cannot repack layer %u's weights for %s", il, de->name);
             }
         }
@@ -359,65 +363,100 @@ static int64_t attn_unit(const struct engine_model *m, const struct kv_cache *kv
     return blk / gcd64(blk, cols);
 }
 
+/* Device dv's share of layer il's weight of spec s, from the cut of the attention (its KV
+ * heads [kv_off, kv_off + kv_cnt), groups of `group` query heads) and of the FFN (units
+ * [ff_off, ff_off + ff_cnt)), as the spec's split column says (engine/arch.h). */
+static int layer_slice(struct device *de, const struct tensor_spec *s, const struct engine_layer *l,
+                       struct engine_layer *dst, int64_t group, int64_t hd_k, int64_t hd_v,
+                       int64_t kv_off, int64_t kv_cnt, int64_t ff_off, int64_t ff_cnt) {
+    const struct engine_weight *w = spec_field_const(l, s);
+    struct engine_weight *out = spec_field(dst, s);
+    int64_t per = 1, off = ff_off, cnt = ff_cnt; /* rows or columns a unit, the units */
+    switch (s->split) {
+    case SPLIT_HOST:
+        *out = (struct engine_weight){0};
+        return 0;
+    case SPLIT_ALL:
+        *out = *w;
+        return 0;
+    case SPLIT_Q_ROWS:
+        per = group * hd_k;
+        off = kv_off;
+        cnt = kv_cnt;
+        break;
+    case SPLIT_K_ROWS:
+        per = hd_k;
+        off = kv_off;
+        cnt = kv_cnt;
+        break;
+    case SPLIT_V_ROWS:
+        per = hd_v;
+        off = kv_off;
+        cnt = kv_cnt;
+        break;
+    case SPLIT_O_COLS:
+        per = group * hd_v;
+        off = kv_off;
+        cnt = kv_cnt;
+        break;
+    case SPLIT_FF_ROWS:
+    case SPLIT_FF_COLS:
+        break;
+    case SPLIT_VOCAB_ROWS:
+        return ERR_INVALID; /* not a layer's */
+    }
+    if (s->split == SPLIT_O_COLS || s->split == SPLIT_FF_COLS)
+        return cols_slice(de, w, off * per, cnt * per, out);
+    *out = s->kind == KIND_VEC ? vec_view(w, off * per, cnt * per)
+                               : rows_view(w, off * per, cnt * per);
+    return 0;
+}
+
 static int plan_layers(struct engine_context *ctx, const float *ratio, struct err_detail *d) {
     const struct engine_model *m = ctx->model;
     const struct engine_hparams *hp = &m->hp;
     const struct kv_cache *kv = &ctx->kv;
     const uint32_t n = ctx->n_dev;
-    int64_t off[ENGINE_MAX_DEVICES], cnt[ENGINE_MAX_DEVICES];
+    int64_t kv_off[ENGINE_MAX_DEVICES], kv_cnt[ENGINE_MAX_DEVICES];
+    int64_t ff_off[ENGINE_MAX_DEVICES], ff_cnt[ENGINE_MAX_DEVICES];
     for (int il = 0; il < (int)hp->n_layer; il++) {
         const struct engine_layer_hparams *lh = &hp->layer[il];
         const struct engine_layer *l = &m->layers[il];
         const int src = kv_source(kv, il);
         const int64_t n_kv = kv_store_of(kv, il)->n_head_kv, group = hp->n_head / n_kv;
-        const int64_t hd_k = lh->head_dim_k, hd_v = lh->head_dim_v;
         /* the attention: the unit every layer reading src's KV needs, src's rotation */
         int64_t unit = 1;
         for (int j = 0; j < (int)hp->n_layer; j++)
             if (kv_source(kv, j) == src) unit = lcm64(unit, attn_unit(m, kv, j));
         unit = MIN(unit, n_kv);
         uint32_t rot = layer_rot(hp, ctx->params.split_own_rotation ? il : src, n);
-        split_cut(n_kv, unit, n, ratio, rot, off, cnt);
-        for (uint32_t dv = 0; dv < n; dv++) {
-            struct device *de = &ctx->dev[dv];
-            struct dev_layer *dl = &de->layer[il];
-            dl->kv0 = off[dv];
-            dl->n_kv = cnt[dv];
-            dl->wq = rows_view(&l->wq, off[dv] * group * hd_k, cnt[dv] * group * hd_k);
-            dl->bq = vec_view(&l->bq, off[dv] * group * hd_k, cnt[dv] * group * hd_k);
-            dl->wk = rows_view(&l->wk, off[dv] * hd_k, cnt[dv] * hd_k);
-            dl->bk = vec_view(&l->bk, off[dv] * hd_k, cnt[dv] * hd_k);
-            /* gemma4 K = V layers have no wv: V is K's rows */
-            dl->wv = rows_view(&l->wv, off[dv] * hd_v, cnt[dv] * hd_v);
-            dl->bv = vec_view(&l->bv, off[dv] * hd_v, cnt[dv] * hd_v);
-            int r = cols_slice(de, &l->wo, off[dv] * group * hd_v, cnt[dv] * group * hd_v, &dl->wo);
-            if (r < 0) return err_set(d, r, "cannot copy layer %d's attention output slice", il);
-        }
+        split_cut(n_kv, unit, n, ratio, rot, kv_off, kv_cnt);
         /* the FFN: its own rotation, units of whole blocks of ffn_down */
         split_cut(lh->n_ff, MIN(block_of(&l->w_down), (int64_t)lh->n_ff), n, ratio,
-                  layer_rot(hp, il, n), off, cnt);
+                  layer_rot(hp, il, n), ff_off, ff_cnt);
         for (uint32_t dv = 0; dv < n; dv++) {
             struct device *de = &ctx->dev[dv];
             struct dev_layer *dl = &de->layer[il];
-            dl->ff0 = off[dv];
-            dl->n_ff = cnt[dv];
-            dl->w_gate = rows_view(&l->w_gate, off[dv], cnt[dv]);
-            dl->w_up = rows_view(&l->w_up, off[dv], cnt[dv]);
-            int r = cols_slice(de, &l->w_down, off[dv], cnt[dv], &dl->w_down);
-            if (r < 0) return err_set(d, r, "cannot copy layer %d's FFN down slice", il);
-            const struct engine_weight *ws[] = {&dl->wq, &dl->wk, &dl->wv, &dl->wo,
-                                                &dl->w_gate, &dl->w_up, &dl->w_down};
-            for (size_t i = 0; i < ARRAY_SIZE(ws) && il < (int)ctx->n_layer_host; i++)
-                de->weight_bytes += weight_bytes(ws[i]);
+            *dl = (struct dev_layer){
+                .kv0 = kv_off[dv], .n_kv = kv_cnt[dv], .ff0 = ff_off[dv], .n_ff = ff_cnt[dv]};
+            for (size_t k = 0; k < engine_n_layer_specs; k++) {
+                const struct tensor_spec *s = &engine_layer_specs[k];
+                int r = layer_slice(de, s, l, &dl->w, group, lh->head_dim_k, lh->head_dim_v,
+                                    kv_off[dv], kv_cnt[dv], ff_off[dv], ff_cnt[dv]);
+                if (r < 0)
+                    return err_set(d, r, "cannot cut layer %d's %s for %s", il, s->name, de->name);
+                if (spec_on_devices(s) && il < (int)ctx->n_layer_host)
+                    de->weight_bytes += weight_bytes(spec_field(&dl->w, s));
+            }
         }
     }
     /* the classifier by vocabulary rows, rotated as the non-layer tensors: n_layer mod n */
-    split_cut(hp->n_vocab, 1, n, ratio, hp->n_layer % n, off, cnt);
+    split_cut(hp->n_vocab, 1, n, ratio, hp->n_layer % n, kv_off, kv_cnt);
     for (uint32_t dv = 0; dv < n; dv++) {
         struct device *de = &ctx->dev[dv];
-        de->vocab0 = off[dv];
-        de->n_vocab = cnt[dv];
-        de->output = rows_view(&m->output, off[dv], cnt[dv]);
+        de->vocab0 = kv_off[dv];
+        de->n_vocab = kv_cnt[dv];
+        de->output = rows_view(&m->output, kv_off[dv], kv_cnt[dv]);
         if (!ctx->gpu) de->weight_bytes += weight_bytes(&de->output); /* else the GPU's */
     }
     return 0;
@@ -459,10 +498,11 @@ static int device_scratch(struct engine_context *ctx, struct device *de, struct 
         v = MAX(v, dl->n_kv * MAX(hd_k, hd_v)); /* K = V copies K */
         att = MAX(att, dl->n_kv * group * hd_v);
         ff = MAX(ff, dl->n_ff);
-        const struct engine_weight *ws[] = {&dl->wq, &dl->wk, &dl->wv, &dl->wo,
-                                            &dl->w_gate, &dl->w_up, &dl->w_down};
-        for (size_t i = 0; i < ARRAY_SIZE(ws); i++)
-            if (ws[i]->data) mm = MAX(mm, kern_matmul_scratch_bytes(ws[i]->type, ws[i]->n_in, (int64_t)nb));
+        for (size_t i = 0; i < engine_n_layer_specs; i++) {
+            const struct engine_weight *w = spec_field_const(&dl->w, &engine_layer_specs[i]);
+            if (spec_on_devices(&engine_layer_specs[i]) && w->data)
+                mm = MAX(mm, kern_matmul_scratch_bytes(w->type, w->n_in, (int64_t)nb));
+        }
     }
     de->attn_scratch_floats = (size_t)kern_attn_scratch_floats((int64_t)ATTN_BLOCK * max_group,
                                                                hp->max_head_dim_k, hp->max_head_dim_v);

@@ -39,10 +39,10 @@ struct gpu;
 struct dev_layer {
     int64_t kv0, n_kv;    /* KV heads [kv0, kv0 + n_kv) of kv_source(il) its attention uses */
     int64_t ff0, n_ff;    /* FFN hidden units [ff0, ff0 + n_ff) */
-    struct engine_weight wq, bq, wk, bk, wv, bv; /* rows of its heads (views) */
-    struct engine_weight wo;                     /* columns of its heads */
-    struct engine_weight w_gate, w_up;           /* rows of its units (views) */
-    struct engine_weight w_down;                 /* columns of its units */
+    /* Its weights, cut as each one's spec says (engine/arch.h): the rows of its heads or
+     * units (views), the columns of them (copies), the whole per-head norms; absent
+     * (NULL data) where the host's loop reads the model's own. */
+    struct engine_layer w;
 };
 
 struct device {

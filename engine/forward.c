@@ -160,14 +160,14 @@ static void attention_on(struct engine_context *ctx, struct device *dv, void *ar
      * a shared-KV layer computes only q and reads the KV of kv_source(il); a gemma4
      * layer without attn_v takes V from the raw K projection (K = V) */
     const bool own = kv_owns(kv, il);
-    matmul(dv->pool, dv->mm_scratch, q, &dl->wq, ctx->xb, n);
-    add_bias(q, &dl->bq, n);
+    matmul(dv->pool, dv->mm_scratch, q, &dl->w.wq, ctx->xb, n);
+    add_bias(q, &dl->w.bq, n);
     if (own) {
-        matmul(dv->pool, dv->mm_scratch, k, &dl->wk, ctx->xb, n);
-        add_bias(k, &dl->bk, n);
-        if (dl->wv.data) {
-            matmul(dv->pool, dv->mm_scratch, v, &dl->wv, ctx->xb, n);
-            add_bias(v, &dl->bv, n);
+        matmul(dv->pool, dv->mm_scratch, k, &dl->w.wk, ctx->xb, n);
+        add_bias(k, &dl->w.bk, n);
+        if (dl->w.wv.data) {
+            matmul(dv->pool, dv->mm_scratch, v, &dl->w.wv, ctx->xb, n);
+            add_bias(v, &dl->w.bv, n);
         } else {
             memcpy(v, k, (size_t)(n * k_dim) * sizeof *v);
         }
@@ -205,7 +205,7 @@ static void attention_on(struct engine_context *ctx, struct device *dv, void *ar
     if (rot_v) kern_hadamard(dv->att, n * n_head * hd_v, rot_v);
 
     /* its share of the output projection: part = att · Wo[:, its heads]ᵀ */
-    matmul(dv->pool, dv->mm_scratch, dv->part, &dl->wo, dv->att, n);
+    matmul(dv->pool, dv->mm_scratch, dv->part, &dl->w.wo, dv->att, n);
 }
 
 /* The gated activation y = act(g) * u over n values, cut into ranges for the pool. */
@@ -237,12 +237,12 @@ static void ffn_on(struct engine_context *ctx, struct device *dv, void *arg) {
         gpu_part_ffn(ctx, dv, s->il, n);
         return;
     }
-    matmul(dv->pool, dv->mm_scratch, dv->hb, &dl->w_gate, ctx->xb, n);
-    matmul(dv->pool, dv->mm_scratch, dv->hb2, &dl->w_up, ctx->xb, n);
+    matmul(dv->pool, dv->mm_scratch, dv->hb, &dl->w.w_gate, ctx->xb, n);
+    matmul(dv->pool, dv->mm_scratch, dv->hb2, &dl->w.w_up, ctx->xb, n);
     struct gate_args ga = {.y = dv->hb, .u = dv->hb2, .n = n * dl->n_ff,
                            .gelu = ctx->model->hp.ffn_act == ENGINE_FFN_GELU};
     pool_run(dv->pool, gate_task, &ga, ga.n * 16); /* an exp is some 16 multiply-adds */
-    matmul(dv->pool, dv->mm_scratch, dv->part, &dl->w_down, dv->hb, n);
+    matmul(dv->pool, dv->mm_scratch, dv->part, &dl->w.w_down, dv->hb, n);
 }
 
 struct classifier_args {
@@ -302,6 +302,20 @@ static void per_layer_inputs(struct engine_context *ctx, const struct engine_bat
     }
 }
 
+/* The layer kinds (engine/model.h), each run on every device from the normed input ctx->xb
+ * to the device's partial sum dv->part. The three attentions differ only in the KV they
+ * read (its window and source come with the layer's KV store), so one function runs them. */
+static const struct layer_kind {
+    const char *name;
+    device_fn run;
+} mixer_kinds[ENGINE_MIXER_KIND_COUNT] = {
+    [ENGINE_MIXER_ATTENTION] = {"attention", attention_on},
+    [ENGINE_MIXER_ATTENTION_SWA] = {"sliding-window attention", attention_on},
+    [ENGINE_MIXER_ATTENTION_SHARED] = {"shared-KV attention", attention_on},
+}, ffn_kinds[ENGINE_FFN_KIND_COUNT] = {
+    [ENGINE_FFN_DENSE_GATED] = {"dense gated FFN", ffn_on},
+};
+
 int forward_step(struct engine_context *ctx, const struct engine_batch *b, int32_t t0, int32_t n,
                  int32_t *out_row, struct err_detail *d) {
     const struct engine_model *m = ctx->model;
@@ -330,14 +344,15 @@ int forward_step(struct engine_context *ctx, const struct engine_batch *b, int32
     if (ctx->split_gpu) devices_run(ctx, part_begin_on, &s0);
     for (int il = 0; il < (int)ctx->n_layer_host; il++) {
         const struct engine_layer *l = &m->layers[il];
+        const struct engine_layer_hparams *lh = &hp->layer[il];
         struct layer_step s = {.b = b, .t0 = t0, .n = n, .il = il, .attn_work = attn_work};
 
         /* attention RMSNorm: xb (n, dim) */
         for (int32_t t = 0; t < n; t++) kern_rmsnorm(xb + t * dim, x + t * dim, l->attn_norm.data, dim, eps);
 
-        /* attention, each device over its heads, and the output projection (the sum of
-         * the devices' shares) and residual: x += att · Woᵀ (gemma: normed first) */
-        devices_run(ctx, attention_on, &s);
+        /* the token mixer, each device over its heads, and the output projection (the sum
+         * of the devices' shares) and residual: x += att · Woᵀ (gemma: normed first) */
+        devices_run(ctx, mixer_kinds[lh->mixer].run, &s);
         devices_sum(ctx, xb, n * dim);
         add_bias(xb, &l->bo, n);
         if (l->post_attn_norm.data) norm_rows(xb, n, dim, &l->post_attn_norm, eps);
@@ -346,7 +361,7 @@ int forward_step(struct engine_context *ctx, const struct engine_batch *b, int32
         /* FFN, each device over its hidden units, summed: x += W_down · (act(W_gate · xb)
          * * (W_up · xb)); gemma norms the result */
         for (int32_t t = 0; t < n; t++) kern_rmsnorm(xb + t * dim, x + t * dim, l->ffn_norm.data, dim, eps);
-        devices_run(ctx, ffn_on, &s);
+        devices_run(ctx, ffn_kinds[lh->ffn].run, &s);
         devices_sum(ctx, xb, n * dim);
         if (l->post_ffn_norm.data) norm_rows(xb, n, dim, &l->post_ffn_norm, eps);
         kern_add(x, xb, n * dim);

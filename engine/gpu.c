@@ -378,20 +378,35 @@ static int weights_walk(struct engine_context *ctx, struct gpu *g, const struct 
         const struct engine_layer *l = &m->layers[il];
         struct gpu_layer *gl = &g->layer[il];
         const struct dev_layer *dl = dv ? &dv->layer[il] : NULL;
-        static const struct engine_weight none;
-        const struct engine_weight *src[] = {
-            dl ? &none : &l->attn_norm, dl ? &dl->wq : &l->wq, dl ? &dl->bq : &l->bq,
-            dl ? &dl->wk : &l->wk, dl ? &dl->bk : &l->bk, dl ? &dl->wv : &l->wv, dl ? &dl->bv : &l->bv,
-            dl ? &dl->wo : &l->wo, dl ? &none : &l->bo, &l->q_norm, &l->k_norm,
-            dl ? &none : &l->post_attn_norm, dl ? &none : &l->ffn_norm, dl ? &dl->w_gate : &l->w_gate,
-            dl ? &dl->w_up : &l->w_up, dl ? &dl->w_down : &l->w_down, dl ? &none : &l->post_ffn_norm,
-            dl ? &none : &l->pl_gate, dl ? &none : &l->pl_proj, dl ? &none : &l->pl_post_norm};
+        /* a partition's layer: its slices, the whole per-head norms and none of the host's
+         * weights, as its specs' split column made them (engine/arch.h) */
+        const struct engine_layer *w = dl ? &dl->w : l;
+        const struct engine_weight *src[] = {&w->attn_norm,
+                                             &w->wq,
+                                             &w->bq,
+                                             &w->wk,
+                                             &w->bk,
+                                             &w->wv,
+                                             &w->bv,
+                                             &w->wo,
+                                             &w->bo,
+                                             &w->q_norm,
+                                             &w->k_norm,
+                                             &w->post_attn_norm,
+                                             &w->ffn_norm,
+                                             &w->w_gate,
+                                             &w->w_up,
+                                             &w->w_down,
+                                             &w->post_ffn_norm,
+                                             &w->pl_gate,
+                                             &w->pl_proj,
+                                             &w->pl_post_norm};
         struct gpu_w *dst[] = {
             &gl->attn_norm, &gl->wq, &gl->bq, &gl->wk, &gl->bk, &gl->wv, &gl->bv, &gl->wo, &gl->bo,
             &gl->q_norm, &gl->k_norm, &gl->post_attn_norm, &gl->ffn_norm, &gl->w_gate, &gl->w_up,
             &gl->w_down, &gl->post_ffn_norm, &gl->pl_gate, &gl->pl_proj, &gl->pl_post_norm};
         for (size_t i = 0; i < ARRAY_SIZE(src) && r == 0; i++) r = weight_put(g, dst[i], src[i], off, upload);
-        gl->out_scale = !dl && l->out_scale.data ? *(const float *)l->out_scale.data : 0.0f;
+        gl->out_scale = w->out_scale.data ? *(const float *)w->out_scale.data : 0.0f;
         gl->n_kv = dl ? dl->n_kv : kv_store_of(&ctx->kv, (int)il)->n_head_kv;
         gl->n_ff = dl ? dl->n_ff : m->hp.layer[il].n_ff;
     }

@@ -1,135 +1,13 @@
 /* Model loading: the arch table, hparams with llama.cpp's defaults, tensor validation. */
 #include "engine/model.h"
 
+#include "engine/arch.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
-
-/* ---- the arch table ------------------------------------------------------------------ */
-
-/* Flags of an architecture's layer recipe (read by forward.c through the weights: a
- * present bias is added, present q/k norms are applied). */
-struct arch_desc {
-    const char *name;
-    enum engine_rope_kind rope_kind;
-};
-
-static const struct arch_desc arch_table[ENGINE_ARCH_COUNT] = {
-    [ENGINE_ARCH_LLAMA] = {.name = "llama", .rope_kind = ENGINE_ROPE_NORM},
-    [ENGINE_ARCH_QWEN2] = {.name = "qwen2", .rope_kind = ENGINE_ROPE_NEOX},
-    [ENGINE_ARCH_QWEN3] = {.name = "qwen3", .rope_kind = ENGINE_ROPE_NEOX},
-    [ENGINE_ARCH_GEMMA3] = {.name = "gemma3", .rope_kind = ENGINE_ROPE_NEOX},
-    [ENGINE_ARCH_GEMMA4] = {.name = "gemma4", .rope_kind = ENGINE_ROPE_NEOX},
-};
-
-int engine_arch_from_name(const char *name) {
-    for (int a = 0; a < ENGINE_ARCH_COUNT; a++)
-        if (strcmp(arch_table[a].name, name) == 0) return a;
-    return ERR_MODEL_ARCH;
-}
-
-const char *engine_arch_name(enum engine_arch arch) {
-    return (unsigned)arch < ENGINE_ARCH_COUNT ? arch_table[arch].name : "?";
-}
-
-/* Symbolic tensor dimensions, resolved from the hparams (per layer where layers differ). */
-enum dim {
-    DIM_ONE,
-    DIM_EMBD,     /* n_embd */
-    DIM_Q,        /* n_head * head_dim_k */
-    DIM_K,        /* n_head_kv * head_dim_k */
-    DIM_V,        /* n_head_kv * head_dim_v */
-    DIM_O,        /* n_head * head_dim_v */
-    DIM_FF,       /* n_ff */
-    DIM_HEAD_K,   /* head_dim_k */
-    DIM_VOCAB,    /* n_vocab */
-    DIM_ROT_HALF, /* n_rot / 2 */
-    DIM_PLE,      /* n_embd_per_layer */
-    DIM_PLE_ALL,  /* n_layer * n_embd_per_layer */
-    DIM_COUNT
-};
-
-enum use {
-    USE_NO,
-    USE_REQ,
-    USE_OPT,
-    USE_OWN, /* required in a layer that owns KV; may be present (unused) in a shared one */
-    USE_PLE, /* required with per-layer embeddings (n_embd_per_layer > 0), else absent */
-};
-
-enum kind {
-    KIND_VEC,    /* 1-D, converted to f32 at load */
-    KIND_MATMUL, /* a matrix kern_matmul multiplies by (its type needs vec_dot) */
-    KIND_ROWS,   /* a matrix read row by row (the embedding: its type needs to_f32) */
-};
-
-struct tensor_spec {
-    const char *name;  /* global name, or the suffix after "blk.N." */
-    size_t offset;     /* of its struct engine_weight in struct engine_model / engine_layer */
-    enum kind kind;
-    enum dim ne0, ne1; /* ne[0] = n_in (row length), ne[1] = n_out */
-    uint8_t use[ENGINE_ARCH_COUNT];
-};
-
-#define G(f) offsetof(struct engine_model, f)
-#define L(f) offsetof(struct engine_layer, f)
-/*                 llama    qwen2    qwen3    gemma3   gemma4 */
-#define ALL_REQ {USE_REQ, USE_REQ, USE_REQ, USE_REQ, USE_REQ}
-#define ALL_OPT {USE_OPT, USE_OPT, USE_OPT, USE_OPT, USE_OPT}
-#define GEMMA_REQ {USE_NO, USE_NO, USE_NO, USE_REQ, USE_REQ}
-#define GEMMA4_PLE {USE_NO, USE_NO, USE_NO, USE_NO, USE_PLE}
-
-static const struct tensor_spec global_specs[] = {
-    {"token_embd.weight", G(tok_embd), KIND_ROWS, DIM_EMBD, DIM_VOCAB, ALL_REQ},
-    {"output_norm.weight", G(output_norm), KIND_VEC, DIM_EMBD, DIM_ONE, ALL_REQ},
-    {"output.weight", G(output), KIND_MATMUL, DIM_EMBD, DIM_VOCAB, ALL_OPT},
-    {"rope_freqs.weight", G(rope_freqs), KIND_VEC, DIM_ROT_HALF, DIM_ONE,
-     {USE_OPT, USE_NO, USE_NO, USE_NO, USE_OPT}},
-    {"per_layer_token_embd.weight", G(pl_tok_embd), KIND_ROWS, DIM_PLE_ALL, DIM_VOCAB, GEMMA4_PLE},
-    {"per_layer_model_proj.weight", G(pl_model_proj), KIND_MATMUL, DIM_EMBD, DIM_PLE_ALL,
-     GEMMA4_PLE},
-    {"per_layer_proj_norm.weight", G(pl_proj_norm), KIND_VEC, DIM_PLE, DIM_ONE, GEMMA4_PLE},
-};
-
-static const struct tensor_spec layer_specs[] = {
-    {"attn_norm.weight", L(attn_norm), KIND_VEC, DIM_EMBD, DIM_ONE, ALL_REQ},
-    {"attn_q.weight", L(wq), KIND_MATMUL, DIM_EMBD, DIM_Q, ALL_REQ},
-    {"attn_k.weight", L(wk), KIND_MATMUL, DIM_EMBD, DIM_K,
-     {USE_REQ, USE_REQ, USE_REQ, USE_REQ, USE_OWN}},
-    /* gemma4: a layer without attn_v takes V from the raw K projection (K = V) */
-    {"attn_v.weight", L(wv), KIND_MATMUL, DIM_EMBD, DIM_V,
-     {USE_REQ, USE_REQ, USE_REQ, USE_REQ, USE_OPT}},
-    {"attn_output.weight", L(wo), KIND_MATMUL, DIM_O, DIM_EMBD, ALL_REQ},
-    {"attn_q.bias", L(bq), KIND_VEC, DIM_Q, DIM_ONE, {USE_OPT, USE_REQ, USE_NO, USE_NO, USE_NO}},
-    {"attn_k.bias", L(bk), KIND_VEC, DIM_K, DIM_ONE, {USE_OPT, USE_REQ, USE_NO, USE_NO, USE_NO}},
-    {"attn_v.bias", L(bv), KIND_VEC, DIM_V, DIM_ONE, {USE_OPT, USE_REQ, USE_NO, USE_NO, USE_NO}},
-    {"attn_output.bias", L(bo), KIND_VEC, DIM_EMBD, DIM_ONE,
-     {USE_OPT, USE_NO, USE_NO, USE_NO, USE_NO}},
-    {"attn_q_norm.weight", L(q_norm), KIND_VEC, DIM_HEAD_K, DIM_ONE,
-     {USE_NO, USE_NO, USE_REQ, USE_REQ, USE_REQ}},
-    {"attn_k_norm.weight", L(k_norm), KIND_VEC, DIM_HEAD_K, DIM_ONE,
-     {USE_NO, USE_NO, USE_REQ, USE_REQ, USE_OWN}},
-    {"post_attention_norm.weight", L(post_attn_norm), KIND_VEC, DIM_EMBD, DIM_ONE, GEMMA_REQ},
-    {"ffn_norm.weight", L(ffn_norm), KIND_VEC, DIM_EMBD, DIM_ONE, ALL_REQ},
-    {"ffn_gate.weight", L(w_gate), KIND_MATMUL, DIM_EMBD, DIM_FF, ALL_REQ},
-    {"ffn_up.weight", L(w_up), KIND_MATMUL, DIM_EMBD, DIM_FF, ALL_REQ},
-    {"ffn_down.weight", L(w_down), KIND_MATMUL, DIM_FF, DIM_EMBD, ALL_REQ},
-    {"post_ffw_norm.weight", L(post_ffn_norm), KIND_VEC, DIM_EMBD, DIM_ONE, GEMMA_REQ},
-    {"inp_gate.weight", L(pl_gate), KIND_MATMUL, DIM_EMBD, DIM_PLE, GEMMA4_PLE},
-    {"proj.weight", L(pl_proj), KIND_MATMUL, DIM_PLE, DIM_EMBD, GEMMA4_PLE},
-    {"post_norm.weight", L(pl_post_norm), KIND_VEC, DIM_EMBD, DIM_ONE, GEMMA4_PLE},
-    {"layer_output_scale.weight", L(out_scale), KIND_VEC, DIM_ONE, DIM_ONE,
-     {USE_NO, USE_NO, USE_NO, USE_NO, USE_OPT}},
-};
-
-#undef G
-#undef L
-#undef ALL_REQ
-#undef ALL_OPT
-#undef GEMMA_REQ
-#undef GEMMA4_PLE
 
 /* ---- hparams ------------------------------------------------------------------------- */
 
@@ -305,7 +183,7 @@ static int hp_layers_u32(const struct gguf_file *f, const char *arch, const char
  * window (absent or 0): no SWA layer. */
 static int hp_swa(const struct gguf_file *f, enum engine_arch arch, struct engine_hparams *hp,
                   struct err_detail *d) {
-    const char *a = arch_table[arch].name;
+    const char *a = engine_arch_rows[arch].name;
     uint32_t flags[ENGINE_MAX_LAYERS] = {0};
     int r = hp_u32(f, a, "attention.sliding_window", arch == ENGINE_ARCH_GEMMA4, 0, 0,
                    INT32_MAX, &hp->swa_window, d);
@@ -361,12 +239,12 @@ static int hp_kv_sources(struct engine_hparams *hp, const char *a, struct err_de
 
 static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct engine_hparams *hp,
                         struct err_detail *d) {
-    const char *a = arch_table[arch].name;
+    const char *a = engine_arch_rows[arch].name;
     const bool gemma = arch == ENGINE_ARCH_GEMMA3 || arch == ENGINE_ARCH_GEMMA4;
     const bool gemma4 = arch == ENGINE_ARCH_GEMMA4;
     int r;
     memset(hp, 0, sizeof *hp);
-    hp->rope_kind = arch_table[arch].rope_kind;
+    hp->rope_kind = engine_arch_rows[arch].rope_kind;
     /* The mixture-of-experts variants of these archs have their own tensors. */
     uint32_t n_expert = 0;
     if ((r = hp_u32(f, a, "expert_count", false, 0, 0, UINT32_MAX, &n_expert, d)) < 0) return r;
@@ -449,6 +327,13 @@ static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct
                     &hp->n_layer_kv_shared, d)) < 0)
         return r;
     if ((r = hp_kv_sources(hp, a, d)) < 0) return r;
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        struct engine_layer_hparams *l = &hp->layer[il];
+        l->mixer = l->kv_source != (int32_t)il ? ENGINE_MIXER_ATTENTION_SHARED
+                   : l->swa                    ? ENGINE_MIXER_ATTENTION_SWA
+                                               : ENGINE_MIXER_ATTENTION;
+        l->ffn = ENGINE_FFN_DENSE_GATED;
+    }
     if ((r = hp_f32(f, a, "attention.layer_norm_rms_epsilon", true, 0, 1e-30f, 1.0f, &hp->rms_eps,
                     d)) < 0 ||
         (r = hp_f32(f, a, "rope.freq_base", false, 10000.0f, 1e-3f, 1e12f, &hp->rope_freq_base,
@@ -481,7 +366,7 @@ static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct
 /* ---- tensors ------------------------------------------------------------------------- */
 
 /* The value of dim in layer il (il < 0: a global tensor, sized by the global layers). */
-static int64_t dim_value(const struct engine_hparams *hp, int il, enum dim dim) {
+static int64_t dim_value(const struct engine_hparams *hp, int il, enum spec_dim dim) {
     struct engine_layer_hparams g = {.n_head_kv = hp->n_head_kv, .head_dim_k = hp->head_dim_k,
                                      .head_dim_v = hp->head_dim_v, .n_ff = hp->n_ff};
     const struct engine_layer_hparams *l = il < 0 ? &g : &hp->layer[il];
@@ -504,14 +389,14 @@ static int64_t dim_value(const struct engine_hparams *hp, int il, enum dim dim) 
 }
 
 /* How a spec's use applies to layer il (il < 0: global) of the model. */
-static enum use use_resolve(const struct engine_hparams *hp, int il, enum use use) {
+static enum spec_use use_resolve(const struct engine_hparams *hp, int il, enum spec_use use) {
     if (use == USE_OWN)
         return il >= 0 && hp->layer[il].kv_source != il ? USE_OPT : USE_REQ;
     if (use == USE_PLE) return hp->n_embd_per_layer > 0 ? USE_REQ : USE_NO;
     return use;
 }
 
-static bool kind_accepts(enum kind kind, int type) {
+static bool kind_accepts(enum spec_kind kind, int type) {
     const struct kern_type_traits *tt = kern_type_traits(type);
     if (!tt || !tt->to_f32) return false;
     if (kind == KIND_MATMUL) return tt->vec_dot != NULL;
@@ -529,7 +414,7 @@ static void type_upper(char *dst, size_t n, int type) {
 
 /* ERR_MODEL_TENSOR_TYPE naming the tensor, its type and the types this kind of tensor may
  * have (from the kernels' table, so the list never goes stale). */
-static int type_refuse(enum kind kind, const char *name, int type, struct err_detail *d) {
+static int type_refuse(enum spec_kind kind, const char *name, int type, struct err_detail *d) {
     char list[256] = "", one[16];
     size_t n = 0;
     for (int t = 0; t < KERN_TYPE_COUNT && n < sizeof list; t++) {
@@ -545,7 +430,7 @@ static int type_refuse(enum kind kind, const char *name, int type, struct err_de
 
 /* Looks up one tensor, checks type and shape, fills w (data still in the file's type). */
 static int tensor_bind(const struct gguf_file *f, const struct engine_hparams *hp,
-                       const struct tensor_spec *s, int il, const char *name, enum use use,
+                       const struct tensor_spec *s, int il, const char *name, enum spec_use use,
                        struct engine_weight *w, struct err_detail *d) {
     memset(w, 0, sizeof *w);
     use = use_resolve(hp, il, use);
@@ -582,9 +467,9 @@ static struct engine_weight *spec_weight(struct engine_model *m, const struct te
 
 /* Is name a tensor the recipe of m's arch uses? */
 static bool tensor_expected(const struct engine_model *m, const char *name) {
-    for (size_t i = 0; i < ARRAY_SIZE(global_specs); i++)
-        if (use_resolve(&m->hp, -1, global_specs[i].use[m->arch]) != USE_NO &&
-            strcmp(name, global_specs[i].name) == 0)
+    for (size_t i = 0; i < engine_n_global_specs; i++)
+        if (use_resolve(&m->hp, -1, engine_global_specs[i].use[m->arch]) != USE_NO &&
+            strcmp(name, engine_global_specs[i].name) == 0)
             return true;
     unsigned il;
     int n = 0;
@@ -592,9 +477,9 @@ static bool tensor_expected(const struct engine_model *m, const char *name) {
     char canon[GGUF_MAX_NAME + 8];
     snprintf(canon, sizeof canon, "blk.%u.", il);
     if (strncmp(name, canon, strlen(canon)) != 0) return false; /* "blk.01." is not "blk.1." */
-    for (size_t i = 0; i < ARRAY_SIZE(layer_specs); i++)
-        if (use_resolve(&m->hp, (int)il, layer_specs[i].use[m->arch]) != USE_NO &&
-            strcmp(name + n, layer_specs[i].name) == 0)
+    for (size_t i = 0; i < engine_n_layer_specs; i++)
+        if (use_resolve(&m->hp, (int)il, engine_layer_specs[i].use[m->arch]) != USE_NO &&
+            strcmp(name + n, engine_layer_specs[i].name) == 0)
             return true;
     return false;
 }
@@ -617,15 +502,15 @@ static int tensors_bind(struct engine_model *m, struct err_detail *d) {
                        (long long)emb->ne[1]);
     m->hp.n_vocab = (uint32_t)emb->ne[1];
 
-    for (size_t i = 0; i < ARRAY_SIZE(global_specs); i++) {
-        const struct tensor_spec *s = &global_specs[i];
+    for (size_t i = 0; i < engine_n_global_specs; i++) {
+        const struct tensor_spec *s = &engine_global_specs[i];
         if ((r = tensor_bind(f, &m->hp, s, -1, s->name, s->use[m->arch], spec_weight(m, s, -1),
                              d)) < 0)
             return r;
     }
     for (uint32_t il = 0; il < m->hp.n_layer; il++)
-        for (size_t i = 0; i < ARRAY_SIZE(layer_specs); i++) {
-            const struct tensor_spec *s = &layer_specs[i];
+        for (size_t i = 0; i < engine_n_layer_specs; i++) {
+            const struct tensor_spec *s = &engine_layer_specs[i];
             snprintf(name, sizeof name, "blk.%u.%s", il, s->name);
             if ((r = tensor_bind(f, &m->hp, s, (int)il, name, s->use[m->arch],
                                  spec_weight(m, s, (int)il), d)) < 0)
@@ -667,8 +552,8 @@ static int vectors_convert(struct engine_model *m) {
     for (int pass = 0; pass < 2; pass++) {
         size_t at = 0;
         for (int il = -1; il < (int)m->hp.n_layer; il++) {
-            const struct tensor_spec *specs = il < 0 ? global_specs : layer_specs;
-            size_t n_specs = il < 0 ? ARRAY_SIZE(global_specs) : ARRAY_SIZE(layer_specs);
+            const struct tensor_spec *specs = il < 0 ? engine_global_specs : engine_layer_specs;
+            size_t n_specs = il < 0 ? engine_n_global_specs : engine_n_layer_specs;
             for (size_t i = 0; i < n_specs; i++) {
                 struct engine_weight *w = spec_weight(m, &specs[i], il);
                 if (specs[i].kind != KIND_VEC || !w->data) continue;
@@ -729,14 +614,14 @@ static int model_bind(struct engine_model *m, struct err_detail *d) {
     }
     r = ERR_MODEL_ARCH;
     for (int a = 0; a < ENGINE_ARCH_COUNT; a++)
-        if (gguf_str_eq(arch, arch_table[a].name)) r = a;
+        if (gguf_str_eq(arch, engine_arch_rows[a].name)) r = a;
     if (r < 0) {
         err_set(d, r, "key 'general.architecture' at offset %llu: unknown architecture '%.*s'",
                 (unsigned long long)kv->offset, (int)MIN(arch.len, 64), arch.ptr);
         goto fail;
     }
     m->arch = (enum engine_arch)r;
-    m->arch_name = arch_table[m->arch].name;
+    m->arch_name = engine_arch_rows[m->arch].name;
 
     if ((r = hparams_load(f, m->arch, &m->hp, d)) < 0) goto fail;
     m->layers = calloc_array(m->hp.n_layer, sizeof *m->layers);

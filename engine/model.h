@@ -1,10 +1,9 @@
 /* model — a transformer's hyperparameters and weights, read from a GGUF file.
  *
  * engine_model_load() opens the file (mmap, read-only, or a private copy), looks the
- * architecture up in the arch table (engine/model.c: name -> hparam keys, tensor names,
- * layer recipe), reads the hparams with the defaults llama.cpp applies, and validates
- * every tensor the recipe names (presence, type, shape) and that the file holds no tensor
- * the recipe does not use. Bad files get a specific ERR_MODEL_* code and a detail message
+ * architecture up in the arch rows (engine/arch.c: names, tensor specs), reads the hparams
+ * with the defaults llama.cpp applies, and validates every tensor the specs name
+ * (presence, type, shape) and that the file holds no tensor the specs do not use. Bad files get a specific ERR_MODEL_* code and a detail message
  * naming the key or the tensor; nothing aborts.
  *
  * Weights are views into the mapping (or the copy), except 1-D tensors (norm weights,
@@ -52,6 +51,21 @@ enum engine_ffn_act {
     ENGINE_FFN_GELU, /* GeGLU with the tanh GELU: gemma */
 };
 
+/* The kinds of layer the engine runs: a token mixer (what reads the other positions) and a
+ * feed-forward block, each computed once per layer at load; engine/forward.c runs a layer
+ * through its kinds' rows, so a new kind is a row and its function, not a branch. */
+enum engine_mixer_kind {
+    ENGINE_MIXER_ATTENTION,        /* attention over all earlier positions, its own KV */
+    ENGINE_MIXER_ATTENTION_SWA,    /* over the last swa_window positions, its own KV */
+    ENGINE_MIXER_ATTENTION_SHARED, /* over the KV of layer kv_source (gemma4 shared KV) */
+    ENGINE_MIXER_KIND_COUNT
+};
+
+enum engine_ffn_kind {
+    ENGINE_FFN_DENSE_GATED, /* W_down · (act(W_gate · x) ⊙ (W_up · x)) */
+    ENGINE_FFN_KIND_COUNT
+};
+
 /* What a layer is, where it differs from other layers (notes/gemma.md): gemma layers are
  * sliding-window (SWA) or global, and gemma4 gives each kind its own head size, KV head
  * count and RoPE; the FFN width may vary per layer. Filled for every arch. */
@@ -64,6 +78,8 @@ struct engine_layer_hparams {
     /* kv_source(il): the layer whose KV this one reads (il itself when it owns KV); for a
      * shared-KV layer the last owning layer of the same kind, checked at load */
     int32_t kv_source;
+    enum engine_mixer_kind mixer;
+    enum engine_ffn_kind ffn;
 };
 
 struct engine_hparams {

@@ -47,20 +47,20 @@
 /* Admitted, but libmicrohttpd never started it (it closes the fd when it cannot serve a
  * connection): after this long the place it holds is given back. */
 #define UNSTARTED_USEC 30000000ull
-#define NO_UID UINT32_MAX       /* the key of unidentified peers in the log limiter */
+#define NO_UID UINT32_MAX /* the key of unidentified peers in the log limiter */
 
 enum refusal { REFUSE_PER_UID, REFUSE_UNIDENTIFIED, REFUSE_TOTAL, REFUSE_TIMEOUT };
 
 static const struct {
     enum httpd_metric metric;
-    unsigned status;            /* 0: nothing is sent */
+    unsigned status; /* 0: nothing is sent */
     const char *text;
 } refusals[] = {
     [REFUSE_PER_UID] = {HM_REFUSED_PER_UID, 429, "max_connections_per_uid reached"},
-    [REFUSE_UNIDENTIFIED] = {HM_REFUSED_UNIDENTIFIED, 429,
-                             "max_connections_unidentified reached"},
+    [REFUSE_UNIDENTIFIED] = {HM_REFUSED_UNIDENTIFIED, 429, "max_connections_unidentified reached"},
     [REFUSE_TOTAL] = {HM_REFUSED_TOTAL, 503, "max_connections reached"},
-    [REFUSE_TIMEOUT] = {HM_REQUEST_TIMEOUTS, 408, "request not received whole within "
+    [REFUSE_TIMEOUT] = {HM_REQUEST_TIMEOUTS, 408,
+                        "request not received whole within "
                         "request_timeout"},
 };
 
@@ -88,8 +88,10 @@ static void log_refusal(struct httpd *h, uint32_t uid, enum refusal why, const c
         *s = (struct gate_log_slot){.used = true, .uid = uid, .why = why};
     }
     char who[32];
-    if (uid == NO_UID) snprintf(who, sizeof who, "unidentified peer");
-    else snprintf(who, sizeof who, "uid %u", uid);
+    if (uid == NO_UID)
+        snprintf(who, sizeof who, "unidentified peer");
+    else
+        snprintf(who, sizeof who, "uid %u", uid);
     if (s->left_out)
         log_msg(LOG_LEVEL_WARN, "%s: %s%s (and %llu more like it in the last %llu s)", who,
                 refusals[why].text, detail, (unsigned long long)s->left_out,
@@ -117,12 +119,13 @@ static void send_refusal(int fd, unsigned status, const char *msg) {
     char body[512], reply[768];
     int nb = snprintf(body, sizeof body,
                       "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,"
-                      "\"code\":null}}\n", msg, st[k].type);
+                      "\"code\":null}}\n",
+                      msg, st[k].type);
     if (nb < 0 || (size_t)nb >= sizeof body) return;
     int n = snprintf(reply, sizeof reply,
                      "HTTP/1.1 %u %s\r\nContent-Type: application/json\r\nContent-Length: %d"
-                     "\r\nConnection: close\r\n%s\r\n%s", status, st[k].reason, nb,
-                     status == 503 ? "Retry-After: 1\r\n" : "", body);
+                     "\r\nConnection: close\r\n%s\r\n%s",
+                     status, st[k].reason, nb, status == 503 ? "Retry-After: 1\r\n" : "", body);
     if (n > 0 && (size_t)n < sizeof reply)
         (void)send(fd, reply, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
@@ -159,9 +162,9 @@ static int admit_locked(struct httpd *h, struct conn_info *ci, uint32_t *ret_ope
         g->open_unidentified++;
     } else {
         struct uid_count *u = uid_slot(h, ci->uid, true);
-        if (!u) return REFUSE_TOTAL;    /* no memory to count it: as if full */
+        if (!u) return REFUSE_TOTAL; /* no memory to count it: as if full */
         *ret_open = u->n;
-        if (u->n >= c->max_connections_per_uid) return REFUSE_PER_UID;  /* (u->n >= 1) */
+        if (u->n >= c->max_connections_per_uid) return REFUSE_PER_UID; /* (u->n >= 1) */
         u->n++;
     }
     g->open[ci->listener]++;
@@ -173,8 +176,10 @@ static int admit_locked(struct httpd *h, struct conn_info *ci, uint32_t *ret_ope
 
 static void release_locked(struct httpd *h, struct conn_info *ci) {
     struct gate *g = &h->gate;
-    if (ci->prev) ci->prev->next = ci->next;
-    else g->conns = ci->next;
+    if (ci->prev)
+        ci->prev->next = ci->next;
+    else
+        g->conns = ci->next;
     if (ci->next) ci->next->prev = ci->prev;
     g->open[ci->listener]--;
     if (!ci->identified) {
@@ -206,14 +211,18 @@ static bool accept_one(struct httpd *h, size_t k, uint64_t now) {
         close(fd);
         return true;
     }
-    *ci = (struct conn_info){.fd = fd, .listener = k, .accepted_usec = now,
-                             .phase = CONN_HEADERS, .phase_usec = now, .serial = ++g->serial};
+    *ci = (struct conn_info){.fd = fd,
+                             .listener = k,
+                             .accepted_usec = now,
+                             .phase = CONN_HEADERS,
+                             .phase_usec = now,
+                             .serial = ++g->serial};
     struct sockaddr_storage local;
     socklen_t len = sizeof local;
     if (getsockname(fd, (struct sockaddr *)&local, &len) == 0)
-        ci->local_port = ntohs(local.ss_family == AF_INET6
-                                   ? ((struct sockaddr_in6 *)&local)->sin6_port
-                                   : ((struct sockaddr_in *)&local)->sin_port);
+        ci->local_port =
+            ntohs(local.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&local)->sin6_port
+                                              : ((struct sockaddr_in *)&local)->sin_port);
     /* Streamed tokens are small writes: send each at once (warm-httpd.socket sets it too). */
     int one = 1;
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -228,16 +237,19 @@ static bool accept_one(struct httpd *h, size_t k, uint64_t now) {
     pthread_mutex_unlock(&g->lock);
     if (why >= 0) {
         char msg[256], detail[64];
-        const char *key = why == REFUSE_PER_UID ? "max_connections_per_uid"
+        const char *key = why == REFUSE_PER_UID        ? "max_connections_per_uid"
                           : why == REFUSE_UNIDENTIFIED ? "max_connections_unidentified"
                                                        : "max_connections";
-        uint32_t cap = why == REFUSE_PER_UID ? h->cfg.max_connections_per_uid
+        uint32_t cap = why == REFUSE_PER_UID        ? h->cfg.max_connections_per_uid
                        : why == REFUSE_UNIDENTIFIED ? h->cfg.max_connections_unidentified
                                                     : h->cfg.max_connections;
-        snprintf(msg, sizeof msg, "%s connections open to warm-httpd: %u (%s); close some "
-                 "and retry", why == REFUSE_PER_UID ? "this user has too many"
+        snprintf(msg, sizeof msg,
+                 "%s connections open to warm-httpd: %u (%s); close some "
+                 "and retry",
+                 why == REFUSE_PER_UID        ? "this user has too many"
                  : why == REFUSE_UNIDENTIFIED ? "unidentified peers (token users) have too many"
-                                              : "too many", cap, key);
+                                              : "too many",
+                 cap, key);
         send_refusal(fd, refusals[why].status, msg);
         close(fd);
         atomic_fetch_add(&g->metrics[refusals[why].metric], 1);
@@ -282,7 +294,7 @@ static bool bytes_received(int fd, uint64_t *ret) {
 static void tick(struct httpd *h, uint64_t now) {
     struct gate *g = &h->gate;
     uint64_t limit = h->cfg.request_timeout_usec;
-    uint32_t expired[64];  /* the uids (NO_UID: unidentified) to log, after the lock */
+    uint32_t expired[64]; /* the uids (NO_UID: unidentified) to log, after the lock */
     size_t n_expired = 0;
     pthread_mutex_lock(&g->lock);
     for (struct conn_info *ci = g->conns, *next; ci; ci = next) {
@@ -298,14 +310,15 @@ static void tick(struct httpd *h, uint64_t now) {
         if (ci->phase == CONN_WAITING) {
             uint64_t n;
             if (bytes_received(ci->fd, &n) && n != ci->rx_bytes) {
-                ci->phase = CONN_HEADERS;       /* the next request's first bytes */
+                ci->phase = CONN_HEADERS; /* the next request's first bytes */
                 ci->phase_usec = now;
             }
             continue;
         }
         if (ci->phase == CONN_ANSWERING || now - ci->phase_usec <= limit) continue;
         if (ci->phase == CONN_HEADERS)
-            send_refusal(ci->fd, 408, "the request did not arrive whole within "
+            send_refusal(ci->fd, 408,
+                         "the request did not arrive whole within "
                          "request_timeout; send it at once");
         (void)shutdown(ci->fd, SHUT_RDWR);
         ci->expired = true;
@@ -315,10 +328,8 @@ static void tick(struct httpd *h, uint64_t now) {
     }
     pthread_mutex_unlock(&g->lock);
     char detail[64];
-    snprintf(detail, sizeof detail, " (%llu ms); closed",
-             (unsigned long long)(limit / 1000));
-    for (size_t i = 0; i < n_expired; i++)
-        log_refusal(h, expired[i], REFUSE_TIMEOUT, detail, now);
+    snprintf(detail, sizeof detail, " (%llu ms); closed", (unsigned long long)(limit / 1000));
+    for (size_t i = 0; i < n_expired; i++) log_refusal(h, expired[i], REFUSE_TIMEOUT, detail, now);
 }
 
 static void *gate_loop(void *arg) {
@@ -374,7 +385,7 @@ void gate_conn_closed(struct httpd *h, struct conn_info *ci) {
 void gate_conn_phase(struct httpd *h, struct conn_info *ci, enum conn_phase phase) {
     pthread_mutex_lock(&h->gate.lock);
     if (phase == CONN_WAITING && !bytes_received(ci->fd, &ci->rx_bytes))
-        phase = CONN_HEADERS;   /* no byte count to watch: the clock runs from here */
+        phase = CONN_HEADERS; /* no byte count to watch: the clock runs from here */
     if (phase != CONN_BODY) ci->phase_usec = time_now_usec();
     ci->phase = phase;
     pthread_mutex_unlock(&h->gate.lock);
@@ -420,7 +431,8 @@ void gate_stop(struct httpd *h) {
     struct gate *g = &h->gate;
     if (!g->running) return;
     uint64_t one = 1;
-    if (write(g->stop_fd, &one, sizeof one) < 0) log_msg(LOG_LEVEL_WARN, "eventfd: %s", strerror(errno));
+    if (write(g->stop_fd, &one, sizeof one) < 0)
+        log_msg(LOG_LEVEL_WARN, "eventfd: %s", strerror(errno));
     pthread_join(g->thread, NULL);
     close(g->stop_fd);
     g->stop_fd = -1;

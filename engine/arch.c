@@ -1,0 +1,99 @@
+/* arch — the arch rows and the tensor specs (see arch.h). */
+#include "engine/arch.h"
+
+#include <stddef.h>
+#include <string.h>
+
+/* ---- the arch rows ------------------------------------------------------------------- */
+
+const struct arch_desc engine_arch_rows[ENGINE_ARCH_COUNT] = {
+    [ENGINE_ARCH_LLAMA] = {.name = "llama", .rope_kind = ENGINE_ROPE_NORM},
+    [ENGINE_ARCH_QWEN2] = {.name = "qwen2", .rope_kind = ENGINE_ROPE_NEOX},
+    [ENGINE_ARCH_QWEN3] = {.name = "qwen3", .rope_kind = ENGINE_ROPE_NEOX},
+    [ENGINE_ARCH_GEMMA3] = {.name = "gemma3", .rope_kind = ENGINE_ROPE_NEOX},
+    [ENGINE_ARCH_GEMMA4] = {.name = "gemma4", .rope_kind = ENGINE_ROPE_NEOX},
+};
+
+int engine_arch_from_name(const char *name) {
+    for (int a = 0; a < ENGINE_ARCH_COUNT; a++)
+        if (strcmp(engine_arch_rows[a].name, name) == 0) return a;
+    return ERR_MODEL_ARCH;
+}
+
+const char *engine_arch_name(enum engine_arch arch) {
+    return (unsigned)arch < ENGINE_ARCH_COUNT ? engine_arch_rows[arch].name : "?";
+}
+
+/* ---- the tensor specs ---------------------------------------------------------------- */
+
+/* Columns: name, the weight's field, kind, ne[0], ne[1], use by arch, split. A table: kept
+ * as rows, not as clang-format would lay it out. */
+/* clang-format off */
+#define G(f) offsetof(struct engine_model, f)
+#define L(f) offsetof(struct engine_layer, f)
+/*                 llama    qwen2    qwen3    gemma3   gemma4 */
+#define ALL_REQ {USE_REQ, USE_REQ, USE_REQ, USE_REQ, USE_REQ}
+#define ALL_OPT {USE_OPT, USE_OPT, USE_OPT, USE_OPT, USE_OPT}
+#define GEMMA_REQ {USE_NO, USE_NO, USE_NO, USE_REQ, USE_REQ}
+#define GEMMA4_PLE {USE_NO, USE_NO, USE_NO, USE_NO, USE_PLE}
+
+const struct tensor_spec engine_global_specs[] = {
+    {"token_embd.weight", G(tok_embd), KIND_ROWS, DIM_EMBD, DIM_VOCAB, ALL_REQ, SPLIT_HOST},
+    {"output_norm.weight", G(output_norm), KIND_VEC, DIM_EMBD, DIM_ONE, ALL_REQ, SPLIT_HOST},
+    {"output.weight", G(output), KIND_MATMUL, DIM_EMBD, DIM_VOCAB, ALL_OPT, SPLIT_VOCAB_ROWS},
+    {"rope_freqs.weight", G(rope_freqs), KIND_VEC, DIM_ROT_HALF, DIM_ONE,
+     {USE_OPT, USE_NO, USE_NO, USE_NO, USE_OPT}, SPLIT_HOST},
+    {"per_layer_token_embd.weight", G(pl_tok_embd), KIND_ROWS, DIM_PLE_ALL, DIM_VOCAB, GEMMA4_PLE,
+     SPLIT_HOST},
+    {"per_layer_model_proj.weight", G(pl_model_proj), KIND_MATMUL, DIM_EMBD, DIM_PLE_ALL,
+     GEMMA4_PLE, SPLIT_HOST},
+    {"per_layer_proj_norm.weight", G(pl_proj_norm), KIND_VEC, DIM_PLE, DIM_ONE, GEMMA4_PLE,
+     SPLIT_HOST},
+};
+
+const struct tensor_spec engine_layer_specs[] = {
+    {"attn_norm.weight", L(attn_norm), KIND_VEC, DIM_EMBD, DIM_ONE, ALL_REQ, SPLIT_HOST},
+    {"attn_q.weight", L(wq), KIND_MATMUL, DIM_EMBD, DIM_Q, ALL_REQ, SPLIT_Q_ROWS},
+    {"attn_k.weight", L(wk), KIND_MATMUL, DIM_EMBD, DIM_K,
+     {USE_REQ, USE_REQ, USE_REQ, USE_REQ, USE_OWN}, SPLIT_K_ROWS},
+    /* gemma4: a layer without attn_v takes V from the raw K projection (K = V) */
+    {"attn_v.weight", L(wv), KIND_MATMUL, DIM_EMBD, DIM_V,
+     {USE_REQ, USE_REQ, USE_REQ, USE_REQ, USE_OPT}, SPLIT_V_ROWS},
+    {"attn_output.weight", L(wo), KIND_MATMUL, DIM_O, DIM_EMBD, ALL_REQ, SPLIT_O_COLS},
+    {"attn_q.bias", L(bq), KIND_VEC, DIM_Q, DIM_ONE,
+     {USE_OPT, USE_REQ, USE_NO, USE_NO, USE_NO}, SPLIT_Q_ROWS},
+    {"attn_k.bias", L(bk), KIND_VEC, DIM_K, DIM_ONE,
+     {USE_OPT, USE_REQ, USE_NO, USE_NO, USE_NO}, SPLIT_K_ROWS},
+    {"attn_v.bias", L(bv), KIND_VEC, DIM_V, DIM_ONE,
+     {USE_OPT, USE_REQ, USE_NO, USE_NO, USE_NO}, SPLIT_V_ROWS},
+    {"attn_output.bias", L(bo), KIND_VEC, DIM_EMBD, DIM_ONE,
+     {USE_OPT, USE_NO, USE_NO, USE_NO, USE_NO}, SPLIT_HOST},
+    {"attn_q_norm.weight", L(q_norm), KIND_VEC, DIM_HEAD_K, DIM_ONE,
+     {USE_NO, USE_NO, USE_REQ, USE_REQ, USE_REQ}, SPLIT_ALL},
+    {"attn_k_norm.weight", L(k_norm), KIND_VEC, DIM_HEAD_K, DIM_ONE,
+     {USE_NO, USE_NO, USE_REQ, USE_REQ, USE_OWN}, SPLIT_ALL},
+    {"post_attention_norm.weight", L(post_attn_norm), KIND_VEC, DIM_EMBD, DIM_ONE, GEMMA_REQ,
+     SPLIT_HOST},
+    {"ffn_norm.weight", L(ffn_norm), KIND_VEC, DIM_EMBD, DIM_ONE, ALL_REQ, SPLIT_HOST},
+    {"ffn_gate.weight", L(w_gate), KIND_MATMUL, DIM_EMBD, DIM_FF, ALL_REQ, SPLIT_FF_ROWS},
+    {"ffn_up.weight", L(w_up), KIND_MATMUL, DIM_EMBD, DIM_FF, ALL_REQ, SPLIT_FF_ROWS},
+    {"ffn_down.weight", L(w_down), KIND_MATMUL, DIM_FF, DIM_EMBD, ALL_REQ, SPLIT_FF_COLS},
+    {"post_ffw_norm.weight", L(post_ffn_norm), KIND_VEC, DIM_EMBD, DIM_ONE, GEMMA_REQ, SPLIT_HOST},
+    {"inp_gate.weight", L(pl_gate), KIND_MATMUL, DIM_EMBD, DIM_PLE, GEMMA4_PLE, SPLIT_HOST},
+    {"proj.weight", L(pl_proj), KIND_MATMUL, DIM_PLE, DIM_EMBD, GEMMA4_PLE, SPLIT_HOST},
+    {"post_norm.weight", L(pl_post_norm), KIND_VEC, DIM_EMBD, DIM_ONE, GEMMA4_PLE, SPLIT_HOST},
+    {"layer_output_scale.weight", L(out_scale), KIND_VEC, DIM_ONE, DIM_ONE,
+     {USE_NO, USE_NO, USE_NO, USE_NO, USE_OPT}, SPLIT_HOST},
+};
+
+#undef G
+#undef L
+#undef ALL_REQ
+#undef ALL_OPT
+#undef GEMMA_REQ
+#undef GEMMA4_PLE
+
+/* clang-format on */
+
+const size_t engine_n_global_specs = ARRAY_SIZE(engine_global_specs);
+const size_t engine_n_layer_specs = ARRAY_SIZE(engine_layer_specs);

@@ -1,0 +1,92 @@
+/* arch — what the engine knows of each architecture, as data: the arch rows (name, RoPE
+ * kind) and the tensor specs, one row per weight of the model (global) or of a layer.
+ *
+ * A spec says where the weight lives (its struct engine_weight in struct engine_model or
+ * struct engine_layer), how the loader checks it (kind, shape in symbolic dimensions,
+ * whether each arch requires it), and how a tensor split cuts it across devices (split):
+ * engine/model.c binds a file to these rows, engine/device.c slices every weight from its
+ * split column, so a new weight is one row here, not a line in every file that handles
+ * weights. */
+#pragma once
+
+#include "engine/model.h"
+
+#include <stddef.h>
+
+struct arch_desc {
+    const char *name;
+    enum engine_rope_kind rope_kind;
+};
+
+extern const struct arch_desc engine_arch_rows[ENGINE_ARCH_COUNT];
+
+/* Symbolic tensor dimensions, resolved from the hparams (per layer where layers differ). */
+enum spec_dim {
+    DIM_ONE,
+    DIM_EMBD,     /* n_embd */
+    DIM_Q,        /* n_head * head_dim_k */
+    DIM_K,        /* n_head_kv * head_dim_k */
+    DIM_V,        /* n_head_kv * head_dim_v */
+    DIM_O,        /* n_head * head_dim_v */
+    DIM_FF,       /* n_ff */
+    DIM_HEAD_K,   /* head_dim_k */
+    DIM_VOCAB,    /* n_vocab */
+    DIM_ROT_HALF, /* n_rot / 2 */
+    DIM_PLE,      /* n_embd_per_layer */
+    DIM_PLE_ALL,  /* n_layer * n_embd_per_layer */
+    DIM_COUNT
+};
+
+enum spec_use {
+    USE_NO,
+    USE_REQ,
+    USE_OPT,
+    USE_OWN, /* required in a layer that owns KV; may be present (unused) in a shared one */
+    USE_PLE, /* required with per-layer embeddings (n_embd_per_layer > 0), else absent */
+};
+
+enum spec_kind {
+    KIND_VEC,    /* 1-D, converted to f32 at load */
+    KIND_MATMUL, /* a matrix kern_matmul multiplies by (its type needs vec_dot) */
+    KIND_ROWS,   /* a matrix read row by row (the embedding: its type needs to_f32) */
+};
+
+/* How a tensor split over devices cuts a weight (engine/device.h). The attention is cut
+ * by KV heads (a device's `n_kv` of them and their GQA groups of query heads), the FFN by
+ * hidden units, the classifier by vocabulary rows: *_ROWS specs are views of the device's
+ * rows (a 1-D spec: its values), *_COLS specs copies of its input columns, whose products
+ * the devices sum. */
+enum spec_split {
+    SPLIT_HOST,       /* read by the host's layer loop only (norms around the blocks) */
+    SPLIT_ALL,        /* whole on every device (per-head norms) */
+    SPLIT_Q_ROWS,     /* the query heads: group × head_dim_k rows a KV head */
+    SPLIT_K_ROWS,     /* the KV heads: head_dim_k rows each */
+    SPLIT_V_ROWS,     /* the KV heads: head_dim_v rows each */
+    SPLIT_O_COLS,     /* the query heads' columns: group × head_dim_v a KV head */
+    SPLIT_FF_ROWS,    /* the hidden units: a row each */
+    SPLIT_FF_COLS,    /* the hidden units: a column each */
+    SPLIT_VOCAB_ROWS, /* the classifier's rows */
+};
+
+struct tensor_spec {
+    const char *name; /* global name, or the suffix after "blk.N." */
+    size_t offset;    /* of its struct engine_weight in struct engine_model / engine_layer */
+    enum spec_kind kind;
+    enum spec_dim ne0, ne1; /* ne[0] = n_in (row length), ne[1] = n_out */
+    uint8_t use[ENGINE_ARCH_COUNT];
+    enum spec_split split;
+};
+
+extern const struct tensor_spec engine_global_specs[];
+extern const size_t engine_n_global_specs;
+extern const struct tensor_spec engine_layer_specs[];
+extern const size_t engine_n_layer_specs;
+
+/* The weight a spec names in a struct engine_model (global spec) or engine_layer. */
+static inline struct engine_weight *spec_field(void *owner, const struct tensor_spec *s) {
+    return (struct engine_weight *)((char *)owner + s->offset);
+}
+static inline const struct engine_weight *spec_field_const(const void *owner,
+                                                           const struct tensor_spec *s) {
+    return (const struct engine_weight *)((const char *)owner + s->offset);
+}
