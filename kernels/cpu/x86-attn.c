@@ -63,35 +63,35 @@ XA_INLINE __m256i xa_block(const uint8_t *row, int64_t b, enum kern_type t, floa
     *ret_m = 0.0f;
     switch (t) {
     case KERN_TYPE_Q8_0: {
-        const uint8_t *p = row + 34 * b;
+        const uint8_t *p = row + (int64_t)sizeof(struct block_q8_0) * b;
         *ret_d = xa_f16(p);
         return _mm256_loadu_si256((const __m256i *)(p + 2));
     }
     case KERN_TYPE_Q4_0: {
-        const uint8_t *p = row + 18 * b;
+        const uint8_t *p = row + (int64_t)sizeof(struct block_q4_0) * b;
         *ret_d = xa_f16(p);
         return _mm256_sub_epi8(nibbles_unpack(p + 2), _mm256_set1_epi8(8));
     }
     case KERN_TYPE_Q4_1: {
-        const uint8_t *p = row + 20 * b;
+        const uint8_t *p = row + (int64_t)sizeof(struct block_q4_1) * b;
         *ret_d = xa_f16(p);
         *ret_m = xa_f16(p + 2);
         return nibbles_unpack(p + 4);
     }
     case KERN_TYPE_Q5_0: {
-        const uint8_t *p = row + 22 * b;
+        const uint8_t *p = row + (int64_t)sizeof(struct block_q5_0) * b;
         *ret_d = xa_f16(p);
         return _mm256_sub_epi8(_mm256_or_si256(nibbles_unpack(p + 6), qh_unpack(p + 2)),
                                _mm256_set1_epi8(16));
     }
     case KERN_TYPE_Q5_1: {
-        const uint8_t *p = row + 24 * b;
+        const uint8_t *p = row + (int64_t)sizeof(struct block_q5_1) * b;
         *ret_d = xa_f16(p);
         *ret_m = xa_f16(p + 2);
         return _mm256_or_si256(nibbles_unpack(p + 8), qh_unpack(p + 4));
     }
     default: { /* iq4_nl */
-        const uint8_t *p = row + 18 * b;
+        const uint8_t *p = row + (int64_t)sizeof(struct block_iq4_nl) * b;
         *ret_d = xa_f16(p);
         const __m128i tbl =
             _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);

@@ -66,7 +66,7 @@ X86_INLINE __m512i k16_scales16(const uint8_t *a, const uint8_t *b, int j, __m51
 /* r8_k16_body over 16 rows: groups ga and gb, y (+)= the 16 rows' dots of NT tokens */
 X86_INLINE void r16_k16_body(float *y, int64_t ys, const uint8_t *ga, const uint8_t *gb, const uint8_t *x,
                              size_t xst, int64_t nb, const int NT, const int K) {
-    const size_t sbs = K == WK_Q6_K ? 1680 : K == WK_Q3_K ? 880 : 672;
+    const size_t sbs = wk_r8_bytes(K);
     const __m512i pick[2] = {_mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13)),
                              _mm512_broadcast_i32x4(_mm_setr_epi8(2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15))};
     __m512 acc[4];
@@ -134,7 +134,7 @@ X86_INLINE void r16_q4_0_body(float *y, int64_t ys, const uint8_t *ga, const uin
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t j = 0; j < nb; j++) {
-        const uint8_t *a = ga + 144 * j, *b = gb + 144 * j;
+        const uint8_t *a = ga + wk_r8_bytes(WK_Q4_0) * j, *b = gb + wk_r8_bytes(WK_Q4_0) * j;
         _mm_prefetch((const char *)a + 2048, _MM_HINT_T0);
         _mm_prefetch((const char *)a + 2048 + 64, _MM_HINT_T0);
         _mm_prefetch((const char *)b + 2048, _MM_HINT_T0);
@@ -168,7 +168,7 @@ X86_INLINE void r16_q4_0_body(float *y, int64_t ys, const uint8_t *ga, const uin
 /* r8_qk_body (q4_K, q5_K) over 16 rows */
 X86_INLINE void r16_qk_body(float *y, int64_t ys, const uint8_t *ga, const uint8_t *gb, const uint8_t *x,
                             size_t xst, int64_t nb, const int NT, const int K) {
-    const size_t sbs = K == WK_Q5_K ? 1408 : 1152, qs0 = K == WK_Q5_K ? 384 : 128;
+    const size_t sbs = wk_r8_bytes(K), qs0 = K == WK_Q5_K ? 384 : 128;
     const __m512i m4 = _mm512_set1_epi8(0x0f), m6 = _mm512_set1_epi8(0x3f), m2 = _mm512_set1_epi8(3);
     const __m512i mb = _mm512_set1_epi32(0xff);
     __m512 acc[4];

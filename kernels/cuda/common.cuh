@@ -84,31 +84,38 @@ __constant__ static const int8_t d_iq4nl[16] = {-127, -104, -83, -65, -49, -35, 
 
 /* ---- type facts (host and device) ---------------------------------------------------- */
 
-/* Bytes per block and values per block of the types the CUDA tier knows; 0 otherwise. */
-__host__ __device__ static inline int type_block_bytes(int t) {
+/* The decoders work in units of 32 values: a block of the 32-value types, 8 of them in a
+ * k-quant super-block. */
+static_assert(QK8_0 == 32 && QK4_0 == 32 && QK4_1 == 32 && QK5_0 == 32 && QK5_1 == 32 &&
+                  QK4_NL == 32, "a block is 32 values");
+static_assert(QK_K == 8 * 32, "a k-quant super-block is 8 units of 32 values");
+
+/* Bytes per block and values per block of the types the CUDA tier knows (the block
+ * structs of kernels/types.h); 0 otherwise. */
+__host__ __device__ static constexpr int type_block_bytes(int t) {
     switch (t) {
-    case KERN_TYPE_F32: return 4;
-    case KERN_TYPE_F16: case KERN_TYPE_BF16: return 2;
-    case KERN_TYPE_Q8_0: return 34;
-    case KERN_TYPE_Q4_0: return 18;
-    case KERN_TYPE_Q4_1: return 20;
-    case KERN_TYPE_Q5_0: return 22;
-    case KERN_TYPE_Q5_1: return 24;
-    case KERN_TYPE_IQ4_NL: return 18;
-    case KERN_TYPE_Q4_K: return 144;
-    case KERN_TYPE_Q5_K: return 176;
-    case KERN_TYPE_Q6_K: return 210;
-    case KERN_TYPE_Q2_K: return 84;
-    case KERN_TYPE_Q3_K: return 110;
-    case KERN_TYPE_IQ4_XS: return 136;
+    case KERN_TYPE_F32: return sizeof(float);
+    case KERN_TYPE_F16: case KERN_TYPE_BF16: return sizeof(kern_f16); /* = sizeof(kern_bf16) */
+    case KERN_TYPE_Q8_0: return sizeof(struct block_q8_0);
+    case KERN_TYPE_Q4_0: return sizeof(struct block_q4_0);
+    case KERN_TYPE_Q4_1: return sizeof(struct block_q4_1);
+    case KERN_TYPE_Q5_0: return sizeof(struct block_q5_0);
+    case KERN_TYPE_Q5_1: return sizeof(struct block_q5_1);
+    case KERN_TYPE_IQ4_NL: return sizeof(struct block_iq4_nl);
+    case KERN_TYPE_Q4_K: return sizeof(struct block_q4_K);
+    case KERN_TYPE_Q5_K: return sizeof(struct block_q5_K);
+    case KERN_TYPE_Q6_K: return sizeof(struct block_q6_K);
+    case KERN_TYPE_Q2_K: return sizeof(struct block_q2_K);
+    case KERN_TYPE_Q3_K: return sizeof(struct block_q3_K);
+    case KERN_TYPE_IQ4_XS: return sizeof(struct block_iq4_xs);
     default: return 0;
     }
 }
-__host__ __device__ static inline int type_block_values(int t) {
+__host__ __device__ static constexpr int type_block_values(int t) {
     switch (t) {
     case KERN_TYPE_F32: case KERN_TYPE_F16: case KERN_TYPE_BF16: return 1;
-    case KERN_TYPE_Q4_K: case KERN_TYPE_Q5_K: case KERN_TYPE_Q6_K: return 256;
-    case KERN_TYPE_Q2_K: case KERN_TYPE_Q3_K: case KERN_TYPE_IQ4_XS: return 256;
+    case KERN_TYPE_Q4_K: case KERN_TYPE_Q5_K: case KERN_TYPE_Q6_K: return QK_K;
+    case KERN_TYPE_Q2_K: case KERN_TYPE_Q3_K: case KERN_TYPE_IQ4_XS: return QK_K;
     default: return type_block_bytes(t) ? 32 : 0;
     }
 }
@@ -142,7 +149,7 @@ __device__ __forceinline__ void k4_scale_min(int j, const uint8_t *s, float *sc,
 template <int T> __device__ __forceinline__ void deq32(const uint8_t *row, int64_t u, float *v);
 
 template <> __device__ __forceinline__ void deq32<KERN_TYPE_F32>(const uint8_t *row, int64_t u, float *v) {
-    const float4 *p = (const float4 *)(row + u * 128);
+    const float4 *p = (const float4 *)(row + u * (32 * type_block_bytes(KERN_TYPE_F32)));
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         float4 f = p[i];
@@ -150,7 +157,7 @@ template <> __device__ __forceinline__ void deq32<KERN_TYPE_F32>(const uint8_t *
     }
 }
 template <> __device__ __forceinline__ void deq32<KERN_TYPE_F16>(const uint8_t *row, int64_t u, float *v) {
-    const uint4 *p = (const uint4 *)(row + u * 64);
+    const uint4 *p = (const uint4 *)(row + u * (32 * type_block_bytes(KERN_TYPE_F16)));
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         uint4 w = p[i];
@@ -163,7 +170,7 @@ template <> __device__ __forceinline__ void deq32<KERN_TYPE_F16>(const uint8_t *
     }
 }
 template <> __device__ __forceinline__ void deq32<KERN_TYPE_BF16>(const uint8_t *row, int64_t u, float *v) {
-    const uint4 *p = (const uint4 *)(row + u * 64);
+    const uint4 *p = (const uint4 *)(row + u * (32 * type_block_bytes(KERN_TYPE_BF16)));
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         uint4 w = p[i];
@@ -178,7 +185,7 @@ template <> __device__ __forceinline__ void deq32<KERN_TYPE_BF16>(const uint8_t 
 /* The 32-value block types are read with 2- or 4-byte loads (their sizes keep every block
  * 2-byte aligned, q4_1 and q5_1 4-byte aligned); little-endian: byte 2k is the low half. */
 template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q8_0>(const uint8_t *row, int64_t u, float *v) {
-    const uint16_t *p = (const uint16_t *)(row + u * 34);
+    const uint16_t *p = (const uint16_t *)(row + u * type_block_bytes(KERN_TYPE_Q8_0));
     const float d = d_f16(p[0]);
 #pragma unroll
     for (int k = 0; k < 16; k++) {
@@ -189,7 +196,7 @@ template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q8_0>(const uint8_t 
 }
 /* qs byte j (j < 16) of a block: values j (low nibble) and j + 16 (high nibble) */
 template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q4_0>(const uint8_t *row, int64_t u, float *v) {
-    const uint16_t *p = (const uint16_t *)(row + u * 18);
+    const uint16_t *p = (const uint16_t *)(row + u * type_block_bytes(KERN_TYPE_Q4_0));
     const float d = d_f16(p[0]);
 #pragma unroll
     for (int k = 0; k < 8; k++) {
@@ -203,7 +210,7 @@ template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q4_0>(const uint8_t 
     }
 }
 template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q4_1>(const uint8_t *row, int64_t u, float *v) {
-    const uint32_t *p = (const uint32_t *)(row + u * 20);
+    const uint32_t *p = (const uint32_t *)(row + u * type_block_bytes(KERN_TYPE_Q4_1));
     const float d = d_f16((uint16_t)p[0]), m = d_f16((uint16_t)(p[0] >> 16));
 #pragma unroll
     for (int k = 0; k < 4; k++) {
@@ -217,7 +224,7 @@ template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q4_1>(const uint8_t 
     }
 }
 template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q5_0>(const uint8_t *row, int64_t u, float *v) {
-    const uint16_t *p = (const uint16_t *)(row + u * 22);
+    const uint16_t *p = (const uint16_t *)(row + u * type_block_bytes(KERN_TYPE_Q5_0));
     const float d = d_f16(p[0]);
     const uint32_t qh = (uint32_t)p[1] | (uint32_t)p[2] << 16;
 #pragma unroll
@@ -234,7 +241,7 @@ template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q5_0>(const uint8_t 
     }
 }
 template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q5_1>(const uint8_t *row, int64_t u, float *v) {
-    const uint32_t *p = (const uint32_t *)(row + u * 24);
+    const uint32_t *p = (const uint32_t *)(row + u * type_block_bytes(KERN_TYPE_Q5_1));
     const float d = d_f16((uint16_t)p[0]), m = d_f16((uint16_t)(p[0] >> 16));
     const uint32_t qh = p[1];
 #pragma unroll
@@ -251,7 +258,7 @@ template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q5_1>(const uint8_t 
     }
 }
 template <> __device__ __forceinline__ void deq32<KERN_TYPE_IQ4_NL>(const uint8_t *row, int64_t u, float *v) {
-    const uint16_t *p = (const uint16_t *)(row + u * 18);
+    const uint16_t *p = (const uint16_t *)(row + u * type_block_bytes(KERN_TYPE_IQ4_NL));
     const float d = d_f16(p[0]);
 #pragma unroll
     for (int k = 0; k < 8; k++) {
@@ -266,7 +273,7 @@ template <> __device__ __forceinline__ void deq32<KERN_TYPE_IQ4_NL>(const uint8_
 }
 /* q4_K: x = d·sc·q - dmin·m; sub-block j: 32-byte group j/2 of qs, low nibbles for even j */
 template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q4_K>(const uint8_t *row, int64_t u, float *v) {
-    const uint8_t *b = row + (u / 8) * 144;
+    const uint8_t *b = row + (u / 8) * type_block_bytes(KERN_TYPE_Q4_K);
     int j = (int)(u % 8);
     float d = d_f16(ld16(b)), dmin = d_f16(ld16(b + 2)), sc, m;
     k4_scale_min(j, b + 4, &sc, &m);
@@ -278,7 +285,7 @@ template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q4_K>(const uint8_t 
 }
 /* q5_K: as q4_K with the 5th bit j of qh[l] */
 template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q5_K>(const uint8_t *row, int64_t u, float *v) {
-    const uint8_t *b = row + (u / 8) * 176;
+    const uint8_t *b = row + (u / 8) * type_block_bytes(KERN_TYPE_Q5_K);
     int j = (int)(u % 8);
     float d = d_f16(ld16(b)), dmin = d_f16(ld16(b + 2)), sc, m;
     k4_scale_min(j, b + 4, &sc, &m);
@@ -293,7 +300,7 @@ template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q5_K>(const uint8_t 
 }
 /* q6_K: unit j of a super-block is quarter j%4 of half j/4; 16 values per scale */
 template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q6_K>(const uint8_t *row, int64_t u, float *v) {
-    const uint8_t *b = row + (u / 8) * 210;
+    const uint8_t *b = row + (u / 8) * type_block_bytes(KERN_TYPE_Q6_K);
     int j = (int)(u % 8), h = j / 4, k = j % 4;
     const uint8_t *ql = b + h * 64 + (k & 1) * 32, *qh = b + 128 + h * 32;
     const int8_t *sc = (const int8_t *)(b + 192) + h * 8 + 2 * k;
@@ -310,7 +317,7 @@ template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q6_K>(const uint8_t 
 /* q2_K: unit j = 2-bit plane j%4 of the 32-byte quarter j/4 of qs; x = d·(sc&15)·q -
  * dmin·(sc>>4), one scale byte per 16 values */
 template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q2_K>(const uint8_t *row, int64_t u, float *v) {
-    const uint8_t *b = row + (u / 8) * 84;
+    const uint8_t *b = row + (u / 8) * type_block_bytes(KERN_TYPE_Q2_K);
     int j = (int)(u % 8);
     const uint8_t *q = b + 16 + (j / 4) * 32;
     const int shift = 2 * (j % 4);
@@ -331,7 +338,7 @@ __device__ __forceinline__ int q3k_scale(const uint8_t *s, int g) {
     return (lo | ((s[8 + g % 4] >> (2 * (g / 4))) & 3) << 4) - 32;
 }
 template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q3_K>(const uint8_t *row, int64_t u, float *v) {
-    const uint8_t *b = row + (u / 8) * 110;
+    const uint8_t *b = row + (u / 8) * type_block_bytes(KERN_TYPE_Q3_K);
     int j = (int)(u % 8);
     const uint8_t *q = b + 32 + (j / 4) * 32;
     const int shift = 2 * (j % 4);
@@ -345,7 +352,7 @@ template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q3_K>(const uint8_t 
 }
 /* iq4_xs: unit j = iq4_nl nibbles at byte 8 + 16j with scale d·(ls_j - 32) */
 template <> __device__ __forceinline__ void deq32<KERN_TYPE_IQ4_XS>(const uint8_t *row, int64_t u, float *v) {
-    const uint8_t *b = row + (u / 8) * 136;
+    const uint8_t *b = row + (u / 8) * type_block_bytes(KERN_TYPE_IQ4_XS);
     int j = (int)(u % 8);
     const int ls = ((b[4 + j / 2] >> (4 * (j % 2))) & 0x0f) | ((ld16(b + 2) >> (2 * j)) & 3) << 4;
     const float dl = d_f16(ld16(b)) * (float)(ls - 32);
@@ -406,29 +413,29 @@ __device__ __forceinline__ float deq1_kv(int t, const uint8_t *row, int64_t i) {
     case KERN_TYPE_F16: return d_f16(((const uint16_t *)row)[i]);
     case KERN_TYPE_BF16: return d_bf16(((const uint16_t *)row)[i]);
     case KERN_TYPE_Q8_0: {
-        const uint8_t *b = row + u * 34;
+        const uint8_t *b = row + u * type_block_bytes(KERN_TYPE_Q8_0);
         return d_f16(ld16(b)) * (float)(int8_t)b[2 + j];
     }
     case KERN_TYPE_Q4_0: {
-        const uint8_t *b = row + u * 18;
+        const uint8_t *b = row + u * type_block_bytes(KERN_TYPE_Q4_0);
         return d_f16(ld16(b)) * (float)(((b[2 + jj] >> (4 * hi)) & 0x0f) - 8);
     }
     case KERN_TYPE_Q4_1: {
-        const uint8_t *b = row + u * 20;
+        const uint8_t *b = row + u * type_block_bytes(KERN_TYPE_Q4_1);
         return d_f16(ld16(b)) * (float)((b[4 + jj] >> (4 * hi)) & 0x0f) + d_f16(ld16(b + 2));
     }
     case KERN_TYPE_Q5_0: {
-        const uint8_t *b = row + u * 22;
+        const uint8_t *b = row + u * type_block_bytes(KERN_TYPE_Q5_0);
         int q = ((b[6 + jj] >> (4 * hi)) & 0x0f) | (int)((ld32(b + 2) >> j) & 1) << 4;
         return d_f16(ld16(b)) * (float)(q - 16);
     }
     case KERN_TYPE_Q5_1: {
-        const uint8_t *b = row + u * 24;
+        const uint8_t *b = row + u * type_block_bytes(KERN_TYPE_Q5_1);
         int q = ((b[8 + jj] >> (4 * hi)) & 0x0f) | (int)((ld32(b + 4) >> j) & 1) << 4;
         return d_f16(ld16(b)) * (float)q + d_f16(ld16(b + 2));
     }
     default: {
-        const uint8_t *b = row + u * 18;
+        const uint8_t *b = row + u * type_block_bytes(KERN_TYPE_IQ4_NL);
         return d_f16(ld16(b)) * (float)d_iq4nl[(b[2 + jj] >> (4 * hi)) & 0x0f];
     }
     }

@@ -1,0 +1,371 @@
+/* Part of x86-kernels.h: f32, f16 and bf16 weights against f32 activations (no unpacking,
+ * a conversion per load): ftile for the file's rows, ftile8 for rows8 (8 rows per
+ * register) and ftile16 for two rows8 groups side by side, the drivers of the types' tile,
+ * tile8 and tile16 entries. */
+
+enum fkind { FK_F32, FK_F16, FK_BF16 };
+
+#if X86_W512
+typedef __m512 vf;
+#define VF_N 16
+#define vf_zero _mm512_setzero_ps
+#define vf_fma _mm512_fmadd_ps
+#define vf_loadu _mm512_loadu_ps
+#define vf_hsum _mm512_reduce_add_ps
+X86_INLINE vf vf_load_w(const uint8_t *row, int64_t i, const int F) {
+    switch (F) {
+    case FK_F32: return _mm512_loadu_ps((const float *)row + i);
+    case FK_F16: return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * i)));
+    default:
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(row + 2 * i))), 16));
+    }
+}
+#else
+typedef __m256 vf;
+#define VF_N 8
+#define vf_zero _mm256_setzero_ps
+#define vf_fma _mm256_fmadd_ps
+#define vf_loadu _mm256_loadu_ps
+#define vf_hsum hsum256
+X86_INLINE vf vf_load_w(const uint8_t *row, int64_t i, const int F) {
+    switch (F) {
+    case FK_F32: return _mm256_loadu_ps((const float *)row + i);
+    case FK_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * i)));
+    default:
+        return _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(row + 2 * i))), 16));
+    }
+}
+#endif
+
+X86_INLINE const uint8_t *vf_w_addr(const uint8_t *row, int64_t i, const int F) {
+    return row + (F == FK_F32 ? 4 : 2) * i;
+}
+
+X86_INLINE float f_load_w1(const uint8_t *row, int64_t i, const int F) {
+    switch (F) {
+    case FK_F32: {
+        float f;
+        memcpy(&f, row + 4 * i, sizeof(f));
+        return f;
+    }
+    case FK_F16: return f16_load(row + 2 * i);
+    default: {
+        uint16_t h;
+        uint32_t u;
+        float f;
+        memcpy(&h, row + 2 * i, sizeof(h));
+        u = (uint32_t)h << 16;
+        memcpy(&f, &u, sizeof(f));
+        return f;
+    }
+    }
+}
+
+X86_INLINE void ftile_body(float *y, int64_t ys, const uint8_t *w, size_t wst, const uint8_t *x,
+                           size_t xst, int64_t n, const int NR, const int NT, const int F) {
+    vf acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) acc[r][t] = vf_zero();
+    int64_t i = 0;
+    for (; i + VF_N <= n; i += VF_N) {
+        vf xv[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) xv[t] = vf_loadu((const float *)(x + t * xst) + i);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            /* decode streams w once: fetch the next tile's rows ahead (see direct_body) */
+            if (NT == 1) _mm_prefetch((const char *)vf_w_addr(w + r * wst, i, F) + 4 * wst, _MM_HINT_T0);
+            vf wv = vf_load_w(w + r * wst, i, F);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) acc[r][t] = vf_fma(wv, xv[t], acc[r][t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            float s = vf_hsum(acc[r][t]);
+            for (int64_t j = i; j < n; j++)
+                s += f_load_w1(w + r * wst, j, F) * ((const float *)(x + t * xst))[j];
+            y[t * ys + r] = s;
+        }
+}
+
+#if !X86_W512
+/* Prefill, 256-bit: 16 ymm registers hold 4 rows × 3 tokens of accumulators and the 3
+ * tokens' activations, the weights coming from memory (a 4 × 4 tile spills accumulators
+ * to the stack, through store forwarding every step). n is covered in chunks of FCHUNK
+ * values, over all the tile's tokens in turn: the rows' chunk, converted once to f32
+ * (8 KiB: f16/bf16 then cost no conversion per token), stays in L1 and the tokens'
+ * chunks (up to 64 × 2 KiB) in L2, where whole rows of a wide matrix (64 × 11 KiB for n
+ * 2816) would not. y (+)= each chunk's sums. */
+enum { FCHUNK = 512 };
+
+/* w: 4 rows of f32, value i at w[r][i - i0] */
+X86_INLINE void fchunk_body(float *y, int64_t ys, const float (*w)[FCHUNK], const uint8_t *x,
+                            size_t xst, int64_t i0, int64_t i1, bool add, const int NT) {
+    vf acc[4][3];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 3
+        for (int t = 0; t < NT; t++) acc[r][t] = vf_zero();
+    int64_t i = i0;
+    for (; i + VF_N <= i1; i += VF_N) {
+        vf xv[3];
+#pragma GCC unroll 3
+        for (int t = 0; t < NT; t++) xv[t] = vf_loadu((const float *)(x + t * xst) + i);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            vf wv = _mm256_load_ps(&w[r][i - i0]);
+#pragma GCC unroll 3
+            for (int t = 0; t < NT; t++) acc[r][t] = vf_fma(wv, xv[t], acc[r][t]);
+        }
+    }
+#pragma GCC unroll 3
+    for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            float s = vf_hsum(acc[r][t]);
+            for (int64_t j = i; j < i1; j++) s += w[r][j - i0] * ((const float *)(x + t * xst))[j];
+            y[t * ys + r] = add ? y[t * ys + r] + s : s;
+        }
+}
+#endif
+
+X86_INLINE void ftile(float *y, int64_t ys, const void *w, size_t wst, const void *x, size_t xst,
+                      int64_t n, int nr, int nt, const int F) {
+    const uint8_t *wb = w, *xb = x;
+#if !X86_W512
+    if (nr == 4 && nt >= 3) {
+        _Alignas(32) float wf[4][FCHUNK];
+        for (int64_t i0 = 0; i0 < n; i0 += FCHUNK) {
+            int64_t i1 = n - i0 < FCHUNK ? n : i0 + FCHUNK;
+            for (int r = 0; r < 4; r++) {
+                /* the weights come from DRAM once per token block: fetch the next chunk
+                 * (past the rows' end: the next tile's) while this one is computed */
+                const uint8_t *next = i1 < n ? vf_w_addr(wb + r * wst, i1, F) : wb + (r + 4) * wst;
+                for (int64_t o = 0; o < (i1 - i0) * (F == FK_F32 ? 4 : 2); o += 64)
+                    _mm_prefetch((const char *)next + o, _MM_HINT_T0);
+                int64_t i = i0;
+                for (; i + VF_N <= i1; i += VF_N) _mm256_store_ps(&wf[r][i - i0], vf_load_w(wb + r * wst, i, F));
+                for (; i < i1; i++) wf[r][i - i0] = f_load_w1(wb + r * wst, i, F);
+            }
+            int t = 0;
+            for (; t + 3 <= nt; t += 3)
+                fchunk_body(y + t * ys, ys, (const float(*)[FCHUNK])wf, xb + t * xst, xst, i0, i1, i0 > 0, 3);
+            for (; t < nt; t++)
+                fchunk_body(y + t * ys, ys, (const float(*)[FCHUNK])wf, xb + t * xst, xst, i0, i1, i0 > 0, 1);
+        }
+        return;
+    }
+#endif
+    if (nr == 4) {
+        int t = 0;
+        for (; t + 4 <= nt; t += 4) ftile_body(y + t * ys, ys, wb, wst, xb + t * xst, xst, n, 4, 4, F);
+        for (; t < nt; t++) ftile_body(y + t * ys, ys, wb, wst, xb + t * xst, xst, n, 4, 1, F);
+    } else {
+        for (int t = 0; t < nt; t++)
+            for (int r = 0; r < nr; r++)
+                ftile_body(y + t * ys + r, ys, wb + r * wst, wst, xb + t * xst, xst, n, 1, 1, F);
+    }
+}
+
+
+/* f16 / bf16 rows8: value k of the 8 rows is 16 bytes at 16k, lane r = row r, against
+ * f32 activations. Each value of the rows is one conversion that meets up to 12 tokens'
+ * values broadcast (12 accumulators, the rows' vector and a broadcast fill 14 registers);
+ * decode keeps 4 accumulators over consecutive values so that the FMA latency hides.
+ * Token t's value k is at x[k·xk + t·xt]: a row (xk = 1) for decode, a panel of
+ * KERN_R8F_PANEL tokens (xt = 1) for prefill, whose broadcasts then come from one stream
+ * (12 rows 4 KiB apart would share one L1 set). Prefill covers n in chunks of R8F_CHUNK
+ * values over all panels in turn, the rows' chunk (8 KiB) staying in L1; y (+)= each
+ * chunk's sums. No horizontal sums: a token's 8 outputs are one store. */
+enum { R8F_CHUNK = 512 };
+
+X86_INLINE __m256 r8f_load(const uint8_t *g, int64_t k, const int F) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)(g + 16 * k));
+    if (F == FK_F16) return _mm256_cvtph_ps(v);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+}
+
+X86_INLINE void r8f_body(float *y, int64_t ys, const uint8_t *g, const float *x, int64_t xk,
+                         int64_t xt, int64_t i0, int64_t i1, bool add, const int NT, const int F) {
+    const int KU = NT >= 4 ? 1 : NT >= 2 ? 2 : 4; /* consecutive values per step */
+    __m256 acc[12];
+#pragma GCC unroll 12
+    for (int a = 0; a < KU * NT; a++) acc[a] = _mm256_setzero_ps();
+    int64_t k = i0;
+    for (; k + KU <= i1; k += KU) {
+        /* decode streams the rows: 6 KiB ahead (whole-model runs: 3 KiB lost 10 % on a
+         * 2048-wide model, 8 KiB lost on a 1024-wide one) */
+        if (NT == 1) _mm_prefetch((const char *)g + 16 * k + 6144, _MM_HINT_T0);
+#pragma GCC unroll 4
+        for (int u = 0; u < KU; u++) {
+            const __m256 w = r8f_load(g, k + u, F);
+            const float *xv = x + (k + u) * xk;
+#pragma GCC unroll 12
+            for (int t = 0; t < NT; t++)
+                acc[u * NT + t] = _mm256_fmadd_ps(w, _mm256_broadcast_ss(xv + t * xt), acc[u * NT + t]);
+        }
+    }
+    for (; k < i1; k++) {
+        const __m256 w = r8f_load(g, k, F);
+#pragma GCC unroll 12
+        for (int t = 0; t < NT; t++) acc[t] = _mm256_fmadd_ps(w, _mm256_broadcast_ss(x + k * xk + t * xt), acc[t]);
+    }
+#pragma GCC unroll 12
+    for (int t = 0; t < NT; t++) {
+        __m256 s = acc[t];
+#pragma GCC unroll 3
+        for (int u = 1; u < KU; u++) s = _mm256_add_ps(s, acc[u * NT + t]);
+        if (add) s = _mm256_add_ps(s, _mm256_loadu_ps(y + t * ys));
+        _mm256_storeu_ps(y + t * ys, s);
+    }
+}
+
+X86_INLINE void ftile8(float *y, int64_t ys, const void *g, const void *x, size_t xst, int64_t n,
+                       int nt, const int F) {
+    const uint8_t *gb = g;
+    const float *xf = x;
+    (void)xst;
+    if (nt == 1) {
+        r8f_body(y, ys, gb, xf, 1, 0, 0, n, false, 1, F);
+        return;
+    }
+    for (int64_t i0 = 0; i0 < n; i0 += R8F_CHUNK) {
+        const int64_t i1 = n - i0 < R8F_CHUNK ? n : i0 + R8F_CHUNK;
+        for (int t0 = 0; t0 < nt; t0 += KERN_R8F_PANEL) {
+            const float *pan = xf + (int64_t)t0 * n; /* panel t0 / KERN_R8F_PANEL */
+            const int np = nt - t0 < KERN_R8F_PANEL ? nt - t0 : KERN_R8F_PANEL;
+            int t = 0;
+            if (np == KERN_R8F_PANEL) {
+                r8f_body(y + t0 * ys, ys, gb, pan, KERN_R8F_PANEL, 1, i0, i1, i0 > 0, KERN_R8F_PANEL, F);
+                continue;
+            }
+            for (; t + 4 <= np; t += 4)
+                r8f_body(y + (t0 + t) * ys, ys, gb, pan + t, KERN_R8F_PANEL, 1, i0, i1, i0 > 0, 4, F);
+            for (; t < np; t++)
+                r8f_body(y + (t0 + t) * ys, ys, gb, pan + t, KERN_R8F_PANEL, 1, i0, i1, i0 > 0, 1, F);
+        }
+    }
+}
+
+/* Two groups (16 rows) × prefill panels: per chunk of R16F_CHUNK values, both groups'
+ * values are converted once into f32 (value k of the 16 rows: one 64-byte line), then
+ * each half panel (6 tokens) meets them: 2 loads and 6 broadcasts per 12 FMAs, so the
+ * FMA ports rather than the load ports bound it (8 rows × 12 tokens needs 13 loads per
+ * 12 FMAs). The panels' missing tokens are zeros; only the nt tokens are stored. */
+enum { R16F_CHUNK = 256, R16F_HALF = KERN_R8F_PANEL / 2 };
+static_assert(KERN_R8F_PANEL % 2 == 0, "a panel is two half panels");
+
+X86_INLINE void r16f_convert(float *wb, const uint8_t *ga, const uint8_t *gb, int64_t i0,
+                             int64_t i1, const int F) {
+    for (int64_t k = i0; k < i1; k++) {
+        _mm256_store_ps(wb + 16 * (k - i0), r8f_load(ga, k, F));
+        _mm256_store_ps(wb + 16 * (k - i0) + 8, r8f_load(gb, k, F));
+    }
+}
+
+X86_INLINE void r16f_half(float *y, int64_t ys, const float *wb, const float *pan, int64_t c,
+                          bool add, int nv, const uint8_t *pa, const uint8_t *pb) {
+    __m256 acc[2 * R16F_HALF];
+#pragma GCC unroll 12
+    for (int a = 0; a < 2 * R16F_HALF; a++) acc[a] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < c; k++) {
+        if (pa && k % 4 == 0) { /* the next chunk's lines, 4 values per line */
+            _mm_prefetch((const char *)pa + 16 * k, _MM_HINT_T0);
+            _mm_prefetch((const char *)pb + 16 * k, _MM_HINT_T0);
+        }
+        const __m256 w0 = _mm256_load_ps(wb + 16 * k), w1 = _mm256_load_ps(wb + 16 * k + 8);
+        const float *xv = pan + k * KERN_R8F_PANEL;
+#pragma GCC unroll 6
+        for (int t = 0; t < R16F_HALF; t++) {
+            const __m256 b = _mm256_broadcast_ss(xv + t);
+            acc[2 * t] = _mm256_fmadd_ps(w0, b, acc[2 * t]);
+            acc[2 * t + 1] = _mm256_fmadd_ps(w1, b, acc[2 * t + 1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int t = 0; t < R16F_HALF; t++) { /* unrolled: acc stays in registers */
+        if (t >= nv) break;
+        __m256 s0 = acc[2 * t], s1 = acc[2 * t + 1];
+        if (add) {
+            s0 = _mm256_add_ps(s0, _mm256_loadu_ps(y + t * ys));
+            s1 = _mm256_add_ps(s1, _mm256_loadu_ps(y + t * ys + 8));
+        }
+        _mm256_storeu_ps(y + t * ys, s0);
+        _mm256_storeu_ps(y + t * ys + 8, s1);
+    }
+}
+
+#if X86_W512
+/* 512-bit: value k of the 16 rows is one register that meets a whole panel (12
+ * accumulators, each FMA's broadcast from the panel's stream): 13 loads per 12 FMAs of
+ * 16 lanes, twice the work per FMA of the 256-bit half panels. */
+X86_INLINE void r16f_step(__m512 *acc, const float *wb, const float *pan, int64_t k) {
+    const __m512 w = _mm512_load_ps(wb + 16 * k);
+    const float *xv = pan + k * KERN_R8F_PANEL;
+#pragma GCC unroll 12
+    for (int t = 0; t < KERN_R8F_PANEL; t++) acc[t] = _mm512_fmadd_ps(w, _mm512_set1_ps(xv[t]), acc[t]);
+}
+
+X86_INLINE void r16f_panel(float *y, int64_t ys, const float *wb, const float *pan, int64_t c,
+                           bool add, int nv, const uint8_t *pa, const uint8_t *pb) {
+    __m512 acc[KERN_R8F_PANEL];
+#pragma GCC unroll 12
+    for (int t = 0; t < KERN_R8F_PANEL; t++) acc[t] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 4 <= c; k += 4) { /* a line of the next chunk per group every 4 values */
+        if (pa) {
+            _mm_prefetch((const char *)pa + 16 * k, _MM_HINT_T0);
+            _mm_prefetch((const char *)pb + 16 * k, _MM_HINT_T0);
+        }
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) r16f_step(acc, wb, pan, k + u);
+    }
+    for (; k < c; k++) r16f_step(acc, wb, pan, k);
+#pragma GCC unroll 12
+    for (int t = 0; t < KERN_R8F_PANEL; t++) {
+        if (t >= nv) break;
+        __m512 s = acc[t];
+        if (add) s = _mm512_add_ps(s, _mm512_loadu_ps(y + t * ys));
+        _mm512_storeu_ps(y + t * ys, s);
+    }
+}
+#endif
+
+X86_INLINE void ftile16(float *y, int64_t ys, const void *g, const void *x, size_t xst, int64_t n,
+                        int nt, const int F) {
+    const uint8_t *ga = g, *gb = ga + 16 * n;
+    const float *xf = x;
+    if (nt == 1) {
+        ftile8(y, ys, ga, x, xst, n, nt, F);
+        ftile8(y + 8, ys, gb, x, xst, n, nt, F);
+        return;
+    }
+    _Alignas(64) float wb[16 * R16F_CHUNK];
+    for (int64_t i0 = 0; i0 < n; i0 += R16F_CHUNK) {
+        const int64_t i1 = n - i0 < R16F_CHUNK ? n : i0 + R16F_CHUNK;
+        r16f_convert(wb, ga, gb, i0, i1, F);
+        /* the first (half) panel fetches the next chunk (or the next groups) */
+        const uint8_t *pa = i1 < n ? ga + 16 * i1 : gb + 16 * n, *pb = i1 < n ? gb + 16 * i1 : gb + 32 * n;
+#if X86_W512
+        for (int t0 = 0; t0 < nt; t0 += KERN_R8F_PANEL) {
+            const float *pan = xf + (int64_t)t0 * n + i0 * KERN_R8F_PANEL;
+            const int nv = nt - t0 < KERN_R8F_PANEL ? nt - t0 : KERN_R8F_PANEL;
+            r16f_panel(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, t0 == 0 ? pa : NULL, pb);
+        }
+#else
+        for (int t0 = 0; t0 < nt; t0 += R16F_HALF) {
+            const float *pan = xf + (int64_t)(t0 / KERN_R8F_PANEL) * KERN_R8F_PANEL * n +
+                               i0 * KERN_R8F_PANEL + t0 % KERN_R8F_PANEL;
+            const int nv = nt - t0 < R16F_HALF ? nt - t0 : R16F_HALF;
+            r16f_half(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, t0 == 0 ? pa : NULL, pb);
+        }
+#endif
+    }
+}
