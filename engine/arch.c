@@ -10,8 +10,25 @@ const struct arch_desc engine_arch_rows[ENGINE_ARCH_COUNT] = {
     [ENGINE_ARCH_LLAMA] = {.name = "llama", .rope_kind = ENGINE_ROPE_NORM},
     [ENGINE_ARCH_QWEN2] = {.name = "qwen2", .rope_kind = ENGINE_ROPE_NEOX},
     [ENGINE_ARCH_QWEN3] = {.name = "qwen3", .rope_kind = ENGINE_ROPE_NEOX},
-    [ENGINE_ARCH_GEMMA3] = {.name = "gemma3", .rope_kind = ENGINE_ROPE_NEOX},
-    [ENGINE_ARCH_GEMMA4] = {.name = "gemma4", .rope_kind = ENGINE_ROPE_NEOX},
+    [ENGINE_ARCH_GEMMA3] = {.name = "gemma3",
+                            .rope_kind = ENGINE_ROPE_NEOX,
+                            .swa = SWA_PERIOD,
+                            .attn_scale = ATTN_SCALE_GEMMA3,
+                            .gemma_io = true},
+    /* gemma3 has no soft-cap unless the key sets one; gemma4 keeps 30 when it is absent */
+    [ENGINE_ARCH_GEMMA4] = {.name = "gemma4",
+                            .rope_kind = ENGINE_ROPE_NEOX,
+                            .swa = SWA_PER_LAYER,
+                            .swa_own_dims = true,
+                            .attn_scale = ATTN_SCALE_ONE,
+                            .gemma_io = true,
+                            .softcap_default = 30.0f,
+                            .v_norm = true,
+                            .per_layer_inputs = true,
+                            .rope_freqs_global = true,
+                            .moe_refusal = "Gemma 4 mixture-of-experts models (26B-A4B: routed "
+                                           "experts beside the dense MLP) are not supported, only "
+                                           "the dense ones (E2B, E4B, 31B)"},
 };
 
 int engine_arch_from_name(const char *name) {

@@ -11,11 +11,39 @@
 
 #include "engine/model.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
+/* Where an arch's sliding-window layers are (notes/gemma.md §A.4, §B.3). */
+enum swa_layout {
+    SWA_NONE,      /* no SWA layer */
+    SWA_PERIOD,    /* sliding_window_pattern P (default 6): layer il is SWA iff il mod P < P - 1 */
+    SWA_PER_LAYER, /* sliding_window_pattern: one flag per layer; sliding_window required */
+};
+
+/* How the q·k scale is set when the file does not say. */
+enum attn_scale_rule {
+    ATTN_SCALE_HEAD,   /* 1/sqrt(head_dim_k), applied in the attention (attn_scale 0) */
+    ATTN_SCALE_GEMMA3, /* 1/sqrt(head_dim_k), 1/sqrt(n_embd / n_head) for the 62-layer 27B */
+    ATTN_SCALE_ONE,    /* 1: the Q/K norms set it (gemma4) */
+};
+
+/* An architecture's row: what it is beyond its tensors. Every field's zero is the plain
+ * llama recipe. */
 struct arch_desc {
     const char *name;
     enum engine_rope_kind rope_kind;
+    enum swa_layout swa;
+    bool swa_own_dims;    /* SWA layers have their own key/value length and RoPE dims */
+    enum attn_scale_rule attn_scale;
+    bool gemma_io;        /* embeddings × sqrt(n_embd), GeGLU, final_logit_softcapping read */
+    float softcap_default; /* final_logit_softcapping when the key is absent */
+    bool v_norm;          /* V heads RMS-normed without a weight */
+    bool per_layer_inputs; /* embedding_length_per_layer_input required */
+    /* rope_freqs.weight: the global layers' proportional RoPE, required when the model
+     * has a global layer (else: llama3's frequency divisors, optional) */
+    bool rope_freqs_global;
+    const char *moe_refusal; /* why its expert_count > 0 files are refused, NULL: generic */
 };
 
 extern const struct arch_desc engine_arch_rows[ENGINE_ARCH_COUNT];

@@ -183,12 +183,13 @@ static int hp_layers_u32(const struct gguf_file *f, const char *arch, const char
  * window (absent or 0): no SWA layer. */
 static int hp_swa(const struct gguf_file *f, enum engine_arch arch, struct engine_hparams *hp,
                   struct err_detail *d) {
-    const char *a = engine_arch_rows[arch].name;
+    const struct arch_desc *ad = &engine_arch_rows[arch];
+    const char *a = ad->name;
     uint32_t flags[ENGINE_MAX_LAYERS] = {0};
-    int r = hp_u32(f, a, "attention.sliding_window", arch == ENGINE_ARCH_GEMMA4, 0, 0,
+    int r = hp_u32(f, a, "attention.sliding_window", ad->swa == SWA_PER_LAYER, 0, 0,
                    INT32_MAX, &hp->swa_window, d);
     if (r < 0) return r;
-    if (arch == ENGINE_ARCH_GEMMA3) {
+    if (ad->swa == SWA_PERIOD) {
         char key[128];
         kv_key(key, sizeof key, a, "attention.sliding_window_pattern");
         const struct gguf_kv *kv = gguf_find_kv(f, key);
@@ -199,7 +200,7 @@ static int hp_swa(const struct gguf_file *f, enum engine_arch arch, struct engin
             return r;
         for (uint32_t il = 0; il < hp->n_layer; il++)
             flags[il] = period == 0 || il % period < period - 1;
-    } else if (arch == ENGINE_ARCH_GEMMA4) {
+    } else if (ad->swa == SWA_PER_LAYER) {
         if ((r = hp_layers_u32(f, a, "attention.sliding_window_pattern", hp->n_layer, false, 0,
                                0, UINT32_MAX, flags, d)) < 0)
             return r;
@@ -239,19 +240,17 @@ static int hp_kv_sources(struct engine_hparams *hp, const char *a, struct err_de
 
 static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct engine_hparams *hp,
                         struct err_detail *d) {
-    const char *a = engine_arch_rows[arch].name;
-    const bool gemma = arch == ENGINE_ARCH_GEMMA3 || arch == ENGINE_ARCH_GEMMA4;
-    const bool gemma4 = arch == ENGINE_ARCH_GEMMA4;
+    const struct arch_desc *ad = &engine_arch_rows[arch];
+    const char *a = ad->name;
     int r;
     memset(hp, 0, sizeof *hp);
     hp->rope_kind = engine_arch_rows[arch].rope_kind;
     /* The mixture-of-experts variants of these archs have their own tensors. */
     uint32_t n_expert = 0;
     if ((r = hp_u32(f, a, "expert_count", false, 0, 0, UINT32_MAX, &n_expert, d)) < 0) return r;
-    if (n_expert > 0 && gemma4)
-        return err_set(d, ERR_MODEL_ARCH, "gemma4.expert_count = %u: Gemma 4 mixture-of-experts "
-                       "models (26B-A4B: routed experts beside the dense MLP) are not supported, "
-                       "only the dense ones (E2B, E4B, 31B)", n_expert);
+    if (n_expert > 0 && ad->moe_refusal)
+        return err_set(d, ERR_MODEL_ARCH, "%s.expert_count = %u: %s", a, n_expert,
+                       ad->moe_refusal);
     if (n_expert > 0)
         return err_set(d, ERR_MODEL_ARCH, "%s.expert_count = %u: mixture-of-experts models are "
                        "not supported", a, n_expert);
@@ -292,20 +291,20 @@ static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct
         return err_set(d, ERR_MODEL_HPARAM, "%s.embedding_length %u < %s.attention.head_count %u "
                        "and no attention.key_length", a, hp->n_embd, a, hp->n_head);
     uint32_t hd_k_swa = hp->head_dim_k, hd_v_swa = hp->head_dim_v;
-    if (gemma4) {
+    if (ad->swa_own_dims) {
         if ((r = hp_u32(f, a, "attention.key_length_swa", true, 0, 1, 1u << 16, &hd_k_swa, d)) < 0 ||
             (r = hp_u32(f, a, "attention.value_length_swa", true, 0, 1, 1u << 16, &hd_v_swa, d)) < 0)
             return r;
         if (hp->head_dim_k != hp->head_dim_v || hd_k_swa != hd_v_swa)
-            return err_set(d, ERR_MODEL_HPARAM, "gemma4 needs key_length = value_length (%u, %u) "
-                           "and key_length_swa = value_length_swa (%u, %u)", hp->head_dim_k,
+            return err_set(d, ERR_MODEL_HPARAM, "%s needs key_length = value_length (%u, %u) "
+                           "and key_length_swa = value_length_swa (%u, %u)", a, hp->head_dim_k,
                            hp->head_dim_v, hd_k_swa, hd_v_swa);
     }
     if ((r = hp_u32(f, a, "rope.dimension_count", false, hp->head_dim_k, 2, hp->head_dim_k,
                     &hp->n_rot, d)) < 0)
         return r;
     uint32_t n_rot_swa = hp->n_rot;
-    if (gemma4 && (r = hp_u32(f, a, "rope.dimension_count_swa", false, hd_k_swa, 2, hd_k_swa,
+    if (ad->swa_own_dims && (r = hp_u32(f, a, "rope.dimension_count_swa", false, hd_k_swa, 2, hd_k_swa,
                               &n_rot_swa, d)) < 0)
         return r;
     if (hp->n_rot % 2 != 0 || n_rot_swa % 2 != 0)
@@ -342,22 +341,21 @@ static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct
                     &hp->rope_freq_base_swa, d)) < 0)
         return r;
 
-    if (gemma) {
-        /* gemma3: 1/sqrt(head_dim), but 1/sqrt(n_embd/n_head) for the 62-layer 27B, which
-         * llama.cpp tells by its layer count (query_pre_attn_scalar is not in the file);
-         * gemma4: 1 (its Q/K norms set the scale) */
-        hp->attn_scale = gemma4 ? 1.0f
-                         : hp->n_layer == 62 ? 1.0f / sqrtf((float)hp->n_embd / (float)hp->n_head)
-                                             : 1.0f / sqrtf((float)hp->head_dim_k);
-        /* gemma3 has no cap unless the key sets one; gemma4 keeps 30 when it is absent */
-        if ((r = hp_f32(f, a, "final_logit_softcapping", false, gemma4 ? 30.0f : 0.0f, 0, 1e6f,
+    /* gemma3: 1/sqrt(head_dim), but 1/sqrt(n_embd/n_head) for the 62-layer 27B, which
+     * llama.cpp tells by its layer count (query_pre_attn_scalar is not in the file) */
+    if (ad->attn_scale == ATTN_SCALE_ONE) hp->attn_scale = 1.0f;
+    if (ad->attn_scale == ATTN_SCALE_GEMMA3)
+        hp->attn_scale = hp->n_layer == 62 ? 1.0f / sqrtf((float)hp->n_embd / (float)hp->n_head)
+                                           : 1.0f / sqrtf((float)hp->head_dim_k);
+    if (ad->gemma_io) {
+        if ((r = hp_f32(f, a, "final_logit_softcapping", false, ad->softcap_default, 0, 1e6f,
                         &hp->final_softcap, d)) < 0)
             return r;
         hp->embd_scale = true;
         hp->ffn_act = ENGINE_FFN_GELU;
-        hp->v_norm = gemma4;
     }
-    if (gemma4 && (r = hp_u32(f, a, "embedding_length_per_layer_input", true, 0, 0, 1u << 16,
+    hp->v_norm = ad->v_norm;
+    if (ad->per_layer_inputs && (r = hp_u32(f, a, "embedding_length_per_layer_input", true, 0, 0, 1u << 16,
                               &hp->n_embd_per_layer, d)) < 0)
         return r;
     return hp_rope_scaling(f, a, hp, d);
@@ -531,13 +529,14 @@ static int tensors_bind(struct engine_model *m, struct err_detail *d) {
         m->output = m->tok_embd;
     }
     /* gemma4: the frequency divisors of the global layers' proportional RoPE */
+    const bool freqs_global = engine_arch_rows[m->arch].rope_freqs_global;
     bool has_global = false;
     for (uint32_t il = 0; il < m->hp.n_layer; il++) has_global |= !m->hp.layer[il].swa;
     /* (by name: a file opened for its metadata only has no tensor data) */
-    if (m->arch == ENGINE_ARCH_GEMMA4 && has_global && !gguf_find_tensor(f, "rope_freqs.weight"))
-        return err_set(d, ERR_MODEL_TENSOR_MISSING, "tensor 'rope_freqs.weight' is missing (gemma4 "
-                       "global layers need it)");
-    if (m->rope_freqs.data && m->arch != ENGINE_ARCH_GEMMA4) {
+    if (freqs_global && has_global && !gguf_find_tensor(f, "rope_freqs.weight"))
+        return err_set(d, ERR_MODEL_TENSOR_MISSING, "tensor 'rope_freqs.weight' is missing (%s "
+                       "global layers need it)", m->arch_name);
+    if (m->rope_freqs.data && !freqs_global) {
         if (m->hp.rope_scaling != ENGINE_ROPE_SCALING_NONE)
             return err_set(d, ERR_MODEL_HPARAM, "rope_freqs.weight together with RoPE scaling "
                            "'%s'", rope_scaling_names[m->hp.rope_scaling]);
