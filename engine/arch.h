@@ -34,11 +34,11 @@ struct arch_desc {
     const char *name;
     enum engine_rope_kind rope_kind;
     enum swa_layout swa;
-    bool swa_own_dims;    /* SWA layers have their own key/value length and RoPE dims */
+    bool swa_own_dims; /* SWA layers have their own key/value length and RoPE dims */
     enum attn_scale_rule attn_scale;
-    bool gemma_io;        /* embeddings × sqrt(n_embd), GeGLU, final_logit_softcapping read */
+    bool gemma_io;         /* embeddings × sqrt(n_embd), GeGLU, final_logit_softcapping read */
     float softcap_default; /* final_logit_softcapping when the key is absent */
-    bool v_norm;          /* V heads RMS-normed without a weight */
+    bool v_norm;           /* V heads RMS-normed without a weight */
     bool per_layer_inputs; /* embedding_length_per_layer_input required */
     /* rope_freqs.weight: the global layers' proportional RoPE, required when the model
      * has a global layer (else: llama3's frequency divisors, optional) */
