@@ -7,15 +7,34 @@
 /* ---- the arch rows ------------------------------------------------------------------- */
 
 const struct arch_desc engine_arch_rows[ENGINE_ARCH_COUNT] = {
-    [ENGINE_ARCH_LLAMA] = {.name = "llama", .rope_kind = ENGINE_ROPE_NORM},
-    [ENGINE_ARCH_QWEN2] = {.name = "qwen2", .rope_kind = ENGINE_ROPE_NEOX},
-    [ENGINE_ARCH_QWEN3] = {.name = "qwen3", .rope_kind = ENGINE_ROPE_NEOX},
+    [ENGINE_ARCH_LLAMA] = {.name = "llama",
+                           .rope_kind = ENGINE_ROPE_NORM,
+                           .use = {[FEAT_BASE] = USE_REQ, [FEAT_OUTPUT] = USE_OPT,
+                                   [FEAT_K] = USE_REQ, [FEAT_V] = USE_REQ,
+                                   [FEAT_QKV_BIAS] = USE_OPT, [FEAT_O_BIAS] = USE_OPT,
+                                   [FEAT_ROPE_FREQS] = USE_OPT}},
+    [ENGINE_ARCH_QWEN2] = {.name = "qwen2",
+                           .rope_kind = ENGINE_ROPE_NEOX,
+                           .use = {[FEAT_BASE] = USE_REQ, [FEAT_OUTPUT] = USE_OPT,
+                                   [FEAT_K] = USE_REQ, [FEAT_V] = USE_REQ,
+                                   [FEAT_QKV_BIAS] = USE_REQ}},
+    [ENGINE_ARCH_QWEN3] = {.name = "qwen3",
+                           .rope_kind = ENGINE_ROPE_NEOX,
+                           .use = {[FEAT_BASE] = USE_REQ, [FEAT_OUTPUT] = USE_OPT,
+                                   [FEAT_K] = USE_REQ, [FEAT_V] = USE_REQ,
+                                   [FEAT_Q_NORM] = USE_REQ, [FEAT_K_NORM] = USE_REQ}},
     [ENGINE_ARCH_GEMMA3] = {.name = "gemma3",
                             .rope_kind = ENGINE_ROPE_NEOX,
                             .swa = SWA_PERIOD,
                             .attn_scale = ATTN_SCALE_GEMMA3,
-                            .gemma_io = true},
-    /* gemma3 has no soft-cap unless the key sets one; gemma4 keeps 30 when it is absent */
+                            .gemma_io = true,
+                            .use = {[FEAT_BASE] = USE_REQ, [FEAT_OUTPUT] = USE_OPT,
+                                    [FEAT_K] = USE_REQ, [FEAT_V] = USE_REQ,
+                                    [FEAT_Q_NORM] = USE_REQ, [FEAT_K_NORM] = USE_REQ,
+                                    [FEAT_POST_NORMS] = USE_REQ}},
+    /* gemma3 has no soft-cap unless the key sets one; gemma4 keeps 30 when it is absent.
+     * gemma4's shared-KV layers may lack attn_k and its norm, and a layer without attn_v
+     * takes V from the raw K projection (K = V). */
     [ENGINE_ARCH_GEMMA4] = {.name = "gemma4",
                             .rope_kind = ENGINE_ROPE_NEOX,
                             .swa = SWA_PER_LAYER,
@@ -28,7 +47,12 @@ const struct arch_desc engine_arch_rows[ENGINE_ARCH_COUNT] = {
                             .rope_freqs_global = true,
                             .moe_refusal = "Gemma 4 mixture-of-experts models (26B-A4B: routed "
                                            "experts beside the dense MLP) are not supported, only "
-                                           "the dense ones (E2B, E4B, 31B)"},
+                                           "the dense ones (E2B, E4B, 31B)",
+                            .use = {[FEAT_BASE] = USE_REQ, [FEAT_OUTPUT] = USE_OPT,
+                                    [FEAT_K] = USE_OWN, [FEAT_V] = USE_OPT,
+                                    [FEAT_Q_NORM] = USE_REQ, [FEAT_K_NORM] = USE_OWN,
+                                    [FEAT_POST_NORMS] = USE_REQ, [FEAT_ROPE_FREQS] = USE_OPT,
+                                    [FEAT_PLE] = USE_PLE, [FEAT_LAYER_SCALE] = USE_OPT}},
 };
 
 int engine_arch_from_name(const char *name) {
@@ -43,72 +67,55 @@ const char *engine_arch_name(enum engine_arch arch) {
 
 /* ---- the tensor specs ---------------------------------------------------------------- */
 
-/* Columns: name, the weight's field, kind, ne[0], ne[1], use by arch, split. A table: kept
+/* Columns: name, the weight's field, kind, ne[0], ne[1], feature, split. A table: kept
  * as rows, not as clang-format would lay it out. */
 /* clang-format off */
 #define G(f) offsetof(struct engine_model, f)
 #define L(f) offsetof(struct engine_layer, f)
-/*                 llama    qwen2    qwen3    gemma3   gemma4 */
-#define ALL_REQ {USE_REQ, USE_REQ, USE_REQ, USE_REQ, USE_REQ}
-#define ALL_OPT {USE_OPT, USE_OPT, USE_OPT, USE_OPT, USE_OPT}
-#define GEMMA_REQ {USE_NO, USE_NO, USE_NO, USE_REQ, USE_REQ}
-#define GEMMA4_PLE {USE_NO, USE_NO, USE_NO, USE_NO, USE_PLE}
 
 const struct tensor_spec engine_global_specs[] = {
-    {"token_embd.weight", G(tok_embd), KIND_ROWS, DIM_EMBD, DIM_VOCAB, ALL_REQ, SPLIT_HOST},
-    {"output_norm.weight", G(output_norm), KIND_VEC, DIM_EMBD, DIM_ONE, ALL_REQ, SPLIT_HOST},
-    {"output.weight", G(output), KIND_MATMUL, DIM_EMBD, DIM_VOCAB, ALL_OPT, SPLIT_VOCAB_ROWS},
+    {"token_embd.weight", G(tok_embd), KIND_ROWS, DIM_EMBD, DIM_VOCAB, FEAT_BASE, SPLIT_HOST},
+    {"output_norm.weight", G(output_norm), KIND_VEC, DIM_EMBD, DIM_ONE, FEAT_BASE, SPLIT_HOST},
+    {"output.weight", G(output), KIND_MATMUL, DIM_EMBD, DIM_VOCAB, FEAT_OUTPUT, SPLIT_VOCAB_ROWS},
     {"rope_freqs.weight", G(rope_freqs), KIND_VEC, DIM_ROT_HALF, DIM_ONE,
-     {USE_OPT, USE_NO, USE_NO, USE_NO, USE_OPT}, SPLIT_HOST},
-    {"per_layer_token_embd.weight", G(pl_tok_embd), KIND_ROWS, DIM_PLE_ALL, DIM_VOCAB, GEMMA4_PLE,
-     SPLIT_HOST},
+     FEAT_ROPE_FREQS, SPLIT_HOST},
+    {"per_layer_token_embd.weight", G(pl_tok_embd), KIND_ROWS, DIM_PLE_ALL, DIM_VOCAB,
+     FEAT_PLE, SPLIT_HOST},
     {"per_layer_model_proj.weight", G(pl_model_proj), KIND_MATMUL, DIM_EMBD, DIM_PLE_ALL,
-     GEMMA4_PLE, SPLIT_HOST},
-    {"per_layer_proj_norm.weight", G(pl_proj_norm), KIND_VEC, DIM_PLE, DIM_ONE, GEMMA4_PLE,
-     SPLIT_HOST},
+     FEAT_PLE, SPLIT_HOST},
+    {"per_layer_proj_norm.weight", G(pl_proj_norm), KIND_VEC, DIM_PLE, DIM_ONE,
+     FEAT_PLE, SPLIT_HOST},
 };
 
 const struct tensor_spec engine_layer_specs[] = {
-    {"attn_norm.weight", L(attn_norm), KIND_VEC, DIM_EMBD, DIM_ONE, ALL_REQ, SPLIT_HOST},
-    {"attn_q.weight", L(wq), KIND_MATMUL, DIM_EMBD, DIM_Q, ALL_REQ, SPLIT_Q_ROWS},
-    {"attn_k.weight", L(wk), KIND_MATMUL, DIM_EMBD, DIM_K,
-     {USE_REQ, USE_REQ, USE_REQ, USE_REQ, USE_OWN}, SPLIT_K_ROWS},
-    /* gemma4: a layer without attn_v takes V from the raw K projection (K = V) */
-    {"attn_v.weight", L(wv), KIND_MATMUL, DIM_EMBD, DIM_V,
-     {USE_REQ, USE_REQ, USE_REQ, USE_REQ, USE_OPT}, SPLIT_V_ROWS},
-    {"attn_output.weight", L(wo), KIND_MATMUL, DIM_O, DIM_EMBD, ALL_REQ, SPLIT_O_COLS},
-    {"attn_q.bias", L(bq), KIND_VEC, DIM_Q, DIM_ONE,
-     {USE_OPT, USE_REQ, USE_NO, USE_NO, USE_NO}, SPLIT_Q_ROWS},
-    {"attn_k.bias", L(bk), KIND_VEC, DIM_K, DIM_ONE,
-     {USE_OPT, USE_REQ, USE_NO, USE_NO, USE_NO}, SPLIT_K_ROWS},
-    {"attn_v.bias", L(bv), KIND_VEC, DIM_V, DIM_ONE,
-     {USE_OPT, USE_REQ, USE_NO, USE_NO, USE_NO}, SPLIT_V_ROWS},
-    {"attn_output.bias", L(bo), KIND_VEC, DIM_EMBD, DIM_ONE,
-     {USE_OPT, USE_NO, USE_NO, USE_NO, USE_NO}, SPLIT_HOST},
-    {"attn_q_norm.weight", L(q_norm), KIND_VEC, DIM_HEAD_K, DIM_ONE,
-     {USE_NO, USE_NO, USE_REQ, USE_REQ, USE_REQ}, SPLIT_ALL},
-    {"attn_k_norm.weight", L(k_norm), KIND_VEC, DIM_HEAD_K, DIM_ONE,
-     {USE_NO, USE_NO, USE_REQ, USE_REQ, USE_OWN}, SPLIT_ALL},
-    {"post_attention_norm.weight", L(post_attn_norm), KIND_VEC, DIM_EMBD, DIM_ONE, GEMMA_REQ,
-     SPLIT_HOST},
-    {"ffn_norm.weight", L(ffn_norm), KIND_VEC, DIM_EMBD, DIM_ONE, ALL_REQ, SPLIT_HOST},
-    {"ffn_gate.weight", L(w_gate), KIND_MATMUL, DIM_EMBD, DIM_FF, ALL_REQ, SPLIT_FF_ROWS},
-    {"ffn_up.weight", L(w_up), KIND_MATMUL, DIM_EMBD, DIM_FF, ALL_REQ, SPLIT_FF_ROWS},
-    {"ffn_down.weight", L(w_down), KIND_MATMUL, DIM_FF, DIM_EMBD, ALL_REQ, SPLIT_FF_COLS},
-    {"post_ffw_norm.weight", L(post_ffn_norm), KIND_VEC, DIM_EMBD, DIM_ONE, GEMMA_REQ, SPLIT_HOST},
-    {"inp_gate.weight", L(pl_gate), KIND_MATMUL, DIM_EMBD, DIM_PLE, GEMMA4_PLE, SPLIT_HOST},
-    {"proj.weight", L(pl_proj), KIND_MATMUL, DIM_PLE, DIM_EMBD, GEMMA4_PLE, SPLIT_HOST},
-    {"post_norm.weight", L(pl_post_norm), KIND_VEC, DIM_EMBD, DIM_ONE, GEMMA4_PLE, SPLIT_HOST},
+    {"attn_norm.weight", L(attn_norm), KIND_VEC, DIM_EMBD, DIM_ONE, FEAT_BASE, SPLIT_HOST},
+    {"attn_q.weight", L(wq), KIND_MATMUL, DIM_EMBD, DIM_Q, FEAT_BASE, SPLIT_Q_ROWS},
+    {"attn_k.weight", L(wk), KIND_MATMUL, DIM_EMBD, DIM_K, FEAT_K, SPLIT_K_ROWS},
+    {"attn_v.weight", L(wv), KIND_MATMUL, DIM_EMBD, DIM_V, FEAT_V, SPLIT_V_ROWS},
+    {"attn_output.weight", L(wo), KIND_MATMUL, DIM_O, DIM_EMBD, FEAT_BASE, SPLIT_O_COLS},
+    {"attn_q.bias", L(bq), KIND_VEC, DIM_Q, DIM_ONE, FEAT_QKV_BIAS, SPLIT_Q_ROWS},
+    {"attn_k.bias", L(bk), KIND_VEC, DIM_K, DIM_ONE, FEAT_QKV_BIAS, SPLIT_K_ROWS},
+    {"attn_v.bias", L(bv), KIND_VEC, DIM_V, DIM_ONE, FEAT_QKV_BIAS, SPLIT_V_ROWS},
+    {"attn_output.bias", L(bo), KIND_VEC, DIM_EMBD, DIM_ONE, FEAT_O_BIAS, SPLIT_HOST},
+    {"attn_q_norm.weight", L(q_norm), KIND_VEC, DIM_HEAD_K, DIM_ONE, FEAT_Q_NORM, SPLIT_ALL},
+    {"attn_k_norm.weight", L(k_norm), KIND_VEC, DIM_HEAD_K, DIM_ONE, FEAT_K_NORM, SPLIT_ALL},
+    {"post_attention_norm.weight", L(post_attn_norm), KIND_VEC, DIM_EMBD, DIM_ONE,
+     FEAT_POST_NORMS, SPLIT_HOST},
+    {"ffn_norm.weight", L(ffn_norm), KIND_VEC, DIM_EMBD, DIM_ONE, FEAT_BASE, SPLIT_HOST},
+    {"ffn_gate.weight", L(w_gate), KIND_MATMUL, DIM_EMBD, DIM_FF, FEAT_BASE, SPLIT_FF_ROWS},
+    {"ffn_up.weight", L(w_up), KIND_MATMUL, DIM_EMBD, DIM_FF, FEAT_BASE, SPLIT_FF_ROWS},
+    {"ffn_down.weight", L(w_down), KIND_MATMUL, DIM_FF, DIM_EMBD, FEAT_BASE, SPLIT_FF_COLS},
+    {"post_ffw_norm.weight", L(post_ffn_norm), KIND_VEC, DIM_EMBD, DIM_ONE,
+     FEAT_POST_NORMS, SPLIT_HOST},
+    {"inp_gate.weight", L(pl_gate), KIND_MATMUL, DIM_EMBD, DIM_PLE, FEAT_PLE, SPLIT_HOST},
+    {"proj.weight", L(pl_proj), KIND_MATMUL, DIM_PLE, DIM_EMBD, FEAT_PLE, SPLIT_HOST},
+    {"post_norm.weight", L(pl_post_norm), KIND_VEC, DIM_EMBD, DIM_ONE, FEAT_PLE, SPLIT_HOST},
     {"layer_output_scale.weight", L(out_scale), KIND_VEC, DIM_ONE, DIM_ONE,
-     {USE_NO, USE_NO, USE_NO, USE_NO, USE_OPT}, SPLIT_HOST},
+     FEAT_LAYER_SCALE, SPLIT_HOST},
 };
 
 #undef G
 #undef L
-#undef ALL_REQ
-#undef ALL_OPT
-#undef GEMMA_REQ
-#undef GEMMA4_PLE
 
 /* clang-format on */
 

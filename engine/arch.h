@@ -28,26 +28,6 @@ enum attn_scale_rule {
     ATTN_SCALE_ONE,    /* 1: the Q/K norms set it (gemma4) */
 };
 
-/* An architecture's row: what it is beyond its tensors. Every field's zero is the plain
- * llama recipe. */
-struct arch_desc {
-    const char *name;
-    enum engine_rope_kind rope_kind;
-    enum swa_layout swa;
-    bool swa_own_dims; /* SWA layers have their own key/value length and RoPE dims */
-    enum attn_scale_rule attn_scale;
-    bool gemma_io;         /* embeddings × sqrt(n_embd), GeGLU, final_logit_softcapping read */
-    float softcap_default; /* final_logit_softcapping when the key is absent */
-    bool v_norm;           /* V heads RMS-normed without a weight */
-    bool per_layer_inputs; /* embedding_length_per_layer_input required */
-    /* rope_freqs.weight: the global layers' proportional RoPE, required when the model
-     * has a global layer (else: llama3's frequency divisors, optional) */
-    bool rope_freqs_global;
-    const char *moe_refusal; /* why its expert_count > 0 files are refused, NULL: generic */
-};
-
-extern const struct arch_desc engine_arch_rows[ENGINE_ARCH_COUNT];
-
 /* Symbolic tensor dimensions, resolved from the hparams (per layer where layers differ). */
 enum spec_dim {
     DIM_ONE,
@@ -96,12 +76,52 @@ enum spec_split {
     SPLIT_VOCAB_ROWS, /* the classifier's rows */
 };
 
+/* What a weight is for beyond the plain recipe. A spec names its feature; each arch row says
+ * how it uses each feature (enum spec_use; zero: the arch has no such tensor), so a new arch
+ * is a row, not a column in every spec. */
+enum spec_feature {
+    FEAT_BASE,        /* the recipe every arch has */
+    FEAT_OUTPUT,      /* output.weight: absent = tied to token_embd */
+    FEAT_K,           /* attn_k: gemma4's shared-KV layers may lack it */
+    FEAT_V,           /* attn_v: gemma4 takes V from K where it is absent */
+    FEAT_QKV_BIAS,    /* biases of Q, K and V */
+    FEAT_O_BIAS,      /* bias of the attention output */
+    FEAT_Q_NORM,      /* per-head RMSNorm of the queries */
+    FEAT_K_NORM,      /* per-head RMSNorm of the keys */
+    FEAT_POST_NORMS,  /* norms of the attention and FFN outputs */
+    FEAT_ROPE_FREQS,  /* rope_freqs.weight */
+    FEAT_PLE,         /* gemma4's per-layer inputs */
+    FEAT_LAYER_SCALE, /* a layer's output scale */
+    FEAT_COUNT
+};
+
+/* An architecture's row: what it is beyond its tensors. Every field's zero is the plain
+ * llama recipe. */
+struct arch_desc {
+    const char *name;
+    enum engine_rope_kind rope_kind;
+    enum swa_layout swa;
+    bool swa_own_dims; /* SWA layers have their own key/value length and RoPE dims */
+    enum attn_scale_rule attn_scale;
+    bool gemma_io;         /* embeddings × sqrt(n_embd), GeGLU, final_logit_softcapping read */
+    float softcap_default; /* final_logit_softcapping when the key is absent */
+    bool v_norm;           /* V heads RMS-normed without a weight */
+    bool per_layer_inputs; /* embedding_length_per_layer_input required */
+    /* rope_freqs.weight: the global layers' proportional RoPE, required when the model
+     * has a global layer (else: llama3's frequency divisors, optional) */
+    bool rope_freqs_global;
+    const char *moe_refusal; /* why its expert_count > 0 files are refused, NULL: generic */
+    uint8_t use[FEAT_COUNT]; /* enum spec_use of each feature's tensors */
+};
+
+extern const struct arch_desc engine_arch_rows[ENGINE_ARCH_COUNT];
+
 struct tensor_spec {
     const char *name; /* global name, or the suffix after "blk.N." */
     size_t offset;    /* of its struct engine_weight in struct engine_model / engine_layer */
     enum spec_kind kind;
     enum spec_dim ne0, ne1; /* ne[0] = n_in (row length), ne[1] = n_out */
-    uint8_t use[ENGINE_ARCH_COUNT];
+    enum spec_feature feature;
     enum spec_split split;
 };
 

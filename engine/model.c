@@ -363,6 +363,11 @@ static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct
 
 /* ---- tensors ------------------------------------------------------------------------- */
 
+/* How m's arch uses the tensor of spec s (its row's entry for the spec's feature). */
+static enum spec_use spec_use_of(const struct engine_model *m, const struct tensor_spec *s) {
+    return (enum spec_use)engine_arch_rows[m->arch].use[s->feature];
+}
+
 /* The value of dim in layer il (il < 0: a global tensor, sized by the global layers). */
 static int64_t dim_value(const struct engine_hparams *hp, int il, enum spec_dim dim) {
     struct engine_layer_hparams g = {.n_head_kv = hp->n_head_kv, .head_dim_k = hp->head_dim_k,
@@ -466,7 +471,7 @@ static struct engine_weight *spec_weight(struct engine_model *m, const struct te
 /* Is name a tensor the recipe of m's arch uses? */
 static bool tensor_expected(const struct engine_model *m, const char *name) {
     for (size_t i = 0; i < engine_n_global_specs; i++)
-        if (use_resolve(&m->hp, -1, engine_global_specs[i].use[m->arch]) != USE_NO &&
+        if (use_resolve(&m->hp, -1, spec_use_of(m, &engine_global_specs[i])) != USE_NO &&
             strcmp(name, engine_global_specs[i].name) == 0)
             return true;
     unsigned il;
@@ -476,7 +481,7 @@ static bool tensor_expected(const struct engine_model *m, const char *name) {
     snprintf(canon, sizeof canon, "blk.%u.", il);
     if (strncmp(name, canon, strlen(canon)) != 0) return false; /* "blk.01." is not "blk.1." */
     for (size_t i = 0; i < engine_n_layer_specs; i++)
-        if (use_resolve(&m->hp, (int)il, engine_layer_specs[i].use[m->arch]) != USE_NO &&
+        if (use_resolve(&m->hp, (int)il, spec_use_of(m, &engine_layer_specs[i])) != USE_NO &&
             strcmp(name + n, engine_layer_specs[i].name) == 0)
             return true;
     return false;
@@ -502,7 +507,7 @@ static int tensors_bind(struct engine_model *m, struct err_detail *d) {
 
     for (size_t i = 0; i < engine_n_global_specs; i++) {
         const struct tensor_spec *s = &engine_global_specs[i];
-        if ((r = tensor_bind(f, &m->hp, s, -1, s->name, s->use[m->arch], spec_weight(m, s, -1),
+        if ((r = tensor_bind(f, &m->hp, s, -1, s->name, spec_use_of(m, s), spec_weight(m, s, -1),
                              d)) < 0)
             return r;
     }
@@ -510,7 +515,7 @@ static int tensors_bind(struct engine_model *m, struct err_detail *d) {
         for (size_t i = 0; i < engine_n_layer_specs; i++) {
             const struct tensor_spec *s = &engine_layer_specs[i];
             snprintf(name, sizeof name, "blk.%u.%s", il, s->name);
-            if ((r = tensor_bind(f, &m->hp, s, (int)il, name, s->use[m->arch],
+            if ((r = tensor_bind(f, &m->hp, s, (int)il, name, spec_use_of(m, s),
                                  spec_weight(m, s, (int)il), d)) < 0)
                 return r;
         }
