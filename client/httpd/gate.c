@@ -51,17 +51,28 @@
 
 enum refusal { REFUSE_PER_UID, REFUSE_UNIDENTIFIED, REFUSE_TOTAL, REFUSE_TIMEOUT };
 
+/* Each refusal's counter, status, log text, and for the caps at accept the setting, its
+ * field and whose connections it counts (the answer's sentence). */
 static const struct {
     enum httpd_metric metric;
-    unsigned status; /* 0: nothing is sent */
+    unsigned status;
     const char *text;
+    const char *key;
+    size_t cap_offset;
+    const char *whose;
 } refusals[] = {
-    [REFUSE_PER_UID] = {HM_REFUSED_PER_UID, 429, "max_connections_per_uid reached"},
-    [REFUSE_UNIDENTIFIED] = {HM_REFUSED_UNIDENTIFIED, 429, "max_connections_unidentified reached"},
-    [REFUSE_TOTAL] = {HM_REFUSED_TOTAL, 503, "max_connections reached"},
+    [REFUSE_PER_UID] = {HM_REFUSED_PER_UID, 429, "max_connections_per_uid reached",
+                        "max_connections_per_uid",
+                        offsetof(struct httpd_config, max_connections_per_uid),
+                        "this user has too many"},
+    [REFUSE_UNIDENTIFIED] = {HM_REFUSED_UNIDENTIFIED, 429, "max_connections_unidentified reached",
+                             "max_connections_unidentified",
+                             offsetof(struct httpd_config, max_connections_unidentified),
+                             "unidentified peers (token users) have too many"},
+    [REFUSE_TOTAL] = {HM_REFUSED_TOTAL, 503, "max_connections reached", "max_connections",
+                      offsetof(struct httpd_config, max_connections), "too many"},
     [REFUSE_TIMEOUT] = {HM_REQUEST_TIMEOUTS, 408,
-                        "request not received whole within "
-                        "request_timeout"},
+                        "request not received whole within request_timeout"},
 };
 
 /* ---- the rate-limited log -------------------------------------------------------------- */
@@ -228,7 +239,6 @@ static bool accept_one(struct httpd *h, size_t k, uint64_t now) {
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     int r = peer_uid(&h->diag, fd, &ci->uid);
     ci->identified = r == 0;
-    ci->lookup_error = r;
     if (r < 0 && r != -ENOENT) log_msg(LOG_LEVEL_WARN, "peer uid lookup failed: %s", strerror(-r));
 
     uint32_t open = 0;
@@ -237,19 +247,10 @@ static bool accept_one(struct httpd *h, size_t k, uint64_t now) {
     pthread_mutex_unlock(&g->lock);
     if (why >= 0) {
         char msg[256], detail[64];
-        const char *key = why == REFUSE_PER_UID        ? "max_connections_per_uid"
-                          : why == REFUSE_UNIDENTIFIED ? "max_connections_unidentified"
-                                                       : "max_connections";
-        uint32_t cap = why == REFUSE_PER_UID        ? h->cfg.max_connections_per_uid
-                       : why == REFUSE_UNIDENTIFIED ? h->cfg.max_connections_unidentified
-                                                    : h->cfg.max_connections;
+        uint32_t cap = *(const uint32_t *)((const char *)&h->cfg + refusals[why].cap_offset);
         snprintf(msg, sizeof msg,
-                 "%s connections open to warm-httpd: %u (%s); close some "
-                 "and retry",
-                 why == REFUSE_PER_UID        ? "this user has too many"
-                 : why == REFUSE_UNIDENTIFIED ? "unidentified peers (token users) have too many"
-                                              : "too many",
-                 cap, key);
+                 "%s connections open to warm-httpd: %u (%s); close some and retry",
+                 refusals[why].whose, cap, refusals[why].key);
         send_refusal(fd, refusals[why].status, msg);
         close(fd);
         atomic_fetch_add(&g->metrics[refusals[why].metric], 1);

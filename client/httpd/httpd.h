@@ -136,7 +136,6 @@ struct conn_info {
     uint16_t local_port;
     bool identified;                /* uid is the peer's, from peer_uid() */
     uint32_t uid;
-    int lookup_error;               /* peer_uid's error when not identified */
     bool started;                   /* libmicrohttpd took it (its socket context) */
     bool expired;                   /* past its request deadline: shut down */
     enum conn_phase phase;
@@ -215,7 +214,6 @@ struct request {
     const char *url;
     char *body;
     size_t body_len, body_cap;
-    uint64_t start_usec;
     bool refused;                   /* answered (or to be); the rest of the body is dropped */
     bool too_big;                   /* a body without Content-Length passed max_body */
     bool close_after;               /* the reply closes the connection */

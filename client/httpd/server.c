@@ -344,7 +344,7 @@ static enum MHD_Result httpd_metrics(struct request *r) {
  * what followed it. Where the strings do not lie in that buffer in order (another
  * libmicrohttpd, or a continuation line it joined elsewhere), the check does not judge. */
 struct header_scan {
-    uintptr_t lo, hi;               /* the head, [lo, hi) */
+    uintptr_t hi;                   /* the head's end (it starts at the method) */
     uintptr_t end;                  /* where the last line seen ends (its value's end) */
     bool in_place;                  /* every string so far lies in [lo, hi), in order */
     bool hidden;                    /* bytes between two lines that no string shows */
@@ -384,10 +384,10 @@ static const char *header_framing_error(struct MHD_Connection *conn, const char 
                                         const char *version) {
     const union MHD_ConnectionInfo *size =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
-    struct header_scan sc = {.lo = (uintptr_t)method, .end = (uintptr_t)version};
-    sc.in_place = size && version && sc.end > sc.lo;
+    struct header_scan sc = {.end = (uintptr_t)version};
+    sc.in_place = size && version && sc.end > (uintptr_t)method;
     if (sc.in_place) {
-        sc.hi = sc.lo + size->header_size;
+        sc.hi = (uintptr_t)method + size->header_size;
         sc.end += strlen(version);
         sc.in_place = sc.end < sc.hi;
     }
@@ -493,7 +493,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!r) {
         r = calloc(1, sizeof *r);
         if (!r) return MHD_NO;
-        *r = (struct request){.h = cls, .conn = conn, .url = url, .start_usec = time_now_usec()};
+        *r = (struct request){.h = cls, .conn = conn, .url = url};
         const union MHD_ConnectionInfo *info =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         r->ci = info ? info->socket_context : NULL;
