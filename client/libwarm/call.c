@@ -107,23 +107,30 @@ static const char start_hint[] =
     "start it with 'sudo systemctl start warmd.socket' (or run 'warmd'), or point "
     "--socket / WARM_SOCKET at the socket of a running warmd";
 
-int lw_socket_probe(const char *path, struct warm_error *err) {
+/* A non-blocking connect to the Unix socket at path (its length checked by the caller):
+ * returns the socket (connected or not) with *ret_errno the connect's errno (0: connected;
+ * EAGAIN: the listen backlog is full, since a Unix socket connect is never in progress), or
+ * -errno when no socket could be made. */
+static int connect_nb(const char *path, int *ret_errno) {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    if (strlen(path) >= sizeof sa.sun_path)
-        return lw_fail(err, WARM_BAD_REQUEST, "socket path '%s' is longer than %zu bytes", path,
-                       sizeof sa.sun_path - 1);
     memcpy(sa.sun_path, path, strlen(path) + 1);
-    /* Non-blocking: a full listen backlog fails the connect with EAGAIN instead of waiting
-     * for room (a Unix socket connect never is in progress). */
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) return lw_fail(err, WARM_NOT_RUNNING, "socket(AF_UNIX): %s", strerror(errno));
-    int r = connect(fd, (const struct sockaddr *)&sa, sizeof sa);
-    int e = errno;
-    if (r < 0 && e == EAGAIN) { /* it listens, busy: the calls wait for room (wait_connected) */
+    if (fd < 0) return -errno;
+    *ret_errno = connect(fd, (const struct sockaddr *)&sa, sizeof sa) < 0 ? errno : 0;
+    return fd;
+}
+
+int lw_socket_probe(const char *path, struct warm_error *err) {
+    if (strlen(path) >= sizeof((struct sockaddr_un *)0)->sun_path)
+        return lw_fail(err, WARM_BAD_REQUEST, "socket path '%s' is longer than %zu bytes", path,
+                       sizeof((struct sockaddr_un *)0)->sun_path - 1);
+    int e = 0, fd = connect_nb(path, &e);
+    if (fd < 0) return lw_fail(err, WARM_NOT_RUNNING, "socket(AF_UNIX): %s", strerror(-fd));
+    if (e == EAGAIN) { /* it listens, busy: the calls wait for room (wait_connected) */
         close(fd);
         return 0;
     }
-    if (r == 0) {
+    if (e == 0) {
         /* warmd greets a peer it serves with its HTTP/2 SETTINGS, and one its access
          * policy refuses with a GOAWAY naming the policy, then closes: telling them apart
          * here means a refused user costs the daemon one refusal (one log line), not one
@@ -389,14 +396,11 @@ static int status_fail(struct warm_client *c, const char *method, grpc_status_co
 /* True when a connect to path fails with EAGAIN now: the daemon's listen backlog is full
  * (it is busy refusing a flood of connections), and gRPC's connect may have failed so. */
 static bool backlog_full(const char *path) {
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    if (strlen(path) >= sizeof sa.sun_path) return false;
-    memcpy(sa.sun_path, path, strlen(path) + 1);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (strlen(path) >= sizeof((struct sockaddr_un *)0)->sun_path) return false;
+    int e = 0, fd = connect_nb(path, &e);
     if (fd < 0) return false;
-    bool full = connect(fd, (const struct sockaddr *)&sa, sizeof sa) < 0 && errno == EAGAIN;
     close(fd);
-    return full;
+    return e == EAGAIN;
 }
 
 /* After a call failed UNAVAILABLE: when the daemon's listen backlog is full, waits until
