@@ -34,7 +34,7 @@ void engine_context_free(struct engine_context *ctx) {
     free(ctx->ple_row);
     free(ctx->pl_g);
     free(ctx->out_x);
-    free(ctx->mm_scratch);
+    free(ctx->argmax);
     free(ctx->logits);
     free(ctx->seq_next);
     free(ctx);
@@ -46,20 +46,6 @@ static float *floats_new(size_t rows, uint64_t cols) {
 }
 
 /* the shared work's matmuls: the gemma4 per-layer branch (the devices size their own) */
-static size_t matmul_scratch_max(const struct engine_model *m, int64_t n_tok) {
-    size_t max = 0;
-    for (uint32_t il = 0; il < m->hp.n_layer; il++) {
-        const struct engine_layer *l = &m->layers[il];
-        const struct engine_weight *ws[] = {&l->pl_gate, &l->pl_proj};
-        for (size_t i = 0; i < ARRAY_SIZE(ws); i++)
-            if (ws[i]->data)
-                max = MAX(max, kern_matmul_scratch_bytes(ws[i]->type, ws[i]->n_in, n_tok));
-    }
-    if (m->pl_model_proj.data)
-        max = MAX(max, kern_matmul_scratch_bytes(m->pl_model_proj.type, m->pl_model_proj.n_in, n_tok));
-    return max;
-}
-
 static int context_new(const struct engine_model *m, struct engine_context_params p,
                        struct engine_context **ret, struct err_detail *d);
 
@@ -86,6 +72,24 @@ int engine_context_new(const struct engine_model *m, const struct engine_context
 
 const char *engine_context_device_note(const struct engine_context *ctx) {
     return ctx->device_note;
+}
+
+/* The host's executor (engine/exec.h): the recipe's residual stream, norms and per-layer
+ * branch on device 0's threads; with one CPU device also its layer kinds, on that
+ * device's slices and scratch. */
+static void host_exec_init(struct engine_context *ctx) {
+    struct device *d0 = &ctx->dev[0];
+    ctx->host = (struct exec_cpu){
+        .e = {.ops = &exec_cpu_ops, .ctx = ctx, .name = d0->name, .layer = d0->layer,
+              .whole = ctx->model->layers, .x = ctx->x, .xb = ctx->xb, .q = d0->q, .k = d0->k,
+              .v = d0->v, .att = d0->att, .hb = d0->hb, .hb2 = d0->hb2, .pl_g = ctx->pl_g,
+              .xo = ctx->out_x, .output_norm = &ctx->model->output_norm, .output = &d0->output,
+              .impl = d0},
+        .pool = d0->pool,
+        .mm_scratch = d0->mm_scratch,
+        .attn_scratch = d0->attn_scratch,
+        .attn_scratch_floats = d0->attn_scratch_floats,
+    };
 }
 
 static int context_new(const struct engine_model *m, struct engine_context_params p,
@@ -156,15 +160,15 @@ static int context_new(const struct engine_model *m, struct engine_context_param
     ctx->pl_g = floats_new(nb, MAX(hp->n_embd_per_layer, 1));
     ctx->out_x = floats_new(ctx->n_out_step, hp->n_embd);
     ctx->logits = floats_new(p.n_outputs, hp->n_vocab);
-    ctx->mm_scratch_bytes = matmul_scratch_max(m, (int64_t)nb);
-    ctx->mm_scratch = malloc(ctx->mm_scratch_bytes ? ctx->mm_scratch_bytes : 1);
+    ctx->argmax = malloc_array(p.n_outputs, sizeof *ctx->argmax);
     ctx->seq_next = malloc_array(p.n_seq, sizeof *ctx->seq_next);
     if (!ctx->x || !ctx->xb || !ctx->rope_cs[0] || !ctx->rope_cs[1] || !ctx->ple ||
         !ctx->ple_row || !ctx->k_row || !ctx->pl_g || !ctx->out_x || !ctx->logits ||
-        !ctx->mm_scratch || !ctx->seq_next) {
+        !ctx->argmax || !ctx->seq_next) {
         r = err_set(d, -ENOMEM, "cannot allocate the context's scratch buffers");
         goto fail;
     }
+    host_exec_init(ctx);
     *ret = ctx;
     return 0;
 fail:
@@ -226,6 +230,14 @@ static int batch_check(struct engine_context *ctx, const struct engine_batch *b,
     return 0;
 }
 
+/* the index of the largest of n values, the lowest on ties (as kern_cuda_argmax) */
+static int32_t row_argmax(const float *x, int64_t n) {
+    int32_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = (int32_t)i;
+    return best;
+}
+
 int engine_context_decode(struct engine_context *ctx, const struct engine_batch *b,
                           struct err_detail *d) {
     int r = batch_check(ctx, b, d);
@@ -236,12 +248,16 @@ int engine_context_decode(struct engine_context *ctx, const struct engine_batch 
         if ((uint32_t)b->pos[i] < ctx->kv.seq_len[seq]) engine_kv_seq_rm(ctx, seq, (uint32_t)b->pos[i]);
     }
     ctx->n_outputs = 0;
+    ctx->argmax_only = b->argmax_only;
     int32_t out_row = 0;
     for (int32_t t0 = 0; t0 < b->n_tok; t0 += (int32_t)ctx->params.n_batch) {
         int32_t n = MIN(b->n_tok - t0, (int32_t)ctx->params.n_batch);
         if ((r = forward_step(ctx, b, t0, n, &out_row, d)) < 0) return r;
     }
     ctx->n_outputs = out_row;
+    /* greedy rows: the GPU computed them on the device; here from the logits */
+    for (int32_t i = 0; ctx->argmax_only && !ctx->gpu && i < out_row; i++)
+        ctx->argmax[i] = row_argmax(ctx->logits + (size_t)i * ctx->model->hp.n_vocab, ctx->model->hp.n_vocab);
     for (int32_t i = 0; i < b->n_tok; i++)
         *kv_tok(&ctx->kv, b->seq ? b->seq[i] : 0, b->pos[i]) = b->token[i];
     for (uint32_t s = 0; s < ctx->kv.n_seq; s++)
@@ -251,8 +267,14 @@ int engine_context_decode(struct engine_context *ctx, const struct engine_batch 
 }
 
 const float *engine_context_logits(const struct engine_context *ctx, int32_t i) {
-    if (i < 0 || i >= ctx->n_outputs) return NULL;
+    if (i < 0 || i >= ctx->n_outputs || ctx->argmax_only) return NULL;
     return ctx->logits + (size_t)i * ctx->model->hp.n_vocab;
+}
+
+int32_t engine_context_argmax(const struct engine_context *ctx, int32_t i) {
+    if (i < 0 || i >= ctx->n_outputs) return -1;
+    if (ctx->argmax_only) return ctx->argmax[i];
+    return row_argmax(ctx->logits + (size_t)i * ctx->model->hp.n_vocab, ctx->model->hp.n_vocab);
 }
 
 int32_t engine_context_n_outputs(const struct engine_context *ctx) {

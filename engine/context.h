@@ -161,6 +161,10 @@ struct engine_batch {
     const int32_t *pos;
     const int32_t *seq;
     const bool *want_logits;
+    /* Greedy decoding: only the argmax of each wanted row is needed (engine_context_argmax);
+     * a GPU then computes it on the device and copies 4 bytes a row instead of the logits,
+     * and engine_context_logits() returns NULL until the next decode. */
+    bool argmax_only;
 };
 
 /* Runs the forward pass over the batch: appends its K and V to the cache and computes
@@ -174,6 +178,9 @@ int engine_context_decode(struct engine_context *ctx, const struct engine_batch 
  * order; NULL when i is out of range. Valid until the next decode. */
 const float *engine_context_logits(const struct engine_context *ctx, int32_t i);
 int32_t engine_context_n_outputs(const struct engine_context *ctx);
+/* The greedy token of the i-th row of the last decode: the index of its largest logit, the
+ * lowest on ties (the greedy sampler's choice before penalties); -1 when i is out of range. */
+int32_t engine_context_argmax(const struct engine_context *ctx, int32_t i);
 
 /* ---- sequences in the cache ----------------------------------------------------------- */
 

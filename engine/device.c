@@ -502,8 +502,14 @@ static int device_scratch(struct engine_context *ctx, struct device *de, struct 
             const struct engine_weight *w = spec_field_const(&dl->w, &engine_layer_specs[i]);
             if (spec_on_devices(&engine_layer_specs[i]) && w->data)
                 mm = MAX(mm, kern_matmul_scratch_bytes(w->type, w->n_in, (int64_t)nb));
+            /* device 0's threads also run the host's products (the per-layer branch) */
+            w = spec_field_const(&m->layers[il], &engine_layer_specs[i]);
+            if (de == ctx->dev && w->data && engine_layer_specs[i].kind != KIND_VEC)
+                mm = MAX(mm, kern_matmul_scratch_bytes(w->type, w->n_in, (int64_t)nb));
         }
     }
+    if (de == ctx->dev && m->pl_model_proj.data)
+        mm = MAX(mm, kern_matmul_scratch_bytes(m->pl_model_proj.type, m->pl_model_proj.n_in, (int64_t)nb));
     de->attn_scratch_floats = (size_t)kern_attn_scratch_floats((int64_t)ATTN_BLOCK * max_group,
                                                                hp->max_head_dim_k, hp->max_head_dim_v);
     size_t floats[] = {nb * (size_t)q, nb * (size_t)k, nb * (size_t)v, nb * (size_t)att,
@@ -587,8 +593,21 @@ int devices_init(struct engine_context *ctx, struct err_detail *d) {
     if ((r = plan_layers(ctx, ratio, d)) < 0 || (r = placement_check(ctx, d)) < 0 ||
         (r = devices_repack(ctx, d)) < 0)
         return r;
-    for (uint32_t i = 0; i < n; i++)
-        if ((r = device_scratch(ctx, &ctx->dev[i], d)) < 0) return r;
+    for (uint32_t i = 0; i < n; i++) {
+        struct device *de = &ctx->dev[i];
+        if ((r = device_scratch(ctx, de, d)) < 0) return r;
+        /* its executor (engine/exec.h); a GPU partition's is set by gpu_parts_load() */
+        de->cpu = (struct exec_cpu){
+            .e = {.ops = &exec_cpu_ops, .ctx = ctx, .name = de->name, .layer = de->layer, .q = de->q,
+                  .k = de->k, .v = de->v, .att = de->att, .hb = de->hb, .hb2 = de->hb2, .out = de->part,
+                  .logits = de->logits, .output = &de->output, .impl = de},
+            .pool = de->pool,
+            .mm_scratch = de->mm_scratch,
+            .attn_scratch = de->attn_scratch,
+            .attn_scratch_floats = de->attn_scratch_floats,
+        };
+        de->ex = &de->cpu.e;
+    }
     return 0;
 }
 

@@ -29,6 +29,7 @@
  * one device); on CPU partitions a device's KV slice is its heads' bytes of each row. */
 #pragma once
 
+#include "engine/exec-cpu.h"
 #include "engine/model.h"
 
 struct engine_context;
@@ -63,7 +64,9 @@ struct device {
     void *mm_scratch;
 
     struct gpu *gpu;          /* a partition of a split over GPUs (engine/gpu.h), else NULL */
-    int gpu_err;              /* its failure in the current step */
+    /* its executor (engine/exec.h): &cpu.e, or a GPU partition's */
+    struct exec_cpu cpu;
+    struct exec *ex;
 
     void **owned;             /* the column slices and repacked weights it copied */
     size_t n_owned;

@@ -4,13 +4,14 @@
 
 #include "engine/context.h"
 #include "engine/device.h"
+#include "engine/exec-cpu.h"
 #include "engine/gpu.h"
 #include "engine/kv-cache.h"
 #include "engine/model.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 
-/* Tokens per attention work item (forward.c). */
+/* Tokens per attention work item (exec-cpu.c). */
 #define ATTN_BLOCK 16
 
 struct engine_context {
@@ -42,12 +43,14 @@ struct engine_context {
     float *ple_row;  /* (n_layer × n_embd_per_layer) one token's per-layer embedding row */
     float *pl_g;     /* (n_batch, n_embd_per_layer) the per-layer branch's gate */
     float *out_x;    /* (n_out_step, n_embd) final hidden states of the tokens with logits */
-    void *mm_scratch; /* for the shared work's matmuls (PLE) */
-    size_t mm_scratch_bytes;
     uint32_t n_out_step; /* rows of out_x: min(n_batch, n_outputs) */
+    /* the host's executor (engine/exec.h): the recipe on the CPU, device 0's threads */
+    struct exec_cpu host;
 
     float *logits;     /* (n_outputs, n_vocab) */
+    int32_t *argmax;   /* (n_outputs) the greedy rows of an argmax_only decode */
     int32_t n_outputs; /* rows filled by the last decode */
+    bool argmax_only;  /* the last decode's batch asked for the argmax only */
 
     int32_t *seq_next; /* (n_seq) validation scratch: next expected position, -1 = unseen */
 };

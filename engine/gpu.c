@@ -13,8 +13,10 @@
 
 int gpu_open(struct engine_context *ctx, int index, struct err_detail *d) {
     (void)ctx;
-    return err_set(d, ERR_UNSUPPORTED, "device cuda:%d: this build has no CUDA backend (built "
-                   "without nvcc)", index);
+    return err_set(d, ERR_UNSUPPORTED,
+                   "device cuda:%d: this build has no CUDA backend (built "
+                   "without nvcc)",
+                   index);
 }
 const struct kv_mem *gpu_kv_mem(struct engine_context *ctx) {
     (void)ctx;
@@ -24,12 +26,24 @@ int gpu_load(struct engine_context *ctx, struct err_detail *d) {
     (void)ctx;
     return err_set(d, ERR_UNSUPPORTED, "this build has no CUDA backend");
 }
-void gpu_close(struct engine_context *ctx) {
+void gpu_close(struct engine_context *ctx) { (void)ctx; }
+struct exec *gpu_exec(struct engine_context *ctx) {
     (void)ctx;
+    return NULL;
 }
-int gpu_step(struct engine_context *ctx, const struct engine_batch *b, int32_t t0, int32_t n,
-             float *logits, int32_t *ret_n_out, struct err_detail *d) {
-    (void)ctx, (void)b, (void)t0, (void)n, (void)logits, (void)ret_n_out;
+int gpu_step_begin(struct engine_context *ctx, const struct engine_batch *b, int32_t t0, int32_t n,
+                   int32_t *ret_n_out, struct err_detail *d) {
+    (void)ctx, (void)b, (void)t0, (void)n, (void)ret_n_out;
+    return err_set(d, ERR_UNSUPPORTED, "this build has no CUDA backend");
+}
+enum gpu_graph gpu_graph_begin(struct engine_context *ctx, int32_t n, int32_t n_out) {
+    (void)ctx, (void)n, (void)n_out;
+    return GPU_GRAPH_NONE;
+}
+void gpu_graph_end(struct engine_context *ctx) { (void)ctx; }
+int gpu_step_end(struct engine_context *ctx, float *logits, int32_t n, int32_t n_out,
+                 int32_t *argmax, struct err_detail *d) {
+    (void)ctx, (void)logits, (void)n, (void)n_out, (void)argmax;
     return err_set(d, ERR_UNSUPPORTED, "this build has no CUDA backend");
 }
 void gpu_device_info(const struct engine_context *ctx, struct engine_device_info *ret) {
@@ -38,7 +52,8 @@ void gpu_device_info(const struct engine_context *ctx, struct engine_device_info
 }
 int gpu_parts_open(struct engine_context *ctx, struct err_detail *d) {
     (void)ctx;
-    return err_set(d, ERR_UNSUPPORTED, "devices cuda:N: this build has no CUDA backend (built "
+    return err_set(d, ERR_UNSUPPORTED,
+                   "devices cuda:N: this build has no CUDA backend (built "
                    "without nvcc)");
 }
 const struct kv_mem *gpu_parts_kv_mem(struct engine_context *ctx) {
@@ -49,104 +64,19 @@ int gpu_parts_load(struct engine_context *ctx, struct err_detail *d) {
     (void)ctx;
     return err_set(d, ERR_UNSUPPORTED, "this build has no CUDA backend");
 }
-void gpu_parts_close(struct engine_context *ctx) {
-    (void)ctx;
-}
+void gpu_parts_close(struct engine_context *ctx) { (void)ctx; }
 void gpu_part_info(const struct device *dv, struct engine_device_info *ret) {
     (void)dv;
     memset(ret, 0, sizeof *ret);
 }
-void gpu_part_begin(struct engine_context *ctx, struct device *dv, const struct engine_batch *b, int32_t t0,
-                    int32_t n) {
+void gpu_part_begin(struct engine_context *ctx, struct device *dv, const struct engine_batch *b,
+                    int32_t t0, int32_t n) {
     (void)ctx, (void)dv, (void)b, (void)t0, (void)n;
 }
-void gpu_part_attention(struct engine_context *ctx, struct device *dv, int il, int32_t n) {
-    (void)ctx, (void)dv, (void)il, (void)n;
-}
-void gpu_part_ffn(struct engine_context *ctx, struct device *dv, int il, int32_t n) {
-    (void)ctx, (void)dv, (void)il, (void)n;
-}
-void gpu_part_classifier(struct engine_context *ctx, struct device *dv, int32_t n_out) {
-    (void)ctx, (void)dv, (void)n_out;
-}
-
 #else /* WARM_CUDA */
 
-#include "kernels/cuda/cuda.h"
-
-/* A weight on the device (data NULL: absent). */
-struct gpu_w {
-    const void *data;
-    enum kern_type type;
-    int64_t n_in, n_out;
-};
-
-/* A layer's weights on one device: all of them on the GPU of a context, or a partition's
- * slices (engine/device.h's views and copies; the norms and residuals stay on the host). */
-struct gpu_layer {
-    struct gpu_w attn_norm, wq, bq, wk, bk, wv, bv, wo, bo, q_norm, k_norm, post_attn_norm;
-    struct gpu_w ffn_norm, w_gate, w_up, w_down, post_ffn_norm;
-    struct gpu_w pl_gate, pl_proj, pl_post_norm;
-    float out_scale; /* 0: none */
-    int64_t n_kv, n_ff; /* KV heads and FFN units here */
-};
-
-/* Per-step index arrays, each n_batch int32 (device and host staging alike):
- * IDX_POS positions; per store s at IDX_STORE(s): the cell each token writes, its ring
- * mirror, the first cell it reads and how many; IDX_WANT the rows that want logits. */
-#define IDX_POS 0
-#define IDX_STORE(s) (1 + 4 * (s))
-#define IDX_WANT (1 + 4 * KV_MAX_STORES)
-#define IDX_N (IDX_WANT + 1)
-
-/* A slot's K and V rows on one device: whole rows, or a partition's KV heads of every row
- * (rb[K/V] bytes a row, at byte off[K/V] of a whole row). */
-struct gpu_kv_slot {
-    struct kern_cuda_buf *buf[2];
-    size_t rb[2], off[2];
-};
-
-/* One CUDA context: the GPU of a context (ctx->gpu), or one partition of a tensor split
- * over GPUs (struct device's gpu; two partitions may share a GPU, each its own context). */
-struct gpu {
-    struct kern_cuda_ctx *cu;
-    int index;
-    bool part;          /* a partition: layer inputs come from and partial sums go to the host */
-    char name[16];      /* "cuda:N", a partition "cuda:N" or "cuda:N.k" */
-    char dev_name[128]; /* the GPU's own name */
-    uint32_t l0;        /* first layer on the GPU */
-    struct kern_cuda_buf *weights;
-    uint64_t weight_bytes;
-    struct gpu_layer *layer; /* (n_layer); [l0, n_layer) filled */
-    struct gpu_w output_norm, output, rope_freqs;
-    struct kern_rope_params rope[KV_MAX_STORES]; /* ctx->rope with device frequency factors */
-
-    /* the KV rows of each owning slot of each store (n_layer_kv slots) */
-    struct gpu_kv_slot *kv[KV_MAX_STORES];
-    uint32_t n_slots[KV_MAX_STORES];
-    uint64_t kv_bytes;
-    struct kv_mem mem; /* ctx->gpu's */
-
-    /* activations for n_batch tokens, and the step's index arrays */
-    struct kern_cuda_buf *act;
-    uint64_t scratch_bytes;
-    float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *pl_g, *ple, *xo, *logits;
-    int32_t *idx;
-    void *mm_scratch;
-    int32_t *h_idx; /* (IDX_N × n_batch) host staging */
-    float *h_ple;   /* (n_layer × n_batch × n_embd_per_layer) per-layer inputs, layer-major */
-};
-
-static size_t act_off(const struct gpu *g, const void *p) {
-    return (size_t)((const char *)p - (const char *)kern_cuda_buf_ptr(g->act));
-}
-
-static struct kern_cuda_buf *kv_buf(const struct gpu *g, uint32_t s, uint32_t slot, bool v) {
-    return g->kv[s][slot].buf[v];
-}
-static size_t kv_rb(const struct gpu *g, uint32_t s, uint32_t slot, bool v) {
-    return g->kv[s] ? g->kv[s][slot].rb[v] : 0;
-}
+#include "engine/arch.h"
+#include "engine/gpu-impl.h"
 
 /* ---- the KV slots of one GPU: kv_mem over whole rows ---------------------------------- */
 
@@ -176,8 +106,8 @@ static int mem_alloc(void *ud, uint32_t s, uint32_t slot, size_t rows, void **re
     const size_t rb[2] = {st->k_row_bytes, st->v_row_bytes}, off[2] = {0, 0};
     int r = kv_bufs_new(g, s, st->n_layer_kv, slot, rows, rb, off);
     if (r < 0) return r;
-    *ret_k = kern_cuda_buf_ptr(kv_buf(g, s, slot, false));
-    *ret_v = kern_cuda_buf_ptr(kv_buf(g, s, slot, true));
+    *ret_k = kern_cuda_buf_ptr(gpu_kv_buf(g, s, slot, false));
+    *ret_v = kern_cuda_buf_ptr(gpu_kv_buf(g, s, slot, true));
     return 0;
 }
 
@@ -198,20 +128,22 @@ static void mem_free(void *ud, uint32_t s, uint32_t slot) {
 static int mem_get(void *ud, uint32_t s, uint32_t slot, bool v, size_t cell, size_t n, void *dst) {
     struct engine_context *ctx = ud;
     const struct gpu *g = ctx->gpu;
-    const size_t rb = kv_rb(g, s, slot, v);
-    return n ? kern_cuda_buf_download(kv_buf(g, s, slot, v), cell * rb, dst, n * rb) : 0;
+    const size_t rb = gpu_kv_rb(g, s, slot, v);
+    return n ? kern_cuda_buf_download(gpu_kv_buf(g, s, slot, v), cell * rb, dst, n * rb) : 0;
 }
 
-static int mem_set(void *ud, uint32_t s, uint32_t slot, bool v, size_t cell, size_t n, const void *src) {
+static int mem_set(void *ud, uint32_t s, uint32_t slot, bool v, size_t cell, size_t n,
+                   const void *src) {
     struct engine_context *ctx = ud;
     const struct gpu *g = ctx->gpu;
-    const size_t rb = kv_rb(g, s, slot, v);
-    return n ? kern_cuda_buf_upload(kv_buf(g, s, slot, v), cell * rb, src, n * rb) : 0;
+    const size_t rb = gpu_kv_rb(g, s, slot, v);
+    return n ? kern_cuda_buf_upload(gpu_kv_buf(g, s, slot, v), cell * rb, src, n * rb) : 0;
 }
 
-static int kv_copy_rows(struct gpu *g, uint32_t s, uint32_t slot, bool v, size_t dst, size_t src, size_t n) {
-    char *b = kern_cuda_buf_ptr(kv_buf(g, s, slot, v));
-    const size_t rb = kv_rb(g, s, slot, v);
+static int kv_copy_rows(struct gpu *g, uint32_t s, uint32_t slot, bool v, size_t dst, size_t src,
+                        size_t n) {
+    char *b = kern_cuda_buf_ptr(gpu_kv_buf(g, s, slot, v));
+    const size_t rb = gpu_kv_rb(g, s, slot, v);
     return n ? kern_cuda_copy(g->cu, b + dst * rb, b + src * rb, n * rb) : 0;
 }
 
@@ -233,34 +165,45 @@ static bool weight_type_ok(enum kern_type t) {
 }
 
 /* ERR_UNSUPPORTED naming the first thing of m that kernels/cuda does not run. */
-static int model_check(const struct engine_model *m, uint32_t l0, const char *dev, struct err_detail *d) {
+static int model_check(const struct engine_model *m, uint32_t l0, const char *dev,
+                       struct err_detail *d) {
     const struct engine_hparams *hp = &m->hp;
     if (hp->n_embd % 32)
-        return err_set(d, ERR_UNSUPPORTED, "device %s: n_embd %u is not a multiple of 32", dev, hp->n_embd);
+        return err_set(d, ERR_UNSUPPORTED, "device %s: n_embd %u is not a multiple of 32", dev,
+                       hp->n_embd);
     if (hp->n_embd_per_layer % 32)
-        return err_set(d, ERR_UNSUPPORTED, "device %s: the per-layer embedding width %u is not a "
-                       "multiple of 32", dev, hp->n_embd_per_layer);
+        return err_set(d, ERR_UNSUPPORTED,
+                       "device %s: the per-layer embedding width %u is not a "
+                       "multiple of 32",
+                       dev, hp->n_embd_per_layer);
     for (uint32_t il = l0; il < hp->n_layer; il++) {
         const struct engine_layer_hparams *lh = &hp->layer[il];
-        if (lh->head_dim_k % 32 || lh->head_dim_v % 32 || lh->head_dim_k > 512 || lh->head_dim_v > 512)
-            return err_set(d, ERR_UNSUPPORTED, "device %s: layer %u's head sizes %u/%u (the CUDA "
-                           "attention takes multiples of 32 up to 512)", dev, il, lh->head_dim_k,
-                           lh->head_dim_v);
+        if (lh->head_dim_k % 32 || lh->head_dim_v % 32 || lh->head_dim_k > 512 ||
+            lh->head_dim_v > 512)
+            return err_set(d, ERR_UNSUPPORTED,
+                           "device %s: layer %u's head sizes %u/%u (the CUDA "
+                           "attention takes multiples of 32 up to 512)",
+                           dev, il, lh->head_dim_k, lh->head_dim_v);
         if ((size_t)lh->n_head_kv * MAX(lh->head_dim_k, lh->head_dim_v) * sizeof(float) > 48 * 1024)
-            return err_set(d, ERR_UNSUPPORTED, "device %s: layer %u's KV rows of %u heads are too "
-                           "wide for the CUDA KV write", dev, il, lh->n_head_kv);
-        const struct engine_layer *l = &m->layers[il];
-        const struct engine_weight *ws[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up,
-                                            &l->w_down, &l->pl_gate, &l->pl_proj};
-        for (size_t i = 0; i < ARRAY_SIZE(ws); i++)
-            if (ws[i]->data && !weight_type_ok(ws[i]->type))
-                return err_set(d, ERR_UNSUPPORTED, "device %s: layer %u has %s weights, which "
-                               "the CUDA kernels do not read", dev, il,
-                               kern_type_traits(ws[i]->type)->name);
+            return err_set(d, ERR_UNSUPPORTED,
+                           "device %s: layer %u's KV rows of %u heads are too "
+                           "wide for the CUDA KV write",
+                           dev, il, lh->n_head_kv);
+        for (size_t i = 0; i < engine_n_layer_specs; i++) {
+            const struct tensor_spec *s = &engine_layer_specs[i];
+            const struct engine_weight *w = spec_field_const(&m->layers[il], s);
+            if (s->kind != KIND_VEC && w->data && !weight_type_ok(w->type))
+                return err_set(d, ERR_UNSUPPORTED,
+                               "device %s: layer %u's %s has %s weights, which "
+                               "the CUDA kernels do not read",
+                               dev, il, s->name, kern_type_traits(w->type)->name);
+        }
     }
     if (!weight_type_ok(m->output.type))
-        return err_set(d, ERR_UNSUPPORTED, "device %s: the classifier has %s weights, which the "
-                       "CUDA kernels do not read", dev, kern_type_traits(m->output.type)->name);
+        return err_set(d, ERR_UNSUPPORTED,
+                       "device %s: the classifier has %s weights, which the "
+                       "CUDA kernels do not read",
+                       dev, kern_type_traits(m->output.type)->name);
     return 0;
 }
 
@@ -268,14 +211,17 @@ static int model_check(const struct engine_model *m, uint32_t l0, const char *de
 static int gpu_new(int index, const char *name, bool part, struct gpu **ret, struct err_detail *d) {
     int n = kern_cuda_device_count(), r;
     if (n <= 0)
-        return err_set(d, ERR_UNSUPPORTED, "device cuda:%d: no GPU, no NVIDIA driver, or a driver "
-                       "older than the CUDA runtime", index);
+        return err_set(d, ERR_UNSUPPORTED,
+                       "device cuda:%d: no GPU, no NVIDIA driver, or a driver "
+                       "older than the CUDA runtime",
+                       index);
     if (index < 0 || index >= n)
         return err_set(d, ERR_UNSUPPORTED, "device cuda:%d does not exist: %d CUDA device%s found",
                        index, n, n == 1 ? "" : "s");
     struct kern_cuda_device_info info;
     if ((r = kern_cuda_device_get_info(index, &info)) < 0)
-        return err_set(d, ERR_UNSUPPORTED, "device cuda:%d cannot be queried (%s)", index, strerror(-r));
+        return err_set(d, ERR_UNSUPPORTED, "device cuda:%d cannot be queried (%s)", index,
+                       strerror(-r));
     struct gpu *g = calloc(1, sizeof *g);
     if (!g) return -ENOMEM;
     g->index = index;
@@ -297,7 +243,9 @@ static void gpu_free(struct gpu *g) {
     kern_cuda_buf_free(g->weights);
     kern_cuda_buf_free(g->act);
     kern_cuda_ctx_free(g->cu);
+    kern_cuda_graph_free(g->graph);
     free(g->layer);
+    free(g->whole);
     free(g->h_idx);
     free(g->h_ple);
     free(g);
@@ -309,8 +257,10 @@ int gpu_open(struct engine_context *ctx, int index, struct err_detail *d) {
     char dev[16];
     snprintf(dev, sizeof dev, "cuda:%d", index);
     if (p->n_devices > 1 || p->split != ENGINE_SPLIT_NONE)
-        return err_set(d, ERR_UNSUPPORTED, "device %s: a tensor split names its devices in "
-                       "`devices` (cuda:0,cuda:1 or cpu,cpu), not in `device`", dev);
+        return err_set(d, ERR_UNSUPPORTED,
+                       "device %s: a tensor split names its devices in "
+                       "`devices` (cuda:0,cuda:1 or cpu,cpu), not in `device`",
+                       dev);
     const uint32_t n_layer = m->hp.n_layer;
     uint32_t l0 = p->gpu_layers && p->gpu_layers < n_layer ? n_layer - p->gpu_layers : 0;
     /* a shared-KV layer on the GPU reads its source's KV there too: the GPU starts at the
@@ -318,22 +268,25 @@ int gpu_open(struct engine_context *ctx, int index, struct err_detail *d) {
     for (bool moved = true; moved;) {
         moved = false;
         for (uint32_t il = l0; il < n_layer; il++)
-            if ((uint32_t)m->hp.layer[il].kv_source < l0) l0 = (uint32_t)m->hp.layer[il].kv_source, moved = true;
+            if ((uint32_t)m->hp.layer[il].kv_source < l0)
+                l0 = (uint32_t)m->hp.layer[il].kv_source, moved = true;
     }
     /* the device first: "no GPU" says more than a shape it would not take */
     int r = gpu_new(index, dev, false, &ctx->gpu, d);
     if (r < 0 || (r = model_check(m, l0, dev, d)) < 0) return r;
     struct gpu *g = ctx->gpu;
     g->l0 = l0;
-    g->mem = (struct kv_mem){.ud = ctx, .alloc = mem_alloc, .free = mem_free, .get = mem_get,
-                             .set = mem_set, .copy = mem_copy};
+    g->mem = (struct kv_mem){.ud = ctx,
+                             .alloc = mem_alloc,
+                             .free = mem_free,
+                             .get = mem_get,
+                             .set = mem_set,
+                             .copy = mem_copy};
     ctx->n_layer_host = l0;
     return 0;
 }
 
-const struct kv_mem *gpu_kv_mem(struct engine_context *ctx) {
-    return &ctx->gpu->mem;
-}
+const struct kv_mem *gpu_kv_mem(struct engine_context *ctx) { return &ctx->gpu->mem; }
 
 void gpu_close(struct engine_context *ctx) {
     /* the KV slots were freed by kv_cache_done() through kv_mem; what is left is freed here */
@@ -343,13 +296,12 @@ void gpu_close(struct engine_context *ctx) {
 
 /* ---- weights ------------------------------------------------------------------------ */
 
-static size_t align256(size_t n) {
-    return (n + 255) & ~(size_t)255;
-}
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
-/* Places w at *off of the weight buffer (upload: copies it there) and describes it. */
-static int weight_put(struct gpu *g, struct gpu_w *dst, const struct engine_weight *w, size_t *off,
-                      bool upload) {
+/* Places w at *off of the weight buffer (upload: copies it there, and *dst describes the
+ * copy: its data a device address). */
+static int weight_put(struct gpu *g, struct engine_weight *dst, const struct engine_weight *w,
+                      size_t *off, bool upload) {
     memset(dst, 0, sizeof *dst);
     if (!w->data || w->n_out == 0 || w->n_in == 0) return 0;
     /* the CUDA kernels read the file's rows; devices_repack() keeps rows8 off GPUs */
@@ -358,16 +310,19 @@ static int weight_put(struct gpu *g, struct gpu_w *dst, const struct engine_weig
     if (upload) {
         int r = kern_cuda_buf_upload(g->weights, *off, w->data, n);
         if (r < 0) return r;
-        *dst = (struct gpu_w){(const char *)kern_cuda_buf_ptr(g->weights) + *off, w->type, w->n_in, w->n_out};
+        *dst = *w;
+        dst->data = (const char *)kern_cuda_buf_ptr(g->weights) + *off;
     }
     *off += align256(n);
     return 0;
 }
 
 /* Every weight the GPU reads, once to size the buffer, once to upload: the whole layers
- * from l0 on, the final norm and the classifier; a partition its slices (dv's views). */
-static int weights_walk(struct engine_context *ctx, struct gpu *g, const struct device *dv, size_t *off,
-                        bool upload) {
+ * from l0 on, the final norm and the classifier; a partition its slices (dv's views), as
+ * the tensor specs' split column made them (engine/arch.h): its rows or columns, the whole
+ * per-head norms and none of the host's weights. */
+static int weights_walk(struct engine_context *ctx, struct gpu *g, const struct device *dv,
+                        size_t *off, bool upload) {
     const struct engine_model *m = ctx->model;
     int r = 0;
     *off = 0;
@@ -375,50 +330,29 @@ static int weights_walk(struct engine_context *ctx, struct gpu *g, const struct 
     r = r ? r : weight_put(g, &g->output, dv ? &dv->output : &m->output, off, upload);
     r = r ? r : weight_put(g, &g->rope_freqs, &m->rope_freqs, off, upload);
     for (uint32_t il = g->l0; il < m->hp.n_layer && r == 0; il++) {
-        const struct engine_layer *l = &m->layers[il];
-        struct gpu_layer *gl = &g->layer[il];
         const struct dev_layer *dl = dv ? &dv->layer[il] : NULL;
-        /* a partition's layer: its slices, the whole per-head norms and none of the host's
-         * weights, as its specs' split column made them (engine/arch.h) */
-        const struct engine_layer *w = dl ? &dl->w : l;
-        const struct engine_weight *src[] = {&w->attn_norm,
-                                             &w->wq,
-                                             &w->bq,
-                                             &w->wk,
-                                             &w->bk,
-                                             &w->wv,
-                                             &w->bv,
-                                             &w->wo,
-                                             &w->bo,
-                                             &w->q_norm,
-                                             &w->k_norm,
-                                             &w->post_attn_norm,
-                                             &w->ffn_norm,
-                                             &w->w_gate,
-                                             &w->w_up,
-                                             &w->w_down,
-                                             &w->post_ffn_norm,
-                                             &w->pl_gate,
-                                             &w->pl_proj,
-                                             &w->pl_post_norm};
-        struct gpu_w *dst[] = {
-            &gl->attn_norm, &gl->wq, &gl->bq, &gl->wk, &gl->bk, &gl->wv, &gl->bv, &gl->wo, &gl->bo,
-            &gl->q_norm, &gl->k_norm, &gl->post_attn_norm, &gl->ffn_norm, &gl->w_gate, &gl->w_up,
-            &gl->w_down, &gl->post_ffn_norm, &gl->pl_gate, &gl->pl_proj, &gl->pl_post_norm};
-        for (size_t i = 0; i < ARRAY_SIZE(src) && r == 0; i++) r = weight_put(g, dst[i], src[i], off, upload);
-        gl->out_scale = w->out_scale.data ? *(const float *)w->out_scale.data : 0.0f;
+        const struct engine_layer *w = dl ? &dl->w : &m->layers[il];
+        struct dev_layer *gl = &g->layer[il];
+        for (size_t i = 0; i < engine_n_layer_specs && r == 0; i++)
+            r = weight_put(g, spec_field(&gl->w, &engine_layer_specs[i]),
+                           spec_field_const(w, &engine_layer_specs[i]), off, upload);
+        gl->kv0 = dl ? dl->kv0 : 0;
         gl->n_kv = dl ? dl->n_kv : kv_store_of(&ctx->kv, (int)il)->n_head_kv;
+        gl->ff0 = dl ? dl->ff0 : 0;
         gl->n_ff = dl ? dl->n_ff : m->hp.layer[il].n_ff;
+        if (g->whole) g->whole[il] = gl->w;
     }
     return r;
 }
 
 /* Weights, RoPE and activations of g (dv: the partition it is, NULL: ctx->gpu). */
-static int gpu_setup(struct engine_context *ctx, struct gpu *g, const struct device *dv, struct err_detail *d) {
+static int gpu_setup(struct engine_context *ctx, struct gpu *g, const struct device *dv,
+                     struct err_detail *d) {
     const struct engine_model *m = ctx->model;
     const struct engine_hparams *hp = &m->hp;
     const struct kv_cache *kv = &ctx->kv;
     if (!(g->layer = calloc(hp->n_layer, sizeof *g->layer))) return -ENOMEM;
+    if (!dv && !(g->whole = calloc(hp->n_layer, sizeof *g->whole))) return -ENOMEM;
     size_t bytes;
     int r = weights_walk(ctx, g, dv, &bytes, false);
     if (r == 0) r = kern_cuda_buf_new(g->cu, bytes ? bytes : 1, &g->weights);
@@ -435,8 +369,10 @@ static int gpu_setup(struct engine_context *ctx, struct gpu *g, const struct dev
     const size_t nb = ctx->params.n_batch, no = ctx->n_out_step, f = sizeof(float);
     for (uint32_t s = 0; s < kv->n_store; s++) /* the kernels take cells as int32 */
         if ((uint64_t)kv->n_seq * kv->store[s].n_cells * 2 > INT32_MAX)
-            return err_set(d, ERR_UNSUPPORTED, "device %s: %u sequences x %u cells exceed the "
-                           "CUDA kernels' cell index", g->name, kv->n_seq, kv->store[s].n_cells);
+            return err_set(d, ERR_UNSUPPORTED,
+                           "device %s: %u sequences x %u cells exceed the "
+                           "CUDA kernels' cell index",
+                           g->name, kv->n_seq, kv->store[s].n_cells);
 
     /* activations: x, xb (nb, n_embd); q, att (nb, n_head × the largest head); k, v (nb,
      * the widest KV row); hb, hb2 (nb, largest n_ff); the per-layer branch (nb, P) and its
@@ -448,20 +384,30 @@ static int gpu_setup(struct engine_context *ctx, struct gpu *g, const struct dev
         kd = MAX(kd, kv->store[s].n_embd_k);
         vd = MAX(vd, MAX(kv->store[s].n_embd_v, kv->store[s].n_embd_k)); /* K = V copies K */
     }
-    const size_t sizes[] = {
-        nb * hp->n_embd * f, nb * hp->n_embd * f, nb * hp->n_head * hp->max_head_dim_k * f,
-        nb * (size_t)kd * f, nb * (size_t)vd * f, nb * hp->n_head * hp->max_head_dim_v * f,
-        nb * hp->max_n_ff * f, nb * hp->max_n_ff * f, nb * MAX(P, 1) * f,
-        hp->n_layer * nb * MAX(P, 1) * f, no * hp->n_embd * f, no * hp->n_vocab * f,
-        IDX_N * nb * sizeof(int32_t)};
-    size_t scratch = g->output.data ? kern_cuda_matmul_scratch_bytes(hp->n_embd, g->output.n_out, (int64_t)no) : 0;
+    const size_t sizes[] = {nb * hp->n_embd * f,
+                            nb * hp->n_embd * f,
+                            nb * hp->n_head * hp->max_head_dim_k * f,
+                            nb * (size_t)kd * f,
+                            nb * (size_t)vd * f,
+                            nb * hp->n_head * hp->max_head_dim_v * f,
+                            nb * hp->max_n_ff * f,
+                            nb * hp->max_n_ff * f,
+                            nb * MAX(P, 1) * f,
+                            hp->n_layer * nb * MAX(P, 1) * f,
+                            no * hp->n_embd * f,
+                            no * hp->n_vocab * f,
+                            IDX_N * nb * sizeof(int32_t)};
+    size_t scratch = g->output.data
+                         ? kern_cuda_matmul_scratch_bytes(hp->n_embd, g->output.n_out, (int64_t)no)
+                         : 0;
     for (uint32_t il = g->l0; il < hp->n_layer; il++) {
-        const struct gpu_layer *gl = &g->layer[il];
-        const struct gpu_w *ws[] = {&gl->wq, &gl->wk, &gl->wv, &gl->wo, &gl->w_gate, &gl->w_up,
-                                    &gl->w_down, &gl->pl_gate, &gl->pl_proj};
-        for (size_t i = 0; i < ARRAY_SIZE(ws); i++)
-            if (ws[i]->data)
-                scratch = MAX(scratch, kern_cuda_matmul_scratch_bytes(ws[i]->n_in, ws[i]->n_out, (int64_t)nb));
+        for (size_t i = 0; i < engine_n_layer_specs; i++) {
+            const struct engine_weight *w =
+                spec_field_const(&g->layer[il].w, &engine_layer_specs[i]);
+            if (engine_layer_specs[i].kind != KIND_VEC && w->data)
+                scratch =
+                    MAX(scratch, kern_cuda_matmul_scratch_bytes(w->n_in, w->n_out, (int64_t)nb));
+        }
     }
     size_t act = 0;
     for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) act += align256(sizes[i]);
@@ -470,9 +416,9 @@ static int gpu_setup(struct engine_context *ctx, struct gpu *g, const struct dev
                        g->dev_name, act + scratch);
     g->scratch_bytes = act + scratch;
     char *p = kern_cuda_buf_ptr(g->act);
-    void **dst[] = {(void **)&g->x,   (void **)&g->xb,  (void **)&g->q,    (void **)&g->k,
-                    (void **)&g->v,   (void **)&g->att, (void **)&g->hb,   (void **)&g->hb2,
-                    (void **)&g->pl_g, (void **)&g->ple, (void **)&g->xo,  (void **)&g->logits,
+    void **dst[] = {(void **)&g->x,    (void **)&g->xb,  (void **)&g->q,  (void **)&g->k,
+                    (void **)&g->v,    (void **)&g->att, (void **)&g->hb, (void **)&g->hb2,
+                    (void **)&g->pl_g, (void **)&g->ple, (void **)&g->xo, (void **)&g->logits,
                     (void **)&g->idx};
     for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
         *dst[i] = p;
@@ -481,7 +427,9 @@ static int gpu_setup(struct engine_context *ctx, struct gpu *g, const struct dev
     g->mm_scratch = p;
     g->h_idx = calloc_array(IDX_N * nb, sizeof *g->h_idx);
     g->h_ple = P ? malloc_array(hp->n_layer * nb, P * sizeof(float)) : NULL;
-    if (!g->h_idx || (P && !g->h_ple)) return err_set(d, -ENOMEM, "cannot allocate the GPU's staging buffers");
+    if (!g->h_idx || (P && !g->h_ple))
+        return err_set(d, -ENOMEM, "cannot allocate the GPU's staging buffers");
+    gpu_exec_init(ctx, g);
     return 0;
 }
 
@@ -504,184 +452,6 @@ void gpu_device_info(const struct engine_context *ctx, struct engine_device_info
     info_of(ctx->gpu, ret);
 }
 
-/* ---- a step ------------------------------------------------------------------------- */
-
-static int mm(struct gpu *g, float *y, const struct gpu_w *w, const float *x, int64_t n) {
-    return kern_cuda_matmul(g->cu, y, w->data, w->type, x, w->n_in, w->n_out, n, g->mm_scratch);
-}
-static int bias(struct gpu *g, float *y, const struct gpu_w *b, int64_t n) {
-    return b->data ? kern_cuda_add(g->cu, y, b->data, b->n_in, n, 1) : 0;
-}
-static int norm(struct gpu *g, float *y, const float *x, const struct gpu_w *w, int64_t width,
-                int64_t rows, float eps) {
-    return kern_cuda_rmsnorm(g->cu, y, x, w ? w->data : NULL, width, rows, eps);
-}
-
-/* The attention of layer il over the KV heads g holds (all, or a partition's) from the
- * normed input `in` to out = att · Woᵀ (its share of the sum on a partition): forward.c's
- * attention_on() on the device. */
-static int attn_block(struct engine_context *ctx, struct gpu *g, int il, int32_t n, const float *in, float *out) {
-    const struct engine_hparams *hp = &ctx->model->hp;
-    const struct gpu_layer *l = &g->layer[il];
-    const struct kv_cache *kv = &ctx->kv;
-    const struct kv_store *st = kv_store_of(kv, il);
-    struct kern_cuda_ctx *cu = g->cu;
-    const int kind = kv->store_of[il];
-    const int64_t nb = ctx->params.n_batch;
-    const int64_t hd_k = hp->layer[il].head_dim_k, hd_v = hp->layer[il].head_dim_v;
-    const int64_t n_head_kv = l->n_kv, n_head = n_head_kv * (hp->n_head / st->n_head_kv);
-    const int64_t q_dim = n_head * hd_k, k_dim = n_head_kv * hd_k, v_dim = n_head_kv * hd_v;
-    const float eps = hp->rms_eps;
-    const bool own = kv_owns(kv, il);
-    const int32_t *pos = g->idx + IDX_POS * nb, *cells = g->idx + IDX_STORE(kind) * nb;
-    const int rot_k = st->n_rot_k, rot_v = st->n_rot_v;
-    const uint32_t slot = (uint32_t)kv->owner[kv_source(kv, il)];
-    int r = 0;
-
-    /* q, k, v; a shared-KV layer computes only q; K = V layers take v from the raw k */
-    if (r == 0) r = mm(g, g->q, &l->wq, in, n);
-    if (r == 0) r = bias(g, g->q, &l->bq, n);
-    if (own) {
-        if (r == 0) r = mm(g, g->k, &l->wk, in, n);
-        if (r == 0) r = bias(g, g->k, &l->bk, n);
-        if (r == 0 && l->wv.data) r = mm(g, g->v, &l->wv, in, n);
-        if (r == 0 && l->wv.data) r = bias(g, g->v, &l->bv, n);
-        if (r == 0 && !l->wv.data) r = kern_cuda_copy(cu, g->v, g->k, (size_t)(n * k_dim) * sizeof(float));
-    }
-    if (r == 0 && l->q_norm.data) r = norm(g, g->q, g->q, &l->q_norm, hd_k, n * n_head, eps);
-    if (r == 0 && own && l->k_norm.data) r = norm(g, g->k, g->k, &l->k_norm, hd_k, n * n_head_kv, eps);
-    if (r == 0 && own && hp->v_norm) r = norm(g, g->v, g->v, NULL, hd_v, n * n_head_kv, eps);
-    if (r == 0) r = kern_cuda_rope(cu, g->q, pos, n, n_head, hd_k, &g->rope[kind]);
-    if (r == 0 && own) r = kern_cuda_rope(cu, g->k, pos, n, n_head_kv, hd_k, &g->rope[kind]);
-    /* q by the K rotation (blockwise within each head); the KV write rotates k and v */
-    if (r == 0 && rot_k) r = kern_cuda_hadamard(cu, g->q, n * q_dim, rot_k);
-    char *kc = kern_cuda_buf_ptr(kv_buf(g, (uint32_t)kind, slot, false));
-    char *vc = kern_cuda_buf_ptr(kv_buf(g, (uint32_t)kind, slot, true));
-    const size_t krb = kv_rb(g, (uint32_t)kind, slot, false), vrb = kv_rb(g, (uint32_t)kind, slot, true);
-    if (own) {
-        for (int mirror = 0; mirror < (st->ring ? 2 : 1) && r == 0; mirror++) {
-            const int32_t *c = cells + mirror * nb; /* a ring's mirror copy n_cells on */
-            r = kern_cuda_kv_store(cu, kc, krb, c, g->k, n, kv->type_k, k_dim, rot_k);
-            if (r == 0) r = kern_cuda_kv_store(cu, vc, vrb, c, g->v, n, kv->type_v, v_dim, rot_v);
-        }
-    }
-    struct kern_cuda_attn_args a = {
-        .out = g->att, .q = g->q, .k = kc, .v = vc, .kt = kv->type_k, .vt = kv->type_v,
-        .k_stride = krb, .v_stride = vrb, .kv_row0 = cells + 2 * nb, .n_kv = cells + 3 * nb,
-        .n_tok = n, .n_head = n_head, .n_head_kv = n_head_kv, .hd_k = hd_k, .hd_v = hd_v,
-        .scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)st->head_dim_k)};
-    if (r == 0) r = kern_cuda_attn(cu, &a);
-    if (r == 0 && rot_v) r = kern_cuda_hadamard(cu, g->att, n * n_head * hd_v, rot_v);
-    if (r == 0) r = mm(g, out, &l->wo, g->att, n);
-    return r;
-}
-
-/* The FFN of layer il over the units g holds, `in` to out = W_down · (act(W_gate · in) *
- * (W_up · in)): forward.c's ffn_on() on the device. */
-static int ffn_block(struct engine_context *ctx, struct gpu *g, int il, int32_t n, const float *in, float *out) {
-    const struct gpu_layer *l = &g->layer[il];
-    struct kern_cuda_ctx *cu = g->cu;
-    int r = mm(g, g->hb, &l->w_gate, in, n);
-    if (r == 0) r = mm(g, g->hb2, &l->w_up, in, n);
-    if (r == 0)
-        r = ctx->model->hp.ffn_act == ENGINE_FFN_GELU ? kern_cuda_gelu_mul(cu, g->hb, g->hb, g->hb2, n * l->n_ff)
-                                                      : kern_cuda_silu_mul(cu, g->hb, g->hb, g->hb2, n * l->n_ff);
-    if (r == 0) r = mm(g, out, &l->w_down, g->hb, n);
-    return r;
-}
-
-/* One whole layer on ctx->gpu: the residual stream stays on the device. */
-static int layer_run(struct engine_context *ctx, int il, int32_t n) {
-    struct gpu *g = ctx->gpu;
-    const struct engine_hparams *hp = &ctx->model->hp;
-    const struct gpu_layer *l = &g->layer[il];
-    struct kern_cuda_ctx *cu = g->cu;
-    const int64_t dim = hp->n_embd, P = hp->n_embd_per_layer;
-    const float eps = hp->rms_eps;
-    int r = norm(g, g->xb, g->x, &l->attn_norm, dim, n, eps);
-    if (r == 0) r = attn_block(ctx, g, il, n, g->xb, g->xb);
-    if (r == 0) r = bias(g, g->xb, &l->bo, n);
-    if (r == 0 && l->post_attn_norm.data) r = norm(g, g->xb, g->xb, &l->post_attn_norm, dim, n, eps);
-    if (r == 0) r = kern_cuda_add(cu, g->x, g->xb, dim, n, n);
-    if (r == 0) r = norm(g, g->xb, g->x, &l->ffn_norm, dim, n, eps);
-    if (r == 0 && l->n_ff > 0) r = ffn_block(ctx, g, il, n, g->xb, g->xb);
-    if (r == 0 && l->post_ffn_norm.data) r = norm(g, g->xb, g->xb, &l->post_ffn_norm, dim, n, eps);
-    if (r == 0) r = kern_cuda_add(cu, g->x, g->xb, dim, n, n);
-    /* gemma4: the per-layer branch, x += RMSNorm(proj · (gelu(gate · x) ⊙ ple_il)), and
-     * the layer's output scale */
-    if (P > 0 && l->pl_gate.data) {
-        if (r == 0) r = mm(g, g->pl_g, &l->pl_gate, g->x, n);
-        if (r == 0) r = kern_cuda_gelu_mul(cu, g->pl_g, g->pl_g, g->ple + (int64_t)il * n * P, n * P);
-        if (r == 0) r = mm(g, g->xb, &l->pl_proj, g->pl_g, n);
-        if (r == 0) r = norm(g, g->xb, g->xb, &l->pl_post_norm, dim, n, eps);
-        if (r == 0) r = kern_cuda_add(cu, g->x, g->xb, dim, n, n);
-    }
-    if (r == 0 && l->out_scale != 0.0f) r = kern_cuda_scale(cu, g->x, n * dim, l->out_scale);
-    return r;
-}
-
-/* The step's index arrays (positions, each store's cells, the rows that want logits) into
- * g's staging and onto the device; *ret_n_out = the rows that want logits. */
-static int upload_index(struct engine_context *ctx, struct gpu *g, const struct engine_batch *b, int32_t t0,
-                        int32_t n, int32_t *ret_n_out) {
-    const struct kv_cache *kv = &ctx->kv;
-    const size_t nb = ctx->params.n_batch;
-    int32_t *h = g->h_idx, n_out = 0;
-    for (int32_t t = 0; t < n; t++) {
-        const int32_t i = t0 + t, seq = b->seq ? b->seq[i] : 0, pos = b->pos[i];
-        h[IDX_POS * nb + t] = pos;
-        for (uint32_t s = 0; s < kv->n_store; s++) {
-            const struct kv_store *st = &kv->store[s];
-            int32_t *c = h + IDX_STORE(s) * nb;
-            const int32_t lo = st->window ? MAX(0, pos - (int32_t)st->window + 1) : 0;
-            const size_t cell = kv_cell(st, seq, pos);
-            c[t] = (int32_t)cell;
-            c[nb + t] = (int32_t)(st->ring ? cell + st->n_cells : cell);
-            c[2 * nb + t] = (int32_t)kv_cell(st, seq, lo);
-            c[3 * nb + t] = pos + 1 - lo;
-        }
-        if (b->want_logits ? b->want_logits[i] : i == b->n_tok - 1) h[IDX_WANT * nb + n_out++] = t;
-    }
-    *ret_n_out = n_out;
-    return kern_cuda_buf_upload(g->act, act_off(g, g->idx), h, IDX_N * nb * sizeof *h);
-}
-
-int gpu_step(struct engine_context *ctx, const struct engine_batch *b, int32_t t0, int32_t n,
-             float *logits, int32_t *ret_n_out, struct err_detail *d) {
-    struct gpu *g = ctx->gpu;
-    const struct engine_hparams *hp = &ctx->model->hp;
-    const size_t nb = ctx->params.n_batch;
-    const int64_t dim = hp->n_embd, P = hp->n_embd_per_layer;
-    int32_t n_out = 0;
-    int r = upload_index(ctx, g, b, t0, n, &n_out);
-    if (r == 0) r = kern_cuda_buf_upload(g->act, act_off(g, g->x), ctx->x, (size_t)(n * dim) * sizeof(float));
-    if (r == 0 && P > 0) { /* the per-layer inputs, layer-major: ple_il is (n, P) */
-        const int64_t LP = (int64_t)hp->n_layer * P;
-        for (uint32_t il = g->l0; il < hp->n_layer; il++)
-            for (int32_t t = 0; t < n; t++)
-                memcpy(g->h_ple + ((size_t)il * n + t) * P, ctx->ple + t * LP + il * P, (size_t)P * sizeof(float));
-        size_t skip = (size_t)g->l0 * n * P;
-        r = kern_cuda_buf_upload(g->act, act_off(g, g->ple) + skip * sizeof(float), g->h_ple + skip,
-                                 (size_t)(hp->n_layer - g->l0) * n * P * sizeof(float));
-    }
-    for (uint32_t il = g->l0; il < hp->n_layer && r == 0; il++) r = layer_run(ctx, (int)il, n);
-
-    /* the rows that want logits, normed, through the classifier, to the host */
-    if (r == 0 && n_out > 0) {
-        r = kern_cuda_get_rows(g->cu, g->xo, g->x, KERN_TYPE_F32, (size_t)dim * sizeof(float),
-                               g->idx + IDX_WANT * nb, n_out, dim);
-        if (r == 0) r = norm(g, g->xo, g->xo, &g->output_norm, dim, n_out, hp->rms_eps);
-        if (r == 0) r = mm(g, g->logits, &g->output, g->xo, n_out);
-        if (r == 0)
-            r = kern_cuda_buf_download(g->act, act_off(g, g->logits), logits,
-                                       (size_t)n_out * hp->n_vocab * sizeof(float));
-    }
-    if (r == 0) r = kern_cuda_ctx_sync(g->cu);
-    if (r < 0) return err_set(d, r, "device %s (%s): a step of %d tokens failed", g->name, g->dev_name, n);
-    *ret_n_out = n_out;
-    return 0;
-}
-
 /* ---- partitions of a tensor split over GPUs ----------------------------------------- */
 
 /* The split's kv_mem: every row's KV heads are cut over the partitions (engine/device.h),
@@ -689,7 +459,8 @@ int gpu_step(struct engine_context *ctx, const struct engine_batch *b, int32_t t
  * device order. */
 /* The cache is made before the split's plan decides the head ranges: the partitions'
  * rows are allocated by gpu_parts_load(). */
-static int part_alloc(void *ud, uint32_t s, uint32_t slot, size_t rows, void **ret_k, void **ret_v) {
+static int part_alloc(void *ud, uint32_t s, uint32_t slot, size_t rows, void **ret_k,
+                      void **ret_v) {
     (void)ud, (void)s, (void)slot, (void)rows;
     *ret_k = *ret_v = NULL;
     return 0;
@@ -719,23 +490,24 @@ static void part_free(void *ud, uint32_t s, uint32_t slot) {
 
 /* rows to (get) or from (set) whole host rows: each partition's pieces through a staging
  * buffer of its own rows */
-static int part_rows(struct engine_context *ctx, uint32_t s, uint32_t slot, bool v, size_t cell, size_t n,
-                     char *host, bool set) {
+static int part_rows(struct engine_context *ctx, uint32_t s, uint32_t slot, bool v, size_t cell,
+                     size_t n, char *host, bool set) {
     const struct kv_store *st = &ctx->kv.store[s];
     const size_t rb = v ? st->v_row_bytes : st->k_row_bytes;
     for (uint32_t i = 0; i < ctx->n_dev && n; i++) {
         struct gpu *g = ctx->dev[i].gpu;
-        const size_t prb = kv_rb(g, s, slot, v), off = g->kv[s][slot].off[v];
+        const size_t prb = gpu_kv_rb(g, s, slot, v), off = g->kv[s][slot].off[v];
         if (prb == 0) continue;
         _cleanup_free_ char *tmp = malloc_array(n, prb);
         if (!tmp) return -ENOMEM;
         int r = 0;
         if (set) {
             for (size_t j = 0; j < n; j++) memcpy(tmp + j * prb, host + j * rb + off, prb);
-            r = kern_cuda_buf_upload(kv_buf(g, s, slot, v), cell * prb, tmp, n * prb);
+            r = kern_cuda_buf_upload(gpu_kv_buf(g, s, slot, v), cell * prb, tmp, n * prb);
         } else {
-            r = kern_cuda_buf_download(kv_buf(g, s, slot, v), cell * prb, tmp, n * prb);
-            for (size_t j = 0; r == 0 && j < n; j++) memcpy(host + j * rb + off, tmp + j * prb, prb);
+            r = kern_cuda_buf_download(gpu_kv_buf(g, s, slot, v), cell * prb, tmp, n * prb);
+            for (size_t j = 0; r == 0 && j < n; j++)
+                memcpy(host + j * rb + off, tmp + j * prb, prb);
         }
         if (r < 0) return r;
     }
@@ -745,22 +517,28 @@ static int part_rows(struct engine_context *ctx, uint32_t s, uint32_t slot, bool
 static int part_get(void *ud, uint32_t s, uint32_t slot, bool v, size_t cell, size_t n, void *dst) {
     return part_rows(ud, s, slot, v, cell, n, dst, false);
 }
-static int part_set(void *ud, uint32_t s, uint32_t slot, bool v, size_t cell, size_t n, const void *src) {
+static int part_set(void *ud, uint32_t s, uint32_t slot, bool v, size_t cell, size_t n,
+                    const void *src) {
     return part_rows(ud, s, slot, v, cell, n, (char *)src, true);
 }
-static int part_copy(void *ud, uint32_t s, uint32_t slot, bool v, size_t dst, size_t src, size_t n) {
+static int part_copy(void *ud, uint32_t s, uint32_t slot, bool v, size_t dst, size_t src,
+                     size_t n) {
     struct engine_context *ctx = ud;
     for (uint32_t i = 0; i < ctx->n_dev; i++) {
         struct gpu *g = ctx->dev[i].gpu;
-        int r = kv_rb(g, s, slot, v) ? kv_copy_rows(g, s, slot, v, dst, src, n) : 0;
+        int r = gpu_kv_rb(g, s, slot, v) ? kv_copy_rows(g, s, slot, v, dst, src, n) : 0;
         if (r < 0) return r;
     }
     return 0;
 }
 
 static const struct kv_mem *part_mem(struct engine_context *ctx) {
-    ctx->split_mem = (struct kv_mem){.ud = ctx, .alloc = part_alloc, .free = part_free, .get = part_get,
-                                     .set = part_set, .copy = part_copy};
+    ctx->split_mem = (struct kv_mem){.ud = ctx,
+                                     .alloc = part_alloc,
+                                     .free = part_free,
+                                     .get = part_get,
+                                     .set = part_set,
+                                     .copy = part_copy};
     return &ctx->split_mem;
 }
 
@@ -785,9 +563,7 @@ int gpu_parts_open(struct engine_context *ctx, struct err_detail *d) {
     return model_check(ctx->model, 0, ctx->dev[0].name, d);
 }
 
-const struct kv_mem *gpu_parts_kv_mem(struct engine_context *ctx) {
-    return part_mem(ctx);
-}
+const struct kv_mem *gpu_parts_kv_mem(struct engine_context *ctx) { return part_mem(ctx); }
 
 int gpu_parts_load(struct engine_context *ctx, struct err_detail *d) {
     const struct kv_cache *kv = &ctx->kv;
@@ -797,12 +573,14 @@ int gpu_parts_load(struct engine_context *ctx, struct err_detail *d) {
         for (uint32_t i = 0; i < st->n_layer_kv; i++) {
             int r = part_alloc_rows(ctx, s, i, rows);
             if (r < 0)
-                return err_set(d, r, "cannot allocate layer %d's KV cache on the split's GPUs", st->layers[i]);
+                return err_set(d, r, "cannot allocate layer %d's KV cache on the split's GPUs",
+                               st->layers[i]);
         }
     }
     for (uint32_t i = 0; i < ctx->n_dev; i++) {
         int r = gpu_setup(ctx, ctx->dev[i].gpu, &ctx->dev[i], d);
         if (r < 0) return r;
+        ctx->dev[i].ex = &ctx->dev[i].gpu->exec;
     }
     return 0;
 }
@@ -816,46 +594,6 @@ void gpu_parts_close(struct engine_context *ctx) {
 
 void gpu_part_info(const struct device *dv, struct engine_device_info *ret) {
     info_of(dv->gpu, ret);
-}
-
-void gpu_part_begin(struct engine_context *ctx, struct device *dv, const struct engine_batch *b, int32_t t0,
-                    int32_t n) {
-    int32_t n_out;
-    dv->gpu_err = 0;
-    int r = upload_index(ctx, dv->gpu, b, t0, n, &n_out);
-    if (r < 0) dv->gpu_err = r;
-}
-
-/* its heads' attention from ctx->xb, or its units' FFN: the partial sum into dv->part */
-static void part_block(struct engine_context *ctx, struct device *dv, int il, int32_t n, bool ffn) {
-    struct gpu *g = dv->gpu;
-    const int64_t dim = ctx->model->hp.n_embd;
-    const size_t bytes = (size_t)(n * dim) * sizeof(float);
-    if (dv->gpu_err) return;
-    int r = kern_cuda_buf_upload(g->act, act_off(g, g->xb), ctx->xb, bytes);
-    if (r == 0) r = ffn ? ffn_block(ctx, g, il, n, g->xb, g->x) : attn_block(ctx, g, il, n, g->xb, g->x);
-    if (r == 0) r = kern_cuda_buf_download(g->act, act_off(g, g->x), dv->part, bytes);
-    if (r < 0) dv->gpu_err = r;
-}
-
-void gpu_part_attention(struct engine_context *ctx, struct device *dv, int il, int32_t n) {
-    part_block(ctx, dv, il, n, false);
-}
-
-void gpu_part_ffn(struct engine_context *ctx, struct device *dv, int il, int32_t n) {
-    part_block(ctx, dv, il, n, true);
-}
-
-void gpu_part_classifier(struct engine_context *ctx, struct device *dv, int32_t n_out) {
-    struct gpu *g = dv->gpu;
-    if (dv->gpu_err) return;
-    const int64_t dim = ctx->model->hp.n_embd;
-    int r = kern_cuda_buf_upload(g->act, act_off(g, g->xo), ctx->out_x, (size_t)(n_out * dim) * sizeof(float));
-    if (r == 0) r = mm(g, g->logits, &g->output, g->xo, n_out);
-    if (r == 0)
-        r = kern_cuda_buf_download(g->act, act_off(g, g->logits), dv->logits,
-                                   (size_t)n_out * dv->n_vocab * sizeof(float));
-    if (r < 0) dv->gpu_err = r;
 }
 
 #endif /* WARM_CUDA */

@@ -32,11 +32,24 @@ const struct kv_mem *gpu_kv_mem(struct engine_context *ctx);
 int gpu_load(struct engine_context *ctx, struct err_detail *d);
 void gpu_close(struct engine_context *ctx); /* NULL-safe on ctx->gpu */
 
-/* The GPU part of one step over tokens [t0, t0 + n) of b: ctx->x holds their residual
- * stream after the host layers; writes the logits of the tokens that want them (in batch
- * order) to logits, *ret_n_out rows. */
-int gpu_step(struct engine_context *ctx, const struct engine_batch *b, int32_t t0, int32_t n,
-             float *logits, int32_t *ret_n_out, struct err_detail *d);
+/* The GPU's part of one step over tokens [t0, t0 + n) of b, which forward.c runs as
+ * gpu_step_begin(), the recipe on gpu_exec() (its layers from n_layer_host on, the final
+ * norm and the classifier) between gpu_graph_begin() and gpu_graph_end(), gpu_step_end().
+ * Begin: the step's positions and cells, and ctx->x (the residual stream after the host's
+ * layers) and the per-layer inputs onto the device; *ret_n_out = the rows that want
+ * logits. A one-token step with one row of logits is recorded as a CUDA graph the first
+ * time and replayed after (GPU_GRAPH_REPLAYED: the recipe is not run again); any other
+ * step runs as it is (GPU_GRAPH_NONE). End: waits for the device and copies the logits of
+ * the rows to `logits` (batch order), or with argmax set only each row's argmax there;
+ * fails with d naming the device when any op of the step failed (errors are sticky). */
+struct exec *gpu_exec(struct engine_context *ctx);
+int gpu_step_begin(struct engine_context *ctx, const struct engine_batch *b, int32_t t0, int32_t n,
+                   int32_t *ret_n_out, struct err_detail *d);
+enum gpu_graph { GPU_GRAPH_NONE, GPU_GRAPH_RECORDING, GPU_GRAPH_REPLAYED };
+enum gpu_graph gpu_graph_begin(struct engine_context *ctx, int32_t n, int32_t n_out);
+void gpu_graph_end(struct engine_context *ctx);
+int gpu_step_end(struct engine_context *ctx, float *logits, int32_t n, int32_t n_out,
+                 int32_t *argmax, struct err_detail *d);
 
 /* The GPU's entry of engine_context_device_info(). */
 void gpu_device_info(const struct engine_context *ctx, struct engine_device_info *ret);
@@ -57,11 +70,9 @@ const struct kv_mem *gpu_parts_kv_mem(struct engine_context *ctx);
 int gpu_parts_load(struct engine_context *ctx, struct err_detail *d);
 void gpu_parts_close(struct engine_context *ctx);
 void gpu_part_info(const struct device *dv, struct engine_device_info *ret);
-/* Run on each partition's own thread (devices_run): the step's index arrays, then its
- * share of a layer's attention or FFN from ctx->xb into dv->part, or its classifier rows
- * from ctx->out_x into dv->logits. A failure is kept in dv->gpu_err (the step fails). */
-void gpu_part_begin(struct engine_context *ctx, struct device *dv, const struct engine_batch *b, int32_t t0,
-                    int32_t n);
-void gpu_part_attention(struct engine_context *ctx, struct device *dv, int il, int32_t n);
-void gpu_part_ffn(struct engine_context *ctx, struct device *dv, int il, int32_t n);
-void gpu_part_classifier(struct engine_context *ctx, struct device *dv, int32_t n_out);
+/* Run on each partition's own thread (devices_run) at the start of a step: the step's
+ * index arrays onto it, and its executor's error cleared. Its share of each layer and of
+ * the classifier then runs through its executor (dv->ex, engine/exec.h), which keeps the
+ * first failure (the step fails). */
+void gpu_part_begin(struct engine_context *ctx, struct device *dv, const struct engine_batch *b,
+                    int32_t t0, int32_t n);

@@ -8,6 +8,8 @@
  *   (the first layers on the CPU); quantized, rotated KV (q8_0) within TOL_NMSE_KVQ;
  *   state blobs exported from the GPU and imported on the CPU and back, continuing with
  *   the same greedy tokens; a context shift on the GPU as on the CPU;
+ *   every pair of cache types; greedy decoding with the argmax on the device and the
+ *   one-token step replayed as a CUDA graph, equal to the CPU's greedy tokens;
  *   device = auto chooses cuda:0, and lists it with its name and reserved bytes;
  *   a tensor split over 2, 3 and 4 CUDA contexts on the one GPU equals the CPU.
  * Skips (exit 77) without a CUDA device. */
@@ -201,6 +203,84 @@ TEST(gpu_layers_and_quantized_kv) {
     check_case(&cases[5], "f16", KERN_TYPE_F16, 1, TOL_NMSE); /* its last layer reads layer 1's KV */
     check_case(&cases[0], "q8_0", KERN_TYPE_Q8_0, 0, TOL_NMSE_KVQ);
     check_case(&cases[5], "f16", KERN_TYPE_Q8_0, 0, TOL_NMSE_KVQ);
+}
+
+/* every cache type pair the KV write converts to, quantized ones rotated (head 64) */
+TEST(kv_type_pairs) {
+    NEED_DEVICE();
+    static const enum kern_type pairs[][2] = {
+        {KERN_TYPE_BF16, KERN_TYPE_Q4_1}, {KERN_TYPE_Q4_0, KERN_TYPE_Q4_0},
+        {KERN_TYPE_Q5_0, KERN_TYPE_Q5_1}, {KERN_TYPE_IQ4_NL, KERN_TYPE_IQ4_NL},
+        {KERN_TYPE_F32, KERN_TYPE_F32},
+    };
+    struct engine_model *m;
+    model_of(&cases[0], "q8_0", &m);
+    ASSERT_TRUE(m != NULL);
+    for (size_t i = 0; i < ARRAY_SIZE(pairs) && !test_failed_; i++) {
+        struct engine_context_params p;
+        struct engine_context *c[2] = {NULL, NULL};
+        struct err_detail d = {0};
+        for (int g = 0; g < 2; g++) {
+            params_of(&p, pairs[i][0]);
+            p.type_v = pairs[i][1];
+            p.device = g ? ENGINE_DEVICE_CUDA : ENGINE_DEVICE_CPU;
+            ASSERT_OK_D(engine_context_new(m, &p, &c[g], &d), &d);
+        }
+        double worst;
+        bool same;
+        compare(c[0], c[1], m->hp.n_vocab, &worst, &same);
+        const bool q = kern_type_traits(pairs[i][0])->is_quantized || kern_type_traits(pairs[i][1])->is_quantized;
+        printf("  K %-6s V %-6s NMSE %.2e, greedy %s\n", kern_type_traits(pairs[i][0])->name,
+               kern_type_traits(pairs[i][1])->name, worst, same ? "equal" : "DIFFERS");
+        if (!(worst <= (q ? TOL_NMSE_KVQ : TOL_NMSE)))
+            TEST_FAIL_("K %s V %s: logits NMSE %.3g", kern_type_traits(pairs[i][0])->name,
+                       kern_type_traits(pairs[i][1])->name, worst);
+        engine_context_free(c[1]);
+        engine_context_free(c[0]);
+    }
+    engine_model_free(m);
+}
+
+/* Greedy decoding with argmax_only: the GPU records its one-token step as a CUDA graph and
+ * replays it, takes the argmax on the device and copies only the token; the tokens equal
+ * the CPU's greedy tokens from its logits, for a global-attention and a sliding-window
+ * model (whose ring rows the replayed KV write mirrors), and for gpu_layers = half. */
+TEST(greedy_on_the_device) {
+    NEED_DEVICE();
+    const size_t which[] = {0, 4, 5};
+    for (size_t k = 0; k < ARRAY_SIZE(which) && !test_failed_; k++) {
+        struct engine_model *m;
+        model_of(&cases[which[k]], "q8_0", &m);
+        ASSERT_TRUE(m != NULL);
+        struct engine_context *cpu = ctx_new(m, ENGINE_DEVICE_CPU, 0, KERN_TYPE_F16, 1);
+        struct engine_context *gpu = ctx_new(m, ENGINE_DEVICE_CUDA, k == 2 ? 2 : 0, KERN_TYPE_F16, 1);
+        ASSERT_TRUE(cpu && gpu);
+        int32_t tok[N_PROMPT], pos[N_PROMPT];
+        prompt(tok, pos, 0, m->hp.n_vocab);
+        struct err_detail d = {0};
+        struct engine_batch b = {.n_tok = N_PROMPT, .token = tok, .pos = pos};
+        ASSERT_OK_D(engine_context_decode(cpu, &b, &d), &d);
+        b.argmax_only = true;
+        ASSERT_OK_D(engine_context_decode(gpu, &b, &d), &d);
+        ASSERT_TRUE(engine_context_logits(gpu, 0) == NULL); /* only the argmax came back */
+        int32_t a = engine_context_argmax(cpu, 0), g = engine_context_argmax(gpu, 0), same = 0;
+        const int n_steps = 3 * N_GEN; /* past the SWA window of 16: the ring wraps */
+        for (int s = 0; s < n_steps && a == g; s++, same++) {
+            int32_t p = N_PROMPT + s, ta = a, tg = g;
+            struct engine_batch one = {.n_tok = 1, .token = &ta, .pos = &p};
+            ASSERT_OK_D(engine_context_decode(cpu, &one, &d), &d);
+            one.token = &tg;
+            one.argmax_only = true;
+            ASSERT_OK_D(engine_context_decode(gpu, &one, &d), &d);
+            a = engine_context_argmax(cpu, 0);
+            g = engine_context_argmax(gpu, 0);
+        }
+        printf("  %-7s greedy on the device: %d of %d steps equal the CPU's\n", cases[which[k]].name, same, n_steps);
+        if (same < n_steps) TEST_FAIL_("%s: step %d: GPU token %d, CPU token %d", cases[which[k]].name, same, g, a);
+        engine_context_free(gpu);
+        engine_context_free(cpu);
+        engine_model_free(m);
+    }
 }
 
 /* two sequences in one batch on the GPU, each equal to its own run on the CPU */
@@ -424,5 +504,5 @@ TEST(auto_and_index) {
 }
 
 TEST_MAIN(T(auto_and_index), T(architectures), T(weight_types), T(gpu_layers_and_quantized_kv),
-          T(two_sequences_in_one_batch), T(state_blobs_cross_devices), T(context_shift),
+          T(kv_type_pairs), T(greedy_on_the_device), T(two_sequences_in_one_batch), T(state_blobs_cross_devices), T(context_shift),
           T(split_over_gpu_contexts))

@@ -6,16 +6,18 @@
 #    --pack on a machine with nvcc and the project's system libraries; else the full CMake
 #    project with -DWARM_CUDA=ON; else (a bare GPU machine without liblmdb, grpc, ...) only
 #    the kernel checks, compiled with gcc and nvcc directly;
-# 2. runs the `cuda` tests: every CUDA op against the CPU reference (test-cuda-ops);
-#    whole-model logits of the ops driven from outside (test-cuda-forward); the engine on
-#    cuda:0 against the CPU engine for every architecture, weight types, gpu_layers, a
-#    quantized cache, two sequences in one batch, state blobs crossing GPU <-> CPU and a
-#    context shift (test-cuda-device; both need the engine, so not in the direct build);
+# 2. runs the `cuda` tests: every CUDA op against the CPU reference (test-cuda-ops); the
+#    engine on cuda:0 against the CPU engine for every architecture, weight types,
+#    gpu_layers, every cache type pair, greedy decoding with the argmax on the device and
+#    the one-token step replayed as a CUDA graph, two sequences in one batch, state blobs
+#    crossing GPU <-> CPU and a context shift (test-cuda-device; it needs the engine, so
+#    not in the direct build);
 # 3. runs warm-cuda-bench on the weights of a ~1B llama (n_embd 2048, 16 layers, 32/8
 #    heads, head 64, n_ff 8192, vocab 32000) in f16, q8_0, q4_0 and q4_K: prefill and decode
 #    tokens/s, decode GB/s and % of the device copy bandwidth measured in the same run;
-# 4. generates those 1B models with warm-mkmodel and runs their whole forward pass on
-#    the GPU (warm-cuda-bench --model: prefill 512 tokens, decode 64 greedy tokens);
+# 4. generates those 1B models with warm-mkmodel and runs the engine on them on the GPU
+#    (warm-cuda-bench --model: an engine context on cuda:0, prefill 512 tokens, decode 64
+#    greedy tokens, each step a CUDA graph replay with the argmax on the device);
 # 5. the engine on the GPU: warm-run --device cuda:0 on each 1B model (prefill 512, decode
 #    128 tokens/s), and the Q8_0 model's greedy ids on the GPU and on a tensor split over
 #    two contexts on it equal to the CPU's;
@@ -48,7 +50,7 @@ t_start=$(date +%s)
 jobs=$(nproc 2>/dev/null || echo 4)
 export PATH=$PATH:/usr/local/cuda/bin
 nvcc=$(command -v nvcc || true)
-progs="test-cuda-ops test-cuda-forward test-cuda-device warm-cuda-bench warm-mkmodel warm-run warmd warmctl"
+progs="test-cuda-ops test-cuda-device warm-cuda-bench warm-mkmodel warm-run warmd warmctl"
 
 say() { echo "$*" | tee -a "$log"; }
 run() { # run CMD...: output to the terminal and the log, exit status kept
@@ -68,7 +70,7 @@ cmake_build() {
 if [ -n "$pack" ]; then
     cmake_build || { echo "build failed"; exit 1; }
     mkdir -p "$pack/lib"
-    cp "$dir/tests/test-cuda-ops" "$dir/tests/test-cuda-forward" "$dir/tests/test-cuda-device" "$dir/bin/warm-cuda-bench" \
+    cp "$dir/tests/test-cuda-ops" "$dir/tests/test-cuda-device" "$dir/bin/warm-cuda-bench" \
         "$dir/bin/warm-mkmodel" "$pack/"
     for p in $progs; do
         ldd "$pack/$p" | awk '/libxxhash/ {print $3}'
@@ -97,7 +99,7 @@ if [ -n "$prebuilt" ]; then
     bin=$(cd "$prebuilt" && pwd)
     export LD_LIBRARY_PATH=$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     [ -x "$bin/warm-cuda-bench" ] && build_ok=1
-    tests="$bin/test-cuda-ops $bin/test-cuda-forward $bin/test-cuda-device"
+    tests="$bin/test-cuda-ops $bin/test-cuda-device"
     bench_bin=$bin/warm-cuda-bench
     mkmodel_bin=$bin/warm-mkmodel
     export WARM_BIN=$bin
@@ -185,7 +187,7 @@ fi
 bench_word=$([ $bench_rc = 0 ] && echo ok || { [ $bench_rc = 77 ] && echo "skipped (no device)"; } || echo "FAILED (rc $bench_rc)")
 say "== warm-cuda-bench (weights only): $bench_word"
 
-# ---- 4. whole 1B models on the GPU (tests/cuda/gpu-forward.h, driven from outside) ------
+# ---- 4. the engine on the 1B models on the GPU (warm-cuda-bench --model) ---------------
 wait
 model_rc=1
 model_json=${out:+$out/warm-cuda-model.json}

@@ -5,11 +5,12 @@
  *   warm-cuda-bench [--types f16,q8_0,q4_0] [--tokens N] [--prefill N] [--device N] [--json FILE]
  *   warm-cuda-bench --model FILE.gguf [--tokens N] [--prefill N] [--device N] [--json FILE]
  *
- * --model: the whole forward pass of a GGUF model on the GPU (tests/cuda/gpu-forward.h:
- * attention and an f16 KV cache included): one prefill step of --prefill tokens (<= 512),
- * then --tokens greedy decode steps, each fetching only its sampled token; tokens/s and
- * decode weight bytes/s as a percentage of the copy bandwidth. Without the engine (a
- * kernels-only build, -DWARM_CUDA_BENCH_NO_ENGINE) --model is not available.
+ * --model: the engine itself on the GPU (an engine context with device = cuda:N, f16 KV,
+ * the daemon's code path: the recipe of engine/forward.c on engine/exec-cuda.c's ops, the
+ * CUDA graph of a decode step, the argmax on the device): one prefill of --prefill
+ * tokens (<= 512), then --tokens greedy decode steps, each fetching only its greedy token;
+ * tokens/s and decode weight bytes/s as a percentage of the copy bandwidth. Without the
+ * engine (a kernels-only build, -DWARM_CUDA_BENCH_NO_ENGINE) --model is not available.
  *
  * Per weight type: all 16 layers' matrices and the classifier are resident on the device
  * (random rows of the type: the contents do not change the speed). "decode" runs the
@@ -22,7 +23,7 @@
 #include "kernels/cuda/cuda.h"
 #include "kernels/kernels.h"
 #ifndef WARM_CUDA_BENCH_NO_ENGINE
-#include "../cuda/gpu-forward.h"
+#include "engine/engine.h"
 #endif
 
 #include <errno.h>
@@ -214,63 +215,81 @@ static int bench_type(struct kern_cuda_ctx *ctx, enum kern_type t, int n_decode,
 }
 
 #ifndef WARM_CUDA_BENCH_NO_ENGINE
-/* The whole model on the GPU: prefill, then greedy decode with one token fetched a step. */
-static int bench_model(struct kern_cuda_ctx *ctx, const char *path, int n_decode, int n_prefill, double copy_bw,
-                       FILE *jf) {
+/* The engine on cuda:dev: prefill, then greedy decode with one token fetched a step. */
+static int bench_model(struct kern_cuda_ctx *cu, int dev, const char *path, int n_decode,
+                       int n_prefill, double copy_bw, FILE *jf) {
     struct engine_model *m = NULL;
+    struct engine_context *c = NULL;
     struct err_detail d = {0};
     int r = engine_model_load(path, NULL, &m, &d);
-    if (r < 0) {
-        fprintf(stderr, "warm-cuda-bench: %s: %s\n", path, err_msg(&d, r));
-        return r;
-    }
     if (n_prefill < 1) n_prefill = 1;
     if (n_prefill > 512) n_prefill = 512;
-    struct gpu_model *g = NULL;
-    r = gpu_model_new(ctx, m, (uint32_t)(n_prefill + n_decode + 1), (uint32_t)n_prefill, KERN_TYPE_F16,
-                      KERN_TYPE_F16, true, &g);
-    int32_t *tok = malloc(sizeof(int32_t) * (size_t)n_prefill);
-    if (r == 0 && !tok) r = -ENOMEM;
-    for (int i = 0; r == 0 && i < n_prefill; i++) tok[i] = (int32_t)((i * 7919 + 3) % m->hp.n_vocab);
-    double usec_p = 0, usec_d = 0;
-    int32_t next = 0;
-    /* warm-up (kernel loading, clocks, the decode step's graph capture), then reset the
-     * cache position */
-    if (r == 0) r = gpu_forward(g, tok, (uint32_t)n_prefill, 1);
-    if (r == 0) r = gpu_greedy(g, &next);
-    if (r == 0) r = gpu_forward(g, &next, 1, 1);
-    if (r == 0) r = kern_cuda_ctx_sync(ctx);
-    if (r == 0) g->n_past = 0;
-    uint64_t t0 = time_now_usec();
-    if (r == 0) r = gpu_forward(g, tok, (uint32_t)n_prefill, 1);
-    if (r == 0) r = gpu_greedy(g, &next);
-    uint64_t t1 = time_now_usec();
-    for (int i = 0; r == 0 && i < n_decode; i++) {
-        r = gpu_forward(g, &next, 1, 1);
-        if (r == 0) r = gpu_greedy(g, &next); /* the step's one host synchronisation */
+    struct engine_context_params p;
+    engine_context_params_default(&p);
+    p.n_ctx = (uint32_t)(2 * n_prefill + 2 * n_decode + 2);
+    p.n_batch = (uint32_t)n_prefill;
+    p.device = ENGINE_DEVICE_CUDA;
+    p.device_index = dev;
+    if (r == 0) r = engine_context_new(m, &p, &c, &d);
+    if (r < 0) {
+        fprintf(stderr, "warm-cuda-bench: %s: %s\n", path, err_msg(&d, r));
+        engine_model_free(m);
+        return r;
     }
-    uint64_t t2 = time_now_usec();
-    usec_p = (double)(t1 - t0);
-    usec_d = (double)(t2 - t1);
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)n_prefill),
+            *pos = malloc(sizeof(int32_t) * (size_t)n_prefill);
+    if (!tok || !pos) r = -ENOMEM;
+    for (int i = 0; r == 0 && i < n_prefill; i++) {
+        tok[i] = (int32_t)((i * 7919 + 3) % m->hp.n_vocab);
+        pos[i] = i;
+    }
+    /* a prefill, then n greedy steps from position at */
+    uint64_t t[4] = {0};
+    for (int round = 0; round < 2 && r == 0;
+         round++) { /* round 0 warms up (and records the graph) */
+        engine_kv_seq_rm(c, 0, 0);
+        struct engine_batch b = {.n_tok = n_prefill, .token = tok, .pos = pos, .argmax_only = true};
+        t[0] = time_now_usec();
+        r = engine_context_decode(c, &b, &d);
+        int32_t next = r == 0 ? engine_context_argmax(c, 0) : 0;
+        t[1] = time_now_usec();
+        for (int i = 0; r == 0 && i < (round ? n_decode : 2); i++) {
+            int32_t at = n_prefill + i;
+            struct engine_batch one = {.n_tok = 1, .token = &next, .pos = &at, .argmax_only = true};
+            r = engine_context_decode(c, &one, &d);
+            next = engine_context_argmax(c, 0);
+        }
+        t[2] = time_now_usec();
+    }
     if (r == 0) {
-        double p_tps = n_prefill / (usec_p * 1e-6), d_tps = n_decode / (usec_d * 1e-6);
-        double gbs = (double)g->weight_bytes * d_tps / 1e9;
-        printf("model %s (%s, %.2f GB of weights on the device, %.2f GB reserved)\n", path, m->arch_name,
-               (double)g->weight_bytes / 1e9, (double)kern_cuda_ctx_reserved_bytes(ctx) / 1e9);
+        struct engine_device_info info = {0};
+        engine_context_device_info(c, 0, &info);
+        double p_tps = n_prefill / ((double)(t[1] - t[0]) * 1e-6),
+               d_tps = n_decode / ((double)(t[2] - t[1]) * 1e-6);
+        double gbs = (double)info.weight_bytes * d_tps / 1e9;
+        printf("model %s (%s on %s, %.2f GB of weights on the device, %.2f GB of KV, %.2f GB of "
+               "activations)\n",
+               path, m->arch_name, info.name, (double)info.weight_bytes / 1e9,
+               (double)info.kv_bytes / 1e9, (double)info.scratch_bytes / 1e9);
         printf("  prefill %d tokens: %.0f tokens/s\n", n_prefill, p_tps);
-        printf("  decode %d tokens: %.1f tokens/s, %.0f GB/s of weights = %.1f%% of the copy bandwidth\n", n_decode,
-               d_tps, gbs, 100.0 * gbs * 1e9 / copy_bw);
+        printf("  decode %d tokens: %.1f tokens/s, %.0f GB/s of weights = %.1f%% of the copy "
+               "bandwidth\n",
+               n_decode, d_tps, gbs, 100.0 * gbs * 1e9 / copy_bw);
         if (jf)
-            fprintf(jf, "{\"model\": \"%s\", \"weight_gb\": %.3f, \"prefill_tokens\": %d, \"prefill_tps\": %.1f, "
-                        "\"decode_tokens\": %d, \"decode_tps\": %.2f, \"decode_gbs\": %.1f, "
-                        "\"decode_pct_of_copy_bw\": %.1f, \"copy_gbs\": %.1f}\n",
-                    path, (double)g->weight_bytes / 1e9, n_prefill, p_tps, n_decode, d_tps, gbs,
+            fprintf(jf,
+                    "{\"model\": \"%s\", \"weight_gb\": %.3f, \"prefill_tokens\": %d, "
+                    "\"prefill_tps\": %.1f, "
+                    "\"decode_tokens\": %d, \"decode_tps\": %.2f, \"decode_gbs\": %.1f, "
+                    "\"decode_pct_of_copy_bw\": %.1f, \"copy_gbs\": %.1f}\n",
+                    path, (double)info.weight_bytes / 1e9, n_prefill, p_tps, n_decode, d_tps, gbs,
                     100.0 * gbs * 1e9 / copy_bw, copy_bw / 1e9);
     } else {
-        fprintf(stderr, "warm-cuda-bench: %s: %s\n", path, strerror(-r));
+        fprintf(stderr, "warm-cuda-bench: %s: %s\n", path, err_msg(&d, r));
     }
+    (void)cu;
     free(tok);
-    gpu_model_free(g);
+    free(pos);
+    engine_context_free(c);
     engine_model_free(m);
     return r;
 }
@@ -317,7 +336,7 @@ int main(int argc, char **argv) {
     if (model) {
 #ifndef WARM_CUDA_BENCH_NO_ENGINE
         FILE *mf = json ? fopen(json, "w") : NULL;
-        r = bench_model(ctx, model, n_decode, n_prefill, copy_bw, mf);
+        r = bench_model(ctx, dev, model, n_decode, n_prefill, copy_bw, mf);
         if (mf) fclose(mf);
 #else
         fprintf(stderr, "warm-cuda-bench: --model needs the engine (this is a kernels-only build)\n");

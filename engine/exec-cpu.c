@@ -1,0 +1,230 @@
+/* The CPU's ops (engine/exec.h): kernels/ on the device's thread pool, host memory. */
+#include "engine/exec-cpu.h"
+
+#include "engine/forward.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Multiply-adds below which a step runs on the calling thread: waking the workers costs
+ * microseconds (milliseconds when the machine is busy), a tiny model's matmul less. */
+#define POOL_MIN_WORK (1 << 16)
+
+static struct exec_cpu *cpu_of(struct exec *e) { return (struct exec_cpu *)e; }
+
+/* Runs fn on the pool, or on the calling thread alone when the work (in multiply-adds)
+ * is smaller than waking the workers costs. */
+static void pool_run(struct kern_pool *pool, kern_task_fn fn, void *arg, int64_t work) {
+    if (pool && work >= POOL_MIN_WORK)
+        kern_pool_run(pool, fn, arg);
+    else
+        fn(arg, 0, 1);
+}
+
+static int32_t batch_seq(const struct engine_batch *b, int32_t i) { return b->seq ? b->seq[i] : 0; }
+
+static void cpu_matmul(struct exec *e, float *y, const struct engine_weight *w, const float *x,
+                       int64_t n) {
+    struct exec_cpu *c = cpu_of(e);
+    bool big = w->n_in * w->n_out * n >= POOL_MIN_WORK;
+    kern_matmul_layout(big ? c->pool : NULL, y, w->data, w->type, w->layout, x, w->n_in, w->n_out,
+                       n, c->mm_scratch);
+}
+
+static void cpu_add(struct exec *e, float *y, const float *x, int64_t width, int64_t n_rows,
+                    int64_t n_rows_x) {
+    (void)e;
+    if (n_rows_x == n_rows) {
+        kern_add(y, x, width * n_rows);
+        return;
+    }
+    for (int64_t r = 0; r < n_rows; r++) kern_add(y + r * width, x + (r % n_rows_x) * width, width);
+}
+
+static void cpu_rmsnorm(struct exec *e, float *y, const float *x, const struct engine_weight *w,
+                        int64_t width, int64_t n_rows, float eps) {
+    (void)e;
+    const float *wd = w ? w->data : NULL;
+    for (int64_t r = 0; r < n_rows; r++) kern_rmsnorm(y + r * width, x + r * width, wd, width, eps);
+}
+
+/* The gated activation y = act(g) * u over n values, cut into ranges for the pool. */
+struct glu_args {
+    float *y;
+    const float *g, *u;
+    int64_t n;
+    bool gelu;
+};
+
+static void glu_task(void *arg, int ith, int nth) {
+    const struct glu_args *a = arg;
+    const int64_t i0 = a->n * ith / nth / 8 * 8,
+                  i1 = ith + 1 == nth ? a->n : a->n * (ith + 1) / nth / 8 * 8;
+    if (a->gelu)
+        kern_gelu_mul(a->y + i0, a->g + i0, a->u + i0, i1 - i0);
+    else
+        kern_silu_mul(a->y + i0, a->g + i0, a->u + i0, i1 - i0);
+}
+
+static void cpu_glu(struct exec *e, float *y, const float *g, const float *u, int64_t n,
+                    enum engine_ffn_act act) {
+    struct glu_args a = {.y = y, .g = g, .u = u, .n = n, .gelu = act == ENGINE_FFN_GELU};
+    pool_run(cpu_of(e)->pool, glu_task, &a, n * 16); /* an exp is some 16 multiply-adds */
+}
+
+/* ctx->ple is (n, n_layer × P): token t's inputs of layer il at t × LP + il × P */
+static void cpu_ple_gate(struct exec *e, float *g, int il, int32_t n) {
+    const struct engine_context *ctx = e->ctx;
+    const int64_t P = ctx->model->hp.n_embd_per_layer, LP = (int64_t)ctx->model->hp.n_layer * P;
+    kern_gelu(g, g, n * P);
+    for (int32_t t = 0; t < n; t++) {
+        float *gt = g + t * P;
+        const float *in = ctx->ple + t * LP + il * P;
+        for (int64_t i = 0; i < P; i++) gt[i] *= in[i];
+    }
+}
+
+static void cpu_scale(struct exec *e, float *x, int64_t n, float v) {
+    (void)e;
+    kern_scale(x, n, v);
+}
+
+static void cpu_copy(struct exec *e, float *dst, const float *src, int64_t n) {
+    (void)e;
+    memcpy(dst, src, (size_t)n * sizeof *dst);
+}
+
+/* the angles of each token's position were computed once a step: ctx->rope_cs[kind] */
+static void cpu_rope(struct exec *e, const struct layer_step *s, float *x, int64_t n_head,
+                     int64_t hd, int kind) {
+    const struct engine_context *ctx = e->ctx;
+    const struct kern_rope_params *rope = &ctx->rope[kind];
+    for (int32_t t = 0; t < s->n; t++)
+        kern_rope_apply(x + t * n_head * hd, ctx->rope_cs[kind] + t * rope->n_dims, n_head, hd,
+                        rope);
+}
+
+static void cpu_hadamard(struct exec *e, float *x, int64_t n, int n_rot) {
+    (void)e;
+    kern_hadamard(x, n, n_rot);
+}
+
+static void cpu_kv_write(struct exec *e, const struct layer_step *s, float *k, float *v) {
+    struct kv_cache *kv = &e->ctx->kv;
+    const int il = s->il;
+    const struct dev_layer *dl = &e->layer[il];
+    const struct kv_store *st = kv_store_of(kv, il);
+    const int64_t k_dim = dl->n_kv * st->head_dim_k, v_dim = dl->n_kv * st->head_dim_v;
+    const int rot_k = kv_rot_k(kv, il), rot_v = kv_rot_v(kv, il);
+    if (rot_k) kern_hadamard(k, s->n * k_dim, rot_k);
+    if (rot_v) kern_hadamard(v, s->n * v_dim, rot_v);
+    for (int32_t t = 0; t < s->n; t++)
+        kv_put_heads(kv, il, batch_seq(s->b, s->t0 + t), s->b->pos[s->t0 + t], dl->kv0, dl->n_kv,
+                     k + t * k_dim, v + t * v_dim);
+}
+
+struct attend_args {
+    struct exec_cpu *c;
+    const struct layer_step *s;
+    float *att;
+    const float *q;
+};
+
+/* Multi-head attention of the step's tokens over their sequences' cached cells, for the
+ * device's KV heads and the query heads that read them:
+ * att[t][h] = softmax(scale · q[t][h] · K[lo..pos]ᵀ) · V[lo..pos], lo = 0 on global
+ * layers and pos - W + 1 (at least 0) on sliding-window layers. Work items are (KV head,
+ * block of ATTN_BLOCK tokens) dealt round-robin to the threads. An item covers the
+ * `group` query heads that share the KV head (GQA: head h reads KV head h / group) for
+ * every token of the block, run by run of tokens of one sequence, so each cached row is
+ * read once per item. Sizes, store and window are those of the KV the layer reads
+ * (kv_source). */
+static void attend_task(void *arg, int ith, int nth) {
+    const struct attend_args *a = arg;
+    const struct engine_context *ctx = a->c->e.ctx;
+    const struct engine_batch *b = a->s->b;
+    const int32_t t0 = a->s->t0, n = a->s->n, il = a->s->il;
+    const struct engine_hparams *hp = &ctx->model->hp;
+    const struct kv_cache *kv = &ctx->kv;
+    const struct kv_store *st = kv_store_of(kv, il);
+    const struct dev_layer *dl = &a->c->e.layer[il];
+    const int64_t n_head_kv = dl->n_kv, hd_k = st->head_dim_k, hd_v = st->head_dim_v;
+    const int64_t group = hp->n_head / st->n_head_kv; /* query heads per KV head */
+    const int64_t q_dim = n_head_kv * group * hd_k, att_dim = n_head_kv * group * hd_v;
+    const float scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hd_k);
+    const int32_t window = (int32_t)st->window;
+    float *scratch = a->c->attn_scratch + (size_t)ith * a->c->attn_scratch_floats;
+    const int64_t n_blocks = (n + ATTN_BLOCK - 1) / ATTN_BLOCK;
+
+    for (int64_t item = ith; item < n_blocks * n_head_kv; item += nth) {
+        int64_t h = item % n_head_kv, h_kv = dl->kv0 + h; /* its head, the cache's head */
+        int32_t t_end = (int32_t)MIN((int64_t)n, (item / n_head_kv + 1) * ATTN_BLOCK);
+        for (int32_t t = (int32_t)(item / n_head_kv * ATTN_BLOCK), t1; t < t_end; t = t1) {
+            /* the run [t, t1) of tokens of one sequence; token i sees cells lo_i..pos_i,
+             * counted from the run's first visible cell p_lo */
+            int32_t seq = batch_seq(b, t0 + t), n_kv[ATTN_BLOCK], kv_lo[ATTN_BLOCK];
+            int32_t p_lo = window ? MAX(0, b->pos[t0 + t] - window + 1) : 0;
+            for (t1 = t; t1 < t_end && batch_seq(b, t0 + t1) == seq; t1++) {
+                int32_t pos = b->pos[t0 + t1];
+                n_kv[t1 - t] = pos + 1 - p_lo;
+                kv_lo[t1 - t] = window ? MAX(0, pos - window + 1) - p_lo : 0;
+            }
+            /* this KV head's slice of cell p_lo; the rows that follow are contiguous (a
+             * ring mirrors them) and *_row_bytes apart */
+            const char *k0 =
+                (const char *)kv_k_row(kv, il, seq, p_lo) + kern_row_size(kv->type_k, h_kv * hd_k);
+            const char *v0 =
+                (const char *)kv_v_row(kv, il, seq, p_lo) + kern_row_size(kv->type_v, h_kv * hd_v);
+            const float *q = a->q + t * q_dim + h * group * hd_k; /* (run, group, hd_k) */
+            float *out = a->att + t * att_dim + h * group * hd_v; /* (run, group, hd_v) */
+            kern_attn_head_window(out, att_dim, q, q_dim, t1 - t, group, window ? kv_lo : NULL,
+                                  n_kv, k0, kv->type_k, st->k_row_bytes, v0, kv->type_v,
+                                  st->v_row_bytes, hd_k, hd_v, scale, scratch);
+        }
+    }
+}
+
+static void cpu_attend(struct exec *e, const struct layer_step *s, float *att, const float *q) {
+    struct attend_args a = {.c = cpu_of(e), .s = s, .att = att, .q = q};
+    pool_run(cpu_of(e)->pool, attend_task, &a, s->attn_work);
+}
+
+static void cpu_gather(struct exec *e, const struct layer_step *s, float *y, const float *x,
+                       int32_t *ret_n_out) {
+    const struct engine_batch *b = s->b;
+    const int64_t dim = e->ctx->model->hp.n_embd;
+    int32_t n_out = 0;
+    for (int32_t t = 0; t < s->n; t++) {
+        const int32_t i = s->t0 + t;
+        if (b->want_logits ? b->want_logits[i] : i == b->n_tok - 1)
+            memcpy(y + (size_t)n_out++ * dim, x + t * dim, (size_t)dim * sizeof *y);
+    }
+    *ret_n_out = n_out;
+}
+
+static const float *cpu_input(struct exec *e, const float *x, int64_t n) {
+    (void)e, (void)n;
+    return x;
+}
+
+static void cpu_output(struct exec *e, float *host, const float *y, int64_t n) {
+    (void)e;
+    if (host != y) memcpy(host, y, (size_t)n * sizeof *host);
+}
+
+const struct exec_ops exec_cpu_ops = {
+    .matmul = cpu_matmul,
+    .add = cpu_add,
+    .rmsnorm = cpu_rmsnorm,
+    .glu = cpu_glu,
+    .ple_gate = cpu_ple_gate,
+    .scale = cpu_scale,
+    .copy = cpu_copy,
+    .rope = cpu_rope,
+    .hadamard = cpu_hadamard,
+    .kv_write = cpu_kv_write,
+    .attend = cpu_attend,
+    .gather = cpu_gather,
+    .input = cpu_input,
+    .output = cpu_output,
+};

@@ -1,0 +1,15 @@
+/* exec-cpu — private to the engine: the CPU's executor (engine/exec.h), a device's thread
+ * pool and scratch beside the generic part. */
+#pragma once
+
+#include "engine/exec.h"
+
+struct kern_pool;
+
+struct exec_cpu {
+    struct exec e; /* first: the ops cast back to this */
+    struct kern_pool *pool;
+    void *mm_scratch;
+    float *attn_scratch; /* (threads, attn_scratch_floats) */
+    size_t attn_scratch_floats;
+};

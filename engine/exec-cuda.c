@@ -1,0 +1,319 @@
+/* CUDA's ops (engine/exec.h) and the GPU's part of a step (engine/gpu.h): kernels/cuda
+ * on the context's stream, device memory placed by engine/gpu.c. Every op is enqueued and
+ * returns at once; the first failure stays in e->err and the step reports it at its end. */
+#ifdef WARM_CUDA
+
+#include "engine/gpu-impl.h"
+
+#include <math.h>
+#include <string.h>
+
+static struct gpu *gpu_of(struct exec *e) { return e->impl; }
+
+/* keeps the first failure; the ops after it do nothing */
+static void check(struct exec *e, int r) {
+    if (r < 0 && e->err == 0) e->err = r;
+}
+
+static void cu_matmul(struct exec *e, float *y, const struct engine_weight *w, const float *x,
+                      int64_t n) {
+    struct gpu *g = gpu_of(e);
+    if (!e->err)
+        check(e,
+              kern_cuda_matmul(g->cu, y, w->data, w->type, x, w->n_in, w->n_out, n, g->mm_scratch));
+}
+
+static void cu_add(struct exec *e, float *y, const float *x, int64_t width, int64_t n_rows,
+                   int64_t n_rows_x) {
+    if (!e->err) check(e, kern_cuda_add(gpu_of(e)->cu, y, x, width, n_rows, n_rows_x));
+}
+
+static void cu_rmsnorm(struct exec *e, float *y, const float *x, const struct engine_weight *w,
+                       int64_t width, int64_t n_rows, float eps) {
+    if (!e->err)
+        check(e, kern_cuda_rmsnorm(gpu_of(e)->cu, y, x, w ? w->data : NULL, width, n_rows, eps));
+}
+
+static void cu_glu(struct exec *e, float *y, const float *g, const float *u, int64_t n,
+                   enum engine_ffn_act act) {
+    struct kern_cuda_ctx *cu = gpu_of(e)->cu;
+    if (!e->err)
+        check(e, act == ENGINE_FFN_GELU ? kern_cuda_gelu_mul(cu, y, g, u, n)
+                                        : kern_cuda_silu_mul(cu, y, g, u, n));
+}
+
+/* the per-layer inputs are layer-major on the device: layer il's are (n, P) at il × n × P */
+static void cu_ple_gate(struct exec *e, float *g, int il, int32_t n) {
+    struct gpu *gp = gpu_of(e);
+    const int64_t P = e->ctx->model->hp.n_embd_per_layer;
+    if (!e->err) check(e, kern_cuda_gelu_mul(gp->cu, g, g, gp->ple + (int64_t)il * n * P, n * P));
+}
+
+static void cu_scale(struct exec *e, float *x, int64_t n, float v) {
+    if (!e->err) check(e, kern_cuda_scale(gpu_of(e)->cu, x, n, v));
+}
+
+static void cu_copy(struct exec *e, float *dst, const float *src, int64_t n) {
+    if (!e->err) check(e, kern_cuda_copy(gpu_of(e)->cu, dst, src, (size_t)n * sizeof *dst));
+}
+
+static void cu_rope(struct exec *e, const struct layer_step *s, float *x, int64_t n_head,
+                    int64_t hd, int kind) {
+    struct gpu *g = gpu_of(e);
+    const int32_t *pos = g->idx + IDX_POS * e->ctx->params.n_batch;
+    if (!e->err) check(e, kern_cuda_rope(g->cu, x, pos, s->n, n_head, hd, &g->rope[kind]));
+}
+
+static void cu_hadamard(struct exec *e, float *x, int64_t n, int n_rot) {
+    if (!e->err) check(e, kern_cuda_hadamard(gpu_of(e)->cu, x, n, n_rot));
+}
+
+/* the slot of the KV layer il reads, its K (v false) or V rows on g */
+static char *kv_rows(const struct engine_context *ctx, const struct gpu *g, int il, bool v,
+                     size_t *ret_rb) {
+    const struct kv_cache *kv = &ctx->kv;
+    const uint32_t kind = (uint32_t)kv->store_of[il], slot = (uint32_t)kv->owner[kv_source(kv, il)];
+    *ret_rb = gpu_kv_rb(g, kind, slot, v);
+    return kern_cuda_buf_ptr(gpu_kv_buf(g, kind, slot, v));
+}
+
+/* the KV write rotates k and v as it converts them; a ring's rows are written twice, at the
+ * cell and at its mirror n_cells on */
+static void cu_kv_write(struct exec *e, const struct layer_step *s, float *k, float *v) {
+    struct gpu *g = gpu_of(e);
+    const struct kv_cache *kv = &e->ctx->kv;
+    const struct kv_store *st = kv_store_of(kv, s->il);
+    const struct dev_layer *dl = &e->layer[s->il];
+    const int64_t nb = e->ctx->params.n_batch;
+    const int32_t *cells = g->idx + IDX_STORE(kv->store_of[s->il]) * nb;
+    size_t krb, vrb;
+    char *kc = kv_rows(e->ctx, g, s->il, false, &krb), *vc = kv_rows(e->ctx, g, s->il, true, &vrb);
+    for (int mirror = 0; mirror < (st->ring ? 2 : 1) && !e->err; mirror++) {
+        const int32_t *c = cells + mirror * nb;
+        check(e, kern_cuda_kv_store(g->cu, kc, krb, c, k, s->n, kv->type_k,
+                                    dl->n_kv * st->head_dim_k, st->n_rot_k));
+        if (!e->err)
+            check(e, kern_cuda_kv_store(g->cu, vc, vrb, c, v, s->n, kv->type_v,
+                                        dl->n_kv * st->head_dim_v, st->n_rot_v));
+    }
+}
+
+static void cu_attend(struct exec *e, const struct layer_step *s, float *att, const float *q) {
+    struct gpu *g = gpu_of(e);
+    const struct engine_hparams *hp = &e->ctx->model->hp;
+    const struct kv_cache *kv = &e->ctx->kv;
+    const struct kv_store *st = kv_store_of(kv, s->il);
+    const int64_t nb = e->ctx->params.n_batch, n_head_kv = e->layer[s->il].n_kv;
+    const int32_t *cells = g->idx + IDX_STORE(kv->store_of[s->il]) * nb;
+    size_t krb, vrb;
+    const char *kc = kv_rows(e->ctx, g, s->il, false, &krb),
+               *vc = kv_rows(e->ctx, g, s->il, true, &vrb);
+    struct kern_cuda_attn_args a = {
+        .out = att,
+        .q = q,
+        .k = kc,
+        .v = vc,
+        .kt = kv->type_k,
+        .vt = kv->type_v,
+        .k_stride = krb,
+        .v_stride = vrb,
+        .kv_row0 = cells + 2 * nb,
+        .n_kv = cells + 3 * nb,
+        .n_tok = s->n,
+        .n_head = n_head_kv * (hp->n_head / st->n_head_kv),
+        .n_head_kv = n_head_kv,
+        .hd_k = st->head_dim_k,
+        .hd_v = st->head_dim_v,
+        .scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)st->head_dim_k)};
+    if (!e->err) check(e, kern_cuda_attn(g->cu, &a));
+}
+
+/* the rows that want logits were listed at the step's start (IDX_WANT) */
+static void cu_gather(struct exec *e, const struct layer_step *s, float *y, const float *x,
+                      int32_t *ret_n_out) {
+    (void)s;
+    struct gpu *g = gpu_of(e);
+    const int64_t dim = e->ctx->model->hp.n_embd;
+    *ret_n_out = g->n_out;
+    if (!e->err && g->n_out > 0)
+        check(e, kern_cuda_get_rows(g->cu, y, x, KERN_TYPE_F32, (size_t)dim * sizeof(float),
+                                    g->idx + IDX_WANT * e->ctx->params.n_batch, g->n_out, dim));
+}
+
+/* a partition's input goes to its xb */
+static const float *cu_input(struct exec *e, const float *x, int64_t n) {
+    struct gpu *g = gpu_of(e);
+    if (!e->err)
+        check(e, kern_cuda_buf_upload(g->act, gpu_act_off(g, g->xb), x, (size_t)n * sizeof *x));
+    return g->xb;
+}
+
+static void cu_output(struct exec *e, float *host, const float *y, int64_t n) {
+    struct gpu *g = gpu_of(e);
+    if (!e->err)
+        check(e, kern_cuda_buf_download(g->act, gpu_act_off(g, y), host, (size_t)n * sizeof *host));
+}
+
+const struct exec_ops exec_cuda_ops = {
+    .matmul = cu_matmul,
+    .add = cu_add,
+    .rmsnorm = cu_rmsnorm,
+    .glu = cu_glu,
+    .ple_gate = cu_ple_gate,
+    .scale = cu_scale,
+    .copy = cu_copy,
+    .rope = cu_rope,
+    .hadamard = cu_hadamard,
+    .kv_write = cu_kv_write,
+    .attend = cu_attend,
+    .gather = cu_gather,
+    .input = cu_input,
+    .output = cu_output,
+};
+
+void gpu_exec_init(struct engine_context *ctx, struct gpu *g) {
+    g->exec = (struct exec){.ops = &exec_cuda_ops,
+                            .ctx = ctx,
+                            .name = g->name,
+                            .layer = g->layer,
+                            .whole = g->whole,
+                            .x = g->x,
+                            .xb = g->xb,
+                            .q = g->q,
+                            .k = g->k,
+                            .v = g->v,
+                            .att = g->att,
+                            .hb = g->hb,
+                            .hb2 = g->hb2,
+                            .pl_g = g->pl_g,
+                            .out = g->x, /* a partition's partial sum */
+                            .xo = g->xo,
+                            .logits = g->logits,
+                            .output_norm = &g->output_norm,
+                            .output = &g->output,
+                            .impl = g};
+}
+
+/* ---- the GPU's part of a step ----------------------------------------------------------- */
+
+/* The step's index arrays (positions, each store's cells, the rows that want logits) into
+ * g's staging and onto the device; g->n_out = the rows that want logits. */
+static int upload_index(struct engine_context *ctx, struct gpu *g, const struct engine_batch *b,
+                        int32_t t0, int32_t n) {
+    const struct kv_cache *kv = &ctx->kv;
+    const size_t nb = ctx->params.n_batch;
+    int32_t *h = g->h_idx, n_out = 0;
+    for (int32_t t = 0; t < n; t++) {
+        const int32_t i = t0 + t, seq = b->seq ? b->seq[i] : 0, pos = b->pos[i];
+        h[IDX_POS * nb + t] = pos;
+        for (uint32_t s = 0; s < kv->n_store; s++) {
+            const struct kv_store *st = &kv->store[s];
+            int32_t *c = h + IDX_STORE(s) * nb;
+            const int32_t lo = st->window ? MAX(0, pos - (int32_t)st->window + 1) : 0;
+            const size_t cell = kv_cell(st, seq, pos);
+            c[t] = (int32_t)cell;
+            c[nb + t] = (int32_t)(st->ring ? cell + st->n_cells : cell);
+            c[2 * nb + t] = (int32_t)kv_cell(st, seq, lo);
+            c[3 * nb + t] = pos + 1 - lo;
+        }
+        if (b->want_logits ? b->want_logits[i] : i == b->n_tok - 1) h[IDX_WANT * nb + n_out++] = t;
+    }
+    g->n_out = n_out;
+    return kern_cuda_buf_upload(g->act, gpu_act_off(g, g->idx), h, IDX_ARGMAX * nb * sizeof *h);
+}
+
+struct exec *gpu_exec(struct engine_context *ctx) {
+    return &ctx->gpu->exec;
+}
+
+int gpu_step_begin(struct engine_context *ctx, const struct engine_batch *b, int32_t t0, int32_t n,
+                   int32_t *ret_n_out, struct err_detail *d) {
+    struct gpu *g = ctx->gpu;
+    const struct engine_hparams *hp = &ctx->model->hp;
+    const int64_t dim = hp->n_embd, P = hp->n_embd_per_layer;
+    g->exec.err = 0;
+    int r = upload_index(ctx, g, b, t0, n);
+    if (r == 0)
+        r = kern_cuda_buf_upload(g->act, gpu_act_off(g, g->x), ctx->x,
+                                 (size_t)(n * dim) * sizeof(float));
+    if (r == 0 && P > 0) { /* the per-layer inputs, layer-major: ple_il is (n, P) */
+        const int64_t LP = (int64_t)hp->n_layer * P;
+        for (uint32_t il = g->l0; il < hp->n_layer; il++)
+            for (int32_t t = 0; t < n; t++)
+                memcpy(g->h_ple + ((size_t)il * n + t) * P, ctx->ple + t * LP + il * P,
+                       (size_t)P * sizeof(float));
+        size_t skip = (size_t)g->l0 * n * P;
+        r = kern_cuda_buf_upload(g->act, gpu_act_off(g, g->ple) + skip * sizeof(float),
+                                 g->h_ple + skip,
+                                 (size_t)(hp->n_layer - g->l0) * n * P * sizeof(float));
+    }
+    if (r < 0)
+        return err_set(d, r, "device %s (%s): a step of %d tokens failed", g->name, g->dev_name, n);
+    *ret_n_out = g->n_out;
+    return 0;
+}
+
+/* Decode steps of one token with one row of logits are alike but for the token, its
+ * position and its cells, which the replay reads from device memory: the first is
+ * recorded, the later ones replay it in one launch. */
+enum gpu_graph gpu_graph_begin(struct engine_context *ctx, int32_t n, int32_t n_out) {
+    struct gpu *g = ctx->gpu;
+    if (n != 1 || n_out != 1 || g->exec.err) return GPU_GRAPH_NONE;
+    if (g->graph) {
+        check(&g->exec, kern_cuda_graph_launch(g->cu, g->graph));
+        return GPU_GRAPH_REPLAYED;
+    }
+    int r = kern_cuda_graph_begin(g->cu);
+    if (r < 0) return GPU_GRAPH_NONE; /* the step runs as it is */
+    g->recording = true;
+    return GPU_GRAPH_RECORDING;
+}
+
+void gpu_graph_end(struct engine_context *ctx) {
+    struct gpu *g = ctx->gpu;
+    struct kern_cuda_graph *graph = NULL;
+    g->recording = false;
+    int r = kern_cuda_graph_end(g->cu, &graph);
+    if (r < 0 || g->exec.err) {
+        kern_cuda_graph_free(graph);
+        check(&g->exec, r);
+        return;
+    }
+    g->graph = graph;
+    /* the recording ran nothing: this step runs by its replay */
+    check(&g->exec, kern_cuda_graph_launch(g->cu, g->graph));
+}
+
+int gpu_step_end(struct engine_context *ctx, float *logits, int32_t n, int32_t n_out,
+                 int32_t *argmax, struct err_detail *d) {
+    struct gpu *g = ctx->gpu;
+    struct exec *e = &g->exec;
+    const struct engine_hparams *hp = &ctx->model->hp;
+    const size_t nb = ctx->params.n_batch;
+    if (n_out > 0 && argmax) {
+        int32_t *ids = g->idx + IDX_ARGMAX * nb;
+        if (!e->err) check(e, kern_cuda_argmax(g->cu, ids, g->logits, hp->n_vocab, n_out));
+        if (!e->err)
+            check(e, kern_cuda_buf_download(g->act, gpu_act_off(g, ids), argmax,
+                                            (size_t)n_out * sizeof *ids));
+    } else if (n_out > 0 && !e->err) {
+        check(e, kern_cuda_buf_download(g->act, gpu_act_off(g, g->logits), logits,
+                                        (size_t)n_out * hp->n_vocab * sizeof(float)));
+    }
+    check(e, kern_cuda_ctx_sync(g->cu));
+    if (e->err < 0)
+        return err_set(d, e->err, "device %s (%s): a step of %d tokens failed", g->name,
+                       g->dev_name, n);
+    return 0;
+}
+
+void gpu_part_begin(struct engine_context *ctx, struct device *dv, const struct engine_batch *b,
+                    int32_t t0, int32_t n) {
+    struct gpu *g = dv->gpu;
+    g->exec.err = 0;
+    check(&g->exec, upload_index(ctx, g, b, t0, n));
+}
+
+#else
+typedef int exec_cuda_unused; /* ISO C: a translation unit is not empty */
+#endif /* WARM_CUDA */

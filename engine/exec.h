@@ -1,0 +1,90 @@
+/* exec — private to the engine: the small set of operations the layer recipe
+ * (engine/forward.c) runs, behind one interface that every device implements: the CPU
+ * and CPU partitions (engine/exec-cpu.c) and CUDA, a whole GPU or a partition of a split
+ * over GPUs (engine/exec-cuda.c). The recipe is written once, in forward.c; a device
+ * only says how it multiplies, norms, rotates, writes and reads its KV.
+ *
+ * An executor (struct exec) is one device's: its ops, its share of every layer (head and
+ * unit ranges and the weights on that device, engine/device.h's dev_layer), and its
+ * activations. Pointers to activations and weights are the device's own (host memory on
+ * the CPU, device addresses on a GPU): the recipe passes them along and never reads them.
+ *
+ * Errors are sticky: an op that fails (a CUDA launch, a faulted context) keeps its code
+ * in e->err, every later op of the step does nothing, and the step checks e->err once at
+ * its end. CPU ops cannot fail. */
+#pragma once
+
+#include "engine/model.h"
+
+struct engine_context;
+struct engine_batch;
+struct dev_layer;
+struct exec;
+
+/* One layer of one step: tokens [t0, t0 + n) of b. */
+struct layer_step {
+    const struct engine_batch *b;
+    int32_t t0, n, il;
+    int64_t attn_work; /* multiply-adds of the whole layer's attention (CPU threading) */
+};
+
+struct exec_ops {
+    /* y (n, w->n_out) = x (n, w->n_in) · Wᵀ */
+    void (*matmul)(struct exec *e, float *y, const struct engine_weight *w, const float *x,
+                   int64_t n);
+    /* y[r] += x[r % n_rows_x] for n_rows rows of width values (n_rows_x = 1: a bias) */
+    void (*add)(struct exec *e, float *y, const float *x, int64_t width, int64_t n_rows,
+                int64_t n_rows_x);
+    /* y[r] = RMSNorm(x[r]) · w for n_rows rows of width values (w NULL or absent: no weight) */
+    void (*rmsnorm)(struct exec *e, float *y, const float *x, const struct engine_weight *w,
+                    int64_t width, int64_t n_rows, float eps);
+    /* y = act(g) * u over n values (SiLU, or gemma's tanh GELU) */
+    void (*glu)(struct exec *e, float *y, const float *g, const float *u, int64_t n,
+                enum engine_ffn_act act);
+    /* gemma4's per-layer branch: g (n, P) = gelu(g) ⊙ the step's per-layer input of layer il */
+    void (*ple_gate)(struct exec *e, float *g, int il, int32_t n);
+    void (*scale)(struct exec *e, float *x, int64_t n, float v);
+    void (*copy)(struct exec *e, float *dst, const float *src, int64_t n);
+    /* RoPE in place on the step's n tokens, n_head heads of hd values a row, with the
+     * angles of the KV store `kind` (engine/kv-cache.h) at each token's position */
+    void (*rope)(struct exec *e, const struct layer_step *s, float *x, int64_t n_head, int64_t hd,
+                 int kind);
+    /* blockwise normalized Walsh–Hadamard transform of n values (DESIGN.md 3.4) */
+    void (*hadamard)(struct exec *e, float *x, int64_t n, int n_rot);
+    /* Layer il's K and V rows of the step's tokens, its KV heads (k: n × n_kv × hd_k, v:
+     * n × n_kv × hd_v), into the cache at each token's (sequence, position), rotated as
+     * the cache is; k and v may be overwritten. */
+    void (*kv_write)(struct exec *e, const struct layer_step *s, float *k, float *v);
+    /* att (n, its query heads × hd_v) = softmax(scale · q · Kᵀ) · V over the cells each
+     * token sees (its sequence, up to its position, within a sliding window), for its KV
+     * heads and the query heads that read them (un-rotated by the caller) */
+    void (*attend)(struct exec *e, const struct layer_step *s, float *att, const float *q);
+    /* The rows of x that want logits (batch order) into y: *ret_n_out rows */
+    void (*gather)(struct exec *e, const struct layer_step *s, float *y, const float *x,
+                   int32_t *ret_n_out);
+    /* A partition's layer input: the host's n floats of x onto the device (returns where
+     * they are), and its output back to the host; on the CPU the same memory, nothing to do */
+    const float *(*input)(struct exec *e, const float *x, int64_t n);
+    void (*output)(struct exec *e, float *host, const float *y, int64_t n);
+};
+
+struct exec {
+    const struct exec_ops *ops;
+    struct engine_context *ctx;
+    const char *name;              /* the device's */
+    const struct dev_layer *layer; /* (n_layer) its share of each layer and the weights there */
+    const struct engine_layer
+        *whole; /* (n_layer) whole layers where it runs the recipe, else NULL */
+    /* activations on the device: the residual stream and normed input (n_batch, n_embd)
+     * where it runs the recipe; its scratch for the layer kinds; a partition's output; the
+     * gathered rows that want logits and their logits */
+    float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *pl_g, *out, *xo, *logits;
+    const struct engine_weight *output_norm, *output; /* on the device (its classifier rows) */
+    int err;    /* the step's first failure (sticky), 0 when none */
+    void *impl; /* struct device * (CPU) or struct gpu * (CUDA) */
+};
+
+extern const struct exec_ops exec_cpu_ops;
+#ifdef WARM_CUDA
+extern const struct exec_ops exec_cuda_ops;
+#endif
