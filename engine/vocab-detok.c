@@ -4,7 +4,8 @@
  * a stream must not hand out a piece as is. engine_detok keeps a valid but unfinished UTF-8
  * prefix (at most 3 bytes) until the bytes that complete it arrive; a byte that can never
  * be part of a valid sequence is written at once (raw, or as U+FFFD with VALID_UTF8: one
- * per maximal invalid subpart, as Unicode recommends). */
+ * per maximal invalid subpart, as Unicode recommends). WordPiece pieces are also cleaned up
+ * as words (detok_feed_wpm). */
 #include "engine/vocab-impl.h"
 
 #include <errno.h>
@@ -109,13 +110,60 @@ static size_t detok_bytes(struct engine_detok *dt, const uint8_t *p, size_t n, c
 void engine_detok_init(struct engine_detok *dt, const struct engine_vocab *v, unsigned flags) {
     *dt = (struct engine_detok){.vocab = v, .flags = flags};
     dt->strip_space =
-        (flags & ENGINE_DETOK_TEXT_START) && v->kind == ENGINE_VOCAB_SPM && v->add_space_prefix;
+        (flags & ENGINE_DETOK_TEXT_START) &&
+        ((v->kind == ENGINE_VOCAB_SPM && v->add_space_prefix) || v->kind == ENGINE_VOCAB_WPM);
+}
+
+/* WordPiece: a piece is a word start (" the"), a continuation ("s") or a special token,
+ * rendered as a word of its own. Spaces only ever lead a piece, so llama.cpp's clean-up of
+ * the whole text (no ' ' before ? ! . ,; " ' " -> "'") is decided piece by piece, holding
+ * back a " '" until the next piece shows whether a space follows it. */
+static int detok_feed_wpm(struct engine_detok *dt, int32_t id, char *out) {
+    const struct engine_vocab *v = dt->vocab;
+    size_t n;
+    const char *p = engine_vocab_piece_view(
+        v, id, (dt->flags & ENGINE_DETOK_SPECIAL) ? ENGINE_PIECE_SPECIAL : 0, &n);
+    bool special = n && (v->tokens[id].flags & VOCAB_TOKEN_SPECIAL), space = special;
+    if (!special && n && p[0] == ' ') {
+        space = true;
+        p++;
+        n--;
+    }
+    if (!space && !n) { /* renders as nothing; the text starts after an unrendered [CLS] */
+        if (id == v->bos) dt->strip_space = true;
+        return 0;
+    }
+    if (dt->strip_space) {
+        space = false;
+        dt->strip_space = false;
+    }
+    if (space && n && (p[0] == '?' || p[0] == '!' || p[0] == '.' || p[0] == ',')) space = false;
+    size_t o = 0;
+    if (dt->held_apos) { /* " ' x" -> "'x"; " 'x" and " ' [SEP]" stay */
+        dt->held_apos = false;
+        bool join = space && !special;
+        const char *apos = join ? "'" : " '";
+        o += detok_bytes(dt, (const uint8_t *)apos, strlen(apos), out);
+        space &= !join;
+    }
+    if (space && !special && n == 1 && p[0] == '\'') {
+        /* the bytes to come (' ' or '\'') end any unfinished sequence: emit it now, so that
+         * the flush has only the " '" to write */
+        if (dt->n_tail) o += put_invalid(dt, dt->tail, dt->n_tail, out + o);
+        dt->n_tail = 0;
+        dt->held_apos = true;
+        return (int)o;
+    }
+    if (space) o += detok_bytes(dt, (const uint8_t *)" ", 1, out + o);
+    o += detok_bytes(dt, (const uint8_t *)p, n, out + o);
+    return (int)o;
 }
 
 int engine_detok_feed(struct engine_detok *dt, int32_t id, char *out, size_t cap) {
     const struct engine_vocab *v = dt->vocab;
     if (id < 0 || (uint32_t)id >= v->n_tokens) return ERR_TOKEN;
     if (cap < engine_detok_min_cap(v)) return -ENOSPC;
+    if (v->kind == ENGINE_VOCAB_WPM) return detok_feed_wpm(dt, id, out);
     size_t n;
     const char *p = engine_vocab_piece_view(
         v, id, (dt->flags & ENGINE_DETOK_SPECIAL) ? ENGINE_PIECE_SPECIAL : 0, &n);
@@ -132,6 +180,12 @@ int engine_detok_feed(struct engine_detok *dt, int32_t id, char *out, size_t cap
 }
 
 int engine_detok_flush(struct engine_detok *dt, char *out, size_t cap) {
+    if (dt->held_apos) { /* the tail was written when the apostrophe came */
+        if (cap < 2) return -ENOSPC;
+        memcpy(out, " '", 2);
+        dt->held_apos = false;
+        return 2;
+    }
     if (!dt->n_tail) return 0;
     size_t need = (dt->flags & ENGINE_DETOK_VALID_UTF8) ? 3 : dt->n_tail;
     if (cap < need) return -ENOSPC;

@@ -1,5 +1,5 @@
 /* Private to engine/vocab*.c: the loaded vocabulary's layout and the helpers the SPM, BPE,
- * pre-tokenizer and detokenizer files share. */
+ * WordPiece, pre-tokenizer and detokenizer files share. */
 #pragma once
 
 #include "engine/vocab.h"
@@ -69,7 +69,10 @@ struct engine_vocab {
 
     int32_t bos, eos, eot, eom, unk, sep, pad, mask;
     bool add_bos, add_eos, add_space_prefix;
+    /* WordPiece: tokenizer.ggml.normalizer.lowercase / .strip_accents */
+    bool wpm_lowercase, wpm_strip_accents;
     uint32_t max_piece_len;
+    uint32_t max_text_len; /* the longest stored text, in bytes */
 
     const struct vocab_pre *pre;    /* NULL for SPM */
     void *regex[VOCAB_MAX_REGEXES]; /* compiled pcre2_code_8 *, pre->n_regex of them */
@@ -132,6 +135,10 @@ int vocab_bpe_encode(const struct engine_vocab *v, const char *text, size_t len,
                      struct vocab_out *out, struct vocab_scratch *s);
 /* Decodes a BPE token's stored text to bytes (out holds at least text_len bytes). */
 size_t vocab_bpe_decode(const struct engine_vocab *v, const char *text, size_t len, char *out);
+
+/* WordPiece: normalizes, pre-splits and encodes one raw-text fragment (vocab-wpm.c). */
+int vocab_wpm_encode(const struct engine_vocab *v, const char *text, size_t len,
+                     struct vocab_out *out, struct vocab_scratch *s);
 
 /* Pre-tokenizer: looks name up and compiles its regexes into v. */
 int vocab_pre_load(struct engine_vocab *v, const char *name, size_t name_len, struct err_detail *d);

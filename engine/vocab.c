@@ -1,5 +1,5 @@
 /* Vocabulary loading and validation, token lookups, and the tokenize driver (BOS/EOS,
- * special-token partitioning, then SPM or BPE per raw fragment). */
+ * special-token partitioning, then SPM, BPE or WordPiece per raw fragment). */
 #include "engine/vocab-impl.h"
 
 #include <errno.h>
@@ -16,6 +16,10 @@
 #define KEY_ADD_BOS "tokenizer.ggml.add_bos_token"
 #define KEY_ADD_EOS "tokenizer.ggml.add_eos_token"
 #define KEY_ADD_SPACE "tokenizer.ggml.add_space_prefix"
+#define KEY_CLS "tokenizer.ggml.cls_token_id"
+#define KEY_SEP "tokenizer.ggml.seperator_token_id"
+#define KEY_LOWERCASE "tokenizer.ggml.normalizer.lowercase"
+#define KEY_STRIP_ACCENTS "tokenizer.ggml.normalizer.strip_accents"
 
 /* Special-token ids: key -> field. (GGUF spells "seperator".) */
 static const struct {
@@ -27,7 +31,7 @@ static const struct {
     {"tokenizer.ggml.eot_token_id", offsetof(struct engine_vocab, eot)},
     {"tokenizer.ggml.eom_token_id", offsetof(struct engine_vocab, eom)},
     {"tokenizer.ggml.unknown_token_id", offsetof(struct engine_vocab, unk)},
-    {"tokenizer.ggml.seperator_token_id", offsetof(struct engine_vocab, sep)},
+    {KEY_SEP, offsetof(struct engine_vocab, sep)},
     {"tokenizer.ggml.padding_token_id", offsetof(struct engine_vocab, pad)},
     {"tokenizer.ggml.mask_token_id", offsetof(struct engine_vocab, mask)},
 };
@@ -60,6 +64,7 @@ static const struct {
     {"llama", ENGINE_VOCAB_SPM},
     {"gpt2", ENGINE_VOCAB_BPE},
     {"gemma4", ENGINE_VOCAB_GEMMA4},
+    {"bert", ENGINE_VOCAB_WPM},
 };
 
 /* ---- small helpers ------------------------------------------------------------------ */
@@ -315,6 +320,7 @@ static int load_tokens(struct engine_vocab *v, const struct gguf_file *f, struct
                            (unsigned long long)s.len, VOCAB_MAX_TOKEN_BYTES);
         if ((r = arena_put(v, s.ptr, s.len, &t->text_off, d)) < 0) return r;
         t->text_len = (uint32_t)s.len;
+        v->max_text_len = MAX(v->max_text_len, t->text_len);
         t->type = ENGINE_TOKEN_TYPE_NORMAL;
         if (ks) {
             memcpy(&t->score, (const char *)ks->data + (size_t)i * 4, 4);
@@ -394,32 +400,54 @@ static int load_merges(struct engine_vocab *v, const struct gguf_file *f, struct
     return 0;
 }
 
+/* A default special id: id where the vocabulary is that long, else none. */
+static int32_t default_id(const struct engine_vocab *v, uint32_t id) {
+    return id < v->n_tokens ? (int32_t)id : ENGINE_TOKEN_NONE;
+}
+
 static int load_specials(struct engine_vocab *v, const struct gguf_file *f, struct err_detail *d) {
     int r;
-    bool spm = v->kind == ENGINE_VOCAB_SPM;
+    bool spm = v->kind == ENGINE_VOCAB_SPM, wpm = v->kind == ENGINE_VOCAB_WPM;
     v->bos = v->eos = v->eot = v->eom = v->unk = ENGINE_TOKEN_NONE;
     v->sep = v->pad = v->mask = ENGINE_TOKEN_NONE;
     if (spm) { /* llama's defaults, where the vocabulary has those ids */
-        v->unk = v->n_tokens > 0 ? 0 : ENGINE_TOKEN_NONE;
-        v->bos = v->n_tokens > 1 ? 1 : ENGINE_TOKEN_NONE;
-        v->eos = v->n_tokens > 2 ? 2 : ENGINE_TOKEN_NONE;
+        v->unk = default_id(v, 0);
+        v->bos = default_id(v, 1);
+        v->eos = default_id(v, 2);
+    }
+    if (wpm) { /* bert-base-uncased's [PAD] [UNK] [CLS] [SEP] [MASK], as llama.cpp */
+        v->pad = default_id(v, 0);
+        v->unk = default_id(v, 100);
+        v->bos = default_id(v, 101);
+        v->sep = default_id(v, 102);
+        v->mask = default_id(v, 103);
     }
     for (size_t i = 0; i < ARRAY_SIZE(id_keys); i++) {
         int32_t *id = (int32_t *)((char *)v + id_keys[i].field);
         if ((r = read_id(f, id_keys[i].key, v->n_tokens, id, d)) < 0) return r;
     }
-    v->add_bos = spm;
-    v->add_eos = false;
+    /* WordPiece starts with [CLS]: tokenizer.ggml.cls_token_id where no bos_token_id says */
+    if (wpm && !gguf_find_kv(f, "tokenizer.ggml.bos_token_id") &&
+        (r = read_id(f, KEY_CLS, v->n_tokens, &v->bos, d)) < 0)
+        return r;
+    v->add_bos = spm || wpm;
+    v->add_eos = wpm; /* WordPiece ends with [SEP] */
     v->add_space_prefix = spm;
     if ((r = read_bool(f, KEY_ADD_BOS, &v->add_bos, d)) < 0) return r;
     if ((r = read_bool(f, KEY_ADD_EOS, &v->add_eos, d)) < 0) return r;
     if ((r = read_bool(f, KEY_ADD_SPACE, &v->add_space_prefix, d)) < 0) return r;
+    v->wpm_lowercase = true;
+    if ((r = read_bool(f, KEY_LOWERCASE, &v->wpm_lowercase, d)) < 0) return r;
+    v->wpm_strip_accents = v->wpm_lowercase;
+    if ((r = read_bool(f, KEY_STRIP_ACCENTS, &v->wpm_strip_accents, d)) < 0) return r;
     /* llama.cpp adds BOS to every Gemma 4 prompt, whatever the file says (#21500) */
     if (v->kind == ENGINE_VOCAB_GEMMA4 && v->bos >= 0) v->add_bos = true;
     if (v->add_bos && v->bos < 0)
-        return err_set(d, ERR_VOCAB, "%s is set but there is no tokenizer.ggml.bos_token_id",
-                       KEY_ADD_BOS);
-    if (v->add_eos && v->eos < 0)
+        return err_set(d, ERR_VOCAB, "%s is set but there is no tokenizer.ggml.bos_token_id%s",
+                       KEY_ADD_BOS, wpm ? " or " KEY_CLS : "");
+    if (v->add_eos && wpm && v->sep < 0)
+        return err_set(d, ERR_VOCAB, "%s is set but there is no %s", KEY_ADD_EOS, KEY_SEP);
+    if (v->add_eos && !wpm && v->eos < 0)
         return err_set(d, ERR_VOCAB, "%s is set but there is no tokenizer.ggml.eos_token_id",
                        KEY_ADD_EOS);
 
@@ -565,8 +593,8 @@ static int vocab_load_all(struct engine_vocab *v, const struct gguf_file *f, str
     while (k < ARRAY_SIZE(model_table) && !gguf_str_eq(model, model_table[k].name)) k++;
     if (k == ARRAY_SIZE(model_table)) {
         char b[48];
-        return err_set(d, ERR_UNSUPPORTED, "%s: '%s' is not supported (llama, gpt2, gemma4)", KEY_MODEL,
-                       shown(model.ptr, model.len, b));
+        return err_set(d, ERR_UNSUPPORTED, "%s: '%s' is not supported (llama, gpt2, gemma4, bert)",
+                       KEY_MODEL, shown(model.ptr, model.len, b));
     }
     v->kind = model_table[k].kind;
     if ((r = load_tokens(v, f, d)) < 0) return r;
@@ -683,6 +711,7 @@ static int32_t special_at(const struct engine_vocab *v, const char *p, size_t n,
 static int encode_fragment(const struct engine_vocab *v, const char *p, size_t n,
                            struct vocab_out *out, struct vocab_scratch *s) {
     if (v->kind == ENGINE_VOCAB_SPM) return vocab_spm_encode(v, p, n, v->add_space_prefix, out, s);
+    if (v->kind == ENGINE_VOCAB_WPM) return vocab_wpm_encode(v, p, n, out, s);
     return vocab_bpe_encode(v, p, n, out, s);
 }
 
@@ -716,7 +745,7 @@ int engine_vocab_tokenize(const struct engine_vocab *v, const char *text, size_t
     }
     if (r >= 0 && len > frag) r = encode_fragment(v, text + frag, len - frag, &out, &s);
     if (r >= 0 && (flags & ENGINE_TOKENIZE_ADD_SPECIAL) && v->add_eos)
-        r = vocab_out_push(&out, v->eos);
+        r = vocab_out_push(&out, v->kind == ENGINE_VOCAB_WPM ? v->sep : v->eos);
     if (r >= 0) {
         *ret_n = out.n;
         if (out.n > cap)

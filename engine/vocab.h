@@ -1,7 +1,7 @@
 /* vocab — tokenizers read from GGUF metadata: SentencePiece-style BPE by score
- * (tokenizer.ggml.model = "llama") and byte-level BPE by merge rank ("gpt2"), with the
- * pre-tokenizer regexes named by tokenizer.ggml.pre, special tokens, byte fallback and a
- * streaming detokenizer that emits whole UTF-8 sequences only.
+ * (tokenizer.ggml.model = "llama"), byte-level BPE by merge rank ("gpt2", with the
+ * pre-tokenizer regexes named by tokenizer.ggml.pre) and WordPiece ("bert"); special
+ * tokens, byte fallback and a streaming detokenizer that emits whole UTF-8 sequences only.
  *
  * Loading copies everything it needs out of the GGUF file (token texts, scores, types,
  * merges) and validates it: arrays of the wrong element type or of different lengths,
@@ -14,11 +14,15 @@
  * one stream and one thread.
  *
  * Compatibility: for the vocabularies tested (llama SPM, GPT-2, deepseek-llm,
- * deepseek-coder) token ids equal llama.cpp's. Deliberate differences, all for input that
- * is not valid UTF-8 or that llama.cpp handles lossily: invalid bytes stay bytes (llama.cpp
- * turns them into U+FFFD), so detokenize(tokenize(s)) == s for any byte string the
- * vocabulary can represent; overlapping special tokens are matched leftmost first, longest
- * at a position (llama.cpp: longest token first over the whole text).
+ * deepseek-coder, bert-bge WordPiece) token ids equal llama.cpp's. Deliberate differences,
+ * all for input that is not valid UTF-8 or that llama.cpp handles lossily: invalid bytes
+ * stay bytes (llama.cpp turns them into U+FFFD), so detokenize(tokenize(s)) == s for any
+ * byte string the vocabulary can represent; overlapping special tokens are matched leftmost
+ * first, longest at a position (llama.cpp: longest token first over the whole text);
+ * WordPiece drops invalid bytes (llama.cpp decodes overlong sequences and drops the rest).
+ * One more: WordPiece honours add_bos_token / add_eos_token = false (llama.cpp adds [CLS]
+ * and [SEP] whatever they say; absent or true, the two agree). WordPiece normalizes (lower
+ * case, no accents), so its text comes back normalized, not as written.
  *
  * Not representable, so not round-tripped: U+2581 in text for SPM (it is the escaped
  * space), and in deepseek's vocabularies the raw bytes C0, C1, F5..FF, whose byte-alphabet
@@ -44,6 +48,10 @@ enum engine_vocab_kind {
     /* "gemma4": split at newline runs, spaces as U+2581, merge raw UTF-8 by rank, <0xHH>
      * fallback; BOS always added (llama.cpp does so for every Gemma 4 file) */
     ENGINE_VOCAB_GEMMA4,
+    /* "bert": BERT normalization and pre-split, then greedy longest-first WordPiece over
+     * "▁"-prefixed words (GGUF's word-start mark; continuation pieces are bare); [CLS] text
+     * [SEP] */
+    ENGINE_VOCAB_WPM,
     ENGINE_VOCAB_KIND_COUNT
 };
 
@@ -66,16 +74,18 @@ int engine_vocab_load(const struct gguf_file *f, struct engine_vocab **ret, stru
 void engine_vocab_free(struct engine_vocab *v);
 
 enum engine_vocab_kind engine_vocab_kind(const struct engine_vocab *v);
-/* The pre-tokenizer's table name ("gpt-2", "llama3", ...); "default" for SPM. */
+/* The pre-tokenizer's table name ("gpt-2", "llama3", ...); "default" for SPM and WordPiece. */
 const char *engine_vocab_pre_name(const struct engine_vocab *v);
 int32_t engine_vocab_n_tokens(const struct engine_vocab *v);
-/* Special ids, ENGINE_TOKEN_NONE when the vocabulary has none. */
+/* Special ids, ENGINE_TOKEN_NONE when the vocabulary has none. WordPiece: BOS is [CLS]
+ * (bos_token_id, else cls_token_id, else 101), unk 100, pad 0 unless the file says. */
 int32_t engine_vocab_bos(const struct engine_vocab *v);
 int32_t engine_vocab_eos(const struct engine_vocab *v);
 int32_t engine_vocab_eot(const struct engine_vocab *v);
 int32_t engine_vocab_unk(const struct engine_vocab *v);
 int32_t engine_vocab_pad(const struct engine_vocab *v);
-/* tokenizer.ggml.add_bos_token (default: true for SPM, false for BPE) and add_eos_token. */
+/* tokenizer.ggml.add_bos_token (default: true for SPM and WordPiece, false for BPE) and
+ * add_eos_token (default: true for WordPiece, whose end token is [SEP], the separator id). */
 bool engine_vocab_add_bos(const struct engine_vocab *v);
 bool engine_vocab_add_eos(const struct engine_vocab *v);
 /* End of generation: eos, eot, eom, or a token whose text is a known end-of-turn marker
@@ -83,8 +93,8 @@ bool engine_vocab_add_eos(const struct engine_vocab *v);
 bool engine_vocab_is_eog(const struct engine_vocab *v, int32_t id);
 /* ENGINE_TOKEN_TYPE_UNDEFINED for an id out of range. */
 enum engine_token_type engine_vocab_token_type(const struct engine_vocab *v, int32_t id);
-/* The token's stored text (escaped: U+2581 for SPM spaces, the byte alphabet for BPE);
- * NULL for a bad id. Valid until engine_vocab_free(). */
+/* The token's stored text (escaped: U+2581 for SPM spaces and WordPiece word starts, the
+ * byte alphabet for BPE); NULL for a bad id. Valid until engine_vocab_free(). */
 const char *engine_vocab_token_text(const struct engine_vocab *v, int32_t id, size_t *ret_len);
 /* The id whose stored text is exactly text[0..len), ENGINE_TOKEN_NONE if none. */
 int32_t engine_vocab_find(const struct engine_vocab *v, const char *text, size_t len);
@@ -109,8 +119,8 @@ enum engine_piece_flags {
     ENGINE_PIECE_SPECIAL = 1u << 0,
 };
 
-/* The bytes token id stands for: U+2581 unescaped to ' ' (SPM), the byte alphabet decoded
- * (BPE), <0xHH> as that byte. Returns the length and a view valid until
+/* The bytes token id stands for: U+2581 unescaped to ' ' (SPM, WordPiece), the byte
+ * alphabet decoded (BPE), <0xHH> as that byte. Returns the length and a view valid until
  * engine_vocab_free(), or NULL (with *ret_len = 0) for a bad id. Not NUL-terminated. */
 const char *engine_vocab_piece_view(const struct engine_vocab *v, int32_t id, unsigned flags,
                                     size_t *ret_len);
@@ -126,18 +136,23 @@ size_t engine_vocab_max_piece(const struct engine_vocab *v);
 enum engine_detok_flags {
     ENGINE_DETOK_SPECIAL = 1u << 0, /* render control tokens (as ENGINE_PIECE_SPECIAL) */
     /* The stream starts a text (as engine_vocab_tokenize() output does): an SPM vocabulary's
-     * dummy-prefix space is dropped from the first piece. After BOS it is dropped anyway. */
+     * dummy-prefix space, or WordPiece's word-start space, is dropped from the first piece.
+     * After BOS it is dropped anyway (WordPiece: after an unrendered [CLS]). */
     ENGINE_DETOK_TEXT_START = 1u << 1,
     /* Replace bytes that are not valid UTF-8 by U+FFFD (for JSON and terminals); by default
      * they pass through unchanged, so byte-level round trips are exact. */
     ENGINE_DETOK_VALID_UTF8 = 1u << 2,
 };
 
-/* Holds back an incomplete UTF-8 sequence across tokens; a plain value, no resources. */
+/* Holds back an incomplete UTF-8 sequence across tokens; a plain value, no resources.
+ * WordPiece output is cleaned as llama.cpp cleans it: no space before ? ! . , and none
+ * around a lone apostrophe (" ' " -> "'"), so "hello , world" reads "hello, world" and
+ * "don ' t" reads "don't"; rendered special tokens are words ("[CLS] hello"). */
 struct engine_detok {
     const struct engine_vocab *vocab;
     unsigned flags;
     bool strip_space; /* drop one leading ' ' from the next non-empty piece */
+    bool held_apos;   /* WordPiece: " '" held until the next piece says whether to keep ' ' */
     uint8_t n_tail;   /* bytes held in tail: a valid but unfinished UTF-8 prefix */
     uint8_t tail[4];
 };
@@ -150,8 +165,8 @@ size_t engine_detok_min_cap(const struct engine_vocab *v);
  * can never become valid) to out and returns the count; -ENOSPC when cap is below
  * engine_detok_min_cap() (nothing consumed then); ERR_TOKEN for a bad id. */
 int engine_detok_feed(struct engine_detok *dt, int32_t id, char *out, size_t cap);
-/* Ends the stream: writes what is held back (at most 3 bytes; 4 of room always suffice)
- * and returns the count. */
+/* Ends the stream: writes what is held back (at most 3 bytes, or WordPiece's " '"; 4 of
+ * room always suffice) and returns the count. */
 int engine_detok_flush(struct engine_detok *dt, char *out, size_t cap);
 
 /* Whole-sequence detokenization with one engine_detok (flags as engine_detok_flags).

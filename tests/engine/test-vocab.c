@@ -706,7 +706,7 @@ TEST(hostile_metadata) {
     ASSERT_BAD(SPEC_SPM(.byte0 = "<0x0>"), ERR_VOCAB, "tokenizer.ggml.tokens");
     /* missing and unknown keys */
     ASSERT_BAD(SPEC_SPM(.no_model = true), ERR_VOCAB, "tokenizer.ggml.model");
-    ASSERT_BAD(SPEC_SPM(.model = "bert"), ERR_UNSUPPORTED, "tokenizer.ggml.model");
+    ASSERT_BAD(SPEC_SPM(.model = "t5"), ERR_UNSUPPORTED, "tokenizer.ggml.model");
     static const char *const dup[] = {"ab", "cd", "ab"};
     ASSERT_BAD(SPEC_SPM(.extra = dup, .n_extra = 3), ERR_VOCAB, "duplicates");
     ASSERT_BAD(
