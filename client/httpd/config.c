@@ -51,6 +51,10 @@ static const struct key keys[] = {
      "clients: 408, closed)"},
     {"default_model", KEY_STRING, OFF(default_model), "", 0, 0,
      "model for requests that name none; empty = warmd's default_model"},
+    {"keep_alive", KEY_DURATION, OFF(keep_alive_usec), "5m", 1, 365 * 24 * 3600 * DUR_S,
+     "how long a model stays loaded for a user after a request that names no keep_alive "
+     "(Ollama's OLLAMA_KEEP_ALIVE; warmd's max_keep_alive caps it); a request's own "
+     "keep_alive holds for that request only"},
     {"log_level", KEY_LOG_LEVEL, OFF(log_level), "info", 0, 0, "error, warn, info or debug"},
 };
 

@@ -56,6 +56,9 @@ struct gen_job *gen_job_new(struct request *r, const struct gen_ops *ops, enum a
     j->params.sampling = &j->sampling;
     j->params.stop = j->stop;
     j->params.cancel = &j->cancel;
+    /* As Ollama: a request without keep_alive gets the default, never the previous
+     * request's (warmd's 0 would keep the user's lease as that one left it). */
+    j->params.keep_alive_usec = r->h->cfg.keep_alive_usec;
     j->client_fd = r->ci ? r->ci->fd : -1;
     pthread_mutex_init(&j->lock, NULL);
     pthread_cond_init(&j->cond, NULL);
@@ -156,24 +159,88 @@ static int on_token(int32_t id, const char *text, size_t len, void *userdata) {
     return stop;
 }
 
-static int run_call(struct gen_job *j) {
+/* One call as the job asks for it: chat, or generate (also a chat refused for want of a
+ * template, when plain_fallback allows it), with the job's params except max_tokens. */
+static int call_once(struct gen_job *j, uint32_t max_tokens, warm_token_fn on, void *userdata,
+                     struct warm_summary *ret) {
     struct warm_client *c = client_ref_client(j->client);
-    j->params.n_stop = 0;
-    while (j->params.n_stop < HTTPD_MAX_STOP && j->stop[j->params.n_stop]) j->params.n_stop++;
+    struct warm_gen_params p = j->params;
+    p.max_tokens = max_tokens;
     if (j->chat) {
-        int r = warm_chat(c, &j->params, j->msgs, j->n_msgs, 0, on_token, j, &j->summary, &j->err);
+        int r = warm_chat(c, &p, j->msgs, j->n_msgs, 0, on, userdata, ret, &j->err);
         /* A base model has no chat template: Ollama's /api/generate then completes the
          * prompt as it is, and so do we (nothing was sent yet). */
         if (r != -WARM_FAILED_PRECONDITION || !j->plain_fallback || j->started) return r;
         log_debug("no chat template (%s): completing the prompt as text", j->err.message);
     }
-    return warm_generate(c, &j->params, j->tokens ? NULL : j->prompt, j->tokens, j->n_tokens,
-                         on_token, j, &j->summary, &j->err);
+    return warm_generate(c, &p, j->tokens ? NULL : j->prompt, j->tokens, j->n_tokens, on,
+                         userdata, ret, &j->err);
+}
+
+/* options.num_ctx, as Ollama's context size for this request: warmd's context per sequence
+ * is the administrator's (ctx_size), so a num_ctx at or above the model's is that context
+ * (Ollama too clamps num_ctx to what the model has). A smaller one bounds prompt plus
+ * output: the prompt's length is what a one-token call reports (its prompt stays in RAM
+ * for the real call), a prompt that fills num_ctx is refused, and the output stops
+ * ("length") where the context would be full. */
+static int fit_num_ctx(struct gen_job *j) {
+    struct warm_model_details *d;
+    int r = warm_model_show(client_ref_client(j->client), j->params.model, &d, &j->err);
+    if (r < 0) return r;
+    uint32_t model_ctx = d->ctx_size;
+    warm_free(d);
+    if (!model_ctx || j->num_ctx >= model_ctx) return 0;
+    struct warm_summary s;
+    bool unload_after = j->params.unload_after;
+    j->params.unload_after = false;  /* the model must stay for the real call */
+    r = call_once(j, 1, NULL, NULL, &s);
+    j->params.unload_after = unload_after;
+    if (r < 0) return r;
+    uint32_t prompt = s.prompt_tokens;
+    warm_summary_done(&s);
+    if (prompt >= j->num_ctx) {
+        j->err.code = WARM_INVALID_ARGUMENT;
+        snprintf(j->err.message, sizeof j->err.message,
+                 "the prompt is %u tokens, which leaves no room in options.num_ctx %u; raise "
+                 "num_ctx (model '%s' has %u) or send less", prompt, j->num_ctx, j->model,
+                 model_ctx);
+        return -WARM_INVALID_ARGUMENT;
+    }
+    uint32_t room = j->num_ctx - prompt;
+    j->params.max_tokens = j->params.max_tokens ? MIN(j->params.max_tokens, room) : room;
+    return 0;
+}
+
+/* /api/generate renders its prompt as a one-message chat: warmd's errors about that
+ * conversation are about the request's prompt. */
+static void error_as_prompt(struct warm_error *e) {
+    static const char msgs[] = "messages: ", conv[] = "the rendered conversation";
+    if (strncmp(e->message, msgs, sizeof msgs - 1) != 0) return;
+    char text[sizeof e->message];
+    const char *rest = e->message + sizeof msgs - 1;
+    const char *c = strstr(rest, conv);
+    if (c)
+        snprintf(text, sizeof text, "prompt: %.*sthe prompt in the model's template%s",
+                 (int)(c - rest), rest, c + sizeof conv - 1);
+    else
+        snprintf(text, sizeof text, "prompt: %s", rest);
+    snprintf(e->message, sizeof e->message, "%s", text);
+}
+
+static int run_call(struct gen_job *j) {
+    j->params.n_stop = 0;
+    while (j->params.n_stop < HTTPD_MAX_STOP && j->stop[j->params.n_stop]) j->params.n_stop++;
+    if (j->num_ctx) {
+        int r = fit_num_ctx(j);
+        if (r < 0) return r;
+    }
+    return call_once(j, j->params.max_tokens, on_token, j, &j->summary);
 }
 
 static void *job_thread(void *p) {
     struct gen_job *j = p;
     int r = run_call(j);
+    if (r < 0 && j->plain_fallback) error_as_prompt(&j->err);
     pthread_mutex_lock(&j->lock);
     j->rc = r;
     /* Once a token is out, so is the status line: an error then travels in the stream. */

@@ -9,7 +9,7 @@
  * deadlines), clients.c (libwarm connections per represented user), server.c
  * (libmicrohttpd: header framing, Host/Origin checks, bodies, routing, replies), gen.c
  * (a generation on its own thread feeding a streamed or a whole reply), openai.c and
- * ollama.c (the two APIs).
+ * ollama.c (the two APIs), show.c (what /api/show says about a model).
  *
  * Threading: libmicrohttpd runs one thread per connection (capped by max_connections);
  * a handler may block on its connection's thread. A generation runs on a thread of its
@@ -56,6 +56,8 @@ struct httpd_config {
     uint64_t connection_timeout_usec;  /* idle connection, or a client that stops reading */
     uint64_t request_timeout_usec;     /* headers and body must arrive within this */
     char default_model[136];           /* "" = warmd's default model */
+    uint64_t keep_alive_usec;          /* a request that names no keep_alive (Ollama's
+                                          OLLAMA_KEEP_ALIVE): its lease, capped by warmd */
     enum log_level log_level;
 };
 
@@ -289,6 +291,7 @@ struct gen_job {
     struct warm_gen_params params;
     struct warm_sampling sampling;
     const char *stop[HTTPD_MAX_STOP];
+    uint32_t num_ctx;               /* Ollama's options.num_ctx; 0 = the model's context */
     bool stream;
     /* What the reply needs. */
     enum api api;
@@ -347,6 +350,9 @@ enum MHD_Result ollama_show(struct request *r);
 enum MHD_Result ollama_generate(struct request *r);
 enum MHD_Result ollama_chat(struct request *r);
 enum MHD_Result ollama_not_here(struct request *r);
+/* /v1/embeddings, /api/embed, /api/embeddings: 400 naming the model (not 501, which
+ * clients retry for minutes) until warmd computes embeddings. */
+enum MHD_Result embeddings_refused(struct request *r);
 
 /* Request field readers (openai.c): each returns 0 (absent leaves *ret as it was), or
  * answers a 400 naming the field and returns -EINVAL with *ret_mhd set. */
@@ -368,5 +374,8 @@ const char *request_model(struct request *r, const char *name, char buf[HTTPD_MO
 int parse_messages(struct field_ctx *f, struct gen_job *j, json_t *msgs);
 /* A JSON string of n bytes of model output; bytes that are not UTF-8 become U+FFFD. */
 json_t *json_text(const char *s, size_t n);
+/* The fill-in-the-middle token ids (prefix, suffix, middle) d's vocabulary names (show.c);
+ * false when it names none. */
+bool model_fim_tokens(const struct warm_model_details *d, int32_t ret[3]);
 /* Random hex id with a prefix ("chatcmpl-"). */
 void make_id(char *dst, size_t size, const char *prefix);

@@ -1,11 +1,17 @@
 /* ollama — the Ollama API that desktop apps use: /api/version, /api/tags, /api/ps,
- * /api/show, /api/generate and /api/chat (NDJSON streams by default, one object with
- * "stream": false), with "options" (sampling, num_predict, stop) and keep_alive in
- * Ollama's meanings for the user's own lease on the model (warm.proto): a duration ("5m",
- * or a number of seconds), 0 = end it (the model goes once no request uses it and no other
- * user's lease holds it), negative = as long as warmd allows (its max_keep_alive caps every
- * value). Calls that manage models (/api/pull, /api/delete, /api/create, ...) answer 501
- * saying how models reach warmd. Errors are {"error": "message"}. */
+ * /api/generate and /api/chat (NDJSON streams by default, one object with "stream": false;
+ * /api/show is show.c), with "options" (sampling, num_predict, num_ctx, stop) and
+ * keep_alive in Ollama's meanings for the user's own lease on the model (warm.proto): a
+ * duration ("5m", "1h30m", or a number of seconds), 0 = end it (the model goes once no
+ * request uses it and no other user's lease holds it), negative = as long as warmd allows
+ * (its max_keep_alive caps every value), absent = warm-httpd's keep_alive setting (5m, as
+ * Ollama's default), never what an earlier request asked for. An empty prompt (no
+ * messages) loads the model ("done_reason": "load"), or with keep_alive 0 ends the user's
+ * lease without loading anything ("unload"). suffix fills in the middle with the
+ * vocabulary's FIM tokens; raw sends the prompt without the template. Calls that manage
+ * models (/api/pull, /api/delete, /api/create, ...) answer 501 saying how models reach
+ * warmd. Errors are {"error": "message"}; fields warmd does not know are ignored, as
+ * Ollama does, and fields it knows but cannot honour are refused by name. */
 #include "httpd.h"
 
 #include <errno.h>
@@ -61,10 +67,9 @@ static int go_duration(const char *s, double *ret) {
     return 0;
 }
 
-/* keep_alive to warmd's keep_alive_usec (absent: 0, warmd's default) and unload_after:
- * 0 ends the user's lease (unload_after; a later request without keep_alive gets warmd's
- * default again), less than 1 µs becomes 1 µs, a negative value the largest (capped by
- * warmd). */
+/* keep_alive to warmd's keep_alive_usec and unload_after (absent: the job keeps
+ * warm-httpd's default): 0 ends the user's lease (unload_after), less than 1 µs becomes
+ * 1 µs, a negative value the largest (capped by warmd). */
 static int parse_keep_alive(struct field_ctx *f, json_t *v, struct warm_gen_params *ret) {
     double usec;
     if (!v || json_is_null(v)) return 0;
@@ -83,7 +88,9 @@ static int parse_keep_alive(struct field_ctx *f, json_t *v, struct warm_gen_para
 
 /* ---- options -------------------------------------------------------------------------------- */
 
-enum opt_kind { OPT_FLOAT, OPT_INT, OPT_SEED, OPT_NUM_PREDICT, OPT_STOP, OPT_IGNORED, OPT_REFUSED };
+enum opt_kind {
+    OPT_FLOAT, OPT_INT, OPT_SEED, OPT_NUM_PREDICT, OPT_NUM_CTX, OPT_STOP, OPT_IGNORED, OPT_REFUSED
+};
 
 struct option_row {
     const char *name;
@@ -104,9 +111,10 @@ static const struct option_row option_rows[] = {
     {"presence_penalty", OPT_FLOAT, SOFF(presence_penalty), -10, 10, 0},
     {"seed", OPT_SEED, 0, -9.2e18, 9.2e18, 0},
     {"num_predict", OPT_NUM_PREDICT, 0, -2, UINT32_MAX, 0},
+    {"num_ctx", OPT_NUM_CTX, 0, 0, INT32_MAX, 0},
     {"stop", OPT_STOP, 0, 0, 0, 0},
     /* How warmd runs the model is warmd's configuration, not a request's. */
-    {"num_ctx", OPT_IGNORED, 0, 0, 0, 0},   {"num_batch", OPT_IGNORED, 0, 0, 0, 0},
+    {"num_batch", OPT_IGNORED, 0, 0, 0, 0},
     {"num_gpu", OPT_IGNORED, 0, 0, 0, 0},   {"main_gpu", OPT_IGNORED, 0, 0, 0, 0},
     {"num_thread", OPT_IGNORED, 0, 0, 0, 0}, {"use_mmap", OPT_IGNORED, 0, 0, 0, 0},
     {"use_mlock", OPT_IGNORED, 0, 0, 0, 0}, {"low_vram", OPT_IGNORED, 0, 0, 0, 0},
@@ -158,6 +166,7 @@ static int parse_options(struct field_ctx *f, json_t *opts, struct gen_job *j) {
             }
             j->params.max_tokens = x < 0 ? 0 : (uint32_t)x;  /* -1, -2: until the end */
             break;
+        case OPT_NUM_CTX: j->num_ctx = (uint32_t)x; break;  /* 0: the model's (gen.c) */
         case OPT_REFUSED:
             if (x != o->neutral) {
                 f->mhd = reply_error(f->r, 400, o->name, "options.%s is not supported: warmd has "
@@ -180,7 +189,6 @@ static const struct {
     {"images", "warmd's models read text only"},
     {"tools", "warmd does not run tool calls"},
     {"format", "warmd does not constrain output to JSON or a schema"},
-    {"suffix", "warmd does not fill in the middle"},
     {"template", "warmd renders prompts with the model's own chat template"},
     {"context", "send the conversation with /api/chat instead; warmd resumes it from its "
                 "prompt cache"},
@@ -280,18 +288,166 @@ static const struct gen_ops line_ops = {
     .piece = line_piece, .end = line_end, .error = line_error, .whole = line_whole,
 };
 
-/* An empty prompt asks Ollama to load the model and nothing else. */
-static enum MHD_Result reply_loaded(struct request *r, struct gen_job *j) {
+/* ---- load and unload ------------------------------------------------------------------ */
+
+/* An empty prompt (no messages) asks Ollama to load the model, or with keep_alive 0 to let
+ * it go, and nothing else. warmd loads a model for a generation (LoadModel is for admins)
+ * and ends a user's lease with one (unload_after): one token from token id 0, outside the
+ * prompt cache. Unloading a model that is not loaded loads nothing. */
+static enum MHD_Result load_or_unload(struct request *r, struct gen_job *j) {
+    bool unload = j->params.unload_after;
+    enum MHD_Result m;
+    struct client_ref *c = request_client(r, &m);
+    if (!c) {
+        gen_job_free(j);
+        return m;
+    }
+    j->client = c;
+    struct warm_client *wc = client_ref_client(c);
+    bool loaded = true;
+    int rc = 0;
+    if (unload) {
+        struct warm_model_info *ms;
+        size_t n;
+        rc = warm_models_list(wc, &ms, &n, &j->err);
+        if (rc >= 0) {
+            const char *want = j->params.model ? j->params.model : "";
+            bool found = false;
+            loaded = false;
+            for (size_t i = 0; i < n; i++)
+                if (strcmp(ms[i].name, want) == 0) found = true, loaded = ms[i].loaded;
+            warm_free(ms);
+            /* warmd's default model (no name) is looked up by warmd itself */
+            if (!found && *want) {
+                gen_job_free(j);
+                return reply_error(r, 404, "model", "model '%s' not found", j->model);
+            }
+            loaded = loaded || !*want;
+        }
+    }
+    if (rc >= 0 && loaded) {
+        static const int32_t token = 0;
+        j->params.max_tokens = 1;
+        j->params.cache_mode = WARM_CACHE_SKIP;
+        j->params.sampling = NULL;
+        j->params.n_stop = 0;
+        struct warm_summary s;
+        rc = warm_generate(wc, &j->params, NULL, &token, 1, NULL, NULL, &s, &j->err);
+        if (rc >= 0) warm_summary_done(&s);
+    }
+    if (rc < 0) {
+        m = reply_warm_error(r, &j->err);
+        gen_job_free(j);
+        return m;
+    }
     json_t *d = head(j);
     if (d) {
         if (j->chat) json_object_set_new(d, "message", json_pack("{s:s,s:s}", "role", "assistant",
                                                                  "content", ""));
         else json_object_set_new(d, "response", json_string(""));
         json_object_set_new(d, "done", json_true());
-        json_object_set_new(d, "done_reason", json_string("load"));
+        json_object_set_new(d, "done_reason", json_string(unload ? "unload" : "load"));
     }
     gen_job_free(j);
     return reply_json(r, 200, d);
+}
+
+/* ---- fill in the middle ------------------------------------------------------------------ */
+
+/* Appends the ids of text (no special tokens) to j->tokens. */
+static int fim_append_text(struct gen_job *j, struct warm_client *c, const char *text,
+                           size_t *cap) {
+    int32_t *ids;
+    size_t n;
+    int rc = warm_tokenize(c, j->params.model, text, 0, &ids, &n, &j->err);
+    if (rc < 0) return rc;
+    if (j->n_tokens + n > *cap) {
+        size_t want = j->n_tokens + n + 4;
+        int32_t *t = realloc(j->tokens, want * sizeof *t);
+        if (!t) {
+            warm_free(ids);
+            j->err.code = WARM_NO_MEMORY;
+            snprintf(j->err.message, sizeof j->err.message, "out of memory");
+            return -WARM_NO_MEMORY;
+        }
+        j->tokens = t;
+        *cap = want;
+    }
+    memcpy(j->tokens + j->n_tokens, ids, n * sizeof *ids);
+    j->n_tokens += n;
+    warm_free(ids);
+    return 0;
+}
+
+/* The prompt as llama.cpp's infill lays it out (prefix-suffix-middle): BOS where the
+ * vocabulary adds one, FIM prefix, the prompt, FIM suffix, the suffix, FIM middle; the
+ * model writes the middle. 400 naming the model when its vocabulary has no FIM tokens. */
+static enum MHD_Result fill_in_middle(struct request *r, struct gen_job *j, const char *prompt,
+                                      const char *suffix) {
+    enum MHD_Result m;
+    struct client_ref *c = request_client(r, &m);
+    if (!c) {
+        gen_job_free(j);
+        return m;
+    }
+    j->client = c;
+    struct warm_client *wc = client_ref_client(c);
+    struct warm_model_details *d;
+    int rc = warm_model_show(wc, j->params.model, &d, &j->err);
+    if (rc < 0) {
+        m = reply_warm_error(r, &j->err);
+        gen_job_free(j);
+        return m;
+    }
+    int32_t fim[3];
+    bool has = model_fim_tokens(d, fim);
+    warm_free(d);
+    if (!has) {
+        gen_job_free(j);
+        return reply_error(r, 400, "suffix", "model '%s' does not support insert: its "
+                           "vocabulary names no fill-in-the-middle tokens (prefix, suffix, "
+                           "middle), so 'suffix' cannot be used with it", j->model);
+    }
+    /* BOS: what tokenizing with the vocabulary's own rule puts before the text. */
+    int32_t *with;
+    size_t n_with, cap = 0;
+    rc = warm_tokenize(wc, j->params.model, prompt, WARM_TOKENIZE_ADD_SPECIAL, &with, &n_with,
+                       &j->err);
+    if (rc >= 0) {
+        int32_t *plain;
+        size_t n_plain;
+        rc = warm_tokenize(wc, j->params.model, prompt, 0, &plain, &n_plain, &j->err);
+        if (rc >= 0) {
+            bool bos = n_with > n_plain && (n_plain == 0 || memcmp(with + 1, plain,
+                                                                   n_plain * sizeof *plain) == 0);
+            size_t n = n_plain + (bos ? 1 : 0) + 1;
+            cap = n + 8;
+            j->tokens = malloc(cap * sizeof *j->tokens);
+            if (j->tokens) {
+                if (bos) j->tokens[j->n_tokens++] = with[0];
+                j->tokens[j->n_tokens++] = fim[0];
+                memcpy(j->tokens + j->n_tokens, plain, n_plain * sizeof *plain);
+                j->n_tokens += n_plain;
+            } else {
+                rc = -WARM_NO_MEMORY;
+                j->err.code = WARM_NO_MEMORY;
+                snprintf(j->err.message, sizeof j->err.message, "out of memory");
+            }
+            warm_free(plain);
+        }
+        warm_free(with);
+    }
+    if (rc >= 0) {
+        j->tokens[j->n_tokens++] = fim[1];
+        rc = fim_append_text(j, wc, suffix, &cap);
+    }
+    if (rc >= 0) j->tokens[j->n_tokens++] = fim[2];   /* cap keeps room for it */
+    if (rc < 0) {
+        m = reply_warm_error(r, &j->err);
+        gen_job_free(j);
+        return m;
+    }
+    return gen_run(r, j);
 }
 
 /* ---- handlers ------------------------------------------------------------------------------- */
@@ -300,15 +456,30 @@ enum MHD_Result ollama_generate(struct request *r) {
     struct field_ctx f = {.r = r};
     struct gen_job *j = gen_job_new(r, &line_ops, API_OLLAMA);
     if (!j) return reply_error(r, 503, NULL, "out of memory");
-    const char *prompt = "", *system = NULL;
+    const char *prompt = "", *system = NULL, *suffix = NULL;
     bool raw = false;
     if (check_common(&f, r->json, j) < 0 || field_string(&f, r->json, "prompt", &prompt) < 0 ||
         field_string(&f, r->json, "system", &system) < 0 ||
+        field_string(&f, r->json, "suffix", &suffix) < 0 ||
         field_bool(&f, r->json, "raw", &raw) < 0) {
         gen_job_free(j);
         return f.mhd;
     }
-    if (!prompt || !*prompt) return reply_loaded(r, j);
+    bool has_system = system && *system, has_suffix = suffix && *suffix;
+    /* As Ollama: raw sends the prompt as it is, so there is no template to put a system
+     * message in. */
+    if (raw && has_system) {
+        gen_job_free(j);
+        return reply_error(r, 400, "system", "'system' cannot be used with raw: a raw prompt "
+                           "is sent as it is, without the template that would hold it");
+    }
+    if (has_suffix && has_system) {
+        gen_job_free(j);
+        return reply_error(r, 400, "system", "'system' cannot be used with 'suffix': the "
+                           "fill-in-the-middle prompt has no place for it");
+    }
+    if (has_suffix) return fill_in_middle(r, j, prompt ? prompt : "", suffix);
+    if (!prompt || !*prompt) return load_or_unload(r, j);
     j->prompt = prompt;
     if (!raw) {
         /* Ollama renders the prompt with the model's template; a model without one (a base
@@ -319,7 +490,7 @@ enum MHD_Result ollama_generate(struct request *r) {
             gen_job_free(j);
             return reply_error(r, 503, NULL, "out of memory");
         }
-        if (system && *system) {
+        if (has_system) {
             j->msgs[j->n_msgs++] = (struct warm_chat_message){.role = "system", .content = system};
             size_t n = strlen(system) + strlen(prompt) + 3;
             char *both = gen_job_keep(j, malloc(n));
@@ -345,7 +516,8 @@ enum MHD_Result ollama_chat(struct request *r) {
         return f.mhd;
     }
     json_t *msgs = json_object_get(r->json, "messages");
-    if (!msgs || json_array_size(msgs) == 0) return reply_loaded(r, j);
+    if (!msgs || json_is_null(msgs) || (json_is_array(msgs) && json_array_size(msgs) == 0))
+        return load_or_unload(r, j);
     if (parse_messages(&f, j, msgs) < 0) {
         gen_job_free(j);
         return f.mhd;
@@ -413,51 +585,20 @@ enum MHD_Result ollama_ps(struct request *r) {
     return list(r, true);
 }
 
-enum MHD_Result ollama_show(struct request *r) {
-    struct field_ctx f = {.r = r};
-    const char *name = NULL;
-    if (field_string(&f, r->json, "model", &name) < 0) return f.mhd;
-    if (!name && field_string(&f, r->json, "name", &name) < 0) return f.mhd;
-    if (!name || !*name) return reply_error(r, 400, "model", "model is required");
-    char buf[HTTPD_MODEL_MAX];
-    const char *want = request_model(r, name, buf);
-    enum MHD_Result m;
-    struct warm_model_info *ms;
-    size_t n;
-    if (models(r, &m, &ms, &n) < 0) return m;
-    json_t *d = NULL;
-    for (size_t i = 0; i < n && !d; i++) {
-        if (strcmp(ms[i].name, want) != 0) continue;
-        char at[48], modelfile[256];
-        rfc3339(at, ms[i].modified_usec);
-        snprintf(modelfile, sizeof modelfile, "# %s: a GGUF file in warmd's models directory; "
-                 "warmd applies its chat template and settings\n", ms[i].name);
-        d = json_pack("{s:s,s:s,s:s,s:o,s:{s:s},s:[s],s:s}", "modelfile", modelfile,
-                      "parameters", "", "template", "", "details", details(&ms[i]), "model_info",
-                      "general.architecture", ms[i].architecture, "capabilities", "completion",
-                      "modified_at", at);
-    }
-    warm_free(ms);
-    if (!d) return reply_error(r, 404, NULL, "model '%s' not found", name);
-    return reply_json(r, 200, d);
-}
-
-static const struct {
-    const char *path, *message;
-} not_here_rows[] = {
-    {"/api/embed", "warmd does not compute embeddings"},
-    {"/api/embeddings", "warmd does not compute embeddings"},
-    {"/v1/embeddings", "warmd does not compute embeddings"},
-};
-
 enum MHD_Result ollama_not_here(struct request *r) {
-    for (size_t i = 0; i < ARRAY_SIZE(not_here_rows); i++)
-        if (strcmp(r->url, not_here_rows[i].path) == 0)
-            return reply_error(r, 501, NULL, "%s", not_here_rows[i].message);
     return reply_error(r, 501, NULL,
                        "%s is not available: warmd does not download, create or delete models. "
                        "An administrator adds a model by copying its GGUF file into warmd's "
                        "models directory (/var/lib/warmd/models by default) and running "
                        "`systemctl reload warmd`; the file name without .gguf is the model's "
                        "name (`warmctl models` lists them)", r->url);
+}
+
+enum MHD_Result embeddings_refused(struct request *r) {
+    struct field_ctx f = {.r = r};
+    const char *model = NULL;
+    if (field_string(&f, r->json, "model", &model) < 0) return f.mhd;
+    if (!model || !*model) return reply_error(r, 400, "model", "model is required");
+    return reply_error(r, 400, "model", "model '%s' does not support embeddings: warmd does not "
+                       "compute embeddings yet", model);
 }

@@ -424,6 +424,14 @@ static const struct {
 } roles[] = {{"system", "system"}, {"developer", "system"}, {"user", "user"},
              {"assistant", "assistant"}};
 
+/* Parts of a message warmd cannot take (a non-empty array refuses the request). */
+static const struct {
+    const char *name, *why;
+} message_refused[] = {
+    {"tool_calls", "warmd does not run tool calls"},
+    {"images", "warmd's models read text only"},
+};
+
 int parse_messages(struct field_ctx *f, struct gen_job *j, json_t *msgs) {
     if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
         f->mhd = reply_error(f->r, 400, "messages", "'messages' must be a non-empty array");
@@ -448,11 +456,11 @@ int parse_messages(struct field_ctx *f, struct gen_job *j, json_t *msgs) {
                                  "calls)", key, role ? role : "missing");
             return -EINVAL;
         }
-        json_t *calls = json_object_get(m, "tool_calls");
-        if (json_array_size(calls) > 0 || json_array_size(json_object_get(m, "images")) > 0) {
-            snprintf(key, sizeof key, "messages[%zu].%s", i, calls ? "tool_calls" : "images");
-            f->mhd = reply_error(f->r, 400, key, "'%s' is not supported: warmd does not run tool "
-                                 "calls and reads text only", key);
+        for (size_t k = 0; k < ARRAY_SIZE(message_refused); k++) {
+            if (json_array_size(json_object_get(m, message_refused[k].name)) == 0) continue;
+            snprintf(key, sizeof key, "messages[%zu].%s", i, message_refused[k].name);
+            f->mhd = reply_error(f->r, 400, key, "'%s' is not supported: %s", key,
+                                 message_refused[k].why);
             return -EINVAL;
         }
         const char *text;

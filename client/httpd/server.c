@@ -33,7 +33,7 @@ static const struct route routes[] = {
     {"GET", "/v1/models/*", API_OPENAI, true, false, openai_model},
     {"POST", "/v1/chat/completions", API_OPENAI, true, true, openai_chat},
     {"POST", "/v1/completions", API_OPENAI, true, true, openai_completions},
-    {"POST", "/v1/embeddings", API_OPENAI, false, false, ollama_not_here},
+    {"POST", "/v1/embeddings", API_OPENAI, false, true, embeddings_refused},
     {"GET", "/api/version", API_OLLAMA, false, false, ollama_version},
     {"HEAD", "/api/version", API_OLLAMA, false, false, ollama_version},
     {"GET", "/api/tags", API_OLLAMA, true, false, ollama_tags},
@@ -46,8 +46,8 @@ static const struct route routes[] = {
     {"POST", "/api/create", API_OLLAMA, false, false, ollama_not_here},
     {"POST", "/api/copy", API_OLLAMA, false, false, ollama_not_here},
     {"DELETE", "/api/delete", API_OLLAMA, false, false, ollama_not_here},
-    {"POST", "/api/embed", API_OLLAMA, false, false, ollama_not_here},
-    {"POST", "/api/embeddings", API_OLLAMA, false, false, ollama_not_here},
+    {"POST", "/api/embed", API_OLLAMA, false, true, embeddings_refused},
+    {"POST", "/api/embeddings", API_OLLAMA, false, true, embeddings_refused},
 };
 
 /* ---- status codes ------------------------------------------------------------------------ */
@@ -171,11 +171,15 @@ enum MHD_Result reply_text(struct request *r, unsigned status, const char *conte
     return reply_buffer(r, status, content_type, s, strlen(s));
 }
 
+/* The error in the shape the API's clients parse: Ollama's {"error": "message"} (the
+ * ollama packages read the string), OpenAI's {"error": {message, type, param, code}}. A
+ * message that echoes bytes of the request need not be UTF-8: never a reply-less NULL. */
 static json_t *error_doc(enum api api, unsigned status, const char *param, const char *msg) {
-    if (api == API_OLLAMA) return json_pack("{s:s}", "error", msg);
-    return json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", msg, "type",
-                     openai_error_type(status), "param", param ? json_string(param) : json_null(),
-                     "code", json_null());
+    json_t *m = json_text(msg, strlen(msg));
+    if (api == API_OLLAMA) return json_pack("{s:o}", "error", m);
+    return json_pack("{s:{s:o,s:s,s:o,s:o}}", "error", "message", m, "type",
+                     openai_error_type(status), "param",
+                     param ? json_text(param, strlen(param)) : json_null(), "code", json_null());
 }
 
 enum MHD_Result reply_error(struct request *r, unsigned status, const char *param,

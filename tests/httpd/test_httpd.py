@@ -64,8 +64,9 @@ class NpmClients:
                            timeout=600)
         if p.returncode != 0:
             raise AssertionError(f"npm install {' '.join(NPM_PACKAGES)} failed:\n{p.stderr}")
-        for f in ("openai_client.mjs", "ollama_client.mjs"):
-            shutil.copy(os.path.join(HERE, f), d)
+        for f in os.listdir(HERE):
+            if f.endswith(".mjs"):
+                shutil.copy(os.path.join(HERE, f), d)
         cls.dir = d
         return d
 
@@ -129,7 +130,7 @@ class HttpdHarness(DaemonTest):
             self.assertNotIn("AddressSanitizer", s.text())
         super().tearDown()
 
-    def start(self, config="", httpd_args=(), activated=None):
+    def start(self, config="", httpd_args=(), activated=None, prepare=None):
         allowed = ",".join(str(u) for u in (0, PROXY, ALICE, BOB))
         d = self.daemon(config=f"threads = 1\nallowed_uids = {allowed}\n"
                                f"trusted_proxy_uids = {PROXY}\n" + config)
@@ -137,6 +138,8 @@ class HttpdHarness(DaemonTest):
         subprocess.run([MKMODEL, "--arch", "llama", "--chat-template", "chatml", "--seed", "7",
                         "-o", os.path.join(d.models, "chatty.gguf")],
                        check=True, capture_output=True, timeout=120)
+        if prepare:
+            prepare(d)  # more model files, before warmd reads the directory
         d.start()
         os.chmod(d.socket, 0o666)  # warmd's own policy decides (allowed_uids)
         self.d = d
