@@ -60,6 +60,10 @@
     X(ERR_MODEL_TENSOR_TYPE, "model: tensor has an unsupported type")                  \
     X(ERR_VOCAB, "vocab: bad vocabulary")                                              \
     X(ERR_TOKEN, "vocab: token id out of range")                                       \
+    /* grammar (constrained decoding) */                                               \
+    X(ERR_GRAMMAR, "grammar: bad grammar or JSON schema")                              \
+    X(ERR_GRAMMAR_TOKEN, "grammar: token not allowed by the grammar")                  \
+    X(ERR_GRAMMAR_STUCK, "grammar: no token of the vocabulary can continue the output") \
     /* context and kv state */                                                         \
     X(ERR_CTX_FULL, "context is full")                                                 \
     X(ERR_STATE_BAD, "state: not a state blob or truncated")                           \

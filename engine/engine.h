@@ -1,8 +1,8 @@
 /* engine — models, tokenizers, the KV cache, the forward pass and sampling.
  *
  * The engine's public surface is this header; the sub-headers it includes are parts of
- * it, one per object (gguf reader and writer, vocabulary, model, context, sampler).
- * Other modules include only engine/engine.h. */
+ * it, one per object (gguf reader and writer, vocabulary, model, context, sampler,
+ * grammar). Other modules include only engine/engine.h. */
 #pragma once
 
 #include "base/base.h"
@@ -12,4 +12,5 @@
 #include "engine/model.h"
 #include "engine/context.h"
 #include "engine/sample.h"
+#include "engine/grammar.h"
 #include "engine/chat.h"

@@ -1,5 +1,6 @@
 /* Samplers: penalties, top-k, top-p, min-p, temperature, seeded draw (see sample.h). */
 #include "engine/sample.h"
+#include "engine/grammar.h"
 
 #include <errno.h>
 #include <math.h>
@@ -23,6 +24,8 @@ struct engine_sampler {
     int32_t *last_ids;
     float *last_p;
     int32_t n_last;
+    struct engine_grammar_matcher *grammar; /* borrowed, may be NULL */
+    float *masked;                          /* (n_vocab) logits under the grammar's mask */
 };
 
 void engine_sampler_params_default(struct engine_sampler_params *p) {
@@ -47,6 +50,7 @@ void engine_sampler_free(struct engine_sampler *s) {
     free(s->hist);
     free(s->last_ids);
     free(s->last_p);
+    free(s->masked);
     free(s);
 }
 
@@ -79,6 +83,7 @@ void engine_sampler_reset(struct engine_sampler *s) {
     s->n_hist = s->hist_at = 0;
     s->n_last = 0;
     s->rng = s->p.seed;
+    if (s->grammar) engine_grammar_matcher_reset(s->grammar);
 }
 
 void engine_sampler_accept(struct engine_sampler *s, int32_t token) {
@@ -86,6 +91,23 @@ void engine_sampler_accept(struct engine_sampler *s, int32_t token) {
     s->hist[s->hist_at] = token;
     s->hist_at = (s->hist_at + 1) % s->p.penalty_last_n;
     if (s->n_hist < s->p.penalty_last_n) s->n_hist++;
+}
+
+int engine_sampler_set_grammar(struct engine_sampler *s, struct engine_grammar_matcher *m) {
+    if (m && engine_grammar_matcher_n_tokens(m) != s->n_vocab) return ERR_INVALID;
+    if (m && !s->masked && !(s->masked = malloc_array((size_t)s->n_vocab, sizeof *s->masked)))
+        return -ENOMEM;
+    s->grammar = m;
+    return 0;
+}
+
+int engine_sampler_accept_generated(struct engine_sampler *s, int32_t token, struct err_detail *d) {
+    if (s->grammar) {
+        int r = engine_grammar_matcher_accept(s->grammar, token, d);
+        if (r < 0) return r;
+    }
+    engine_sampler_accept(s, token);
+    return 0;
 }
 
 /* splitmix64: a small, well-mixed generator; the state is the seed advanced per draw */
@@ -193,6 +215,14 @@ static int logits_check(const struct engine_sampler *s, const float *logits, con
 
 int engine_sampler_sample(struct engine_sampler *s, const float *logits, struct err_detail *d) {
     const struct engine_sampler_params *p = &s->p;
+    if (s->grammar) {
+        /* the mask first: the penalties and filters then only see allowed tokens */
+        memcpy(s->masked, logits, (size_t)s->n_vocab * sizeof *s->masked);
+        s->n_last = 0;
+        int r = engine_grammar_matcher_mask(s->grammar, s->masked, d);
+        if (r < 0) return r;
+        logits = s->masked;
+    }
     const float *l = penalties_apply(s, logits);
     s->n_last = 0;
     int bad = logits_check(s, logits, l, d);
