@@ -34,6 +34,10 @@ struct chat_family {
     const char *end_of_turn;
     bool alternate;           /* user, assistant, user, ... after the system message */
     bool trim;                /* contents are whitespace-trimmed (Jinja "| trim") */
+    /* Thinking (chat.h's qwen3 and qwen35): how assistant turns carry their reasoning, and
+     * what follows the generation prompt with thinking on and off */
+    enum chat_think { THINK_NONE, THINK_QWEN3, THINK_QWEN35 } think;
+    const char *gen_think_on, *gen_think_off;
     struct chat_special specials[CHAT_MAX_SPECIALS];
 };
 
@@ -73,6 +77,25 @@ static const struct chat_family families[ENGINE_CHAT_FAMILY_COUNT] = {
         .specials = {{"<s>", SPECIAL_BOS}, {"</s>", SPECIAL_EOS}, {"[INST]", SPECIAL_TEXT_OK},
                      {"[/INST]", SPECIAL_TEXT_OK}},
     },
+    [ENGINE_CHAT_QWEN3] = {
+        .name = "qwen3", .marker = "<think>",
+        .prefix = {"<|im_start|>system\n", "<|im_start|>user\n", "<|im_start|>assistant\n"},
+        .suffix = {"<|im_end|>\n", "<|im_end|>\n", "<|im_end|>\n"},
+        .gen_prompt = "<|im_start|>assistant\n", .end_of_turn = "<|im_end|>",
+        .think = THINK_QWEN3, .gen_think_on = "", .gen_think_off = "<think>\n\n</think>\n\n",
+        .specials = {{"<|im_start|>", SPECIAL_REQUIRED}, {"<|im_end|>", SPECIAL_REQUIRED},
+                     {"<think>", SPECIAL_TEXT_OK}, {"</think>", SPECIAL_TEXT_OK}},
+    },
+    [ENGINE_CHAT_QWEN35] = {
+        .name = "qwen35", .marker = "<function=",
+        .prefix = {"<|im_start|>system\n", "<|im_start|>user\n", "<|im_start|>assistant\n"},
+        .suffix = {"<|im_end|>\n", "<|im_end|>\n", "<|im_end|>\n"},
+        .gen_prompt = "<|im_start|>assistant\n", .end_of_turn = "<|im_end|>", .trim = true,
+        .think = THINK_QWEN35, .gen_think_on = "<think>\n",
+        .gen_think_off = "<think>\n\n</think>\n\n",
+        .specials = {{"<|im_start|>", SPECIAL_REQUIRED}, {"<|im_end|>", SPECIAL_REQUIRED},
+                     {"<think>", SPECIAL_TEXT_OK}, {"</think>", SPECIAL_TEXT_OK}},
+    },
     [ENGINE_CHAT_GEMMA4] = {
         .name = "gemma4", .marker = "<|turn>", .bos = "<bos>",
         .prefix = {"<|turn>system\n", "<|turn>user\n", "<|turn>model\n"},
@@ -83,10 +106,11 @@ static const struct chat_family families[ENGINE_CHAT_FAMILY_COUNT] = {
     },
 };
 
-/* Detection order: gemma4 before gemma (a Gemma 4 template may mention <start_of_turn>). */
+/* Detection order: gemma4 before gemma (a Gemma 4 template may mention <start_of_turn>);
+ * the thinking chatml families before chatml, each also needing chatml's marker. */
 static const enum engine_chat_family detect_order[ENGINE_CHAT_FAMILY_COUNT] = {
-    ENGINE_CHAT_CHATML, ENGINE_CHAT_LLAMA3, ENGINE_CHAT_GEMMA4, ENGINE_CHAT_GEMMA,
-    ENGINE_CHAT_MISTRAL,
+    ENGINE_CHAT_QWEN35, ENGINE_CHAT_QWEN3,  ENGINE_CHAT_CHATML,  ENGINE_CHAT_LLAMA3,
+    ENGINE_CHAT_GEMMA4, ENGINE_CHAT_GEMMA,  ENGINE_CHAT_MISTRAL,
 };
 
 static const char *const role_names[ENGINE_CHAT_ROLE_COUNT] = {"system", "user", "assistant"};
@@ -101,6 +125,10 @@ enum engine_chat_family engine_chat_detect(const char *tmpl, size_t len) {
         enum engine_chat_family f = detect_order[k];
         const char *m = families[f].marker;
         if (!memmem(tmpl, len, m, strlen(m))) continue;
+        /* Qwen3.5 writes XML tool calls and thinks; Qwen3-Coder writes them and does not */
+        if (families[f].think != THINK_NONE &&
+            (!memmem(tmpl, len, "<|im_start|>", 12) || !memmem(tmpl, len, "<think>", 7)))
+            continue;
         if (f == ENGINE_CHAT_MISTRAL && memmem(tmpl, len, llama2, sizeof llama2 - 1)) break;
         return f;
     }
@@ -122,7 +150,13 @@ const char *engine_chat_end_of_turn(enum engine_chat_family fam) {
     return (unsigned)fam < ENGINE_CHAT_FAMILY_COUNT ? families[fam].end_of_turn : "";
 }
 
-const char *engine_chat_family_list(void) { return "chatml, llama3, gemma, mistral, gemma4"; }
+const char *engine_chat_family_list(void) {
+    return "chatml, llama3, gemma, mistral, gemma4, qwen3, qwen35";
+}
+
+bool engine_chat_thinks(enum engine_chat_family fam) {
+    return (unsigned)fam < ENGINE_CHAT_FAMILY_COUNT && families[fam].think != THINK_NONE;
+}
 
 int engine_chat_role_parse(const char *name, enum engine_chat_role *ret) {
     for (int r = 0; name && r < ENGINE_CHAT_ROLE_COUNT; r++)
@@ -317,6 +351,67 @@ static int chat_check(const struct chat_family *f, const struct engine_chat_msg 
     return 0;
 }
 
+static void strip_nl(const char **s, size_t *n, bool left, bool right) {
+    while (left && *n && **s == '\n') (*s)++, (*n)--;
+    while (right && *n && (*s)[*n - 1] == '\n') (*n)--;
+}
+
+static void strip_space(const char **s, size_t *n) {
+    while (*n && is_space(**s)) (*s)++, (*n)--;
+    while (*n && is_space((*s)[*n - 1])) (*n)--;
+}
+
+/* An assistant turn's text cut as the Qwen templates cut it: the reasoning is what comes
+ * before the first </think> (after the last <think> there, newlines stripped around it),
+ * the content what follows the last </think> (leading newlines stripped). false: no
+ * </think>, nothing cut. */
+static bool think_cut(const char *s, size_t n, const char **r, size_t *rn, const char **c,
+                      size_t *cn) {
+    static const char close[] = "</think>", open[] = "<think>";
+    const char *first = memmem(s, n, close, sizeof close - 1), *last = first;
+    if (!first) return false;
+    for (const char *nx; (nx = memmem(last + 1, (size_t)(s + n - last - 1), close, sizeof close - 1));)
+        last = nx;
+    *c = last + sizeof close - 1;
+    *cn = (size_t)(s + n - *c);
+    strip_nl(c, cn, true, false);
+    *r = s;
+    *rn = (size_t)(first - s);
+    strip_nl(r, rn, false, true);
+    for (const char *o; (o = memmem(*r, *rn, open, sizeof open - 1));) {
+        *rn -= (size_t)(o + sizeof open - 1 - *r);
+        *r = o + sizeof open - 1;
+    }
+    strip_nl(r, rn, true, false);
+    return true;
+}
+
+/* An assistant turn of a thinking family: after the last user message (`after`) with its
+ * reasoning in a think block (Qwen3: where it has some, or is the last message), earlier
+ * ones without. */
+static void out_assistant_think(struct chat_out *o, const struct engine_chat_msg *m, bool after,
+                                bool last) {
+    const struct chat_family *f = o->fam;
+    const char *c = m->content, *r = m->reasoning ? m->reasoning : "";
+    size_t cn = m->len, rn = m->reasoning ? m->reasoning_len : 0;
+    if (f->think == THINK_QWEN35) strip_space(&c, &cn);
+    if (!m->reasoning) think_cut(c, cn, &r, &rn, &c, &cn);
+    if (f->think == THINK_QWEN35) strip_space(&r, &rn);
+    out_template(o, f->prefix[ENGINE_CHAT_ASSISTANT]);
+    if (!after || (f->think == THINK_QWEN3 && !last && rn == 0)) {
+        out_text(o, c, cn);
+        return;
+    }
+    if (f->think == THINK_QWEN3) {
+        strip_nl(&r, &rn, true, true);
+        strip_nl(&c, &cn, true, false);
+    }
+    out_template(o, "<think>\n");
+    out_text(o, r, rn);
+    out_template(o, "\n</think>\n\n");
+    out_text(o, c, cn);
+}
+
 static int chat_walk(enum engine_chat_family fam, const struct engine_chat_msg *m, size_t n,
                      unsigned flags, struct chat_out *o) {
     if ((unsigned)fam >= ENGINE_CHAT_FAMILY_COUNT)
@@ -326,11 +421,26 @@ static int chat_walk(enum engine_chat_family fam, const struct engine_chat_msg *
     int r = chat_check(f, m, n, flags, o->d);
     if (r < 0) return r;
     bool merge = !f->prefix[ENGINE_CHAT_SYSTEM] && m[0].role == ENGINE_CHAT_SYSTEM;
+    /* thinking families: the last user message (the query the reasoning after it answers) */
+    size_t last_query = n - 1;
+    if (f->think != THINK_NONE) {
+        size_t q = n;
+        while (q > 0 && m[q - 1].role != ENGINE_CHAT_USER) q--;
+        if (q == 0 && f->think == THINK_QWEN35)
+            return err_set(o->d, -EINVAL, "chat: the %s template needs a user message", f->name);
+        if (q > 0) last_query = q - 1;
+    }
     if (f->bos) out_template(o, f->bos);
     else if (o->vocab && engine_vocab_add_bos(o->vocab) && engine_vocab_bos(o->vocab) >= 0)
         out_id(o, engine_vocab_bos(o->vocab));
     for (size_t i = merge ? 1 : 0; i < n; i++) {
         enum engine_chat_role role = m[i].role;
+        if (f->think != THINK_NONE && role == ENGINE_CHAT_ASSISTANT) {
+            out_assistant_think(o, &m[i], i > last_query, i + 1 == n);
+            if (i + 1 == n && (flags & ENGINE_CHAT_CONTINUE_LAST)) break;
+            out_template(o, f->suffix[role]);
+            continue;
+        }
         out_template(o, f->prefix[role]);
         if (merge && i == 1) {
             /* the system text as the first user message's start, untrimmed (Gemma 3) */
@@ -341,7 +451,11 @@ static int chat_walk(enum engine_chat_family fam, const struct engine_chat_msg *
         if (i + 1 == n && (flags & ENGINE_CHAT_CONTINUE_LAST)) break;
         out_template(o, f->suffix[role]);
     }
-    if (flags & ENGINE_CHAT_ADD_GENERATION_PROMPT) out_template(o, f->gen_prompt);
+    if (flags & ENGINE_CHAT_ADD_GENERATION_PROMPT) {
+        out_template(o, f->gen_prompt);
+        if (f->think != THINK_NONE)
+            out_template(o, (flags & ENGINE_CHAT_NO_THINKING) ? f->gen_think_off : f->gen_think_on);
+    }
     if (o->vocab) out_flush(o);
     return o->err;
 }
@@ -371,4 +485,97 @@ int engine_chat_tokenize(enum engine_chat_family fam, const struct engine_vocab 
     *ret = o.ids;
     *ret_n = o.n_ids;
     return 0;
+}
+
+/* ---- reasoning apart from the answer ------------------------------------------------ */
+
+enum { TS_BEFORE, TS_THINK_START, TS_THINK, TS_ANSWER_START, TS_ANSWER };
+
+void engine_chat_think_begin(struct engine_chat_think *t, enum engine_chat_family fam,
+                             unsigned flags) {
+    memset(t, 0, sizeof *t);
+    if (!engine_chat_thinks(fam) || (flags & ENGINE_CHAT_NO_THINKING))
+        t->state = TS_ANSWER;
+    else /* Qwen3.5's generation prompt opened the block; Qwen3's model opens it */
+        t->state = families[fam].think == THINK_QWEN35 ? TS_THINK_START : TS_BEFORE;
+}
+
+struct split_out {
+    char *r, *a;
+    size_t nr, na;
+};
+
+static void put(struct split_out *so, bool reasoning, const char *s, size_t n) {
+    memcpy(reasoning ? so->r + so->nr : so->a + so->na, s, n);
+    *(reasoning ? &so->nr : &so->na) += n;
+}
+
+static void think_byte(struct engine_chat_think *t, char c, struct split_out *so) {
+    static const char open[] = "<think>", close[] = "</think>";
+    switch (t->state) {
+    case TS_BEFORE: /* whitespace, then <think> or the answer */
+        if (t->n_tag == 0 && is_space(c)) return;
+        if (c == open[t->n_tag]) {
+            t->tag[t->n_tag++] = c;
+            if (t->n_tag == sizeof open - 1) t->n_tag = 0, t->state = TS_THINK_START;
+            return;
+        }
+        put(so, false, t->tag, t->n_tag); /* no block: all of it is the answer */
+        t->n_tag = 0;
+        t->state = TS_ANSWER;
+        put(so, false, &c, 1);
+        return;
+    case TS_THINK_START:
+    case TS_ANSWER_START:
+        if (is_space(c)) return;
+        t->state = t->state == TS_THINK_START ? TS_THINK : TS_ANSWER;
+        think_byte(t, c, so);
+        return;
+    case TS_THINK:
+        if (c == close[t->n_tag]) {
+            t->tag[t->n_tag++] = c;
+            if (t->n_tag == sizeof close - 1) t->n_tag = t->n_ws = 0, t->state = TS_ANSWER_START;
+            return;
+        }
+        if (t->n_tag) { /* not the tag after all: text, and c afresh */
+            put(so, true, t->ws, t->n_ws);
+            put(so, true, t->tag, t->n_tag);
+            t->n_ws = t->n_tag = 0;
+            think_byte(t, c, so);
+            return;
+        }
+        if (is_space(c)) { /* whitespace before </think> is dropped, elsewhere kept */
+            if (t->n_ws == sizeof t->ws) put(so, true, t->ws, t->n_ws), t->n_ws = 0;
+            t->ws[t->n_ws++] = c;
+            return;
+        }
+        put(so, true, t->ws, t->n_ws);
+        t->n_ws = 0;
+        put(so, true, &c, 1);
+        return;
+    default:
+        put(so, false, &c, 1);
+    }
+}
+
+void engine_chat_think_split(struct engine_chat_think *t, const char *text, size_t len,
+                             char *reasoning, size_t *ret_r, char *answer, size_t *ret_a) {
+    struct split_out so = {.r = reasoning, .a = answer};
+    for (size_t i = 0; i < len; i++) think_byte(t, text[i], &so);
+    *ret_r = so.nr;
+    *ret_a = so.na;
+}
+
+void engine_chat_think_end(struct engine_chat_think *t, char *reasoning, size_t *ret_r,
+                           char *answer, size_t *ret_a) {
+    struct split_out so = {.r = reasoning, .a = answer};
+    if (t->state == TS_THINK) { /* the block never closed: what is held was reasoning */
+        put(&so, true, t->ws, t->n_ws);
+        put(&so, true, t->tag, t->n_tag);
+    }
+    else if (t->state == TS_BEFORE)
+        put(&so, false, t->tag, t->n_tag);
+    t->n_tag = t->n_ws = 0;
+    *ret_r = so.nr;
+    *ret_a = so.na;
 }

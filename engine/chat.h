@@ -20,6 +20,19 @@
  *                                   as "{system}\n\n"; no generation prompt (the rendering
  *                                   ends with " [/INST]"). Llama 2 templates (they contain
  *                                   "<<SYS>>" as well) are not recognised.
+ *   qwen3    "<|im_start|>" and     chatml; an assistant turn after the last user message
+ *            "<think>"              holds its reasoning as <think>\n{reasoning}\n</think>\n\n
+ *                                   before the content (where it has reasoning, or is the
+ *                                   last message), earlier turns only their content (their
+ *                                   reasoning is dropped, as Qwen3's template does); the
+ *                                   reasoning is the message's own, else what the content
+ *                                   holds before </think>; with thinking off the generation
+ *                                   prompt is followed by <think>\n\n</think>\n\n
+ *   qwen35   as qwen3, and          Qwen3.5: contents trimmed, every assistant turn after
+ *            "<function="           the last user message with its think block, the
+ *                                   generation prompt opens <think>\n (thinking on) or
+ *                                   closes an empty one (off); a conversation needs a user
+ *                                   message
  *   gemma4   "<|turn>"              <bos> once, then <|turn>{role}\n{content|trim}<turn|>\n,
  *                                   assistant as "model", a system turn of its own
  *                                   (<|turn>system\n); generation prompt <|turn>model\n
@@ -49,6 +62,8 @@ enum engine_chat_family {
     ENGINE_CHAT_GEMMA,
     ENGINE_CHAT_MISTRAL,
     ENGINE_CHAT_GEMMA4,
+    ENGINE_CHAT_QWEN3,  /* chatml with Qwen3's thinking */
+    ENGINE_CHAT_QWEN35, /* chatml with Qwen3.5's thinking */
     ENGINE_CHAT_FAMILY_COUNT,
     ENGINE_CHAT_NONE = ENGINE_CHAT_FAMILY_COUNT, /* absent or not recognised */
 };
@@ -64,6 +79,11 @@ struct engine_chat_msg {
     enum engine_chat_role role;
     const char *content; /* len bytes, not necessarily NUL-terminated */
     size_t len;
+    /* An assistant turn's reasoning (reasoning_len bytes), where the caller keeps it apart
+     * (OpenAI reasoning_content, Ollama thinking); NULL: taken from the content's
+     * <think>...</think>, as the templates do. Only thinking families read it. */
+    const char *reasoning;
+    size_t reasoning_len;
 };
 
 enum engine_chat_flags {
@@ -71,6 +91,9 @@ enum engine_chat_flags {
     ENGINE_CHAT_ADD_GENERATION_PROMPT = 1u << 0,
     /* Leave the last message (the assistant's) open so the model continues it. */
     ENGINE_CHAT_CONTINUE_LAST = 1u << 1,
+    /* Thinking families: the generation prompt closes an empty think block, so the model
+     * answers at once (Qwen3's enable_thinking=false, Ollama think: false). */
+    ENGINE_CHAT_NO_THINKING = 1u << 2,
 };
 
 /* The family whose marker the template text contains; ENGINE_CHAT_NONE for NULL, an empty
@@ -78,12 +101,14 @@ enum engine_chat_flags {
 enum engine_chat_family engine_chat_detect(const char *tmpl, size_t len);
 /* The family of f's tokenizer.chat_template (ENGINE_CHAT_NONE when absent or not a string). */
 enum engine_chat_family engine_chat_detect_gguf(const struct gguf_file *f);
-/* "chatml", "llama3", "gemma", "mistral"; "none" otherwise. */
+/* "chatml", "llama3", "gemma", "mistral", "gemma4", "qwen3", "qwen35"; "none" otherwise. */
 const char *engine_chat_family_name(enum engine_chat_family fam);
 /* The family's end-of-turn token text ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "</s>"). */
 const char *engine_chat_end_of_turn(enum engine_chat_family fam);
 /* "chatml, llama3, gemma, mistral": for messages that list what is recognised. */
 const char *engine_chat_family_list(void);
+/* Whether the family writes reasoning in think blocks (engine_chat_think_*). */
+bool engine_chat_thinks(enum engine_chat_family fam);
 /* "system", "user", "assistant" to a role; -EINVAL otherwise. */
 int engine_chat_role_parse(const char *name, enum engine_chat_role *ret);
 
@@ -103,3 +128,30 @@ int engine_chat_render(enum engine_chat_family fam, const struct engine_chat_msg
 int engine_chat_tokenize(enum engine_chat_family fam, const struct engine_vocab *v,
                          const struct engine_chat_msg *msgs, size_t n, unsigned flags,
                          int32_t **ret, size_t *ret_n, struct err_detail *d);
+
+/* ---- reasoning apart from the answer ---------------------------------------------------
+ * A thinking family's model writes <think>{reasoning}</think> before its answer (Qwen3; for
+ * Qwen3.5 the generation prompt already opened the block). engine_chat_think_split() takes
+ * the generated text piece by piece, as it streams, and says which bytes are reasoning and
+ * which are the answer: the tags are dropped, and so is the whitespace that separates them
+ * from the text. A tag cut between two pieces is held back until it is whole, so a piece
+ * may return less than it was given (the rest comes with the next piece or with
+ * engine_chat_think_end()). Families that do not think pass everything through as answer. */
+struct engine_chat_think {
+    int state;     /* before the block, at its start, in it, at the answer's start, in it */
+    char tag[8];   /* the start of <think> or </think>, not yet known to be text */
+    size_t n_tag;
+    char ws[16];   /* reasoning whitespace that may turn out to end the block */
+    size_t n_ws;
+};
+/* Starts a split for a generation of family fam rendered with flags (engine_chat_flags:
+ * ENGINE_CHAT_NO_THINKING means the model answers at once). */
+void engine_chat_think_begin(struct engine_chat_think *t, enum engine_chat_family fam,
+                             unsigned flags);
+/* Appends the reasoning bytes of text[0..len) to reasoning (up to len + 24 bytes) and the
+ * answer bytes to answer (likewise); *ret_r and *ret_a are their lengths. */
+void engine_chat_think_split(struct engine_chat_think *t, const char *text, size_t len,
+                             char *reasoning, size_t *ret_r, char *answer, size_t *ret_a);
+/* At the end of the generation: what was held back (at most 24 bytes each). */
+void engine_chat_think_end(struct engine_chat_think *t, char *reasoning, size_t *ret_r,
+                           char *answer, size_t *ret_a);

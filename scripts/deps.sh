@@ -3,7 +3,7 @@
 set -e
 PKGS="build-essential cmake ninja-build pkg-config liblmdb-dev lmdb-utils libxxhash-dev
   libpcre2-dev libsystemd-dev systemd libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
-  protobuf-compiler protobuf-compiler-grpc python3 python3-grpcio python3-h2 libfiu-dev fiu-utils
+  protobuf-compiler protobuf-compiler-grpc python3 python3-grpcio python3-h2 python3-jinja2 libfiu-dev fiu-utils
   libmicrohttpd-dev libjansson-dev libedit-dev libssl-dev curl"
 missing=""
 for p in $PKGS; do

@@ -36,6 +36,14 @@ static const struct family_row family_rows[] = {
      "{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}"
      "<|im_start|>assistant\n",
      {"<|im_start|>", "<|im_end|>"}, false, false},
+    {"qwen3",
+     "{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}"
+     "<|im_start|>assistant\n",
+     {"<|im_start|>", "<|im_end|>"}, false, false},
+    {"qwen35",
+     "{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}"
+     "<|im_start|>assistant\n<think>\n",
+     {"<|im_start|>", "<|im_end|>"}, false, false},
     {"llama3",
      "<|begin_of_text|>{{- range .Messages }}<|start_header_id|>{{ .Role }}<|end_header_id|>"
      "\n\n{{ .Content }}<|eot_id|>{{ end }}<|start_header_id|>assistant<|end_header_id|>\n\n",

@@ -95,7 +95,7 @@ TEST(detect_huge) {
 
 /* ---- rendering ----------------------------------------------------------------------- */
 
-#define MSG(r, s) {ENGINE_CHAT_##r, s, sizeof(s) - 1}
+#define MSG(r, s) {.role = ENGINE_CHAT_##r, .content = s, .len = sizeof(s) - 1}
 
 static const struct engine_chat_msg convo[] = {
     MSG(SYSTEM, "You are terse."), MSG(USER, "Hi"), MSG(ASSISTANT, "Hello."), MSG(USER, "And?"),
@@ -134,6 +134,17 @@ TEST(render_exact) {
                                "<|turn>model\nHello.<turn|>\n"
                                "<|turn>user\nAnd?<turn|>\n"
                                "<|turn>model\n",
+        /* the turn before the last user message keeps no think block (it has no reasoning) */
+        [ENGINE_CHAT_QWEN3] = "<|im_start|>system\nYou are terse.<|im_end|>\n"
+                              "<|im_start|>user\nHi<|im_end|>\n"
+                              "<|im_start|>assistant\nHello.<|im_end|>\n"
+                              "<|im_start|>user\nAnd?<|im_end|>\n"
+                              "<|im_start|>assistant\n",
+        [ENGINE_CHAT_QWEN35] = "<|im_start|>system\nYou are terse.<|im_end|>\n"
+                               "<|im_start|>user\nHi<|im_end|>\n"
+                               "<|im_start|>assistant\nHello.<|im_end|>\n"
+                               "<|im_start|>user\nAnd?<|im_end|>\n"
+                               "<|im_start|>assistant\n<think>\n",
     };
     char buf[1024];
     for (int f = 0; f < ENGINE_CHAT_FAMILY_COUNT; f++) {
@@ -200,7 +211,7 @@ TEST(render_rules) {
                                       &len, &d), -EINVAL);
         ASSERT_ERR(engine_chat_render(f, convo, 0, 0, buf, sizeof buf, &len, &d), -EINVAL);
     }
-    struct engine_chat_msg bad_role[] = {{(enum engine_chat_role)7, "x", 1}};
+    struct engine_chat_msg bad_role[] = {{.role = (enum engine_chat_role)7, .content = "x", .len = 1}};
     ASSERT_ERR(engine_chat_render(ENGINE_CHAT_CHATML, bad_role, 1, 0, buf, sizeof buf, &len, &d),
                -EINVAL);
     enum engine_chat_role role;
@@ -365,7 +376,7 @@ TEST(tokenize_families) {
     ASSERT_EQ(count_id(ids, n, 2), 0);
     free(ids);
     /* an empty conversation body still renders (chatml: one empty user turn) */
-    static const struct engine_chat_msg empty[] = {{ENGINE_CHAT_USER, NULL, 0}};
+    static const struct engine_chat_msg empty[] = {{.role = ENGINE_CHAT_USER}};
     ASSERT_OK_D(engine_chat_tokenize(ENGINE_CHAT_CHATML, v, empty, 1, 0, &ids, &n, &d), &d);
     ASSERT_EQ(ids[0], ID_IM_START);
     free(ids);
@@ -393,9 +404,12 @@ TEST(tokenize_random) {
                 memcpy(text[i] + len, b, strlen(b));
                 len += strlen(b);
             }
-            m[i] = (struct engine_chat_msg){i == 0 && iter % 3 == 0 ? ENGINE_CHAT_SYSTEM
-                                            : i % 2 ? ENGINE_CHAT_ASSISTANT : ENGINE_CHAT_USER,
-                                            text[i], len};
+            m[i] = (struct engine_chat_msg){
+                .role = i == 0 && iter % 3 == 0 ? ENGINE_CHAT_SYSTEM
+                        : i % 2                 ? ENGINE_CHAT_ASSISTANT
+                                                : ENGINE_CHAT_USER,
+                .content = text[i],
+                .len = len};
         }
         int32_t *ids = NULL;
         size_t nt = 0;
@@ -410,5 +424,48 @@ TEST(tokenize_random) {
     engine_vocab_free(v);
 }
 
-TEST_MAIN(T(detect), T(detect_huge), T(render_exact), T(render_rules), T(tokenize_injection),
+/* ---- reasoning apart from the answer (engine_chat_think_*) ----------------------------- */
+
+/* Splits text fed in pieces of `step` bytes; the reasoning and the answer into r and a. */
+static void think_split(enum engine_chat_family fam, unsigned flags, const char *text, size_t step,
+                        char *r, char *a) {
+    struct engine_chat_think t;
+    size_t nr = 0, na = 0, len = strlen(text), n1, n2;
+    engine_chat_think_begin(&t, fam, flags);
+    for (size_t i = 0; i < len; i += step) {
+        size_t k = MIN(step, len - i);
+        engine_chat_think_split(&t, text + i, k, r + nr, &n1, a + na, &n2);
+        nr += n1, na += n2;
+    }
+    engine_chat_think_end(&t, r + nr, &n1, a + na, &n2);
+    r[nr + n1] = a[na + n2] = 0;
+}
+
+TEST(think_split_every_piece_size) {
+    static const struct {
+        enum engine_chat_family fam;
+        unsigned flags;
+        const char *text, *reasoning, *answer;
+    } cases[] = {
+        {ENGINE_CHAT_QWEN3, 0, "<think>\nAdd them:\n 2 + 2 </think >.\n</think>\n\nIt is 4.\n",
+         "Add them:\n 2 + 2 </think >.", "It is 4.\n"},
+        {ENGINE_CHAT_QWEN3, 0, "\n<think>\n\n</think>\n\n<b>4</b>", "", "<b>4</b>"},
+        {ENGINE_CHAT_QWEN3, 0, "<thin>k 4", "", "<thin>k 4"},       /* no block: all answer */
+        {ENGINE_CHAT_QWEN3, 0, "<think>still thinking <", "still thinking <", ""}, /* unclosed */
+        {ENGINE_CHAT_QWEN35, 0, "step one\n</think>\n\nfour", "step one", "four"},
+        {ENGINE_CHAT_QWEN35, ENGINE_CHAT_NO_THINKING, "four</think>", "", "four</think>"},
+        {ENGINE_CHAT_CHATML, 0, "<think>x</think>y", "", "<think>x</think>y"},
+    };
+    char r[256], a[256];
+    for (size_t c = 0; c < ARRAY_SIZE(cases); c++)
+        for (size_t step = 1; step <= strlen(cases[c].text); step++) {
+            think_split(cases[c].fam, cases[c].flags, cases[c].text, step, r, a);
+            if (strcmp(r, cases[c].reasoning) || strcmp(a, cases[c].answer))
+                TEST_FAIL_("case %zu, pieces of %zu: reasoning \"%s\" answer \"%s\"", c, step, r, a);
+        }
+    ASSERT_TRUE(engine_chat_thinks(ENGINE_CHAT_QWEN3) && engine_chat_thinks(ENGINE_CHAT_QWEN35));
+    ASSERT_TRUE(!engine_chat_thinks(ENGINE_CHAT_CHATML) && !engine_chat_thinks(ENGINE_CHAT_NONE));
+}
+
+TEST_MAIN(T(think_split_every_piece_size), T(detect), T(detect_huge), T(render_exact), T(render_rules), T(tokenize_injection),
           T(tokenize_families), T(tokenize_random))

@@ -646,8 +646,8 @@ TEST(gemma4_tokenizer) {
     ASSERT_TRUE(engine_vocab_is_eog(v, 1));
     ASSERT_TRUE(!engine_vocab_is_eog(v, 4));
     /* the gemma4 chat template, by ids */
-    const struct engine_chat_msg msgs[] = {{ENGINE_CHAT_SYSTEM, "be brief", 8},
-                                           {ENGINE_CHAT_USER, " hello ", 7}};
+    const struct engine_chat_msg msgs[] = {{.role = ENGINE_CHAT_SYSTEM, .content = "be brief", .len = 8},
+                                           {.role = ENGINE_CHAT_USER, .content = " hello ", .len = 7}};
     int32_t *chat = NULL;
     struct err_detail d = {0};
     ASSERT_OK_D(engine_chat_tokenize(ENGINE_CHAT_GEMMA4, v, msgs, 2, ENGINE_CHAT_ADD_GENERATION_PROMPT,
