@@ -2,6 +2,9 @@
 #include "engine/chat.h"
 
 #include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +21,7 @@ struct chat_special {
     enum chat_special_kind kind;
 };
 
-#define CHAT_MAX_SPECIALS 4
+#define CHAT_MAX_SPECIALS 8
 
 struct chat_family {
     const char *name;
@@ -37,6 +40,8 @@ struct chat_family {
     /* Thinking (chat.h's qwen3 and qwen35): how assistant turns carry their reasoning, and
      * what follows the generation prompt with thinking on and off */
     enum chat_think { THINK_NONE, THINK_QWEN3, THINK_QWEN35 } think;
+    /* Tools (chat.h): Qwen2.5's and Qwen3's Hermes JSON in <tool_call>, or Qwen3.5's XML */
+    enum chat_tools { TOOLS_NONE, TOOLS_HERMES, TOOLS_QWEN35 } tools;
     const char *gen_think_on, *gen_think_off;
     struct chat_special specials[CHAT_MAX_SPECIALS];
 };
@@ -47,7 +52,10 @@ static const struct chat_family families[ENGINE_CHAT_FAMILY_COUNT] = {
         .prefix = {"<|im_start|>system\n", "<|im_start|>user\n", "<|im_start|>assistant\n"},
         .suffix = {"<|im_end|>\n", "<|im_end|>\n", "<|im_end|>\n"},
         .gen_prompt = "<|im_start|>assistant\n", .end_of_turn = "<|im_end|>",
-        .specials = {{"<|im_start|>", SPECIAL_REQUIRED}, {"<|im_end|>", SPECIAL_REQUIRED}},
+        .tools = TOOLS_HERMES,
+        .specials = {{"<|im_start|>", SPECIAL_REQUIRED}, {"<|im_end|>", SPECIAL_REQUIRED},
+                     {"<tool_call>", SPECIAL_TEXT_OK}, {"</tool_call>", SPECIAL_TEXT_OK},
+                     {"<tool_response>", SPECIAL_TEXT_OK}, {"</tool_response>", SPECIAL_TEXT_OK}},
     },
     [ENGINE_CHAT_LLAMA3] = {
         .name = "llama3", .marker = "<|start_header_id|>", .bos = "<|begin_of_text|>",
@@ -83,8 +91,11 @@ static const struct chat_family families[ENGINE_CHAT_FAMILY_COUNT] = {
         .suffix = {"<|im_end|>\n", "<|im_end|>\n", "<|im_end|>\n"},
         .gen_prompt = "<|im_start|>assistant\n", .end_of_turn = "<|im_end|>",
         .think = THINK_QWEN3, .gen_think_on = "", .gen_think_off = "<think>\n\n</think>\n\n",
+        .tools = TOOLS_HERMES,
         .specials = {{"<|im_start|>", SPECIAL_REQUIRED}, {"<|im_end|>", SPECIAL_REQUIRED},
-                     {"<think>", SPECIAL_TEXT_OK}, {"</think>", SPECIAL_TEXT_OK}},
+                     {"<think>", SPECIAL_TEXT_OK}, {"</think>", SPECIAL_TEXT_OK},
+                     {"<tool_call>", SPECIAL_TEXT_OK}, {"</tool_call>", SPECIAL_TEXT_OK},
+                     {"<tool_response>", SPECIAL_TEXT_OK}, {"</tool_response>", SPECIAL_TEXT_OK}},
     },
     [ENGINE_CHAT_QWEN35] = {
         .name = "qwen35", .marker = "<function=",
@@ -92,9 +103,11 @@ static const struct chat_family families[ENGINE_CHAT_FAMILY_COUNT] = {
         .suffix = {"<|im_end|>\n", "<|im_end|>\n", "<|im_end|>\n"},
         .gen_prompt = "<|im_start|>assistant\n", .end_of_turn = "<|im_end|>", .trim = true,
         .think = THINK_QWEN35, .gen_think_on = "<think>\n",
-        .gen_think_off = "<think>\n\n</think>\n\n",
+        .gen_think_off = "<think>\n\n</think>\n\n", .tools = TOOLS_QWEN35,
         .specials = {{"<|im_start|>", SPECIAL_REQUIRED}, {"<|im_end|>", SPECIAL_REQUIRED},
-                     {"<think>", SPECIAL_TEXT_OK}, {"</think>", SPECIAL_TEXT_OK}},
+                     {"<think>", SPECIAL_TEXT_OK}, {"</think>", SPECIAL_TEXT_OK},
+                     {"<tool_call>", SPECIAL_TEXT_OK}, {"</tool_call>", SPECIAL_TEXT_OK},
+                     {"<tool_response>", SPECIAL_TEXT_OK}, {"</tool_response>", SPECIAL_TEXT_OK}},
     },
     [ENGINE_CHAT_GEMMA4] = {
         .name = "gemma4", .marker = "<|turn>", .bos = "<bos>",
@@ -113,7 +126,8 @@ static const enum engine_chat_family detect_order[ENGINE_CHAT_FAMILY_COUNT] = {
     ENGINE_CHAT_GEMMA4, ENGINE_CHAT_GEMMA,  ENGINE_CHAT_MISTRAL,
 };
 
-static const char *const role_names[ENGINE_CHAT_ROLE_COUNT] = {"system", "user", "assistant"};
+static const char *const role_names[ENGINE_CHAT_ROLE_COUNT] = {"system", "user", "assistant",
+                                                               "tool"};
 
 /* ---- detection ---------------------------------------------------------------------- */
 
@@ -154,6 +168,10 @@ const char *engine_chat_family_list(void) {
     return "chatml, llama3, gemma, mistral, gemma4, qwen3, qwen35";
 }
 
+bool engine_chat_has_tools(enum engine_chat_family fam) {
+    return (unsigned)fam < ENGINE_CHAT_FAMILY_COUNT && families[fam].tools != TOOLS_NONE;
+}
+
 bool engine_chat_thinks(enum engine_chat_family fam) {
     return (unsigned)fam < ENGINE_CHAT_FAMILY_COUNT && families[fam].think != THINK_NONE;
 }
@@ -171,6 +189,7 @@ int engine_chat_role_parse(const char *name, enum engine_chat_role *ret) {
 
 struct chat_out {
     const struct chat_family *fam;
+    json_t *tools;                    /* the parsed tool list, NULL: none */
     const struct engine_vocab *vocab; /* NULL: render text */
     struct err_detail *d;
     int err;
@@ -322,9 +341,27 @@ static int chat_check(const struct chat_family *f, const struct engine_chat_msg 
     size_t first = 0;
     for (size_t i = 0; i < n; i++) {
         if ((unsigned)m[i].role >= ENGINE_CHAT_ROLE_COUNT)
-            return err_set(d, -EINVAL, "messages[%zu].role: not system, user or assistant", i);
+            return err_set(d, -EINVAL, "messages[%zu].role: not system, user, assistant or tool",
+                           i);
         if (m[i].len && !m[i].content)
             return err_set(d, -EINVAL, "messages[%zu].content: NULL", i);
+        if ((m[i].role == ENGINE_CHAT_TOOL || m[i].n_tool_calls) && f->tools == TOOLS_NONE)
+            return err_set(d, -EINVAL, "messages[%zu]: the %s template has no tool %s", i, f->name,
+                           m[i].role == ENGINE_CHAT_TOOL ? "results" : "calls");
+        if (m[i].n_tool_calls && m[i].role != ENGINE_CHAT_ASSISTANT)
+            return err_set(d, -EINVAL, "messages[%zu]: only an assistant message makes tool calls",
+                           i);
+        for (size_t k = 0; k < m[i].n_tool_calls; k++)
+            if (!m[i].tool_calls[k].name_len ||
+                memchr(m[i].tool_calls[k].name, '"', m[i].tool_calls[k].name_len))
+                return err_set(d, -EINVAL,
+                               "messages[%zu].tool_calls[%zu].name: empty or with a quote", i, k);
+        if (m[i].role == ENGINE_CHAT_TOOL && (i == 0 || (m[i - 1].role != ENGINE_CHAT_ASSISTANT &&
+                                                         m[i - 1].role != ENGINE_CHAT_TOOL)))
+            return err_set(d, -EINVAL,
+                           "messages[%zu]: a tool result must follow an assistant message "
+                           "or another tool result",
+                           i);
         if (m[i].role == ENGINE_CHAT_SYSTEM) {
             if (i != 0)
                 return err_set(d, -EINVAL, "messages[%zu]: a system message may only come first", i);
@@ -386,30 +423,224 @@ static bool think_cut(const char *s, size_t n, const char **r, size_t *rn, const
     return true;
 }
 
+/* JSON as Python's json.dumps(x, ensure_ascii=False) writes it (the templates' tojson):
+ * ", " and ": " separators, keys in their order, UTF-8 kept. NULL: out of memory. */
+static char *py_json(const json_t *x) {
+    return json_dumps(x, JSON_ENCODE_ANY | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+}
+
+static void out_json(struct chat_out *o, const json_t *x) {
+    char *t = py_json(x);
+    if (!t) {
+        if (o->err == 0) o->err = -ENOMEM;
+        return;
+    }
+    out_text(o, t, strlen(t));
+    free(t);
+}
+
+/* A tool call's arguments parsed (an object; a non-object or broken JSON is refused). */
+static json_t *call_args(struct chat_out *o, const struct engine_chat_tool_call *c, size_t i,
+                         size_t k) {
+    json_error_t je;
+    json_t *a = json_loadb(c->arguments ? c->arguments : "{}", c->arguments ? c->arguments_len : 2,
+                           JSON_DECODE_ANY, &je);
+    if (!json_is_object(a)) {
+        json_decref(a);
+        if (o->err == 0)
+            o->err = err_set(o->d, -EINVAL,
+                             "messages[%zu].tool_calls[%zu].arguments: not a JSON object", i, k);
+        return NULL;
+    }
+    return a;
+}
+
+/* Python's str() of a JSON scalar, as Jinja's |string writes a tool argument (Qwen3.5) */
+static void out_py_scalar(struct chat_out *o, const json_t *v) {
+    char num[40];
+    switch (json_typeof(v)) {
+    case JSON_STRING:
+        out_text(o, json_string_value(v), json_string_length(v));
+        return;
+    case JSON_TRUE:
+        out_text(o, "True", 4);
+        return;
+    case JSON_FALSE:
+        out_text(o, "False", 5);
+        return;
+    case JSON_NULL:
+        out_text(o, "None", 4);
+        return;
+    case JSON_INTEGER:
+        snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        break;
+    case JSON_REAL: { /* the shortest text that reads back the same, as Python's repr */
+        double x = json_real_value(v);
+        for (int p = 1; p <= 17; p++) {
+            snprintf(num, sizeof num, "%.*g", p, x);
+            if (strtod(num, NULL) == x) break;
+        }
+        if (!strpbrk(num, ".eEn")) strcat(num, ".0");
+        break;
+    }
+    default:
+        out_json(o, v);
+        return;
+    }
+    out_text(o, num, strlen(num));
+}
+
+/* The tool calls of message i after its content (non-empty: has_content) */
+static void out_tool_calls(struct chat_out *o, const struct engine_chat_msg *m, size_t i,
+                           bool has_content) {
+    const struct chat_family *f = o->fam;
+    for (size_t k = 0; k < m->n_tool_calls && o->err == 0; k++) {
+        const struct engine_chat_tool_call *c = &m->tool_calls[k];
+        json_t *args = call_args(o, c, i, k);
+        if (!args) return;
+        if (f->tools == TOOLS_HERMES) {
+            /* Qwen2.5: each call on a new line; Qwen3: a new line after content or a call */
+            if (f->think == THINK_NONE || k > 0 || has_content) out_text(o, "\n", 1);
+            out_template(o, "<tool_call>\n{\"name\": \"");
+            out_text(o, c->name, c->name_len);
+            out_text(o, "\", \"arguments\": ", 16);
+            out_json(o, args);
+            out_template(o, "}\n</tool_call>");
+        } else {
+            out_template(o, k > 0         ? "\n<tool_call>\n<function="
+                            : has_content ? "\n\n<tool_call>\n<function="
+                                          : "<tool_call>\n<function=");
+            out_text(o, c->name, c->name_len);
+            out_text(o, ">\n", 2);
+            const char *key;
+            json_t *v;
+            json_object_foreach(args, key, v) {
+                out_text(o, "<parameter=", 11);
+                out_text(o, key, strlen(key));
+                out_text(o, ">\n", 2);
+                if (json_is_object(v) || json_is_array(v))
+                    out_json(o, v);
+                else
+                    out_py_scalar(o, v);
+                out_text(o, "\n</parameter>\n", 14);
+            }
+            out_template(o, "</function>\n</tool_call>");
+        }
+        json_decref(args);
+    }
+}
+
+/* The system turn with the tool list (Hermes: the system text first; Qwen3.5: after). */
+static void out_tools_system(struct chat_out *o, const struct engine_chat_msg *sys) {
+    const struct chat_family *f = o->fam;
+    static const char hermes_head[] =
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are "
+        "provided with function signatures within <tools></tools> XML tags:\n<tools>";
+    static const char hermes_tail[] =
+        "\n</tools>\n\nFor each function call, return a json object with function name and "
+        "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+        "<function-name>, \"arguments\": <args-json-object>}\n</tool_call>";
+    static const char q35_head[] =
+        "# Tools\n\nYou have access to the following functions:\n\n<tools>";
+    static const char q35_tail[] =
+        "\n</tools>\n\nIf you choose to call a function ONLY reply in the following format with NO "
+        "suffix:\n\n<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>"
+        "\nvalue_1\n</parameter>\n<parameter=example_parameter_2>\nThis is the value for the "
+        "second parameter\nthat can span\nmultiple "
+        "lines\n</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\nReminder:\n- Function "
+        "calls MUST follow the specified format: an inner <function=...></function> block must be "
+        "nested within <tool_call></tool_call> XML tags\n- Required parameters MUST be "
+        "specified\n- You may provide optional reasoning for your function call in natural "
+        "language BEFORE the function call, but NOT after\n- If there is no function call "
+        "available, answer the question like normal with your current knowledge and do not tell "
+        "the user about function calls\n</IMPORTANT>";
+    out_template(o, f->prefix[ENGINE_CHAT_SYSTEM]);
+    if (f->tools == TOOLS_HERMES && sys) {
+        out_text(o, sys->content, sys->len);
+        out_text(o, "\n\n", 2);
+    }
+    out_template(o, f->tools == TOOLS_HERMES ? hermes_head : q35_head);
+    size_t i;
+    json_t *t;
+    json_array_foreach(o->tools, i, t) {
+        out_text(o, "\n", 1);
+        out_json(o, t);
+    }
+    out_template(o, f->tools == TOOLS_HERMES ? hermes_tail : q35_tail);
+    if (f->tools == TOOLS_QWEN35 && sys) {
+        const char *c = sys->content;
+        size_t cn = sys->len;
+        strip_space(&c, &cn);
+        if (cn) {
+            out_text(o, "\n\n", 2);
+            out_text(o, c, cn);
+        }
+    }
+    out_template(o, f->suffix[ENGINE_CHAT_SYSTEM]);
+}
+
+/* Message i, a tool result: a run of them is one user turn of <tool_response> blocks. */
+static void out_tool_result(struct chat_out *o, const struct engine_chat_msg *m, size_t i,
+                            size_t n) {
+    const char *c = m[i].content;
+    size_t cn = m[i].len;
+    if (o->fam->tools == TOOLS_QWEN35) strip_space(&c, &cn);
+    if (m[i - 1].role != ENGINE_CHAT_TOOL) out_template(o, "<|im_start|>user");
+    out_template(o, "\n<tool_response>\n");
+    out_text(o, c, cn);
+    out_template(o, "\n</tool_response>");
+    if (i + 1 == n || m[i + 1].role != ENGINE_CHAT_TOOL) out_template(o, "<|im_end|>\n");
+}
+
 /* An assistant turn of a thinking family: after the last user message (`after`) with its
  * reasoning in a think block (Qwen3: where it has some, or is the last message), earlier
- * ones without. */
-static void out_assistant_think(struct chat_out *o, const struct engine_chat_msg *m, bool after,
-                                bool last) {
+ * ones without; then its tool calls. */
+static void out_assistant_think(struct chat_out *o, const struct engine_chat_msg *m, size_t i,
+                                bool after, bool last) {
     const struct chat_family *f = o->fam;
     const char *c = m->content, *r = m->reasoning ? m->reasoning : "";
     size_t cn = m->len, rn = m->reasoning ? m->reasoning_len : 0;
     if (f->think == THINK_QWEN35) strip_space(&c, &cn);
     if (!m->reasoning) think_cut(c, cn, &r, &rn, &c, &cn);
     if (f->think == THINK_QWEN35) strip_space(&r, &rn);
+    const char *tc = c; /* what the templates test for content before the calls */
+    size_t tcn = cn;
+    if (f->think == THINK_QWEN35) strip_space(&tc, &tcn);
     out_template(o, f->prefix[ENGINE_CHAT_ASSISTANT]);
     if (!after || (f->think == THINK_QWEN3 && !last && rn == 0)) {
         out_text(o, c, cn);
-        return;
+    } else {
+        if (f->think == THINK_QWEN3) {
+            strip_nl(&r, &rn, true, true);
+            strip_nl(&c, &cn, true, false);
+        }
+        out_template(o, "<think>\n");
+        out_text(o, r, rn);
+        out_template(o, "\n</think>\n\n");
+        out_text(o, c, cn);
     }
-    if (f->think == THINK_QWEN3) {
-        strip_nl(&r, &rn, true, true);
-        strip_nl(&c, &cn, true, false);
+    out_tool_calls(o, m, i, tcn > 0);
+}
+
+/* Qwen2.5's assistant turn with tool calls: its content on a line of its own, if any. */
+static void out_assistant_calls(struct chat_out *o, const struct engine_chat_msg *m, size_t i) {
+    out_template(o, "<|im_start|>assistant");
+    if (m->len) {
+        out_text(o, "\n", 1);
+        out_text(o, m->content, m->len);
     }
-    out_template(o, "<think>\n");
-    out_text(o, r, rn);
-    out_template(o, "\n</think>\n\n");
-    out_text(o, c, cn);
+    out_tool_calls(o, m, i, m->len > 0);
+}
+
+/* Qwen's templates do not count a user message that only wraps tool results as a query */
+static bool is_query(const struct engine_chat_msg *m, bool trim) {
+    static const char open[] = "<tool_response>", close[] = "</tool_response>";
+    const char *c = m->content;
+    size_t cn = m->len;
+    if (m->role != ENGINE_CHAT_USER) return false;
+    if (trim) strip_space(&c, &cn);
+    return !(cn >= sizeof open - 1 + sizeof close - 1 && !memcmp(c, open, sizeof open - 1) &&
+             !memcmp(c + cn - (sizeof close - 1), close, sizeof close - 1));
 }
 
 static int chat_walk(enum engine_chat_family fam, const struct engine_chat_msg *m, size_t n,
@@ -425,7 +656,7 @@ static int chat_walk(enum engine_chat_family fam, const struct engine_chat_msg *
     size_t last_query = n - 1;
     if (f->think != THINK_NONE) {
         size_t q = n;
-        while (q > 0 && m[q - 1].role != ENGINE_CHAT_USER) q--;
+        while (q > 0 && !is_query(&m[q - 1], f->think == THINK_QWEN35)) q--;
         if (q == 0 && f->think == THINK_QWEN35)
             return err_set(o->d, -EINVAL, "chat: the %s template needs a user message", f->name);
         if (q > 0) last_query = q - 1;
@@ -433,10 +664,23 @@ static int chat_walk(enum engine_chat_family fam, const struct engine_chat_msg *
     if (f->bos) out_template(o, f->bos);
     else if (o->vocab && engine_vocab_add_bos(o->vocab) && engine_vocab_bos(o->vocab) >= 0)
         out_id(o, engine_vocab_bos(o->vocab));
-    for (size_t i = merge ? 1 : 0; i < n; i++) {
+    size_t i0 = merge ? 1 : 0;
+    if (o->tools && json_array_size(o->tools) > 0) { /* the system turn lists the tools */
+        bool sys = m[0].role == ENGINE_CHAT_SYSTEM;
+        out_tools_system(o, sys ? &m[0] : NULL);
+        i0 = sys ? 1 : 0;
+    }
+    for (size_t i = i0; i < n; i++) {
         enum engine_chat_role role = m[i].role;
-        if (f->think != THINK_NONE && role == ENGINE_CHAT_ASSISTANT) {
-            out_assistant_think(o, &m[i], i > last_query, i + 1 == n);
+        if (role == ENGINE_CHAT_TOOL) {
+            out_tool_result(o, m, i, n);
+            continue;
+        }
+        if ((f->think != THINK_NONE || m[i].n_tool_calls) && role == ENGINE_CHAT_ASSISTANT) {
+            if (f->think != THINK_NONE)
+                out_assistant_think(o, &m[i], i, i > last_query, i + 1 == n);
+            else
+                out_assistant_calls(o, &m[i], i);
             if (i + 1 == n && (flags & ENGINE_CHAT_CONTINUE_LAST)) break;
             out_template(o, f->suffix[role]);
             continue;
@@ -460,21 +704,52 @@ static int chat_walk(enum engine_chat_family fam, const struct engine_chat_msg *
     return o->err;
 }
 
-int engine_chat_render(enum engine_chat_family fam, const struct engine_chat_msg *msgs, size_t n,
-                       unsigned flags, char *buf, size_t cap, size_t *ret_len,
-                       struct err_detail *d) {
+/* The tool list parsed into o->tools (none: NULL), refused for a family without tools. */
+static int tools_parse(struct chat_out *o, enum engine_chat_family fam,
+                       const struct engine_chat_tools *t) {
+    if (!t || !t->json) return 0;
+    json_error_t je;
+    o->tools = json_loadb(t->json, t->len, 0, &je);
+    if (!json_is_array(o->tools))
+        return err_set(o->d, -EINVAL, "tools: not a JSON array (%s)",
+                       o->tools ? "another value" : je.text);
+    size_t i;
+    json_t *x;
+    json_array_foreach(o->tools, i, x) if (!json_is_object(x)) return err_set(
+        o->d, -EINVAL, "tools[%zu]: not a JSON object", i);
+    if (json_array_size(o->tools) &&
+        ((unsigned)fam >= ENGINE_CHAT_FAMILY_COUNT || families[fam].tools == TOOLS_NONE))
+        return err_set(o->d, -EINVAL, "tools: the %s chat template has no tool format",
+                       engine_chat_family_name(fam));
+    return 0;
+}
+
+int engine_chat_render_tools(enum engine_chat_family fam, const struct engine_chat_msg *msgs,
+                             size_t n, const struct engine_chat_tools *tools, unsigned flags,
+                             char *buf, size_t cap, size_t *ret_len, struct err_detail *d) {
     struct chat_out o = {.d = d, .buf = buf, .cap = buf ? cap : 0};
-    int r = chat_walk(fam, msgs, n, flags, &o);
+    int r = tools_parse(&o, fam, tools);
+    if (r == 0) r = chat_walk(fam, msgs, n, flags, &o);
+    json_decref(o.tools);
     if (r < 0) return r;
     *ret_len = o.len;
     return o.len > o.cap ? -ENOSPC : 0;
 }
 
-int engine_chat_tokenize(enum engine_chat_family fam, const struct engine_vocab *v,
-                         const struct engine_chat_msg *msgs, size_t n, unsigned flags,
-                         int32_t **ret, size_t *ret_n, struct err_detail *d) {
+int engine_chat_render(enum engine_chat_family fam, const struct engine_chat_msg *msgs, size_t n,
+                       unsigned flags, char *buf, size_t cap, size_t *ret_len,
+                       struct err_detail *d) {
+    return engine_chat_render_tools(fam, msgs, n, NULL, flags, buf, cap, ret_len, d);
+}
+
+int engine_chat_tokenize_tools(enum engine_chat_family fam, const struct engine_vocab *v,
+                               const struct engine_chat_msg *msgs, size_t n,
+                               const struct engine_chat_tools *tools, unsigned flags, int32_t **ret,
+                               size_t *ret_n, struct err_detail *d) {
     struct chat_out o = {.d = d, .vocab = v};
-    int r = chat_walk(fam, msgs, n, flags, &o);
+    int r = tools_parse(&o, fam, tools);
+    if (r == 0) r = chat_walk(fam, msgs, n, flags, &o);
+    json_decref(o.tools);
     free(o.run);
     if (r < 0) {
         free(o.ids);
@@ -485,6 +760,117 @@ int engine_chat_tokenize(enum engine_chat_family fam, const struct engine_vocab 
     *ret = o.ids;
     *ret_n = o.n_ids;
     return 0;
+}
+
+int engine_chat_tokenize(enum engine_chat_family fam, const struct engine_vocab *v,
+                         const struct engine_chat_msg *msgs, size_t n, unsigned flags,
+                         int32_t **ret, size_t *ret_n, struct err_detail *d) {
+    return engine_chat_tokenize_tools(fam, v, msgs, n, NULL, flags, ret, ret_n, d);
+}
+
+/* ---- tool calls in an answer -------------------------------------------------------- */
+
+static char *dup_n(const char *s, size_t n) {
+    char *t = malloc(n + 1);
+    if (t) {
+        memcpy(t, s, n);
+        t[n] = 0;
+    }
+    return t;
+}
+
+/* One Hermes call body: {"name": "...", "arguments": {...}} */
+static int parse_hermes(const char *s, size_t n, struct engine_chat_parsed_call *c) {
+    json_error_t je;
+    json_t *x = json_loadb(s, n, 0, &je), *name = json_object_get(x, "name"),
+           *args = json_object_get(x, "arguments");
+    int r = -EINVAL;
+    if (json_is_string(name) && (json_is_object(args) || !args)) {
+        c->name = strdup(json_string_value(name));
+        c->arguments = args ? json_dumps(args, JSON_COMPACT | JSON_PRESERVE_ORDER) : strdup("{}");
+        r = c->name && c->arguments ? 0 : -ENOMEM;
+    }
+    json_decref(x);
+    return r;
+}
+
+/* One Qwen3.5 call body: <function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n...</function>;
+ * a value that reads as JSON is that JSON, else a string */
+static int parse_qwen35(const char *s, size_t n, struct engine_chat_parsed_call *c) {
+    static const char fo[] = "<function=", fc[] = "</function>",
+                      po[] = "<parameter=", pc[] = "</parameter>";
+    const char *e = s + n;
+    while (s < e && is_space(*s)) s++;
+    if ((size_t)(e - s) < sizeof fo - 1 || memcmp(s, fo, sizeof fo - 1)) return -EINVAL;
+    s += sizeof fo - 1;
+    const char *gt = memchr(s, '>', (size_t)(e - s));
+    const char *end = memmem(s, (size_t)(e - s), fc, sizeof fc - 1);
+    if (!gt || !end || gt > end) return -EINVAL;
+    json_t *args = json_object();
+    c->name = dup_n(s, (size_t)(gt - s));
+    for (const char *p = gt + 1; args && c->name;) {
+        const char *o = memmem(p, (size_t)(end - p), po, sizeof po - 1);
+        if (!o) break;
+        const char *k0 = o + sizeof po - 1, *k1 = memchr(k0, '>', (size_t)(end - k0));
+        const char *v1 = k1 ? memmem(k1, (size_t)(end - k1), pc, sizeof pc - 1) : NULL;
+        if (!k1 || !v1) break;
+        const char *v0 = k1 + 1;
+        if (v0 < v1 && *v0 == '\n') v0++;
+        size_t vn = (size_t)(v1 - v0);
+        if (vn && v0[vn - 1] == '\n') vn--;
+        char *key = dup_n(k0, (size_t)(k1 - k0));
+        json_error_t je;
+        json_t *v = json_loadb(v0, vn, JSON_DECODE_ANY, &je);
+        if (!v) v = json_stringn(v0, vn);
+        if (key)
+            json_object_set_new(args, key, v);
+        else
+            json_decref(v);
+        free(key);
+        p = v1 + sizeof pc - 1;
+    }
+    c->arguments = args ? json_dumps(args, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(args);
+    return c->name && c->arguments ? 0 : -ENOMEM;
+}
+
+int engine_chat_parse_tool_calls(enum engine_chat_family fam, const char *text, size_t len,
+                                 struct engine_chat_parsed_call *calls, size_t cap, size_t *ret_n,
+                                 size_t *ret_content_len) {
+    static const char open[] = "<tool_call>", close[] = "</tool_call>";
+    *ret_n = 0;
+    *ret_content_len = len;
+    if ((unsigned)fam >= ENGINE_CHAT_FAMILY_COUNT || families[fam].tools == TOOLS_NONE) return 0;
+    const char *p = text, *e = text + len;
+    for (const char *o; *ret_n < cap && (o = memmem(p, (size_t)(e - p), open, sizeof open - 1));) {
+        const char *b = o + sizeof open - 1,
+                   *c = memmem(b, (size_t)(e - b), close, sizeof close - 1);
+        if (!c) break; /* not closed: text */
+        struct engine_chat_parsed_call pc = {0};
+        int r = families[fam].tools == TOOLS_HERMES ? parse_hermes(b, (size_t)(c - b), &pc)
+                                                    : parse_qwen35(b, (size_t)(c - b), &pc);
+        if (r < 0) {
+            free(pc.name);
+            free(pc.arguments);
+            if (r == -ENOMEM) return r;
+            break;
+        }
+        if (*ret_n == 0) {
+            size_t cl = (size_t)(o - text);
+            while (cl && is_space(text[cl - 1])) cl--;
+            *ret_content_len = cl;
+        }
+        calls[(*ret_n)++] = pc;
+        p = c + sizeof close - 1;
+    }
+    return 0;
+}
+
+void engine_chat_parsed_calls_free(struct engine_chat_parsed_call *calls, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        free(calls[i].name);
+        free(calls[i].arguments);
+    }
 }
 
 /* ---- reasoning apart from the answer ------------------------------------------------ */

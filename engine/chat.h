@@ -72,7 +72,17 @@ enum engine_chat_role {
     ENGINE_CHAT_SYSTEM,
     ENGINE_CHAT_USER,
     ENGINE_CHAT_ASSISTANT,
+    ENGINE_CHAT_TOOL, /* a tool's result (families with tools only) */
     ENGINE_CHAT_ROLE_COUNT
+};
+
+/* A tool call an assistant turn made: the function's name and its arguments as a JSON
+ * object (text). */
+struct engine_chat_tool_call {
+    const char *name;
+    size_t name_len;
+    const char *arguments;
+    size_t arguments_len;
 };
 
 struct engine_chat_msg {
@@ -84,6 +94,18 @@ struct engine_chat_msg {
      * <think>...</think>, as the templates do. Only thinking families read it. */
     const char *reasoning;
     size_t reasoning_len;
+    /* An assistant turn's tool calls (families with tools only). */
+    const struct engine_chat_tool_call *tool_calls;
+    size_t n_tool_calls;
+};
+
+/* The tools a conversation may call: a JSON array of OpenAI-shaped tools
+ * ({"type": "function", "function": {"name", "description", "parameters"}}), as text;
+ * written into the prompt as each family's template writes them (chatml, qwen3: Hermes
+ * <tool_call> JSON; qwen35: XML <function=...>). NULL: no tools. */
+struct engine_chat_tools {
+    const char *json;
+    size_t len;
 };
 
 enum engine_chat_flags {
@@ -107,9 +129,11 @@ const char *engine_chat_family_name(enum engine_chat_family fam);
 const char *engine_chat_end_of_turn(enum engine_chat_family fam);
 /* "chatml, llama3, gemma, mistral": for messages that list what is recognised. */
 const char *engine_chat_family_list(void);
+/* Whether the family has a tool format (tools, tool calls, tool results). */
+bool engine_chat_has_tools(enum engine_chat_family fam);
 /* Whether the family writes reasoning in think blocks (engine_chat_think_*). */
 bool engine_chat_thinks(enum engine_chat_family fam);
-/* "system", "user", "assistant" to a role; -EINVAL otherwise. */
+/* "system", "user", "assistant", "tool" to a role; -EINVAL otherwise. */
 int engine_chat_role_parse(const char *name, enum engine_chat_role *ret);
 
 /* Renders the conversation as text (flags: engine_chat_flags). Writes up to cap bytes to buf
@@ -118,6 +142,31 @@ int engine_chat_role_parse(const char *name, enum engine_chat_role *ret);
 int engine_chat_render(enum engine_chat_family fam, const struct engine_chat_msg *msgs, size_t n,
                        unsigned flags, char *buf, size_t cap, size_t *ret_len,
                        struct err_detail *d);
+
+/* engine_chat_render() and engine_chat_tokenize() with the tools the conversation may call
+ * (tools NULL or tools->json NULL: none). -EINVAL (with d) for tools, tool calls or tool
+ * messages in a family without tools, or tools that are not a JSON array of objects. */
+int engine_chat_render_tools(enum engine_chat_family fam, const struct engine_chat_msg *msgs,
+                             size_t n, const struct engine_chat_tools *tools, unsigned flags,
+                             char *buf, size_t cap, size_t *ret_len, struct err_detail *d);
+int engine_chat_tokenize_tools(enum engine_chat_family fam, const struct engine_vocab *v,
+                               const struct engine_chat_msg *msgs, size_t n,
+                               const struct engine_chat_tools *tools, unsigned flags, int32_t **ret,
+                               size_t *ret_n, struct err_detail *d);
+
+/* Tool calls in a finished answer of a family with tools (Hermes: <tool_call>{"name": ...,
+ * "arguments": {...}}</tool_call>; qwen35: <tool_call><function=NAME><parameter=P>VALUE
+ * </parameter></function></tool_call>). Each call's name and arguments (a JSON object) are
+ * written, NUL-terminated, to calls[i] (malloc'd strings the caller frees); *ret_n calls (at
+ * most cap); *ret_content_len = the bytes of text before the first call (the answer's
+ * content). A call that does not parse ends the list there (its text stays content). */
+struct engine_chat_parsed_call {
+    char *name, *arguments;
+};
+int engine_chat_parse_tool_calls(enum engine_chat_family fam, const char *text, size_t len,
+                                 struct engine_chat_parsed_call *calls, size_t cap, size_t *ret_n,
+                                 size_t *ret_content_len);
+void engine_chat_parsed_calls_free(struct engine_chat_parsed_call *calls, size_t n);
 
 /* The same conversation as token ids for vocabulary v: the template's special tokens by id
  * (BOS as the vocabulary's BOS; chatml adds BOS only where the vocabulary asks for it),

@@ -217,7 +217,9 @@ TEST(render_rules) {
     enum engine_chat_role role;
     ASSERT_OK(engine_chat_role_parse("assistant", &role));
     ASSERT_EQ(role, ENGINE_CHAT_ASSISTANT);
-    ASSERT_ERR(engine_chat_role_parse("tool", &role), -EINVAL);
+    ASSERT_OK(engine_chat_role_parse("tool", &role));
+    ASSERT_EQ(role, ENGINE_CHAT_TOOL);
+    ASSERT_ERR(engine_chat_role_parse("function", &role), -EINVAL);
     ASSERT_ERR(engine_chat_role_parse(NULL, &role), -EINVAL);
 }
 

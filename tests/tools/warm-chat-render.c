@@ -4,13 +4,18 @@
  *   warm-chat-render FAMILY [--generation-prompt] [--no-thinking] [--continue] < messages.json
  *   warm-chat-render --detect < template.jinja       (prints the family warmd detects)
  *
- * messages.json: [{"role": "system"|"user"|"assistant", "content": "...",
- * "reasoning_content": "..."}, ...] (reasoning_content optional). Writes the rendering to
- * stdout, exactly (no newline added). Exit 1 with the engine's message for a conversation
- * the family refuses, 2 for bad usage or input. */
+ * messages.json: [{"role": "system"|"user"|"assistant"|"tool", "content": "...",
+ * "reasoning_content": "...", "tool_calls": [{"function": {"name": "f", "arguments": {...}}}]},
+ * ...] (reasoning_content and tool_calls optional), or {"messages": [...], "tools": [...]}.
+ * Writes the rendering to stdout, exactly (no newline added).
+ *   warm-chat-render FAMILY --parse < answer.txt
+ * prints the tool calls engine_chat_parse_tool_calls() finds in a generated answer, as JSON:
+ * {"content": "...", "tool_calls": [{"name": "...", "arguments": {...}}]}. Exit 1 with the engine's
+ * message for a conversation the family refuses, 2 for bad usage or input. */
 #include "engine/engine.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +24,7 @@
 int main(int argc, char **argv) {
     unsigned flags = 0;
     int fam = -1;
+    bool parse = false;
     if (argc == 2 && !strcmp(argv[1], "--detect")) {
         static char tmpl[1 << 20];
         size_t n = fread(tmpl, 1, sizeof tmpl, stdin);
@@ -32,6 +38,8 @@ int main(int argc, char **argv) {
             flags |= ENGINE_CHAT_NO_THINKING;
         else if (!strcmp(argv[i], "--continue"))
             flags |= ENGINE_CHAT_CONTINUE_LAST;
+        else if (!strcmp(argv[i], "--parse"))
+            parse = true;
         else
             for (int f = 0; f < ENGINE_CHAT_FAMILY_COUNT; f++)
                 if (!strcmp(argv[i], engine_chat_family_name((enum engine_chat_family)f))) fam = f;
@@ -43,8 +51,36 @@ int main(int argc, char **argv) {
                 engine_chat_family_list());
         return 2;
     }
+    if (parse) {
+        static char text[1 << 20];
+        size_t n = fread(text, 1, sizeof text, stdin), n_calls, content;
+        struct engine_chat_parsed_call calls[16];
+        if (engine_chat_parse_tool_calls((enum engine_chat_family)fam, text, n, calls, 16, &n_calls,
+                                         &content) < 0)
+            return 1;
+        json_t *out = json_object(), *arr = json_array();
+        json_object_set_new(out, "content", json_stringn(text, content));
+        for (size_t i = 0; i < n_calls; i++) {
+            json_error_t je;
+            json_t *c = json_object();
+            json_object_set_new(c, "name", json_string(calls[i].name));
+            json_object_set_new(c, "arguments", json_loads(calls[i].arguments, 0, &je));
+            json_array_append_new(arr, c);
+        }
+        json_object_set_new(out, "tool_calls", arr);
+        char *t = json_dumps(out, JSON_PRESERVE_ORDER);
+        printf("%s\n", t);
+        free(t);
+        json_decref(out);
+        engine_chat_parsed_calls_free(calls, n_calls);
+        return 0;
+    }
     json_error_t je;
-    json_t *root = json_loadf(stdin, 0, &je);
+    json_t *doc = json_loadf(stdin, 0, &je), *root = doc, *tools_json = NULL;
+    if (json_is_object(doc)) {
+        root = json_object_get(doc, "messages");
+        tools_json = json_object_get(doc, "tools");
+    }
     if (!json_is_array(root)) {
         fprintf(stderr, "warm-chat-render: stdin is not a JSON array of messages (%s)\n", je.text);
         return 2;
@@ -66,12 +102,35 @@ int main(int argc, char **argv) {
             m[i].reasoning = json_string_value(r);
             m[i].reasoning_len = json_string_length(r);
         }
+        json_t *tc = json_object_get(msg, "tool_calls");
+        size_t nc = json_array_size(tc);
+        struct engine_chat_tool_call *calls = nc ? calloc(nc, sizeof *calls) : NULL;
+        for (size_t k = 0; k < nc && calls; k++) {
+            json_t *call = json_array_get(tc, k), *f = json_object_get(call, "function");
+            if (f) call = f;
+            json_t *name = json_object_get(call, "name"),
+                   *args = json_object_get(call, "arguments");
+            calls[k].name = json_string_value(name);
+            calls[k].name_len = calls[k].name ? strlen(calls[k].name) : 0;
+            calls[k].arguments = json_is_string(args)
+                                     ? json_string_value(args)
+                                     : json_dumps(args, JSON_PRESERVE_ORDER); /* freed at exit */
+            calls[k].arguments_len = calls[k].arguments ? strlen(calls[k].arguments) : 0;
+        }
+        m[i].tool_calls = calls;
+        m[i].n_tool_calls = nc;
     }
+    char *tools_text = tools_json ? json_dumps(tools_json, JSON_PRESERVE_ORDER) : NULL;
+    struct engine_chat_tools tools = {.json = tools_text,
+                                      .len = tools_text ? strlen(tools_text) : 0};
     struct err_detail d = {0};
     size_t len = 0;
-    int r = engine_chat_render((enum engine_chat_family)fam, m, n, flags, NULL, 0, &len, &d);
+    int r = engine_chat_render_tools((enum engine_chat_family)fam, m, n, &tools, flags, NULL, 0,
+                                     &len, &d);
     char *buf = r == -ENOSPC || r == 0 ? malloc(len ? len : 1) : NULL;
-    if (buf) r = engine_chat_render((enum engine_chat_family)fam, m, n, flags, buf, len, &len, &d);
+    if (buf)
+        r = engine_chat_render_tools((enum engine_chat_family)fam, m, n, &tools, flags, buf, len,
+                                     &len, &d);
     if (r < 0) {
         fprintf(stderr, "warm-chat-render: %s\n", err_msg(&d, r));
         return 1;
@@ -79,6 +138,7 @@ int main(int argc, char **argv) {
     fwrite(buf, 1, len, stdout);
     free(buf);
     free(m);
-    json_decref(root);
+    free(tools_text);
+    json_decref(doc);
     return 0;
 }
