@@ -295,7 +295,19 @@ struct warm_gen_params {
      * keep_alive 0); keep_alive_usec is then ignored. */
     bool unload_after;
     warm_progress_fn on_progress;   /* NULL = none */
+    /* Constrained output, at most one of the two (NULL or "" = free text; at most 65536
+     * bytes): a JSON Schema as text (WARM_JSON_OBJECT is JSON mode), or a grammar in warmd's
+     * GBNF-like form (start rule `root`). The output then stays in that language and, when
+     * it ends with WARM_STOP_EOS, is one complete value. The daemon compiles it before
+     * queueing: -WARM_INVALID_ARGUMENT naming the problem ("format.json_schema: unsupported
+     * keyword 'pattern' at /properties/zip"); -WARM_FAILED_PRECONDITION when the model's
+     * tokens cannot continue the output. See warm.proto's OutputFormat. */
+    const char *json_schema;
+    const char *grammar;
 };
+
+/* warm_gen_params.json_schema for JSON mode: any JSON object. */
+#define WARM_JSON_OBJECT "{\"type\":\"object\"}"
 
 enum warm_stop_reason {
     WARM_STOP_UNSPECIFIED = 0,

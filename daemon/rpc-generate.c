@@ -16,6 +16,9 @@
 #define STOP_MAX 16
 #define STOP_MAX_BYTES 256
 #define CHAT_MAX_MESSAGES 4096
+/* OutputFormat text (a JSON Schema or a grammar), as warm.proto documents: compiling is
+ * done on the RPC thread, so it is kept well below ENGINE_GRAMMAR_MAX_TEXT_BYTES. */
+#define FORMAT_MAX_BYTES 65536
 
 static bool in_range(float v, float lo, float hi) { return isfinite(v) && v >= lo && v <= hi; }
 
@@ -70,6 +73,46 @@ static int cache_check(struct rpc_call *c, const Warm__V1__CacheOptions *o) {
     return rpc_namespace_check(c, o->namespace_, false);
 }
 
+/* Compiles the request's OutputFormat (NULL: free text) into *ret (NULL when absent);
+ * answers the call and returns < 0 when it is malformed or unsupported. */
+static int format_compile(struct rpc_call *c, const Warm__V1__OutputFormat *f,
+                          struct engine_grammar **ret) {
+    *ret = NULL;
+    if (!f) return 0;
+    const char *field, *text;
+    if (f->format_case == WARM__V1__OUTPUT_FORMAT__FORMAT_JSON_SCHEMA) {
+        field = "format.json_schema";
+        text = f->json_schema;
+    } else if (f->format_case == WARM__V1__OUTPUT_FORMAT__FORMAT_GRAMMAR) {
+        field = "format.grammar";
+        text = f->grammar;
+    } else {
+        rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT,
+                      "format: set json_schema or grammar (this server knows no other format)");
+        return -EINVAL;
+    }
+    size_t len = strlen(text);
+    if (len == 0 || len > FORMAT_MAX_BYTES) {
+        rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "%s: %zu bytes; it must have 1..%d", field,
+                      len, FORMAT_MAX_BYTES);
+        return -EINVAL;
+    }
+    struct err_detail d = {0};
+    int e = f->format_case == WARM__V1__OUTPUT_FORMAT__FORMAT_JSON_SCHEMA
+                ? engine_grammar_from_schema(text, len, ret, &d)
+                : engine_grammar_parse(text, len, ret, &d);
+    if (e < 0) {
+        /* the schema's or grammar's own fault (its size included), or our memory */
+        static const char prefix[] = "JSON schema: ";
+        const char *msg = err_msg(&d, e);
+        if (strncmp(msg, prefix, sizeof prefix - 1) == 0) msg += sizeof prefix - 1;
+        rpc_call_fail(c, e == -ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED
+                                      : GRPC_STATUS_INVALID_ARGUMENT, "%s: %s", field, msg);
+        return e;
+    }
+    return 0;
+}
+
 /* The limits on prompt length: max_prompt_tokens (0 = ctx_size) tokens, and a byte cap
  * applied before tokenization (a token is rarely longer than 16 bytes of text). */
 static uint32_t prompt_token_cap(const struct config *cfg) {
@@ -84,6 +127,7 @@ struct gen_job {
     struct rpc_call *call;      /* referenced until done */
     struct daemon *d;
     int32_t *prompt;
+    struct engine_grammar *grammar; /* the request's OutputFormat, or NULL */
     char **stop;                /* copies of the request's stop strings */
     size_t n_stop;
     char *pending;              /* text held back: it may start a stop string */
@@ -99,6 +143,7 @@ static void job_free(struct gen_job *j) {
     for (size_t i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->stop);
     free(j->prompt);
+    engine_grammar_free(j->grammar);
     free(j->pending);
     free(j);
 }
@@ -410,6 +455,7 @@ struct gen_args {
     char **stop;
     size_t n_stop;
     const Warm__V1__CacheOptions *cache;
+    const Warm__V1__OutputFormat *format;
     const Warm__V1__GenerateRequest *generate; /* exactly one of these two */
     const Warm__V1__ChatRequest *chat;
 };
@@ -455,22 +501,33 @@ static void generate_start(struct rpc_call *c, const struct gen_args *q) {
     uint64_t start = time_now_usec(), load_usec = 0;
     char warning[256] = "";
     uint64_t keep_alive = keep_alive_want(&d->config, q, warning, sizeof warning);
+    /* The output format is compiled before a model is resolved or loaded for it. */
+    struct engine_grammar *grammar;
+    if (format_compile(c, q->format, &grammar) < 0) return;
     /* A model that has to be loaded first: say so before the wait. */
     struct registry_model m;
-    if (rpc_model_resolve(c, q->model, &m) < 0) return;
+    if (rpc_model_resolve(c, q->model, &m) < 0) {
+        engine_grammar_free(grammar);
+        return;
+    }
     struct residency_info ri;
     residency_info(d, m.name, &ri);
     if (!ri.loaded)
         send_progress(c, WARM__V1__PROGRESS_STAGE__PROGRESS_STAGE_LOAD, start, NULL);
     struct resident *res;
     uint32_t uid = rpc_call_peer(c)->uid;
-    if (rpc_model_acquire(c, m.name, uid, keep_alive, &res, &load_usec) < 0) return;
+    if (rpc_model_acquire(c, m.name, uid, keep_alive, &res, &load_usec) < 0) {
+        engine_grammar_free(grammar);
+        return;
+    }
     struct gen_job *j = calloc(1, sizeof *j);
     if (!j) {
         rpc_call_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        engine_grammar_free(grammar);
         residency_release(d, res);
         return;
     }
+    j->grammar = grammar;
     /* unload_after ends the caller's lease only: the next tick unloads the model once it
      * is idle (no request holds it or runs on it) and no other user's lease holds it */
     if (q->unload_after) residency_lease_end(d, res, uid);
@@ -516,6 +573,7 @@ static void generate_start(struct rpc_call *c, const struct gen_args *q) {
     j->base.prompt = j->prompt;
     j->base.n_prompt = n_prompt;
     j->base.max_tokens = q->max_tokens;
+    j->base.grammar = j->grammar;
     j->seed = sampling_params(q->sampling, n_ctx, &j->base.sampling);
     /* The store namespace: the request's (checked by cache_check) or the caller's. */
     j->base.cache = !q->cache ? RUNNER_CACHE_USE
@@ -592,7 +650,7 @@ void rpc_generate_generate(struct rpc_call *c, const ProtobufCMessage *req) {
         .model = q->model, .keep_alive_usec = q->keep_alive_usec,
         .unload_after = q->unload_after, .max_tokens = q->max_tokens,
         .sampling = q->sampling, .stop = q->stop, .n_stop = q->n_stop, .cache = q->cache,
-        .generate = q});
+        .format = q->format, .generate = q});
 }
 
 void rpc_generate_chat(struct rpc_call *c, const ProtobufCMessage *req) {
@@ -639,5 +697,5 @@ void rpc_generate_chat(struct rpc_call *c, const ProtobufCMessage *req) {
         .model = q->model, .keep_alive_usec = q->keep_alive_usec,
         .unload_after = q->unload_after, .max_tokens = q->max_tokens,
         .sampling = q->sampling, .stop = q->stop, .n_stop = q->n_stop, .cache = q->cache,
-        .chat = q});
+        .format = q->format, .chat = q});
 }

@@ -34,6 +34,7 @@ struct slot {
     uint32_t n_prefilled;       /* prompt tokens in the cache (PREFILL) */
     int32_t next;               /* sampled, to be decoded (DECODE) */
     struct engine_sampler *sampler;
+    struct engine_grammar_matcher *matcher; /* the job's grammar, or NULL */
     struct engine_detok dt;
     uint32_t stored_chunks;     /* leading chunks of the sequence known to be stored */
     char ns[128];               /* the namespace of the job whose tokens are cached */
@@ -46,6 +47,10 @@ struct runner {
     struct engine_model *model;
     struct engine_vocab *vocab;
     struct engine_context *ctx;
+    /* The bytes of every token, for grammars: built by the loop on the first job with a
+     * grammar (it costs tens of milliseconds on a big vocabulary, and most models are never
+     * constrained), then kept while the model is loaded; the loop's alone. */
+    struct engine_grammar_vocab *grammar_vocab;
     uint32_t n_ctx;
     uint64_t memory_bytes;
     struct store_env *store;
@@ -277,6 +282,8 @@ static void slot_finish(struct runner *r, struct slot *s, int err, const char *m
         s->res.decode_usec = time_now_usec() - (s->prefill_end_usec ? s->prefill_end_usec : s->start_usec);
     engine_sampler_free(s->sampler);
     s->sampler = NULL;
+    engine_grammar_matcher_free(s->matcher); /* after the sampler, which borrowed it */
+    s->matcher = NULL;
     s->job = NULL;
     atomic_store(&s->running, NULL);
     s->state = SLOT_FREE;
@@ -330,6 +337,29 @@ static void slot_progress(struct slot *s) {
     s->job->ops->progress(s->job, &p);
 }
 
+/* Constrains the slot's sampler with a matcher of g (the model's grammar vocabulary is
+ * built first if no job needed it yet). msg says why on failure. */
+static int slot_grammar(struct runner *r, struct slot *s, const struct engine_grammar *g,
+                        char *msg, size_t n_msg) {
+    int e;
+    if (!r->grammar_vocab) {
+        uint64_t t0 = time_now_usec();
+        e = engine_grammar_vocab_new(r->vocab, &r->grammar_vocab);
+        if (e < 0) {
+            snprintf(msg, n_msg, "output format: the grammar vocabulary of model '%s': %s",
+                     r->name, err_str(e));
+            return e;
+        }
+        log_info("model '%s': grammar vocabulary of %d tokens built in %.1f ms", r->name,
+                 engine_grammar_vocab_n_tokens(r->grammar_vocab),
+                 (double)(time_now_usec() - t0) / 1000.0);
+    }
+    e = engine_grammar_matcher_new(g, r->grammar_vocab, &s->matcher);
+    if (e >= 0) e = engine_sampler_set_grammar(s->sampler, s->matcher);
+    if (e < 0) snprintf(msg, n_msg, "output format: %s", err_str(e));
+    return e;
+}
+
 /* Starts j in slot s: keeps the shared prefix, sets up sampler and detokenizer. */
 static void slot_start(struct runner *r, struct slot *s, struct runner_job *j) {
     int32_t seq = (int32_t)(s - r->slots);
@@ -341,7 +371,7 @@ static void slot_start(struct runner *r, struct slot *s, struct runner_job *j) {
     s->res.queue_usec = s->start_usec - j->submit_usec;
     s->res.prompt_tokens = (uint32_t)j->n_prompt;
     s->state = SLOT_PREFILL;
-    char msg[160];
+    char msg[400];
     if (j->n_prompt == 0 || j->n_prompt > r->n_ctx) {
         snprintf(msg, sizeof msg, "the prompt has %zu tokens; the context holds %u",
                  j->n_prompt, r->n_ctx);
@@ -377,6 +407,10 @@ static void slot_start(struct runner *r, struct slot *s, struct runner_job *j) {
         slot_finish(r, s, e, msg);
         return;
     }
+    if (j->grammar && (e = slot_grammar(r, s, j->grammar, msg, sizeof msg)) < 0) {
+        slot_finish(r, s, e, msg);
+        return;
+    }
     for (size_t i = 0; i < j->n_prompt; i++) engine_sampler_accept(s->sampler, j->prompt[i]);
     /* The detokenizer sees the prompt so a leading-space rule knows where text stands. */
     engine_detok_init(&s->dt, r->vocab, ENGINE_DETOK_TEXT_START | ENGINE_DETOK_VALID_UTF8);
@@ -392,19 +426,33 @@ static void slot_sample(struct runner *r, struct slot *s, const float *logits) {
     struct runner_job *j = s->job;
     struct err_detail d = {0};
     int32_t tok = engine_sampler_sample(s->sampler, logits, &d);
+    char msg[700];
+    if (tok == ERR_GRAMMAR_STUCK) {
+        /* the output cannot go on in the format's language with this model's tokens */
+        snprintf(msg, sizeof msg, "output format: after %u generated tokens no token of model "
+                 "'%s' continues the output in the requested format (%s)",
+                 s->res.generated_tokens, r->name, err_msg(&d, tok));
+        slot_finish(r, s, tok, msg);
+        return;
+    }
     if (tok < 0) {
         /* broken logits (a model with NaN weights) end this job; the others go on */
-        char msg[600];
         snprintf(msg, sizeof msg, "sampling: %s", err_msg(&d, tok));
         slot_finish(r, s, tok, msg);
         return;
     }
+    /* Under a grammar the mask allows end of generation only once the output is complete. */
     if (engine_vocab_is_eog(r->vocab, tok)) {
         s->res.stop = RUNNER_STOP_EOS;
         slot_finish(r, s, 0, NULL);
         return;
     }
-    engine_sampler_accept(s->sampler, tok);
+    int e = engine_sampler_accept_generated(s->sampler, tok, &d);
+    if (e < 0) {
+        snprintf(msg, sizeof msg, "output format: %s", err_msg(&d, e));
+        slot_finish(r, s, e, msg);
+        return;
+    }
     s->res.generated_tokens++;
     int n = engine_detok_feed(&s->dt, tok, r->piece, r->piece_cap);
     if (!j->ops->token(j, tok, r->piece, (size_t)MAX(n, 0))) {
@@ -623,6 +671,7 @@ static void runner_release(struct runner *r) {
     }
     free(r->slots);
     engine_context_free(r->ctx);
+    engine_grammar_vocab_free(r->grammar_vocab);
     engine_vocab_free(r->vocab);
     engine_model_free(r->model);
     free(r->b_token);

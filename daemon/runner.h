@@ -12,6 +12,10 @@
  * The loop marks its watchdog beat busy while it has jobs and stamps progress after
  * every step, so a wedged forward pass stops the WATCHDOG=1 pings.
  *
+ * A job with a grammar samples only tokens that keep its output in the grammar's language
+ * (engine/grammar.h); it ends with EOS once the output is complete, and with
+ * ERR_GRAMMAR_STUCK when no token of the vocabulary can continue it.
+ *
  * Threads: runner_submit from any thread; the callbacks of a job run on the loop thread.
  * runner_free stops the loop after the current decode step: the current and queued jobs
  * end with err = -ESHUTDOWN ("model unloaded"). */
@@ -89,6 +93,10 @@ struct runner_job {
     size_t n_prompt;
     uint32_t max_tokens;       /* 0 = until EOS or the context is full */
     struct engine_sampler_params sampling;
+    /* Constrained output (proto OutputFormat), borrowed until done(); NULL = free text.
+     * The loop builds the model's grammar vocabulary on the first such job, then gives
+     * each one a matcher of its own. */
+    const struct engine_grammar *grammar;
     enum runner_cache cache;
     char ns[128];              /* the store namespace, e.g. "uid:1000" */
     uint32_t uid;              /* the caller: its share of the queue and of the slots */

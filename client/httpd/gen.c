@@ -227,6 +227,22 @@ static void error_as_prompt(struct warm_error *e) {
     snprintf(e->message, sizeof e->message, "%s", text);
 }
 
+/* warmd names the request's format in its errors ("format.json_schema: unsupported keyword
+ * 'pattern' at /properties/zip"): the API's field takes its place, and the reply names it. */
+static void error_as_format(struct gen_job *j) {
+    static const char *const fields[] = {"format.json_schema: ", "format.grammar: "};
+    struct warm_error *e = &j->err;
+    for (size_t i = 0; j->format_param && i < ARRAY_SIZE(fields); i++) {
+        size_t n = strlen(fields[i]);
+        if (strncmp(e->message, fields[i], n) != 0) continue;
+        char text[sizeof e->message];
+        snprintf(text, sizeof text, "%s: %s", j->format_param, e->message + n);
+        snprintf(e->message, sizeof e->message, "%s", text);
+        j->format_error = true;
+        return;
+    }
+}
+
 static int run_call(struct gen_job *j) {
     j->params.n_stop = 0;
     while (j->params.n_stop < HTTPD_MAX_STOP && j->stop[j->params.n_stop]) j->params.n_stop++;
@@ -241,6 +257,7 @@ static void *job_thread(void *p) {
     struct gen_job *j = p;
     int r = run_call(j);
     if (r < 0 && j->plain_fallback) error_as_prompt(&j->err);
+    if (r < 0) error_as_format(j);
     pthread_mutex_lock(&j->lock);
     j->rc = r;
     /* Once a token is out, so is the status line: an error then travels in the stream. */
@@ -328,7 +345,9 @@ enum MHD_Result gen_run(struct request *r, struct gen_job *j) {
         return MHD_NO;
     }
     if (j->finished && j->rc < 0) {
-        m = reply_warm_error(r, &j->err);
+        m = j->format_error ? reply_error(r, http_status_for(j->err.code), j->format_param, "%s",
+                                          j->err.message)
+                            : reply_warm_error(r, &j->err);
         gen_job_free(j);
         return m;
     }

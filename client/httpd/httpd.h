@@ -292,6 +292,9 @@ struct gen_job {
     struct warm_sampling sampling;
     const char *stop[HTTPD_MAX_STOP];
     uint32_t num_ctx;               /* Ollama's options.num_ctx; 0 = the model's context */
+    const char *format_param;       /* the API's name of the output format's field (in its
+                                       errors), when the request has one */
+    bool format_error;              /* warmd refused the format: err names format_param */
     bool stream;
     /* What the reply needs. */
     enum api api;
@@ -366,6 +369,10 @@ int field_bool(struct field_ctx *f, json_t *obj, const char *key, bool *ret);
 int field_string(struct field_ctx *f, json_t *obj, const char *key, const char **ret);
 /* stop: a string or an array of at most max strings. */
 int field_stop(struct field_ctx *f, json_t *obj, const char *key, size_t max, struct gen_job *j);
+/* Constrains j's output to schema (a JSON Schema object or boolean; NULL = JSON mode, any
+ * object), sent to warmd as OutputFormat.json_schema; param is the request's field, named
+ * in warmd's errors about the schema (unsupported keywords). */
+int field_schema(struct field_ctx *f, struct gen_job *j, json_t *schema, const char *param);
 /* The model a request names (in buf when ":latest" is dropped), the configured default, or
  * NULL for warmd's own default. */
 const char *request_model(struct request *r, const char *name, char buf[HTTPD_MODEL_MAX]);

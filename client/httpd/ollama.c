@@ -1,6 +1,8 @@
 /* ollama — the Ollama API that desktop apps use: /api/version, /api/tags, /api/ps,
  * /api/generate and /api/chat (NDJSON streams by default, one object with "stream": false;
  * /api/show is show.c), with "options" (sampling, num_predict, num_ctx, stop) and
+ * format ("json", or a JSON Schema object: the output is constrained by warmd, and a
+ * schema keyword it does not support is a 400 naming it) and
  * keep_alive in Ollama's meanings for the user's own lease on the model (warm.proto): a
  * duration ("5m", "1h30m", or a number of seconds), 0 = end it (the model goes once no
  * request uses it and no other user's lease holds it), negative = as long as warmd allows
@@ -188,7 +190,6 @@ static const struct {
 } refused_rows[] = {
     {"images", "warmd's models read text only"},
     {"tools", "warmd does not run tool calls"},
-    {"format", "warmd does not constrain output to JSON or a schema"},
     {"template", "warmd renders prompts with the model's own chat template"},
     {"context", "send the conversation with /api/chat instead; warmd resumes it from its "
                 "prompt cache"},
@@ -217,6 +218,18 @@ static int check_common(struct field_ctx *f, json_t *b, struct gen_job *j) {
     }
     snprintf(j->model, sizeof j->model, "%s", model);
     j->params.model = request_model(f->r, model, j->model_buf);
+    /* format: "json" (one object, as Ollama's JSON grammar), or a JSON Schema object */
+    json_t *format = json_object_get(b, "format");
+    if (json_is_string(format) && strcmp(json_string_value(format), "json") == 0) {
+        if (field_schema(f, j, NULL, "format") < 0) return -EINVAL;
+    } else if (json_is_object(format)) {
+        if (field_schema(f, j, format, "format") < 0) return -EINVAL;
+    } else if (format && !json_is_null(format) &&
+               !(json_is_string(format) && !*json_string_value(format))) {
+        f->mhd = reply_error(f->r, 400, "format", "'format' must be \"json\" or a JSON Schema "
+                             "object");
+        return -EINVAL;
+    }
     j->stream = true;           /* Ollama streams unless told not to */
     if (field_bool(f, b, "stream", &j->stream) < 0) return -EINVAL;
     if (parse_keep_alive(f, json_object_get(b, "keep_alive"), &j->params) < 0)
@@ -331,6 +344,7 @@ static enum MHD_Result load_or_unload(struct request *r, struct gen_job *j) {
         j->params.cache_mode = WARM_CACHE_SKIP;
         j->params.sampling = NULL;
         j->params.n_stop = 0;
+        j->params.json_schema = NULL;   /* nothing is generated worth constraining */
         struct warm_summary s;
         rc = warm_generate(wc, &j->params, NULL, &token, 1, NULL, NULL, &s, &j->err);
         if (rc >= 0) warm_summary_done(&s);

@@ -2,8 +2,10 @@
  * POST /v1/chat/completions and /v1/completions, streamed (SSE ending in "data: [DONE]") or
  * whole, with the usage block (prompt_tokens_details.cached_tokens = prompt tokens warmd
  * took from RAM or from its prompt cache). A field that would change what a request means
- * and that warmd cannot honour (tools, images, several choices, JSON mode, log
- * probabilities) is refused with a 400 naming it, never dropped; fields that only tune
+ * and that warmd cannot honour (tools, images, several choices, log probabilities) is
+ * refused with a 400 naming it, never dropped; response_format (JSON mode, a JSON Schema)
+ * constrains the output through warmd, whose refusal of a schema keyword is a 400 naming
+ * it; fields that only tune
  * delivery or bookkeeping (user, store, metadata, service_tier) are ignored. Errors have
  * OpenAI's shape: {"error": {"message", "type", "param", "code"}}. */
 #include "httpd.h"
@@ -89,6 +91,46 @@ int field_stop(struct field_ctx *f, json_t *obj, const char *key, size_t max, st
     return 0;
 }
 
+int field_schema(struct field_ctx *f, struct gen_job *j, json_t *schema, const char *param) {
+    j->format_param = param;
+    if (!schema) {
+        j->params.json_schema = WARM_JSON_OBJECT;
+        return 0;
+    }
+    if (!json_is_object(schema) && !json_is_boolean(schema))
+        return field_fail(f, param, "must be a JSON Schema (an object)");
+    char *text = gen_job_keep(j, json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY));
+    if (!text) {
+        f->mhd = reply_error(f->r, 503, NULL, "out of memory");
+        return -ENOMEM;
+    }
+    j->params.json_schema = text;
+    return 0;
+}
+
+/* response_format: {"type": "text"} (free text), {"type": "json_object"} (JSON mode: one
+ * object) or {"type": "json_schema", "json_schema": {"name", "schema", "strict",
+ * "description"}}: the output is valid under schema whatever strict says (no schema: one
+ * object). */
+static int parse_response_format(struct field_ctx *f, json_t *b, struct gen_job *j) {
+    json_t *rf = json_object_get(b, "response_format");
+    if (!rf || json_is_null(rf)) return 0;
+    if (!json_is_object(rf)) return field_fail(f, "response_format", "must be an object");
+    const char *type = json_string_value(json_object_get(rf, "type"));
+    if (type && strcmp(type, "text") == 0) return 0;
+    if (type && strcmp(type, "json_object") == 0)
+        return field_schema(f, j, NULL, "response_format");
+    if (!type || strcmp(type, "json_schema") != 0)
+        return field_fail(f, "response_format.type", "must be text, json_object or json_schema");
+    json_t *js = json_object_get(rf, "json_schema");
+    if (!json_is_object(js))
+        return field_fail(f, "response_format.json_schema", "must be an object holding "
+                          "'name' and 'schema'");
+    json_t *schema = json_object_get(js, "schema");
+    if (json_is_null(schema)) schema = NULL;
+    return field_schema(f, j, schema, "response_format.json_schema.schema");
+}
+
 const char *request_model(struct request *r, const char *name, char buf[HTTPD_MODEL_MAX]) {
     static const char latest[] = ":latest";
     if (!name || !*name) return *r->h->cfg.default_model ? r->h->cfg.default_model : NULL;
@@ -145,7 +187,6 @@ static const struct refused_field chat_refused[] = {
     {"n", REF_ABOVE_ONE, "warmd returns one choice per request"},
     {"logprobs", REF_TRUE, "warmd does not return log probabilities"},
     {"top_logprobs", REF_ABOVE_ZERO, "warmd does not return log probabilities"},
-    {"response_format", REF_NOT_TEXT, "warmd does not constrain output to JSON or a schema"},
     {"logit_bias", REF_NONEMPTY, "warmd does not bias logits"},
     {"audio", REF_NOT_NULL, "warmd's models answer with text only"},
     {"modalities", REF_NOT_TEXT, "warmd's models answer with text only"},
@@ -480,7 +521,7 @@ enum MHD_Result openai_chat(struct request *r) {
     j->chat = true;
     make_id(j->id, sizeof j->id, "chatcmpl-");
     if (check_refused(&f, r->json, chat_refused, ARRAY_SIZE(chat_refused)) < 0 ||
-        parse_common(&f, r->json, j) < 0 ||
+        parse_common(&f, r->json, j) < 0 || parse_response_format(&f, r->json, j) < 0 ||
         parse_messages(&f, j, json_object_get(r->json, "messages")) < 0) {
         gen_job_free(j);
         return f.mhd;
@@ -527,7 +568,7 @@ enum MHD_Result openai_completions(struct request *r) {
     /* OpenAI's default for the legacy endpoint is 16 tokens. */
     j->params.max_tokens = 16;
     if (check_refused(&f, r->json, completion_refused, ARRAY_SIZE(completion_refused)) < 0 ||
-        parse_common(&f, r->json, j) < 0 ||
+        parse_common(&f, r->json, j) < 0 || parse_response_format(&f, r->json, j) < 0 ||
         parse_prompt(&f, j, json_object_get(r->json, "prompt")) < 0) {
         gen_job_free(j);
         return f.mhd;

@@ -328,12 +328,27 @@ WARM_API void warm_summary_done(struct warm_summary *s) {
 struct gen_parts {
     Warm__V1__Sampling sampling;
     Warm__V1__CacheOptions cache;
+    Warm__V1__OutputFormat format;
+    bool has_format;
 };
 
 static int gen_parts_init(struct gen_parts *p, const struct warm_gen_params *params,
                           struct warm_error *err) {
     p->sampling = (Warm__V1__Sampling)WARM__V1__SAMPLING__INIT;
     p->cache = (Warm__V1__CacheOptions)WARM__V1__CACHE_OPTIONS__INIT;
+    p->format = (Warm__V1__OutputFormat)WARM__V1__OUTPUT_FORMAT__INIT;
+    bool schema = params->json_schema && *params->json_schema;
+    bool grammar = params->grammar && *params->grammar;
+    if (schema && grammar)
+        return lw_fail(err, WARM_BAD_REQUEST, "json_schema and grammar: set at most one");
+    p->has_format = schema || grammar;
+    if (schema) {
+        p->format.format_case = WARM__V1__OUTPUT_FORMAT__FORMAT_JSON_SCHEMA;
+        p->format.json_schema = (char *)params->json_schema;
+    } else if (grammar) {
+        p->format.format_case = WARM__V1__OUTPUT_FORMAT__FORMAT_GRAMMAR;
+        p->format.grammar = (char *)params->grammar;
+    }
     if (params->stop && params->n_stop) {
         for (size_t i = 0; i < params->n_stop; i++)
             if (!params->stop[i]) return lw_fail(err, WARM_BAD_REQUEST, "stop[%zu]: NULL", i);
@@ -476,6 +491,7 @@ WARM_API int warm_generate(struct warm_client *c, const struct warm_gen_params *
     req.cache = &parts.cache;
     req.keep_alive_usec = params->keep_alive_usec;
     req.unload_after = params->unload_after;
+    req.format = parts.has_format ? &parts.format : NULL;
     return stream_run(c, "Generate", &req.base, params, on_token, userdata, ret_summary, err);
 }
 
@@ -518,6 +534,7 @@ WARM_API int warm_chat(struct warm_client *c, const struct warm_gen_params *para
     req.keep_alive_usec = params->keep_alive_usec;
     req.continue_last = (flags & WARM_CHAT_CONTINUE_LAST) != 0;
     req.unload_after = params->unload_after;
+    req.format = parts.has_format ? &parts.format : NULL;
     r = stream_run(c, "Chat", &req.base, params, on_token, userdata, ret_summary, err);
     free(msgs);
     free(ptrs);

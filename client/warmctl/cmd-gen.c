@@ -61,6 +61,9 @@ enum {
     OPT_PROMPT_TOKENS,
     OPT_REPS,
     OPT_PLAIN,
+    OPT_FORMAT,
+    OPT_JSON_SCHEMA,
+    OPT_GRAMMAR,
 };
 
 #define GEN_OPTIONS                                                                          \
@@ -80,6 +83,9 @@ enum {
         {"no-cache", no_argument, NULL, OPT_NO_CACHE},                                      \
         {"namespace", required_argument, NULL, OPT_NAMESPACE},                              \
         {"keep-alive", required_argument, NULL, OPT_KEEP_ALIVE},                            \
+        {"format", required_argument, NULL, OPT_FORMAT},                                    \
+        {"json-schema", required_argument, NULL, OPT_JSON_SCHEMA},                          \
+        {"grammar", required_argument, NULL, OPT_GRAMMAR},                                  \
         {"verbose", no_argument, NULL, 'v'}
 
 #define GEN_OPTIONS_HELP                                                                     \
@@ -95,6 +101,11 @@ enum {
     "      --namespace NS       cache namespace (default: your own, uid:<uid>)\n"            \
     "      --keep-alive DUR     keep the model loaded DUR after this request (30s, 10m;\n"  \
     "                           0 = unload it after; -1 or forever = as long as allowed)\n"\
+    "      --format json        JSON mode: the output is one JSON object\n"                   \
+    "      --json-schema FILE   the output is one JSON value valid under the JSON Schema in\n" \
+    "                           FILE ('-' = standard input; unsupported keywords are named)\n" \
+    "      --grammar FILE       the output follows the grammar in FILE (warmd's GBNF-like\n"  \
+    "                           form, start rule root)\n"                                   \
     "  -v, --verbose            print the summary (cache reuse, timings) on stderr\n"
 
 struct gen_opts {
@@ -102,8 +113,14 @@ struct gen_opts {
     struct warm_sampling sampling;
     bool have_sampling;
     const char *stop[MAX_STOP];
+    char *format_text;          /* the schema or grammar read from a file (owned) */
     bool verbose;
 };
+
+static void gen_opts_done(struct gen_opts *g) {
+    free(g->format_text);
+    g->format_text = NULL;
+}
 
 static const char *const cache_mode_names[WARM_CACHE_MODE_COUNT] = {
     [WARM_CACHE_USE] = "use", [WARM_CACHE_SKIP] = "skip", [WARM_CACHE_REFRESH] = "refresh"};
@@ -116,6 +133,8 @@ static const char *value_kind(int opt) {
     case OPT_FREQUENCY_PENALTY: case OPT_PRESENCE_PENALTY: return "a number";
     case OPT_CACHE: return "one of use, skip, refresh";
     case OPT_KEEP_ALIVE: return "a duration (30s, 10m, 2h; 0 = unload after; -1 or forever)";
+    case OPT_FORMAT: return "json (or none)";
+    case OPT_JSON_SCHEMA: case OPT_GRAMMAR: return "a readable file ('-' = standard input)";
     default: return NULL;
     }
 }
@@ -159,6 +178,24 @@ static int gen_value(struct gen_opts *g, int opt, const char *value) {
         /* 0 as in Ollama: unload the model when this request is over */
         g->params.keep_alive_usec = v;
         g->params.unload_after = v == 0;
+        return 0;
+    }
+    case OPT_FORMAT:
+        if (strcmp(value, "json") != 0 && strcmp(value, "none") != 0) return -EINVAL;
+        free(g->format_text);
+        g->format_text = NULL;
+        g->params.json_schema = strcmp(value, "json") == 0 ? WARM_JSON_OBJECT : NULL;
+        g->params.grammar = NULL;
+        return 0;
+    case OPT_JSON_SCHEMA:
+    case OPT_GRAMMAR: {
+        char *text;
+        size_t len;
+        if (ctl_read_all(value, &text, &len) < 0) return -EINVAL;
+        free(g->format_text);
+        g->format_text = text;
+        g->params.json_schema = opt == OPT_JSON_SCHEMA ? text : NULL;
+        g->params.grammar = opt == OPT_GRAMMAR ? text : NULL;
         return 0;
     }
     case 'v': g->verbose = true; return 0;
@@ -343,12 +380,11 @@ static const char run_usage[] =
     "then one {\"summary\": {...}} line.\n"
     "\n" GEN_OPTIONS_HELP;
 
-int ctl_cmd_run(struct ctl *ctl, int argc, char **argv) {
-    struct gen_opts g = {0};
-    int r = gen_parse(ctl, &g, argc, argv, NULL, 0, run_usage, NULL, NULL);
+static int run_main(struct ctl *ctl, struct gen_opts *g, int argc, char **argv) {
+    int r = gen_parse(ctl, g, argc, argv, NULL, 0, run_usage, NULL, NULL);
     if (r >= 0) return r;
     if (argc - optind != 2) return ctl_usage_error(ctl, run_usage, "give MODEL and PROMPT");
-    g.params.model = argv[optind];
+    g->params.model = argv[optind];
     const char *prompt = argv[optind + 1];
     char *input = NULL;
     if (strcmp(prompt, "-") == 0) {
@@ -369,11 +405,11 @@ int ctl_cmd_run(struct ctl *ctl, int argc, char **argv) {
     }
     catch_sigint();
     struct sink k = {.ctl = ctl, .at_line_start = true, .show_progress = progress_wanted(ctl),
-                     .escape = ctl_escape_wanted(ctl), .model = g.params.model};
-    g.params.on_progress = sink_progress;
+                     .escape = ctl_escape_wanted(ctl), .model = g->params.model};
+    g->params.on_progress = sink_progress;
     struct warm_summary s;
     struct warm_error err;
-    r = warm_generate(c, &g.params, prompt, NULL, 0, sink_token, &k, &s, &err);
+    r = warm_generate(c, &g->params, prompt, NULL, 0, sink_token, &k, &s, &err);
     free(input);
     free(k.text);
     progress_clear(&k);
@@ -385,9 +421,16 @@ int ctl_cmd_run(struct ctl *ctl, int argc, char **argv) {
         }
         return ctl_fail(ctl, &err);
     }
-    sink_finish(&k, &s, g.verbose, gen_greedy(&g));
+    sink_finish(&k, &s, g->verbose, gen_greedy(g));
     warm_summary_done(&s);
     return CTL_EXIT_OK;
+}
+
+int ctl_cmd_run(struct ctl *ctl, int argc, char **argv) {
+    struct gen_opts g = {0};
+    int r = run_main(ctl, &g, argc, argv);
+    gen_opts_done(&g);
+    return r;
 }
 
 /* ---- chat ---------------------------------------------------------------------------- */
@@ -410,7 +453,8 @@ static const char chat_usage[] =
     "  /set                 show the sampling settings\n"
     "  /set NAME VALUE      change one: temperature, top-k, top-p, min-p, seed,\n"
     "                       repeat-penalty, repeat-last-n, frequency-penalty,\n"
-    "                       presence-penalty, max-tokens; '/set greedy' for temperature 0\n"
+    "                       presence-penalty, max-tokens; '/set greedy' for temperature 0;\n"
+    "                       format json|none, json-schema FILE, grammar FILE\n"
     "  \"\"\"                  start and end a message of several lines (or end a line with\n"
     "                       '\\' to go on on the next one)\n"
     "\n"
@@ -428,6 +472,8 @@ static const char chat_help[] =
     "  /set NAME VALUE    temperature, top-k, top-p, min-p, seed, repeat-penalty,\n"
     "                     repeat-last-n, frequency-penalty, presence-penalty, max-tokens\n"
     "  /set greedy        temperature 0\n"
+    "  /set format json   JSON replies (none: free text again); also json-schema FILE,\n"
+    "                     grammar FILE\n"
     "  \"\"\"                start and end a message of several lines; a line ending in '\\'\n"
     "                     goes on on the next one\n"
     "  Ctrl-C             stop the current reply\n";
@@ -671,6 +717,7 @@ static const struct {
     {"seed", OPT_SEED}, {"repeat-penalty", OPT_REPEAT_PENALTY},
     {"repeat-last-n", OPT_REPEAT_LAST_N}, {"frequency-penalty", OPT_FREQUENCY_PENALTY},
     {"presence-penalty", OPT_PRESENCE_PENALTY}, {"max-tokens", 'n'}, {"greedy", OPT_GREEDY},
+    {"format", OPT_FORMAT}, {"json-schema", OPT_JSON_SCHEMA}, {"grammar", OPT_GRAMMAR},
 };
 
 static void show_settings(const struct gen_opts *g) {
@@ -730,16 +777,15 @@ static int no_template(struct ctl *ctl, const char *model, const struct warm_err
     return ctl_fail(ctl, &e);
 }
 
-int ctl_cmd_chat(struct ctl *ctl, int argc, char **argv) {
+static int chat_main(struct ctl *ctl, struct gen_opts *g, int argc, char **argv) {
     static const struct option extra[] = {{"system", required_argument, NULL, OPT_SYSTEM},
                                           {"wait", required_argument, NULL, OPT_WAIT},
                                           {"plain", no_argument, NULL, OPT_PLAIN}};
     struct chat_extra x = {.wait_usec = 30 * 1000000ULL};
-    struct gen_opts g = {0};
-    int r = gen_parse(ctl, &g, argc, argv, extra, 3, chat_usage, chat_option, &x);
+    int r = gen_parse(ctl, g, argc, argv, extra, 3, chat_usage, chat_option, &x);
     if (r >= 0) return r;
     if (argc - optind != 1) return ctl_usage_error(ctl, chat_usage, "name one model");
-    g.params.model = argv[optind];
+    g->params.model = argv[optind];
     if (!ctl_client(ctl, &r)) return r;
     catch_sigint();
     bool tty = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO) && !ctl->json;
@@ -748,13 +794,13 @@ int ctl_cmd_chat(struct ctl *ctl, int argc, char **argv) {
     if (x.system && history_add(&h, "system", x.system) < 0) return ctl_fail_msg(ctl, "out of memory");
     size_t n_keep = h.n;        /* /clear keeps the system message */
     struct sink k = {.ctl = ctl, .at_line_start = true, .show_progress = progress_wanted(ctl),
-                     .escape = ctl_escape_wanted(ctl), .model = g.params.model};
-    g.params.on_progress = sink_progress;
+                     .escape = ctl_escape_wanted(ctl), .model = g->params.model};
+    g->params.on_progress = sink_progress;
     struct reader rd;
     reader_init(&rd, tty);
     if (tty)
         printf("Chatting with %s through warmd at %s. Type /help for help, /bye or Ctrl-D to "
-               "leave.\n", g.params.model, warm_client_socket(ctl->client));
+               "leave.\n", g->params.model, warm_client_socket(ctl->client));
     for (;;) {
         bool intr;
         char *line = read_message(&rd, tty, &intr);
@@ -781,7 +827,7 @@ int ctl_cmd_chat(struct ctl *ctl, int argc, char **argv) {
             } else if (strcmp(cmd, "help") == 0 || strcmp(cmd, "?") == 0) {
                 fputs(chat_help, stderr);
             } else if (strcmp(cmd, "set") == 0) {
-                chat_set(&g, args);
+                chat_set(g, args);
             } else {
                 static const char *const cmds[] = {"help", "bye", "clear", "set"};
                 const char *near = ctl_closest(cmd, cmds, 4);
@@ -804,7 +850,7 @@ int ctl_cmd_chat(struct ctl *ctl, int argc, char **argv) {
         struct warm_error err;
         for (;;) {
             sink_reset(&k);
-            r = chat_turn(ctl, &g, &h, x.plain, &k, &s, &err);
+            r = chat_turn(ctl, g, &h, x.plain, &k, &s, &err);
             /* a daemon restarting may refuse for a moment what it served before */
             if (r >= 0 || (err.code != WARM_UNAVAILABLE && err.code != WARM_NOT_RUNNING &&
                            err.code != WARM_SOCKET_ACCESS))
@@ -826,12 +872,12 @@ int ctl_cmd_chat(struct ctl *ctl, int argc, char **argv) {
             if (!x.plain && (err.code == WARM_UNIMPLEMENTED ||
                              (err.code == WARM_FAILED_PRECONDITION &&
                               strstr(err.message, "chat template"))))
-                ret = no_template(ctl, g.params.model, &err);
+                ret = no_template(ctl, g->params.model, &err);
             else
                 ret = ctl_fail(ctl, &err);
             break;
         }
-        sink_finish(&k, &s, g.verbose, gen_greedy(&g));
+        sink_finish(&k, &s, g->verbose, gen_greedy(g));
         warm_summary_done(&s);
         const char *reply = k.text ? k.text : "";
         while (x.plain && (*reply == ' ' || *reply == '\n')) reply++;
@@ -850,6 +896,13 @@ int ctl_cmd_chat(struct ctl *ctl, int argc, char **argv) {
     free(h.v);
     free(h.owned);
     return ret;
+}
+
+int ctl_cmd_chat(struct ctl *ctl, int argc, char **argv) {
+    struct gen_opts g = {0};
+    int r = chat_main(ctl, &g, argc, argv);
+    gen_opts_done(&g);
+    return r;
 }
 
 /* ---- bench --------------------------------------------------------------------------- */
@@ -885,23 +938,22 @@ struct bench_run {
     uint32_t n_tokens;
 };
 
-int ctl_cmd_bench(struct ctl *ctl, int argc, char **argv) {
+static int bench_main(struct ctl *ctl, struct gen_opts *g, int argc, char **argv) {
     static const struct option extra[] = {
         {"prompt-tokens", required_argument, NULL, OPT_PROMPT_TOKENS},
         {"reps", required_argument, NULL, OPT_REPS}};
     struct bench_extra x = {.prompt_tokens = 128, .reps = 3};
-    struct gen_opts g = {.params.max_tokens = 32};
-    int r = gen_parse(ctl, &g, argc, argv, extra, 2, bench_usage, bench_option, &x);
+    int r = gen_parse(ctl, g, argc, argv, extra, 2, bench_usage, bench_option, &x);
     if (r >= 0) return r;
     if (argc - optind != 1) return ctl_usage_error(ctl, bench_usage, "name one model");
-    if (!g.have_sampling) {
-        g.sampling = warm_sampling_default();
-        g.sampling.temperature = 0;
-        g.have_sampling = true;
-        gen_opts_finish(&g);
+    if (!g->have_sampling) {
+        g->sampling = warm_sampling_default();
+        g->sampling.temperature = 0;
+        g->have_sampling = true;
+        gen_opts_finish(g);
     }
-    if (g.params.cache_mode == WARM_CACHE_USE) g.params.cache_mode = WARM_CACHE_SKIP;
-    g.params.model = argv[optind];
+    if (g->params.cache_mode == WARM_CACHE_USE) g->params.cache_mode = WARM_CACHE_SKIP;
+    g->params.model = argv[optind];
     struct warm_client *c = ctl_client(ctl, &r);
     if (!c) return r;
     catch_sigint();
@@ -919,7 +971,7 @@ int ctl_cmd_bench(struct ctl *ctl, int argc, char **argv) {
         for (size_t i = 0; i < reps; i++) strcat(text, sentence);
         warm_free(prompt);
         prompt = NULL;
-        r = warm_tokenize(c, g.params.model, text, WARM_TOKENIZE_ADD_SPECIAL, &prompt, &n_prompt, &err);
+        r = warm_tokenize(c, g->params.model, text, WARM_TOKENIZE_ADD_SPECIAL, &prompt, &n_prompt, &err);
         free(text);
         if (r < 0) return ctl_fail(ctl, &err);
         if (reps > (size_t)x.prompt_tokens * 64) break;
@@ -946,7 +998,7 @@ int ctl_cmd_bench(struct ctl *ctl, int argc, char **argv) {
         if (n_pool && n_prompt > 1) prompt[1] = pool[i % n_pool];
         struct sink k = {.ctl = ctl, .quiet = true};
         uint64_t t0 = now_usec();
-        r = warm_generate(c, &g.params, NULL, prompt, n_prompt, sink_token, &k, &runs[i].s, &err);
+        r = warm_generate(c, &g->params, NULL, prompt, n_prompt, sink_token, &k, &runs[i].s, &err);
         uint64_t t1 = now_usec();
         if (r < 0) {
             ret = ctl_fail(ctl, &err);
@@ -962,14 +1014,14 @@ int ctl_cmd_bench(struct ctl *ctl, int argc, char **argv) {
         struct json j;
         if (ctl->json) {
             json_begin(&j, stdout);
-            json_str(&j, "model", g.params.model);
+            json_str(&j, "model", g->params.model);
             json_u64(&j, "prompt_tokens", n_prompt);
-            json_u64(&j, "max_tokens", g.params.max_tokens);
+            json_u64(&j, "max_tokens", g->params.max_tokens);
             json_u64(&j, "warmup_load_usec", runs[0].s.load_usec);
             json_array_begin(&j, "runs");
         } else {
             printf("model %s: prompt %zu tokens, up to %u generated, %u runs after a warm-up\n",
-                   g.params.model, n_prompt, g.params.max_tokens, x.reps);
+                   g->params.model, n_prompt, g->params.max_tokens, x.reps);
             printf("%4s %12s %12s %12s %14s\n", "run", "prefill t/s", "decode t/s", "first token",
                    "overhead/token");
         }
@@ -1017,4 +1069,11 @@ int ctl_cmd_bench(struct ctl *ctl, int argc, char **argv) {
     free(runs);
     warm_free(prompt);
     return ret;
+}
+
+int ctl_cmd_bench(struct ctl *ctl, int argc, char **argv) {
+    struct gen_opts g = {.params.max_tokens = 32};
+    int r = bench_main(ctl, &g, argc, argv);
+    gen_opts_done(&g);
+    return r;
 }

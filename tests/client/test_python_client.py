@@ -1,11 +1,12 @@
 """client/python: the warm_client package and its streaming example against a real
 warmd; the example's text equals warmctl's for the same greedy request."""
 
+import json
 import os
 import subprocess
 import sys
 
-from client_harness import MODEL, ClientTest, main
+from client_harness import MODEL, ClientTest, main, pb
 
 CLIENT_PY = os.environ.get("WARM_CLIENT_PYTHON", os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "..", "client", "python"))
@@ -79,6 +80,39 @@ class PythonClient(ClientTest):
             Client(os.path.join(self.tmp, "absent.sock"))
         self.assertEqual(cm.exception.code, "NOT_RUNNING")
         self.assertTrue(warm_client.DEFAULT_SOCKET.startswith("/run/"))
+
+    def test_json_schema_and_grammar(self):
+        d = self.start()
+        schema = {"type": "object", "properties": {
+            "name": {"type": "string", "maxLength": 10},
+            "pets": {"type": "array", "items": {"enum": ["cat", "dog"]}, "maxItems": 2}},
+            "required": ["name", "pets"], "additionalProperties": False}
+        with Client(d.socket) as c:
+            for seed in (0, 1, 2):
+                kw = dict(temperature=0) if seed == 0 else dict(temperature=1.0, seed=seed)
+                # a dict, or the same schema as text
+                s = c.generate(MODEL, "Once upon a time", max_tokens=200, json_schema=schema, **kw)
+                text = s.text()
+                v = json.loads(text)
+                self.assertEqual(s.summary.stop_reason, pb.STOP_REASON_EOS)
+                self.assertEqual(sorted(v), ["name", "pets"])
+                self.assertLessEqual(len(v["name"]), 10)
+                self.assertTrue(set(v["pets"]) <= {"cat", "dog"} and len(v["pets"]) <= 2, v)
+                again = c.generate(MODEL, "Once upon a time", max_tokens=200,
+                                   json_schema=json.dumps(schema), **kw).text()
+                self.assertEqual(again, text)
+            v = json.loads(c.generate(MODEL, "Once", max_tokens=200, temperature=0,
+                                      json_schema=warm_client.JSON_OBJECT).text())
+            self.assertIsInstance(v, dict)
+            self.assertIn(c.generate(MODEL, "Once", max_tokens=5, temperature=1.0, seed=3,
+                                     grammar='root ::= "yes" | "no"').text(), ("yes", "no"))
+            with self.assertRaises(WarmError) as cm:
+                c.generate(MODEL, "Once", json_schema={"type": "string", "format": "email",
+                                                       "minLength": 1, "pattern": "@"}).text()
+            self.assertEqual(cm.exception.code.name, "INVALID_ARGUMENT")
+            self.assertIn("unsupported keyword 'pattern'", str(cm.exception))
+            with self.assertRaises(ValueError):
+                c.generate(MODEL, "Once", json_schema={}, grammar="root ::= \"x\"")
 
 
 if __name__ == "__main__":

@@ -483,6 +483,51 @@ class Warmctl(ClientTest):
             self.assertEqual(lines[0], lines[1])  # after /reset the same first turn again
             self.assertIn("forgotten", r.err)
 
+    def test_output_format(self):
+        """--json-schema FILE, --format json and --grammar FILE (run, and chat's /set)."""
+        self.start()
+        schema = {"type": "object", "properties": {
+            "name": {"type": "string", "maxLength": 10},
+            "age": {"type": "integer", "minimum": 1, "maximum": 99}},
+            "required": ["name", "age"], "additionalProperties": False}
+        path = os.path.join(self.tmp, "schema.json")
+        with open(path, "w") as f:
+            json.dump(schema, f)
+
+        def run(*args, stdin=None):
+            ev = self.ctl("run", MODEL, "Once upon a time", "-n", "200", "--json", *args,
+                          stdin=stdin).events()
+            self.assertEqual(summaries_of(ev)[0]["stop_reason"], "eos", ev)
+            return "".join(t["text"] for t in tokens_of(ev))
+        text = run("--json-schema", path, "--greedy")
+        v = json.loads(text)
+        self.assertEqual(sorted(v), ["age", "name"])
+        self.assertTrue(len(v["name"]) <= 10 and 1 <= v["age"] <= 99, v)
+        self.assertEqual(run("--json-schema", "-", "--greedy", stdin=json.dumps(schema)), text)
+        for seed in ("1", "2"):
+            v = json.loads(run("--json-schema", path, "-t", "1", "--seed", seed))
+            self.assertTrue(len(v["name"]) <= 10 and 1 <= v["age"] <= 99, v)
+        self.assertIsInstance(json.loads(run("--format", "json", "--greedy")), dict)
+        gpath = os.path.join(self.tmp, "yes-no.gbnf")
+        with open(gpath, "w") as f:
+            f.write('root ::= "yes" | "no"\n')
+        self.assertIn(run("--grammar", gpath, "-t", "1", "--seed", "5"), ("yes", "no"))
+        # chat: /set format json constrains the next replies (--plain: stories has no template)
+        r = self.ctl("chat", MODEL, "--plain", "--greedy", "-n", "200", "--json",
+                     stdin="/set format json\nHi\n")
+        self.assertIsInstance(json.loads("".join(t["text"] for t in tokens_of(r.events()))),
+                              dict)
+        # warmd's refusal names the keyword; a bad value names the option
+        with open(path, "w") as f:
+            json.dump({"type": "string", "pattern": "^a"}, f)
+        r = self.ctl("run", MODEL, "x", "--json-schema", path, rc=EXIT_FAILED)
+        self.assertIn("format.json_schema: unsupported keyword 'pattern'", r.err)
+        r = self.ctl("run", MODEL, "x", "--json-schema", os.path.join(self.tmp, "absent"),
+                     rc=EXIT_USAGE)
+        self.assertIn("--json-schema", r.err)
+        r = self.ctl("run", MODEL, "x", "--format", "yaml", rc=EXIT_USAGE)
+        self.assertIn("--format: 'yaml' is not json", r.err)
+
     def test_chat_resumes_after_restart(self):
         d = self.start()
         mode = ["--plain"]

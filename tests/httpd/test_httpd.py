@@ -335,7 +335,10 @@ class HttpdTest(HttpdHarness):
         # Unsupported fields that change a request's meaning: 400 naming the field.
         chat = {"model": "chatty", "messages": [{"role": "user", "content": "Hi"}]}
         cases = [({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
-                 ({"n": 2}, "n"), ({"response_format": {"type": "json_object"}}, "response_format"),
+                 ({"n": 2}, "n"),
+                 ({"response_format": {"type": "json_schema", "json_schema": {
+                     "name": "x", "schema": {"type": "string", "pattern": "a+"}}}},
+                  "response_format.json_schema.schema"),
                  ({"logprobs": True}, "logprobs"),
                  ({"messages": [{"role": "user", "content": [
                      {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]},
@@ -349,9 +352,9 @@ class HttpdTest(HttpdHarness):
         doc = self.jcurl("/v1/completions", {"model": "stories", "prompt": "x", "echo": True},
                          status=400)
         self.assertEqual(doc["error"]["param"], "echo")
-        doc = self.jcurl("/api/generate", {"model": "stories", "prompt": "x", "format": "json"},
-                         status=400)
-        self.assertIn("format", doc["error"])
+        doc = self.jcurl("/api/generate", {"model": "stories", "prompt": "x", "format": {
+            "type": "string", "pattern": "a+"}}, status=400)
+        self.assertIn("format: unsupported keyword 'pattern'", doc["error"])
         # OpenAI's error shape for warmd's own errors, Ollama's on /api.
         doc = self.jcurl("/v1/completions", {"model": "nosuch", "prompt": "x"}, status=404)
         self.assertEqual(set(doc["error"]), {"message", "type", "param", "code"})

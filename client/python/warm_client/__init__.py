@@ -13,6 +13,6 @@ named in $WARM_PYTHON.
         print(stream.summary.generated_tokens)
 """
 
-from .client import DEFAULT_SOCKET, Client, Stream, WarmError
+from .client import DEFAULT_SOCKET, JSON_OBJECT, Client, Stream, WarmError
 
-__all__ = ["Client", "Stream", "WarmError", "DEFAULT_SOCKET"]
+__all__ = ["Client", "Stream", "WarmError", "DEFAULT_SOCKET", "JSON_OBJECT"]

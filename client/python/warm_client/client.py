@@ -3,6 +3,7 @@ warm.v1.Warm RPCs, errors as WarmError with a message a person can act on."""
 
 import errno
 import grp
+import json as _json
 import os
 import queue
 import socket as _socket
@@ -32,6 +33,8 @@ MAX_MESSAGE_BYTES = 64 << 20
 _CHANNEL_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                     ("grpc.initial_reconnect_backoff_ms", 20),
                     ("grpc.max_reconnect_backoff_ms", 250)]
+# json_schema for JSON mode (Ollama's format "json", OpenAI's json_object): any object.
+JSON_OBJECT = {"type": "object"}
 _CACHE_MODES = {"use": pb.CACHE_MODE_USE, "skip": pb.CACHE_MODE_SKIP,
                 "refresh": pb.CACHE_MODE_REFRESH}
 
@@ -207,11 +210,28 @@ class Client:
     # ---- generation ---------------------------------------------------------------------
 
     @staticmethod
+    def _format(json_schema, grammar):
+        """OutputFormat from a schema (JSON text, or a dict / bool to serialize) or grammar
+        text; None when neither is given."""
+        if json_schema is not None and grammar is not None:
+            raise ValueError("json_schema and grammar: give at most one")
+        if json_schema is not None:
+            if not isinstance(json_schema, str):
+                json_schema = _json.dumps(json_schema)
+            return pb.OutputFormat(json_schema=json_schema)
+        if grammar is not None:
+            return pb.OutputFormat(grammar=grammar)
+        return None
+
+    @staticmethod
     def _common(max_tokens, temperature, seed, top_k, top_p, stop, cache, namespace,
-                keep_alive_s):
+                keep_alive_s, json_schema=None, grammar=None):
         kw = dict(max_tokens=max_tokens, stop=list(stop),
                   cache=pb.CacheOptions(mode=_CACHE_MODES[cache], namespace=namespace),
                   keep_alive_usec=int(keep_alive_s * 1e6))
+        fmt = Client._format(json_schema, grammar)
+        if fmt is not None:
+            kw["format"] = fmt
         if temperature is not None or seed or top_k is not None or top_p is not None:
             kw["sampling"] = pb.Sampling(
                 temperature=0.8 if temperature is None else temperature,
@@ -221,23 +241,29 @@ class Client:
 
     def generate(self, model, prompt=None, tokens=None, max_tokens=0, temperature=None,
                  seed=0, top_k=None, top_p=None, stop=(), cache="use", namespace="",
-                 keep_alive_s=0):
+                 keep_alive_s=0, json_schema=None, grammar=None):
         """Streams a completion of prompt (text) or tokens (ids). Any sampling argument
-        sends sampling parameters (the daemon's defaults for the others)."""
+        sends sampling parameters (the daemon's defaults for the others). json_schema (a
+        JSON Schema as text or as a dict; JSON_OBJECT is JSON mode) or grammar (warmd's
+        GBNF-like text) constrains the output: a schema the daemon cannot compile is
+        WarmError INVALID_ARGUMENT naming the keyword."""
         req = pb.GenerateRequest(model=model, prompt=prompt or "", tokens=tokens or [],
                                  **self._common(max_tokens, temperature, seed, top_k, top_p,
-                                                stop, cache, namespace, keep_alive_s))
+                                                stop, cache, namespace, keep_alive_s,
+                                                json_schema, grammar))
         return Stream(self, self._stub.Generate(req))
 
     def chat(self, model, messages, max_tokens=0, temperature=None, seed=0, top_k=None,
              top_p=None, stop=(), cache="use", namespace="", keep_alive_s=0,
-             continue_last=False):
-        """messages: [(role, content), ...] or [{"role":..., "content":...}, ...]."""
+             continue_last=False, json_schema=None, grammar=None):
+        """messages: [(role, content), ...] or [{"role":..., "content":...}, ...];
+        json_schema and grammar as in generate (they constrain the reply)."""
         msgs = [pb.ChatMessage(role=m["role"], content=m["content"]) if isinstance(m, dict)
                 else pb.ChatMessage(role=m[0], content=m[1]) for m in messages]
         req = pb.ChatRequest(model=model, messages=msgs, continue_last=continue_last,
                              **self._common(max_tokens, temperature, seed, top_k, top_p,
-                                            stop, cache, namespace, keep_alive_s))
+                                            stop, cache, namespace, keep_alive_s,
+                                            json_schema, grammar))
         return Stream(self, self._stub.Chat(req))
 
     # ---- prompt cache -------------------------------------------------------------------
