@@ -35,12 +35,16 @@ static bool level_avx512_usable(const struct kern_cpu_info *cpu) {
     return level_avx2_usable(cpu) && cpu->avx512f && cpu->avx512bw && cpu->avx512vl &&
            cpu->avx512vnni;
 }
+static bool level_avx512bf16_usable(const struct kern_cpu_info *cpu) {
+    return level_avx512_usable(cpu) && cpu->avx512bf16;
+}
 #endif
 static const struct level_row levels[] = {
     {"ref", level_ref_usable, NULL},
 #if defined(__x86_64__)
     {"avx2", level_avx2_usable, kern_impl_fill_avx2},
     {"avx512", level_avx512_usable, kern_impl_fill_avx512},
+    {"avx512bf16", level_avx512bf16_usable, kern_impl_fill_avx512bf16},
 #endif
 };
 
@@ -69,12 +73,25 @@ static void cpu_detect(struct kern_cpu_info *cpu) {
 #endif
 }
 
+/* Marks the tile entries that differ from before's with level (all of them when before is
+ * NULL). */
+static void impl_mark(struct kern_impl *dst, const struct kern_impl *before, const char *level) {
+    for (size_t t = 0; t < KERN_TYPE_COUNT; t++) {
+        if (!before || dst->tile[t] != before->tile[t]) dst->tile_level[t] = level;
+        if (!before || dst->tile8[t] != before->tile8[t]) dst->tile8_level[t] = level;
+        if (!before || dst->tile16[t] != before->tile16[t]) dst->tile16_level[t] = level;
+    }
+}
+
 /* Fills impl with ref, then every level up to and including levels[top]. */
 static void impl_build(struct kern_impl *dst, size_t top) {
     kern_impl_fill_ref(dst);
+    impl_mark(dst, NULL, levels[0].name);
     for (size_t i = 1; i <= top; i++) {
+        struct kern_impl before = *dst;
         levels[i].fill(dst);
         dst->level = levels[i].name;
+        impl_mark(dst, &before, levels[i].name);
     }
 }
 
@@ -239,6 +256,28 @@ static void mm_task_run(void *arg, int ith, int nth) {
                     m->x + t0 * m->x_stride, m->x_stride, m->n_in,
                     (int)MIN(KERN_TILE_ROWS, r1 - r), (int)(t1 - t0));
     }
+}
+
+const char *kern_matmul_path(enum kern_type wt, enum kern_layout layout, int64_t n_tok,
+                             const char **ret_level) {
+    kern_init();
+    const struct kern_type_traits *tr = kern_type_traits((int)wt);
+    const char *level = "ref", *path = "reference";
+    if (tr && tr->vec_dot && layout == KERN_LAYOUT_ROWS8) {
+        /* as kern_matmul_layout chooses (a matmul of fewer than 16 rows takes tile8) */
+        if (impl.tile16[wt] && (n_tok > 1 || tr->vec_dot_type == KERN_TYPE_F32)) {
+            level = impl.tile16_level[wt];
+            path = "rows16";
+        } else if (impl.tile8[wt]) {
+            level = impl.tile8_level[wt];
+            path = impl.tile8_interleaved[wt] && n_tok >= 4 ? "interleaved" : "rows8";
+        }
+    } else if (tr && impl.tile[wt]) {
+        level = impl.tile_level[wt];
+        path = strcmp(level, "ref") == 0 ? "reference" : "rows";
+    }
+    if (ret_level) *ret_level = level;
+    return path;
 }
 
 bool kern_rows8_supported(enum kern_type wt, int64_t n_in, int64_t n_out) {

@@ -13,7 +13,7 @@
 /* CPU features detected once by kern_init() and the SIMD level chosen from them. */
 struct kern_cpu_info {
     bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx_vnni, avx512bf16;
-    const char *level; /* "ref", "avx2", "avx512", ... */
+    const char *level; /* "ref", "avx2", "avx512", "avx512bf16" */
 };
 /* Detects CPU features and fills the dispatch table. Idempotent and thread-safe; the
  * environment variable WARM_KERNELS=ref forces the reference kernels (tests use it), and
@@ -21,7 +21,8 @@ struct kern_cpu_info {
  * calls it on first use. */
 void kern_init(void);
 const struct kern_cpu_info *kern_cpu(void);
-/* Levels from slowest to fastest: "ref", "avx2", "avx512"; NULL past the end. */
+/* Levels from slowest to fastest: "ref", "avx2", "avx512", "avx512bf16" (bf16 prefill
+ * with VDPBF16PS: its activations rounded to bf16); NULL past the end. */
 const char *kern_level_name(int i);
 /* Tests and benchmarks: switch the dispatch table to level (a kern_level_name()).
  * Returns ERR_UNSUPPORTED when this CPU lacks it or the name is unknown. Not safe while
@@ -63,6 +64,15 @@ int kern_rows8_unpack(enum kern_type wt, void *dst, const void *src, int64_t n_i
 void kern_matmul_layout(struct kern_pool *pool, float *y, const void *w, enum kern_type wt,
                         enum kern_layout layout, const float *x, int64_t n_in, int64_t n_out,
                         int64_t n_tok, void *scratch);
+
+/* Which kernel kern_matmul_layout runs for wt weights in layout with n_tok tokens at the
+ * current level: the path ("rows": the file's rows; "rows8"; "rows16": two rows8 groups
+ * per register; "interleaved": rows8 groups repacked 4 rows interleaved as they go;
+ * "reference": the reference dots) and *ret_level (may be NULL) the level whose kernel it
+ * is ("ref", "avx2", "avx512", ...: a level may leave a type to a lower one). Static
+ * strings. */
+const char *kern_matmul_path(enum kern_type wt, enum kern_layout layout, int64_t n_tok,
+                             const char **ret_level);
 
 /* Converts n f32 values (a multiple of t's block size) to a row of type t with the
  * fastest converter this CPU has; the bytes equal the traits' reference from_f32 (SIMD

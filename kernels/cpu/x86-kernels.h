@@ -151,6 +151,14 @@ void X86_SFX(kern_impl_fill)(struct kern_impl *impl) {
     impl->tile16[KERN_TYPE_Q3_K] = X86_SFX(tile8_16_q3_K);
     impl->tile16[KERN_TYPE_Q2_K] = X86_SFX(tile8_16_q2_K);
 #endif
+#if !X86_W512
+    impl->tile8_interleaved[KERN_TYPE_Q3_K] = r8_prefill_ipack(WK_Q3_K);
+    impl->tile8_interleaved[KERN_TYPE_Q5_K] = r8_prefill_ipack(WK_Q5_K);
+    impl->tile8_interleaved[KERN_TYPE_Q6_K] = r8_prefill_ipack(WK_Q6_K);
+    impl->tile8_interleaved[KERN_TYPE_IQ4_XS] = r8_prefill_ipack(WK_IQ4_XS);
+#else
+    for (int t = 0; t < KERN_TYPE_COUNT; t++) impl->tile8_interleaved[t] = false;
+#endif
     impl->from_f32[KERN_TYPE_Q8_0] = X86_SFX(quant_q8_0);
     impl->from_f32[KERN_TYPE_Q8_1] = X86_SFX(quant_q8_1);
     impl->from_f32[KERN_TYPE_F16] = X86_SFX(quant_f16);

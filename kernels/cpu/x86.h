@@ -7,3 +7,5 @@
 
 void kern_impl_fill_avx2(struct kern_impl *impl);
 void kern_impl_fill_avx512(struct kern_impl *impl);
+/* avx512bf16: + AVX512_BF16; overwrites the avx512 level's bf16 tile16 only */
+void kern_impl_fill_avx512bf16(struct kern_impl *impl);

@@ -48,6 +48,12 @@ struct kern_impl {
                                                  * the traits' reference from_f32 */
     kern_from_f32_fn act_from_f32[KERN_TYPE_COUNT]; /* by vec_dot_type (q8_0, q8_1) */
     size_t (*act_row_size)(enum kern_type vdt, int64_t n);
+    /* the level that wrote each tile entry (impl_build; for kern_matmul_path) */
+    const char *tile_level[KERN_TYPE_COUNT], *tile8_level[KERN_TYPE_COUNT],
+        *tile16_level[KERN_TYPE_COUNT];
+    /* tile8 of these types runs batches of 4 or more tokens through an interleaved pack of
+     * 4 rows (the 256-bit level's ipack) rather than 8 rows per register */
+    bool tile8_interleaved[KERN_TYPE_COUNT];
 };
 
 /* Fills every entry from the reference kernels. */

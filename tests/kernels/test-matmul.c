@@ -3,10 +3,11 @@
  *
  * Named tolerances (S = Σ_i |w'_i·x_i| with w' the dequantized weights):
  *
- *   TOL_SUM   = 2e-5·S   kern_matmul vs kern_ref_dot_f32, every type. Both use the same
- *                        integer block dots (or the same f32 products); only the order
- *                        and width of the float accumulation differ (f32 SIMD lanes vs
- *                        the spec's sequential f32 / double sums): ~n_blocks·2^-24.
+ *   TOL_BF16_ACT = 2^-9·S + TOL_SUM  bf16 on a path that rounds the activations to bf16
+ *                        (the avx512bf16 level's prefill: tol_of says where)
+ *   TOL_SUM   = 2e-5·S   kern_matmul vs kern_ref_dot_f32, every other type and path. Both use the
+ * same integer block dots (or the same f32 products); only the order and width of the float
+ * accumulation differ (f32 SIMD lanes vs the spec's sequential f32 / double sums): ~n_blocks·2^-24.
  *   activation quantization (spec vs exact double Σ w'·x), per block b of 32:
  *     q8_0 / q8_1 activations: Σ_j |w'_j| · amax_b/127 · (1/2 + 127·2^-11)
  *                        (round(x/d) error plus the fp16 rounding of d) + TOL_SUM
@@ -19,6 +20,9 @@
 #include "kernels/kernels.h"
 
 #define TOL_SUM 2e-5
+/* bf16 weights on a level whose bf16 dot rounds the activations to bf16 (avx512bf16's
+ * VDPBF16PS prefill): 2^-9·S from that rounding, plus TOL_SUM */
+#define TOL_BF16_ACT (0x1p-9 + TOL_SUM)
 
 static uint64_t rng_state = 0x243f6a8885a308d3ull;
 static uint32_t rng_u32(void) {
@@ -108,6 +112,13 @@ static double abs_dot(const float *a, const float *b, int64_t n) {
     return s;
 }
 
+/* The tolerance (× S) of wt's path at the current level */
+static double tol_of(int wt, enum kern_layout layout, int64_t n_tok) {
+    const char *level;
+    kern_matmul_path((enum kern_type)wt, layout, n_tok, &level);
+    return wt == KERN_TYPE_BF16 && strcmp(level, "avx512bf16") == 0 ? TOL_BF16_ACT : TOL_SUM;
+}
+
 /* Runs kern_matmul with n_threads and checks every output against the spec. Returns the
  * output (caller frees) or NULL after a failure was reported. */
 static float *mm_check_layout(struct mm_case *c, struct kern_pool *pool, const char *level,
@@ -126,7 +137,9 @@ static float *mm_check_layout(struct mm_case *c, struct kern_pool *pool, const c
     for (int64_t t = 0; t < c->n_tok; t++)
         for (int64_t o = 0; o < c->n_out; o++) {
             float want = kern_ref_dot_f32(c->w + o * rs, c->wt, c->x + t * c->n_in, c->n_in);
-            double tol = TOL_SUM * abs_dot(c->wd + o * c->n_in, c->x + t * c->n_in, c->n_in) + 1e-30;
+            double tol = tol_of(c->wt, layout, c->n_tok) *
+                             abs_dot(c->wd + o * c->n_in, c->x + t * c->n_in, c->n_in) +
+                         1e-30;
             double got = y[t * c->n_out + o];
             if (!(fabs(got - want) <= tol)) {
                 fprintf(stderr,
@@ -410,5 +423,147 @@ TEST(matmul_rows8_vs_spec) {
     ASSERT_TRUE(!kern_rows8_supported((enum kern_type)77, 256, 16));
 }
 
+/* The dispatch, pinned: at each level this CPU has, the level and path every type's decode
+ * (1 token) and prefill (64 tokens) take in the layout the engine gives it (rows8 where the
+ * level has its kernels, as engine/device.c repacks), from this table, so that a level
+ * cannot fall back to a lower one's kernels unnoticed (kern_impl_fill of avx512 leaving an
+ * entry to avx2); each pinned path is then run against the spec with its type's
+ * tolerance. A "-" level is the level under test itself. */
+struct dispatch_row {
+    int wt;
+    double tol; /* × S, as TOL_SUM; tol_of's where a path rounds the activations */
+    /* by level (ref, avx2, avx512, avx512bf16): decode and prefill "level/path" */
+    const char *decode[4], *prefill[4];
+};
+static const struct dispatch_row dispatch_rows[] = {
+    {KERN_TYPE_F32,
+     TOL_SUM,
+     {"ref/reference", "-/rows", "-/rows", "avx512/rows"},
+     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
+    {KERN_TYPE_F16,
+     TOL_SUM,
+     {"ref/reference", "-/rows16", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows16", "-/rows16", "avx512/rows16"}},
+    {KERN_TYPE_BF16,
+     TOL_SUM,
+     {"ref/reference", "-/rows16", "-/rows16", "-/rows16"},
+     {"ref/reference", "-/rows16", "-/rows16", "-/rows16"}},
+    {KERN_TYPE_Q8_0,
+     TOL_SUM,
+     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"}},
+    {KERN_TYPE_Q4_0,
+     TOL_SUM,
+     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"}},
+    {KERN_TYPE_Q4_1,
+     TOL_SUM,
+     {"ref/reference", "-/rows", "-/rows", "avx512/rows"},
+     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
+    {KERN_TYPE_Q5_0,
+     TOL_SUM,
+     {"ref/reference", "-/rows", "-/rows", "avx512/rows"},
+     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
+    {KERN_TYPE_Q5_1,
+     TOL_SUM,
+     {"ref/reference", "-/rows", "-/rows", "avx512/rows"},
+     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
+    {KERN_TYPE_IQ4_NL,
+     TOL_SUM,
+     {"ref/reference", "-/rows", "-/rows", "avx512/rows"},
+     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
+    {KERN_TYPE_Q4_K,
+     TOL_SUM,
+     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"}},
+    {KERN_TYPE_Q5_K,
+     TOL_SUM,
+     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/interleaved", "-/rows16", "avx512/rows16"}},
+    {KERN_TYPE_Q6_K,
+     TOL_SUM,
+     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/interleaved", "-/rows16", "avx512/rows16"}},
+    {KERN_TYPE_Q2_K,
+     TOL_SUM,
+     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"}},
+    {KERN_TYPE_Q3_K,
+     TOL_SUM,
+     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/interleaved", "-/rows16", "avx512/rows16"}},
+    {KERN_TYPE_IQ4_XS,
+     TOL_SUM,
+     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/interleaved", "-/rows8", "avx512/rows8"}},
+};
+
+TEST(matmul_dispatch_pinned) {
+    const char *saved = kern_cpu()->level;
+    int checked = 0;
+    for (int li = 0; li < 4 && kern_level_name(li); li++) {
+        const char *level = kern_level_name(li);
+        if (kern_set_level(level) < 0) continue;
+        for (size_t i = 0; i < ARRAY_SIZE(dispatch_rows); i++) {
+            const struct dispatch_row *d = &dispatch_rows[i];
+            const int64_t n_in = kern_type_traits(d->wt)->blck_size == 1 ? 1040 : 2304, n_out = 32;
+            const enum kern_layout lay =
+                kern_rows8_supported(d->wt, n_in, n_out) ? KERN_LAYOUT_ROWS8 : KERN_LAYOUT_ROWS;
+            for (int p = 0; p < 2; p++) {
+                const int64_t n_tok = p ? 64 : 1;
+                const char *want = p ? d->prefill[li] : d->decode[li], *got_level;
+                const char *got = kern_matmul_path(d->wt, lay, n_tok, &got_level);
+                char want_s[64], got_s[64];
+                snprintf(want_s, sizeof want_s, "%s", want[0] == '-' ? "" : want);
+                if (want[0] == '-') snprintf(want_s, sizeof want_s, "%s%s", level, want + 1);
+                snprintf(got_s, sizeof got_s, "%s/%s", got_level, got);
+                if (strcmp(want_s, got_s) != 0)
+                    TEST_FAIL_("level %s %s n_tok %lld: path %s, pinned %s", level,
+                               kern_type_name(d->wt), (long long)n_tok, got_s, want_s);
+                /* the pinned path against the spec, at the type's tolerance */
+                struct mm_case c;
+                mm_case_init(&c, d->wt, n_in, n_out, n_tok);
+                size_t bytes = kern_row_size(d->wt, n_in) * (size_t)n_out;
+                uint8_t *g = malloc(bytes);
+                ASSERT_TRUE(g != NULL);
+                if (lay == KERN_LAYOUT_ROWS8)
+                    ASSERT_OK(kern_rows8_pack(d->wt, g, c.w, n_in, n_out));
+                else
+                    memcpy(g, c.w, bytes);
+                float *y = malloc((size_t)(n_out * n_tok) * sizeof(float));
+                ASSERT_TRUE(y != NULL);
+                kern_matmul_layout(NULL, y, g, d->wt, lay, c.x, n_in, n_out, n_tok, c.scratch);
+                bool ok = true;
+                for (int64_t t = 0; t < n_tok && ok; t++)
+                    for (int64_t o = 0; o < n_out && ok; o++) {
+                        const size_t rs = kern_row_size(d->wt, n_in);
+                        float want_y = kern_ref_dot_f32(c.w + o * rs, d->wt, c.x + t * n_in, n_in);
+                        double tol = MAX(d->tol, tol_of(d->wt, lay, n_tok)) *
+                                         abs_dot(c.wd + o * n_in, c.x + t * n_in, n_in) +
+                                     1e-30;
+                        ok = fabs((double)y[t * n_out + o] - want_y) <= tol;
+                        if (!ok)
+                            fprintf(
+                                stderr,
+                                "%s %s %s n_tok %lld: y[%lld][%lld] = %.9g, spec %.9g, tol %.3g\n",
+                                level, kern_type_name(d->wt), got_s, (long long)n_tok, (long long)t,
+                                (long long)o, y[t * n_out + o], want_y, tol);
+                    }
+                free(y);
+                free(g);
+                mm_case_free(&c);
+                if (!ok)
+                    TEST_FAIL_("level %s %s %s: differs from the spec", level,
+                               kern_type_name(d->wt), got_s);
+                checked++;
+            }
+        }
+    }
+    kern_set_level(saved);
+    ASSERT_TRUE(checked >= (int)ARRAY_SIZE(dispatch_rows) * 2);
+    printf("  %d type × level × mode paths pinned and checked\n", checked);
+}
+
 TEST_MAIN(T(level_names), T(matmul_edges), T(spec_vs_exact), T(quantize_row_bit_exact),
-          T(matmul_all_levels_vs_spec), T(matmul_tile_paths_vs_spec), T(matmul_rows8_vs_spec))
+          T(matmul_all_levels_vs_spec), T(matmul_tile_paths_vs_spec), T(matmul_rows8_vs_spec),
+          T(matmul_dispatch_pinned))

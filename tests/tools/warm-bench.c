@@ -12,6 +12,9 @@
  *            prefilled once, untimed, so attention reads DEPTH more keys per token;
  *   bandwidth: reading a 1 GiB buffer with the same threads, GB/s (best of the repeats);
  *   bound:   bandwidth / bytes of weights read per decoded token; decode as % of it.
+ * First the CPU's features, the kernel level (WARM_KERNELS caps it) and, per weight type
+ * of the model's matrices, the level and path its decode and prefill take (rows8,
+ * rows16, interleaved, rows, reference: kern_matmul_path).
  * Each figure is the best of REPEATS (default 3) runs after one warm-up.
  *   --device cuda:N [--gpu-layers N], --devices cuda:0,cuda:1 --split tensor: the model on
  *            GPUs (the bandwidth bound printed is still the host's: device-check.sh's
@@ -271,6 +274,38 @@ static int peer_bench(const char *peer, const char *model, int threads, int n_pr
     return r;
 }
 
+/* The CPU's features, the kernel level, and for each weight type of the model's matrices
+ * the level and path (kern_matmul_path) of its decode and prefill, in the layout the
+ * engine gives it (rows8 where kern_rows8_supported, as engine/device.c repacks). */
+static void kernels_print(const struct engine_model *m, int n_prompt) {
+    const struct kern_cpu_info *c = kern_cpu();
+    printf("cpu features:%s%s%s%s%s%s%s%s%s; kernels %s\n", c->avx2 ? " avx2" : "",
+           c->fma ? " fma" : "", c->f16c ? " f16c" : "", c->avx512f ? " avx512f" : "",
+           c->avx512bw ? " avx512bw" : "", c->avx512vl ? " avx512vl" : "",
+           c->avx512vnni ? " avx512vnni" : "", c->avx_vnni ? " avx_vnni" : "",
+           c->avx512bf16 ? " avx512bf16" : "", c->level);
+    bool seen[KERN_TYPE_COUNT] = {0};
+    for (uint32_t il = 0; il <= m->hp.n_layer; il++) {
+        const struct engine_layer *l = il < m->hp.n_layer ? &m->layers[il] : NULL;
+        const struct engine_weight *ws[] = {
+            l ? &l->wq : &m->output, l ? &l->wk : NULL,   l ? &l->wv : NULL,     l ? &l->wo : NULL,
+            l ? &l->w_gate : NULL,   l ? &l->w_up : NULL, l ? &l->w_down : NULL,
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(ws); i++) {
+            const struct engine_weight *w = ws[i];
+            if (!w || !w->data || (int)w->type >= KERN_TYPE_COUNT || seen[w->type]) continue;
+            seen[w->type] = true;
+            const enum kern_layout lay = kern_rows8_supported(w->type, w->n_in, w->n_out)
+                                             ? KERN_LAYOUT_ROWS8
+                                             : KERN_LAYOUT_ROWS;
+            const char *dl, *pl;
+            const char *dp = kern_matmul_path(w->type, lay, 1, &dl);
+            const char *pp = kern_matmul_path(w->type, lay, n_prompt, &pl);
+            printf("  %-7s decode %s/%s, prefill %s/%s\n", kern_type_name(w->type), dl, dp, pl, pp);
+        }
+    }
+}
+
 static void usage(void) {
     fprintf(stderr, "usage: warm-bench MODEL [-t N] [-p PROMPT_TOKENS] [-g DECODE_TOKENS] "
                     "[-r REPEATS] [-d DEPTH] [--cache-type f32|f16|bf16|q8_0|q4_0|...] "
@@ -366,6 +401,7 @@ int main(int argc, char **argv) {
            kern_type_name(m->layers[0].wq.type), kern_type_name(m->tok_embd.type));
     printf("weights read per decoded token: %.1f MiB; KV cache %s; depth %d; kernels %s\n",
            (double)m->weight_bytes / (1 << 20), cache, depth, kern_cpu()->level);
+    kernels_print(m, n_prompt);
     double load[3] = {0};
     if (getloadavg(load, 3) > 0) printf("load average %.2f %.2f %.2f\n", load[0], load[1], load[2]);
     printf("%7s %12s %12s %10s %10s %8s %12s %12s\n", "threads", "prefill t/s", "decode t/s",

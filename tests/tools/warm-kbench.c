@@ -1,6 +1,7 @@
 /* warm-kbench: matmul microbenchmark next to memory bandwidth measured in the same run.
  *
  *   warm-kbench [--types q4_0,q8_0,...] [--threads 1,2] [--quick] [--cpu-time] [--rows]
+ *   warm-kbench --compare avx2,avx512 [--hot] [--types ...] [--threads ...] [--cpu-time]
  *   warm-kbench --attn [--types f16,q8_0,...] [--cpu-time]
  *
  * Decode (n_tok = 1): GB/s of weights read, compared with memcpy bandwidth (read + write,
@@ -12,6 +13,13 @@
  * Last, a matmul-only estimate for llama-bench's yardstick model (n_embd 1024, 16 layers,
  * n_ff 2816, vocab 32000): tg = 1 / Σ decode times, pp512 = 512 / Σ prefill times. It
  * ignores attention and element-wise ops, so it is an upper bound for the full model.
+ *
+ * --compare A,B: levels A and B (kern_level_name) side by side on the same weights, each
+ * shape measured in 3 rounds that alternate the levels (best of each), so that both see
+ * the same load on a shared machine: decode on the three small shapes, prefill of 64
+ * tokens on 1024 × 2816, and the ratio B / A. The path each level takes is named
+ * (kern_matmul_path). --hot: one copy of the weights (they stay in L2/L3: the kernels'
+ * compute speed, without the memory).
  *
  * --attn: kern_attn_head over a cache of each type (one thread, 4 query heads per KV
  * head, head sizes 64 and 128): decode (1 token) and a 16-token batch after 512 and 4096
@@ -274,12 +282,72 @@ static void attn_bench(const int *types, int n_types) {
             }
 }
 
+/* --compare: levels a and b alternated on each shape (see the top). */
+static int compare_levels(const char *a, const char *b, const int *types, int n_types,
+                          const int *threads, int n_threads, bool hot) {
+    static const int64_t shapes[][3] = {
+        {1024, 1024, 1},
+        {1024, 2816, 1},
+        {2816, 1024, 1},
+        {1024, 2816, 64},
+    };
+    const char *lv[2] = {a, b};
+    for (int l = 0; l < 2; l++)
+        if (kern_set_level(lv[l]) < 0) {
+            fprintf(stderr, "warm-kbench: --compare: level %s: not on this CPU\n", lv[l]);
+            return 2;
+        }
+    for (int ti = 0; ti < n_threads; ti++) {
+        struct kern_pool *pool = NULL;
+        bench_threads = threads[ti];
+        if (kern_pool_new(threads[ti], &pool) < 0) return 1;
+        printf("\n== %d thread(s), %s weights; GB/s of weights (decode) or GFLOP/s (pp)\n",
+               threads[ti], hot ? "hot (one copy)" : "streamed (>= 256 MiB of copies)");
+        printf("%-7s %-6s %6s %6s %-12s %9s %-12s %9s %7s\n", "type", "mode", "n_in", "n_out", a,
+               "", b, "", "b/a");
+        for (int k = 0; k < n_types; k++) {
+            const int wt = types[k];
+            if (!kern_type_traits(wt) || !kern_type_traits(wt)->vec_dot) continue;
+            for (size_t s = 0; s < ARRAY_SIZE(shapes); s++) {
+                const int64_t n_in = shapes[s][0], n_out = shapes[s][1], n_tok = shapes[s][2];
+                if (n_in % kern_type_traits(wt)->blck_size) continue;
+                double best[2] = {1e30, 1e30};
+                char path[2][32] = {"?", "?"};
+                for (int round = 0; round < 3; round++)
+                    for (int l = 0; l < 2; l++) {
+                        kern_set_level(lv[l]);
+                        struct mm_setup m;
+                        if (mm_setup_init(&m, wt, n_in, n_out, n_tok, !hot && n_tok == 1) < 0)
+                            return 1;
+                        const char *lvl, *p = kern_matmul_path(wt, m.layout, n_tok, &lvl);
+                        snprintf(path[l], sizeof path[l], "%s/%s", lvl, p);
+                        double sec = mm_time(&m, pool, 0.2);
+                        best[l] = MIN(best[l], sec);
+                        mm_setup_free(&m);
+                    }
+                double v[2];
+                for (int l = 0; l < 2; l++)
+                    v[l] = n_tok == 1
+                               ? (double)(kern_row_size(wt, n_in) * (size_t)n_out) / best[l] * 1e-9
+                               : 2.0 * (double)(n_in * n_out * n_tok) / best[l] * 1e-9;
+                printf("%-7s %-6s %6lld %6lld %-12s %9.1f %-12s %9.1f %6.2fx\n", kern_type_name(wt),
+                       n_tok == 1 ? "decode" : "pp64", (long long)n_in, (long long)n_out, path[0],
+                       v[0], path[1], v[1], v[1] / v[0]);
+                fflush(stdout);
+            }
+        }
+        kern_pool_free(pool);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int types[16] = {KERN_TYPE_F16, KERN_TYPE_BF16, KERN_TYPE_Q8_0, KERN_TYPE_Q4_0,
                      KERN_TYPE_Q4_1, KERN_TYPE_Q5_0, KERN_TYPE_Q5_1, KERN_TYPE_IQ4_NL,
                      KERN_TYPE_F32};
     int n_types = 9, threads[8] = {1, 2}, n_threads = 2;
-    bool quick = false, attn = false;
+    bool quick = false, attn = false, hot = false;
+    const char *compare = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--types") == 0 && i + 1 < argc) {
             n_types = parse_list(argv[++i], types, 16, true);
@@ -295,9 +363,13 @@ int main(int argc, char **argv) {
             attn = true;
         } else if (strcmp(argv[i], "--rows") == 0) {
             rows_only = true;
+        } else if (strcmp(argv[i], "--hot") == 0) {
+            hot = true;
+        } else if (strcmp(argv[i], "--compare") == 0 && i + 1 < argc) {
+            compare = argv[++i];
         } else {
             fprintf(stderr, "usage: warm-kbench [--types q4_0,q8_0,...] [--threads 1,2] [--quick] "
-                            "[--cpu-time] [--rows] [--attn]\n");
+                            "[--cpu-time] [--rows] [--attn] [--compare A,B [--hot]]\n");
             return 2;
         }
     }
@@ -306,6 +378,17 @@ int main(int argc, char **argv) {
     if (attn) {
         attn_bench(types, n_types);
         return 0;
+    }
+    if (compare) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "%s", compare);
+        char *comma = strchr(buf, ',');
+        if (!comma) {
+            fprintf(stderr, "warm-kbench: --compare A,B\n");
+            return 2;
+        }
+        *comma = 0;
+        return compare_levels(buf, comma + 1, types, n_types, threads, n_threads, hot);
     }
 
     static const int64_t decode_shapes[][2] = {
