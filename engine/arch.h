@@ -42,6 +42,10 @@ enum spec_dim {
     DIM_ROT_HALF, /* n_rot / 2 */
     DIM_PLE,      /* n_embd_per_layer */
     DIM_PLE_ALL,  /* n_layer * n_embd_per_layer */
+    DIM_CTX,      /* n_ctx_train: the rows of a position table */
+    DIM_TYPES,    /* n_token_types */
+    DIM_DENSE,    /* n_embd_dense */
+    DIM_EMBD_OUT, /* n_embd_out */
     DIM_COUNT
 };
 
@@ -81,6 +85,11 @@ enum spec_split {
  * is a row, not a column in every spec. */
 enum spec_feature {
     FEAT_BASE,        /* the recipe every arch has */
+    FEAT_PRE_NORMS,   /* norms of the blocks' inputs and the final norm (pre-norm archs) */
+    /* attn_qkv: Q, K and V rows in one matrix (nomic-bert); an arch that uses it binds
+     * the specs of attn_q, attn_k and attn_v (their part) to its rows, with this use */
+    FEAT_QKV_FUSED,
+    FEAT_GATE,        /* ffn_gate: absent in a non-gated FFN (bert) */
     FEAT_OUTPUT,      /* output.weight: absent = tied to token_embd */
     FEAT_K,           /* attn_k: gemma4's shared-KV layers may lack it */
     FEAT_V,           /* attn_v: gemma4 takes V from K where it is absent */
@@ -92,6 +101,12 @@ enum spec_feature {
     FEAT_ROPE_FREQS,  /* rope_freqs.weight */
     FEAT_PLE,         /* gemma4's per-layer inputs */
     FEAT_LAYER_SCALE, /* a layer's output scale */
+    FEAT_RESID_NORMS, /* bert's LayerNorms of the residual stream after each block */
+    FEAT_FFN_BIAS,    /* biases of the FFN's up and down projections */
+    FEAT_EMBD_NORM,   /* the LayerNorm of the embeddings */
+    FEAT_TOKEN_TYPES, /* token_types: row 0 added to every embedding */
+    FEAT_POS_EMBD,    /* position_embd: learned absolute positions */
+    FEAT_DENSE,       /* dense_2, dense_3: projections of the pooled embedding */
     FEAT_COUNT
 };
 
@@ -111,18 +126,40 @@ struct arch_desc {
      * has a global layer (else: llama3's frequency divisors, optional) */
     bool rope_freqs_global;
     const char *moe_refusal; /* why its expert_count > 0 files are refused, NULL: generic */
+    /* embedding models: the arch computes embeddings only (no classifier); its pooling
+     * when the file has no pooling_type; attention bidirectional (attention.causal read
+     * where causal_key, else forced) */
+    bool embedding;
+    bool no_rope; /* learned absolute positions instead of RoPE (n_rot 0) */
+    enum engine_pooling pooling_default;
+    bool bidirectional, causal_key;
+    enum engine_norm_kind norm;
+    enum engine_ffn_act ffn_act; /* the FFN's activation (gemma_io: GELU) */
+    bool ffn_plain;              /* non-gated FFN (ENGINE_FFN_DENSE) */
     uint8_t use[FEAT_COUNT]; /* enum spec_use of each feature's tensors */
 };
 
 extern const struct arch_desc engine_arch_rows[ENGINE_ARCH_COUNT];
 
+/* A spec that may be a part of a fused tensor: where the arch uses FEAT_QKV_FUSED, its
+ * rows of attn_qkv.weight, whose ne[1] is DIM_Q + DIM_K + DIM_V (Q, K, V in this order),
+ * instead of a tensor of its own name. */
+enum spec_part {
+    PART_WHOLE,
+    PART_QKV_Q, /* rows [0, DIM_Q) */
+    PART_QKV_K, /* rows [DIM_Q, DIM_Q + DIM_K) */
+    PART_QKV_V, /* rows [DIM_Q + DIM_K, DIM_Q + DIM_K + DIM_V) */
+};
+#define SPEC_QKV_FUSED_NAME "attn_qkv.weight"
+
 struct tensor_spec {
     const char *name; /* global name, or the suffix after "blk.N." */
     size_t offset;    /* of its struct engine_weight in struct engine_model / engine_layer */
     enum spec_kind kind;
-    enum spec_dim ne0, ne1; /* ne[0] = n_in (row length), ne[1] = n_out */
+    enum spec_dim ne0, ne1; /* ne[0] = n_in (row length), ne[1] = n_out (of its part) */
     enum spec_feature feature;
     enum spec_split split;
+    enum spec_part part; /* its part of attn_qkv where the arch fuses them */
 };
 
 extern const struct tensor_spec engine_global_specs[];

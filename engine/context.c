@@ -2,6 +2,7 @@
 #include "engine/forward.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -37,6 +38,13 @@ void engine_context_free(struct engine_context *ctx) {
     free(ctx->argmax);
     free(ctx->logits);
     free(ctx->seq_next);
+    free(ctx->embd);
+    free(ctx->embd_row);
+    free(ctx->embd_seq);
+    free(ctx->pool_in);
+    free(ctx->pool_n);
+    free(ctx->dense_mid);
+    free(ctx->dense_scratch);
     free(ctx);
 }
 
@@ -92,6 +100,54 @@ static void host_exec_init(struct engine_context *ctx) {
     };
 }
 
+/* An embeddings context for an embedding model, and only there; on the CPU; positions
+ * within a position table. */
+static int embeddings_check(const struct engine_model *m, const struct engine_context_params *p,
+                            struct err_detail *d) {
+    const struct engine_hparams *hp = &m->hp;
+    if (hp->embedding && !p->embeddings)
+        return err_set(d, ERR_UNSUPPORTED, "%s model with %s pooling is an embedding model: it "
+                       "computes embeddings, not text (a context for it needs embeddings = true)",
+                       m->arch_name, engine_pooling_name(hp->pooling));
+    if (!hp->embedding && p->embeddings)
+        return err_set(d, ERR_UNSUPPORTED, "%s model is not an embedding model (its file has no "
+                       "%s.pooling_type): it generates text and cannot compute embeddings",
+                       m->arch_name, m->arch_name);
+    const bool cuda = p->device == ENGINE_DEVICE_CUDA || (p->n_devices > 0 && p->split_cuda[0]);
+    if (p->embeddings && cuda)
+        return err_set(d, ERR_UNSUPPORTED, "embedding models run on the CPU only (the CUDA "
+                       "backend has no bidirectional attention, LayerNorm or pooling yet)");
+    if (m->pos_embd.data && p->n_ctx > m->pos_embd.n_out)
+        return err_set(d, ERR_INVALID, "n_ctx %u is past the %lld positions of the model's "
+                       "position table (position_embd)", p->n_ctx, (long long)m->pos_embd.n_out);
+    return 0;
+}
+
+/* An embeddings context's buffers: the final states of a step, the pooled rows and the
+ * projections' scratch. */
+static int embeddings_alloc(struct engine_context *ctx) {
+    const struct engine_model *m = ctx->model;
+    const struct engine_hparams *hp = &m->hp;
+    const size_t n_seq = ctx->params.n_seq;
+    size_t mm = 0;
+    if (m->dense_2.data)
+        mm = kern_matmul_scratch_bytes(m->dense_2.type, m->dense_2.n_in, (int64_t)n_seq);
+    if (m->dense_3.data)
+        mm = MAX(mm, kern_matmul_scratch_bytes(m->dense_3.type, m->dense_3.n_in, (int64_t)n_seq));
+    ctx->embd = floats_new(ctx->params.n_batch, hp->n_embd);
+    ctx->embd_row = malloc_array(n_seq, sizeof *ctx->embd_row);
+    ctx->embd_seq = floats_new(n_seq, hp->n_embd_out);
+    ctx->pool_in = floats_new(n_seq, hp->n_embd);
+    ctx->pool_n = malloc_array(n_seq, sizeof *ctx->pool_n);
+    ctx->dense_mid = floats_new(n_seq, MAX(hp->n_embd_dense, 1));
+    ctx->dense_scratch = malloc(mm ? mm : 1);
+    if (!ctx->embd || !ctx->embd_row || !ctx->embd_seq || !ctx->pool_in || !ctx->pool_n ||
+        !ctx->dense_mid || !ctx->dense_scratch)
+        return -ENOMEM;
+    for (size_t q = 0; q < n_seq; q++) ctx->embd_row[q] = -1;
+    return 0;
+}
+
 static int context_new(const struct engine_model *m, struct engine_context_params p,
                        struct engine_context **ret, struct err_detail *d) {
     const struct engine_hparams *hp = &m->hp;
@@ -105,6 +161,8 @@ static int context_new(const struct engine_model *m, struct engine_context_param
         return err_set(d, ERR_INVALID, "context parameters out of range (n_ctx %u, n_seq %u, "
                        "n_batch %u, n_outputs %u, threads %d)", p.n_ctx, p.n_seq, p.n_batch,
                        p.n_outputs, p.n_threads);
+    int r = embeddings_check(m, &p, d);
+    if (r < 0) return r;
 
     struct engine_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return -ENOMEM;
@@ -114,7 +172,6 @@ static int context_new(const struct engine_model *m, struct engine_context_param
      * batch (DESIGN.md 3.6) */
     uint32_t ring_extra =
         p.swa_full ? 0 : p.n_batch + (p.swa_chunk ? p.swa_chunk : ENGINE_CHUNK_TOKENS);
-    int r;
     /* a GPU first: it decides which layers' KV lives on the device */
     ctx->n_layer_host = hp->n_layer;
     ctx->split_gpu = p.n_devices > 0 && p.split_cuda[0] != 0;
@@ -153,19 +210,24 @@ static int context_new(const struct engine_model *m, struct engine_context_param
     uint64_t n_ple = (uint64_t)hp->n_layer * hp->n_embd_per_layer;
     ctx->x = floats_new(nb, hp->n_embd);
     ctx->xb = floats_new(nb, hp->n_embd);
-    for (int s = 0; s < KV_MAX_STORES; s++) ctx->rope_cs[s] = floats_new(nb, hp->max_n_rot);
+    for (int s = 0; s < KV_MAX_STORES; s++) ctx->rope_cs[s] = floats_new(nb, MAX(hp->max_n_rot, 1));
     ctx->ple = floats_new(n_ple ? nb : 1, MAX(n_ple, 1));
     ctx->ple_row = floats_new(1, MAX(n_ple, 1));
     ctx->k_row = floats_new(1, hp->max_n_embd_k);
     ctx->pl_g = floats_new(nb, MAX(hp->n_embd_per_layer, 1));
     ctx->out_x = floats_new(ctx->n_out_step, hp->n_embd);
-    ctx->logits = floats_new(p.n_outputs, hp->n_vocab);
+    /* (an embeddings context computes no logits) */
+    ctx->logits = p.embeddings ? floats_new(1, 1) : floats_new(p.n_outputs, hp->n_vocab);
     ctx->argmax = malloc_array(p.n_outputs, sizeof *ctx->argmax);
     ctx->seq_next = malloc_array(p.n_seq, sizeof *ctx->seq_next);
     if (!ctx->x || !ctx->xb || !ctx->rope_cs[0] || !ctx->rope_cs[1] || !ctx->ple ||
         !ctx->ple_row || !ctx->k_row || !ctx->pl_g || !ctx->out_x || !ctx->logits ||
         !ctx->argmax || !ctx->seq_next) {
         r = err_set(d, -ENOMEM, "cannot allocate the context's scratch buffers");
+        goto fail;
+    }
+    if (p.embeddings && (r = embeddings_alloc(ctx)) < 0) {
+        r = err_set(d, r, "cannot allocate the context's embedding buffers");
         goto fail;
     }
     host_exec_init(ctx);
@@ -195,6 +257,10 @@ static int batch_check(struct engine_context *ctx, const struct engine_batch *b,
     const struct kv_cache *kv = &ctx->kv;
     if (b->n_tok <= 0 || !b->token || !b->pos)
         return err_set(d, ERR_INVALID, "empty batch");
+    const bool whole = ctx->params.embeddings; /* whole inputs in one step */
+    if (whole && (uint32_t)b->n_tok > ctx->params.n_batch)
+        return err_set(d, ERR_INVALID, "an embeddings context takes a batch in one step: %d "
+                       "tokens, n_batch %u", b->n_tok, ctx->params.n_batch);
     for (uint32_t s = 0; s < kv->n_seq; s++) ctx->seq_next[s] = -1;
     int64_t n_out = 0;
     for (int32_t i = 0; i < b->n_tok; i++) {
@@ -211,6 +277,9 @@ static int batch_check(struct engine_context *ctx, const struct engine_batch *b,
             return err_set(d, ERR_CTX_FULL, "batch token %d: position %d is past the context "
                            "size %u", i, pos, kv->n_ctx);
         int32_t expect = ctx->seq_next[seq];
+        if (whole && expect < 0 && pos != 0)
+            return err_set(d, ERR_INVALID, "batch token %d: an embeddings context takes whole "
+                           "inputs, and sequence %d starts at position %d, not 0", i, seq, pos);
         if (expect < 0 && (uint32_t)pos > kv->seq_len[seq])
             return err_set(d, ERR_INVALID, "batch token %d: position %d leaves a gap after the "
                            "%u cached positions of sequence %d", i, pos, kv->seq_len[seq], seq);
@@ -224,7 +293,7 @@ static int batch_check(struct engine_context *ctx, const struct engine_batch *b,
         ctx->seq_next[seq] = pos + 1;
         n_out += b->want_logits ? b->want_logits[i] : i == b->n_tok - 1;
     }
-    if (n_out > ctx->params.n_outputs)
+    if (!whole && n_out > ctx->params.n_outputs)
         return err_set(d, ERR_INVALID, "batch wants %lld rows of logits, the context holds %u",
                        (long long)n_out, ctx->params.n_outputs);
     return 0;
@@ -255,6 +324,7 @@ int engine_context_decode(struct engine_context *ctx, const struct engine_batch 
         if ((r = forward_step(ctx, b, t0, n, &out_row, d)) < 0) return r;
     }
     ctx->n_outputs = out_row;
+    if (ctx->params.embeddings) forward_pool(ctx, b);
     /* greedy rows: the GPU computed them on the device; here from the logits */
     for (int32_t i = 0; ctx->argmax_only && !ctx->gpu && i < out_row; i++)
         ctx->argmax[i] = row_argmax(ctx->logits + (size_t)i * ctx->model->hp.n_vocab, ctx->model->hp.n_vocab);
@@ -279,4 +349,34 @@ int32_t engine_context_argmax(const struct engine_context *ctx, int32_t i) {
 
 int32_t engine_context_n_outputs(const struct engine_context *ctx) {
     return ctx->n_outputs;
+}
+
+int engine_context_embeddings(const struct engine_context *ctx, int32_t seq, float *out,
+                              bool normalize, struct err_detail *d) {
+    const struct engine_hparams *hp = &ctx->model->hp;
+    if (!ctx->params.embeddings)
+        return err_set(d, ERR_INVALID, "not an embeddings context");
+    if (hp->pooling == ENGINE_POOLING_NONE)
+        return err_set(d, ERR_UNSUPPORTED, "the model pools nothing (pooling none): it has one "
+                       "embedding per token");
+    if (seq < 0 || (uint32_t)seq >= ctx->kv.n_seq || ctx->embd_row[seq] < 0)
+        return err_set(d, ERR_INVALID, "sequence %d was not in the last decode", seq);
+    const float *x = ctx->embd_seq + (size_t)ctx->embd_row[seq] * hp->n_embd_out;
+    const int64_t n = hp->n_embd_out;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    const float s = !normalize ? 1.0f : sum > 0 ? (float)(1.0 / sqrt(sum)) : 0.0f;
+    for (int64_t i = 0; i < n; i++) out[i] = x[i] * s;
+    return 0;
+}
+
+int engine_context_embeddings_token(struct engine_context *ctx, int32_t i, float *out,
+                                    struct err_detail *d) {
+    if (!ctx->params.embeddings)
+        return err_set(d, ERR_INVALID, "not an embeddings context");
+    if (i < 0 || i >= ctx->embd_n_tok)
+        return err_set(d, ERR_INVALID, "token %d is not in [0, %d) of the last decode", i,
+                       ctx->embd_n_tok);
+    forward_token_embedding(ctx, i, out);
+    return 0;
 }

@@ -75,6 +75,17 @@ struct engine_context_params {
     enum engine_device_kind device;
     int device_index;
     uint32_t gpu_layers;
+    /* An embeddings context, the only kind an embedding model takes
+     * (engine_model_is_embedding(); a model that is not one is refused): a decode computes
+     * every token's final hidden state and each sequence's pooled embedding
+     * (engine_context_embeddings()) instead of logits. Its decodes take whole inputs:
+     * every sequence of a batch starts at position 0 (what the cache held of it is
+     * dropped), and the batch is one step (n_tok <= n_batch), since a bidirectional
+     * layer's tokens see the whole sequence. Several inputs in one batch (one sequence
+     * each) give the vectors each gives alone. CPU only for now (a CUDA device is refused,
+     * device = auto falls back to the CPU). The cache types apply: f32 K/V give
+     * llama.cpp's numbers, f16 moves them by about 1e-4. */
+    bool embeddings;
 };
 
 /* The defaults above (f16 cache, kv_rotation on). */
@@ -181,6 +192,24 @@ int32_t engine_context_n_outputs(const struct engine_context *ctx);
 /* The greedy token of the i-th row of the last decode: the index of its largest logit, the
  * lowest on ties (the greedy sampler's choice before penalties); -1 when i is out of range. */
 int32_t engine_context_argmax(const struct engine_context *ctx, int32_t i);
+
+/* ---- embeddings ------------------------------------------------------------------------ */
+
+/* The embedding of sequence seq in the last decode of an embeddings context: the model's
+ * pooling of the sequence's final hidden states (engine_model_pooling()), through its
+ * dense projections, engine_model_n_embd_out() floats into out; normalize: divided by its
+ * Euclidean norm (as llama-embedding's default, --embd-normalize 2: the squares summed in
+ * double; a zero vector stays zero). ERR_INVALID (with d) when ctx is not an embeddings
+ * context or seq was not in the last decode, ERR_UNSUPPORTED when the model pools nothing
+ * (pooling none: engine_context_embeddings_token()). */
+int engine_context_embeddings(const struct engine_context *ctx, int32_t seq, float *out,
+                              bool normalize, struct err_detail *d);
+/* The final hidden state of the i-th token of the last decode's batch (batch order), not
+ * pooled and not normalized, through the dense projections: engine_model_n_embd_out()
+ * floats into out. ERR_INVALID (with d) when ctx is not an embeddings context or i is out
+ * of range. */
+int engine_context_embeddings_token(struct engine_context *ctx, int32_t i, float *out,
+                                    struct err_detail *d);
 
 /* ---- sequences in the cache ----------------------------------------------------------- */
 

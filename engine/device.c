@@ -343,7 +343,8 @@ static int repack_all(struct engine_context *ctx, struct err_detail *d) {
                 if (r < 0) return err_set(d, r, "cannot repack layer %u's weights for %s", il, de->name);
             }
         }
-        int r = ctx->gpu ? 0 : weight_repack(ctx, de, &de->output, &m->output);
+        /* an embeddings context has no classifier to run (engine/context.h) */
+        int r = ctx->gpu || ctx->params.embeddings ? 0 : weight_repack(ctx, de, &de->output, &m->output);
         if (r < 0) return err_set(d, r, "cannot repack the classifier for %s", de->name);
     }
     return 0;
@@ -457,7 +458,8 @@ static int plan_layers(struct engine_context *ctx, const float *ratio, struct er
         de->vocab0 = kv_off[dv];
         de->n_vocab = kv_cnt[dv];
         de->output = rows_view(&m->output, kv_off[dv], kv_cnt[dv]);
-        if (!ctx->gpu) de->weight_bytes += weight_bytes(&de->output); /* else the GPU's */
+        if (!ctx->gpu && !ctx->params.embeddings) /* else the GPU's, or none */
+            de->weight_bytes += weight_bytes(&de->output);
     }
     return 0;
 }

@@ -48,6 +48,20 @@ static void cpu_rmsnorm(struct exec *e, float *y, const float *x, const struct e
     for (int64_t r = 0; r < n_rows; r++) kern_rmsnorm(y + r * width, x + r * width, wd, width, eps);
 }
 
+static void cpu_layernorm(struct exec *e, float *y, const float *x, const struct engine_weight *w,
+                          const struct engine_weight *b, int64_t width, int64_t n_rows,
+                          float eps) {
+    (void)e;
+    const float *wd = w ? w->data : NULL, *bd = b ? b->data : NULL;
+    for (int64_t r = 0; r < n_rows; r++)
+        kern_layernorm(y + r * width, x + r * width, wd, bd, width, eps);
+}
+
+static void cpu_gelu(struct exec *e, float *y, const float *x, int64_t n) {
+    (void)e;
+    kern_gelu(y, x, n);
+}
+
 /* The gated activation y = act(g) * u over n values, cut into ranges for the pool. */
 struct glu_args {
     float *y;
@@ -128,12 +142,28 @@ struct attend_args {
     const struct layer_step *s;
     float *att;
     const float *q;
+    bool bidir; /* attend_bidir */
 };
+
+/* The cells [*lo, *hi) a token at pos sees: causal, up to pos, the last `window` of them
+ * on an SWA layer (window 0: all); bidirectional, every cell of the sequence the step
+ * wrote (end: one past its last position), within window / 2 of pos on both sides. */
+static void cells_seen(bool bidir, int32_t window, int32_t pos, int32_t end, int32_t *lo,
+                       int32_t *hi) {
+    if (!bidir) {
+        *lo = window ? MAX(0, pos - window + 1) : 0;
+        *hi = pos + 1;
+    } else {
+        *lo = window ? MAX(0, pos - window / 2) : 0;
+        *hi = window ? MIN(end, pos + window / 2 + 1) : end;
+    }
+}
 
 /* Multi-head attention of the step's tokens over their sequences' cached cells, for the
  * device's KV heads and the query heads that read them:
- * att[t][h] = softmax(scale · q[t][h] · K[lo..pos]ᵀ) · V[lo..pos], lo = 0 on global
- * layers and pos - W + 1 (at least 0) on sliding-window layers. Work items are (KV head,
+ * att[t][h] = softmax(scale · q[t][h] · K[lo..hi)ᵀ) · V[lo..hi), [lo, hi) = cells_seen()
+ * (causal: lo = 0 on global layers and pos - W + 1 (at least 0) on sliding-window layers,
+ * hi = pos + 1; bidirectional: the whole sequence, or pos ± W/2). Work items are (KV head,
  * block of ATTN_BLOCK tokens) dealt round-robin to the threads. An item covers the
  * `group` query heads that share the KV head (GQA: head h reads KV head h / group) for
  * every token of the block, run by run of tokens of one sequence, so each cached row is
@@ -163,11 +193,13 @@ static void attend_task(void *arg, int ith, int nth) {
             /* the run [t, t1) of tokens of one sequence; token i sees cells lo_i..pos_i,
              * counted from the run's first visible cell p_lo */
             int32_t seq = batch_seq(b, t0 + t), n_kv[ATTN_BLOCK], kv_lo[ATTN_BLOCK];
-            int32_t p_lo = window ? MAX(0, b->pos[t0 + t] - window + 1) : 0;
+            const int32_t end = a->bidir ? ctx->seq_next[seq] : 0;
+            int32_t p_lo, lo, hi;
+            cells_seen(a->bidir, window, b->pos[t0 + t], end, &p_lo, &hi);
             for (t1 = t; t1 < t_end && batch_seq(b, t0 + t1) == seq; t1++) {
-                int32_t pos = b->pos[t0 + t1];
-                n_kv[t1 - t] = pos + 1 - p_lo;
-                kv_lo[t1 - t] = window ? MAX(0, pos - window + 1) - p_lo : 0;
+                cells_seen(a->bidir, window, b->pos[t0 + t1], end, &lo, &hi);
+                n_kv[t1 - t] = hi - p_lo;
+                kv_lo[t1 - t] = lo - p_lo;
             }
             /* this KV head's slice of cell p_lo; the rows that follow are contiguous (a
              * ring mirrors them) and *_row_bytes apart */
@@ -186,6 +218,12 @@ static void attend_task(void *arg, int ith, int nth) {
 
 static void cpu_attend(struct exec *e, const struct layer_step *s, float *att, const float *q) {
     struct attend_args a = {.c = cpu_of(e), .s = s, .att = att, .q = q};
+    pool_run(cpu_of(e)->pool, attend_task, &a, s->attn_work);
+}
+
+static void cpu_attend_bidir(struct exec *e, const struct layer_step *s, float *att,
+                             const float *q) {
+    struct attend_args a = {.c = cpu_of(e), .s = s, .att = att, .q = q, .bidir = true};
     pool_run(cpu_of(e)->pool, attend_task, &a, s->attn_work);
 }
 
@@ -216,6 +254,8 @@ const struct exec_ops exec_cpu_ops = {
     .matmul = cpu_matmul,
     .add = cpu_add,
     .rmsnorm = cpu_rmsnorm,
+    .layernorm = cpu_layernorm,
+    .gelu = cpu_gelu,
     .glu = cpu_glu,
     .ple_gate = cpu_ple_gate,
     .scale = cpu_scale,
@@ -224,6 +264,7 @@ const struct exec_ops exec_cpu_ops = {
     .hadamard = cpu_hadamard,
     .kv_write = cpu_kv_write,
     .attend = cpu_attend,
+    .attend_bidir = cpu_attend_bidir,
     .gather = cpu_gather,
     .input = cpu_input,
     .output = cpu_output,

@@ -158,6 +158,10 @@ const struct exec_ops exec_cuda_ops = {
     .matmul = cu_matmul,
     .add = cu_add,
     .rmsnorm = cu_rmsnorm,
+    /* none for the embedding models' layers yet: engine_context_new() keeps them on the
+     * CPU (LayerNorm, the plain GELU FFN, bidirectional attention) */
+    .layernorm = NULL,
+    .gelu = NULL,
     .glu = cu_glu,
     .ple_gate = cu_ple_gate,
     .scale = cu_scale,
@@ -166,6 +170,7 @@ const struct exec_ops exec_cuda_ops = {
     .hadamard = cu_hadamard,
     .kv_write = cu_kv_write,
     .attend = cu_attend,
+    .attend_bidir = NULL,
     .gather = cu_gather,
     .input = cu_input,
     .output = cu_output,

@@ -38,6 +38,12 @@ struct exec_ops {
     /* y[r] = RMSNorm(x[r]) · w for n_rows rows of width values (w NULL or absent: no weight) */
     void (*rmsnorm)(struct exec *e, float *y, const float *x, const struct engine_weight *w,
                     int64_t width, int64_t n_rows, float eps);
+    /* y[r] = LayerNorm(x[r]) · w + b for n_rows rows of width values (w, b NULL or absent:
+     * none): the BERT family's norm */
+    void (*layernorm)(struct exec *e, float *y, const float *x, const struct engine_weight *w,
+                      const struct engine_weight *b, int64_t width, int64_t n_rows, float eps);
+    /* y = gelu(x) over n values (the tanh GELU): bert's FFN, which is not gated */
+    void (*gelu)(struct exec *e, float *y, const float *x, int64_t n);
     /* y = act(g) * u over n values (SiLU, or gemma's tanh GELU) */
     void (*glu)(struct exec *e, float *y, const float *g, const float *u, int64_t n,
                 enum engine_ffn_act act);
@@ -59,6 +65,12 @@ struct exec_ops {
      * token sees (its sequence, up to its position, within a sliding window), for its KV
      * heads and the query heads that read them (un-rotated by the caller) */
     void (*attend)(struct exec *e, const struct layer_step *s, float *att, const float *q);
+    /* attend for a bidirectional layer: each token sees every cell of its sequence that
+     * the step wrote (an embeddings context's step holds whole sequences), earlier and
+     * later, within window / 2 positions on both sides on a sliding-window layer. NULL
+     * where the device has none (CUDA: engine_context_new() keeps embedding models off
+     * it). */
+    void (*attend_bidir)(struct exec *e, const struct layer_step *s, float *att, const float *q);
     /* The rows of x that want logits (batch order) into y: *ret_n_out rows */
     void (*gather)(struct exec *e, const struct layer_step *s, float *y, const float *x,
                    int32_t *ret_n_out);

@@ -16,6 +16,13 @@
  * per-layer head sizes, sliding-window layers (their own cache and RoPE), the per-layer
  * embedding branch, the layer output scale and the final soft-cap.
  *
+ * Embedding models (../shared/models/embed/README.md) add, where theirs say so: learned
+ * positions, token type 0 and a LayerNorm at the embedding step (bert), LayerNorm as the
+ * arch's norm, the norm of the residual stream after each block instead of before it
+ * (post-norm), bidirectional attention (its own layer kinds), an FFN that is not gated;
+ * an embeddings context keeps every token's final state and pools them per sequence
+ * (forward_pool), through the dense projections where the model has them.
+ *
  * Where it runs is engine/device.h's business: under a tensor split the mixer and the FFN
  * of a layer run on every device of the context at once, each over its heads and hidden
  * units, and the devices' shares of the output projections are summed on the host; the
@@ -58,6 +65,34 @@ static void per_layer_inputs(struct engine_context *ctx, const struct engine_bat
     }
 }
 
+/* The arch's norm of n rows of the residual stream: RMSNorm · w, or LayerNorm · w + b
+ * (b NULL: none). */
+static void norm(struct exec *e, float *y, const float *x, const struct engine_weight *w,
+                 const struct engine_weight *b, int32_t n) {
+    const struct engine_hparams *hp = &e->ctx->model->hp;
+    if (hp->norm == ENGINE_NORM_LAYER)
+        e->ops->layernorm(e, y, x, w, b, hp->n_embd, n, hp->rms_eps);
+    else
+        e->ops->rmsnorm(e, y, x, w, hp->n_embd, n, hp->rms_eps);
+}
+
+/* bert: x[t] += token_types[0] + position_embd[pos[t]] (llama.cpp's order: the type row
+ * first), the rows converted through ctx->xb */
+static void embed_extras(struct engine_context *ctx, const struct engine_batch *b, int32_t t0,
+                         int32_t n) {
+    const struct engine_model *m = ctx->model;
+    const int64_t dim = m->hp.n_embd;
+    struct exec *h = &ctx->host.e;
+    if (m->type_embd.data) {
+        embed(ctx->xb, &m->type_embd, 0);
+        h->ops->add(h, ctx->x, ctx->xb, dim, n, 1);
+    }
+    if (m->pos_embd.data) {
+        for (int32_t t = 0; t < n; t++) embed(ctx->xb + t * dim, &m->pos_embd, b->pos[t0 + t]);
+        h->ops->add(h, ctx->x, ctx->xb, dim, n, n);
+    }
+}
+
 /* ---- the layer kinds -----------------------------------------------------------------
  * Each runs on one executor from the normed input `in` to its output `out` (n, n_embd):
  * the whole product on one device, a partial sum under a split. false: the device holds
@@ -67,8 +102,10 @@ typedef bool (*kind_fn)(struct exec *e, const struct layer_step *s, const float 
 /* Attention over the KV cache, for the executor's KV heads and the query heads that read
  * them (a shared-KV layer's are placed by its source, engine/device.h). The global,
  * sliding-window and shared-KV kinds differ only in the KV they read (its window and
- * source come with the layer's KV store), so one function runs them. */
-static bool attention(struct exec *e, const struct layer_step *s, const float *in, float *out) {
+ * source come with the layer's KV store), so one function runs them; the bidirectional
+ * kinds only in the cells each token sees (attend_bidir). */
+static bool attention_run(struct exec *e, const struct layer_step *s, const float *in, float *out,
+                          bool bidir) {
     const struct exec_ops *op = e->ops;
     const struct engine_hparams *hp = &e->ctx->model->hp;
     const struct kv_cache *kv = &e->ctx->kv;
@@ -119,12 +156,24 @@ static bool attention(struct exec *e, const struct layer_step *s, const float *i
     /* its heads of k and v into the cache at (sequence, position) in the cache's types,
      * then the attention: att (n, n_head × hd_v), un-rotated by the V rotation (H·H = I) */
     if (own) op->kv_write(e, s, e->k, e->v);
-    op->attend(e, s, e->att, e->q);
+    (bidir ? op->attend_bidir : op->attend)(e, s, e->att, e->q);
     if (rot_v) op->hadamard(e, e->att, n * n_head * hd_v, rot_v);
 
     /* its share of the output projection: out = att · Wo[:, its heads]ᵀ */
     op->matmul(e, out, &w->wo, e->att, n);
     return true;
+}
+
+static bool attention(struct exec *e, const struct layer_step *s, const float *in, float *out) {
+    return attention_run(e, s, in, out, false);
+}
+
+/* Bidirectional attention: every token of the step's sequence sees all the others that
+ * the step wrote (the K and V of the whole step are in the cache before any token
+ * attends), within window / 2 on both sides on a sliding-window layer. */
+static bool attention_bidir(struct exec *e, const struct layer_step *s, const float *in,
+                            float *out) {
+    return attention_run(e, s, in, out, true);
 }
 
 /* The dense gated FFN over the executor's hidden units: out = W_down[:, its units] ·
@@ -141,6 +190,20 @@ static bool ffn_dense(struct exec *e, const struct layer_step *s, const float *i
     return true;
 }
 
+/* The FFN that is not gated (bert) over the executor's hidden units: out =
+ * W_down[:, its units] · gelu(W_up · in + b_up) (the down bias comes after the sum). */
+static bool ffn_plain(struct exec *e, const struct layer_step *s, const float *in, float *out) {
+    const struct exec_ops *op = e->ops;
+    const struct dev_layer *dl = &e->layer[s->il];
+    const int32_t n = s->n;
+    if (dl->n_ff == 0) return false;
+    op->matmul(e, e->hb, &dl->w.w_up, in, n);
+    if (dl->w.b_up.data) op->add(e, e->hb, dl->w.b_up.data, dl->n_ff, n, 1);
+    op->gelu(e, e->hb, e->hb, n * dl->n_ff);
+    op->matmul(e, out, &dl->w.w_down, e->hb, n);
+    return true;
+}
+
 struct layer_kind {
     const char *name;
     kind_fn run;
@@ -149,9 +212,13 @@ static const struct layer_kind mixer_kinds[ENGINE_MIXER_KIND_COUNT] = {
     [ENGINE_MIXER_ATTENTION] = {"attention", attention},
     [ENGINE_MIXER_ATTENTION_SWA] = {"sliding-window attention", attention},
     [ENGINE_MIXER_ATTENTION_SHARED] = {"shared-KV attention", attention},
+    [ENGINE_MIXER_ATTENTION_BIDIR] = {"bidirectional attention", attention_bidir},
+    [ENGINE_MIXER_ATTENTION_BIDIR_SWA] = {"bidirectional sliding-window attention",
+                                          attention_bidir},
 };
 static const struct layer_kind ffn_kinds[ENGINE_FFN_KIND_COUNT] = {
     [ENGINE_FFN_DENSE_GATED] = {"dense gated FFN", ffn_dense},
+    [ENGINE_FFN_DENSE] = {"dense FFN", ffn_plain},
 };
 
 /* ---- the recipe ------------------------------------------------------------------------ */
@@ -199,19 +266,30 @@ static void layer_run(struct exec *e, const struct layer_step *s) {
     const float eps = hp->rms_eps;
 
     /* the token mixer of the normed input, then its bias (after the devices' sum), gemma's
-     * norm, and the residual: x += mixer(RMSNorm(x)) */
-    op->rmsnorm(e, e->xb, e->x, &l->attn_norm, dim, n, eps);
+     * norm, and the residual: x += mixer(norm(x)); a post-norm arch (bert) mixes x itself
+     * and norms the sum: x = LN(x + mixer(x)) */
+    if (l->attn_norm.data)
+        norm(e, e->xb, e->x, &l->attn_norm, NULL, n);
+    else
+        op->copy(e, e->xb, e->x, n * dim);
     if (mix(e, s, mixer_kinds[lh->mixer].run)) {
         if (l->bo.data) op->add(e, e->xb, l->bo.data, dim, n, 1);
-        if (l->post_attn_norm.data) op->rmsnorm(e, e->xb, e->xb, &l->post_attn_norm, dim, n, eps);
+        if (l->post_attn_norm.data) norm(e, e->xb, e->xb, &l->post_attn_norm, NULL, n);
         op->add(e, e->x, e->xb, dim, n, n);
+        if (l->attn_out_norm.data) norm(e, e->x, e->x, &l->attn_out_norm, &l->attn_out_norm_b, n);
     }
 
-    /* the FFN likewise: x += FFN(RMSNorm(x)), gemma norming the result */
-    op->rmsnorm(e, e->xb, e->x, &l->ffn_norm, dim, n, eps);
+    /* the FFN likewise: x += FFN(norm(x)), gemma norming the result, bert the sum */
+    if (l->ffn_norm.data)
+        norm(e, e->xb, e->x, &l->ffn_norm, NULL, n);
+    else
+        op->copy(e, e->xb, e->x, n * dim);
     if (mix(e, s, ffn_kinds[lh->ffn].run)) {
-        if (l->post_ffn_norm.data) op->rmsnorm(e, e->xb, e->xb, &l->post_ffn_norm, dim, n, eps);
+        if (l->b_down.data) op->add(e, e->xb, l->b_down.data, dim, n, 1);
+        if (l->post_ffn_norm.data) norm(e, e->xb, e->xb, &l->post_ffn_norm, NULL, n);
         op->add(e, e->x, e->xb, dim, n, n);
+        if (l->layer_out_norm.data)
+            norm(e, e->x, e->x, &l->layer_out_norm, &l->layer_out_norm_b, n);
     }
 
     /* gemma4 per-layer embedding branch: x += RMSNorm(proj · (gelu(gate · x) ⊙ ple_il)) */
@@ -265,6 +343,18 @@ static void head(struct exec *e, const struct layer_step *s, float *logits, int3
     e->ops->matmul(e, e == &ctx->host.e ? logits : e->logits, e->output, e->xo, n_out);
 }
 
+/* An embeddings context: every token's final hidden state, through the final norm where
+ * the model has one, into rows t0.. of ctx->embd (n, n_embd). */
+static void final_states(struct exec *e, const struct layer_step *s) {
+    struct engine_context *ctx = e->ctx;
+    const struct engine_model *m = ctx->model;
+    float *y = ctx->embd + (size_t)s->t0 * m->hp.n_embd;
+    if (m->output_norm.data)
+        norm(e, y, e->x, &m->output_norm, NULL, s->n);
+    else
+        e->ops->copy(e, y, e->x, s->n * m->hp.n_embd);
+}
+
 /* A GPU partition's index arrays for the step (engine/gpu.h) */
 static void part_begin_on(struct engine_context *ctx, struct device *dv, void *arg) {
     const struct layer_step *s = arg;
@@ -279,9 +369,12 @@ int forward_step(struct engine_context *ctx, const struct engine_batch *b, int32
     const int64_t dim = hp->n_embd, P = hp->n_embd_per_layer;
     float *x = ctx->x;
 
-    /* token embeddings: x (n, dim), gemma's scaled by sqrt(n_embd) (in f32, as llama.cpp) */
+    /* token embeddings: x (n, dim), gemma's scaled by sqrt(n_embd) (in f32, as llama.cpp);
+     * bert's plus token type 0 and each token's position row, then normed */
     for (int32_t t = 0; t < n; t++) embed(x + t * dim, &m->tok_embd, b->token[t0 + t]);
+    if (m->type_embd.data || m->pos_embd.data) embed_extras(ctx, b, t0, n);
     if (hp->embd_scale) kern_scale(x, n * dim, sqrtf((float)dim));
+    if (m->embd_norm.data) norm(&ctx->host.e, x, x, &m->embd_norm, &m->embd_norm_b, n);
     if (P > 0) per_layer_inputs(ctx, b, t0, n);
     /* multiply-adds of one layer's attention: n tokens × n_head × cells × (hd_k + hd_v) */
     int64_t attn_work = 0;
@@ -304,7 +397,10 @@ int forward_step(struct engine_context *ctx, const struct engine_batch *b, int32
     int32_t n_out = 0;
     int r = 0;
     if (!ctx->gpu) {
-        head(&ctx->host.e, &s, logits, &n_out);
+        if (ctx->params.embeddings)
+            final_states(&ctx->host.e, &s);
+        else
+            head(&ctx->host.e, &s, logits, &n_out);
         for (uint32_t i = 0; ctx->split_gpu && i < ctx->n_dev && r == 0; i++)
             if ((r = ctx->dev[i].ex->err) < 0)
                 return err_set(d, r, "device %s: a step of %d tokens failed", ctx->dev[i].name, n);
@@ -328,4 +424,57 @@ int forward_step(struct engine_context *ctx, const struct engine_batch *b, int32
         kern_softcap(logits, (int64_t)n_out * hp->n_vocab, hp->final_softcap);
     *out_row += n_out;
     return 0;
+}
+
+/* n rows of x (n, n_embd) through the dense projections the model has (gemma-embedding's
+ * dense_2 then dense_3, no bias, no activation) into y (n, n_embd_out), on the host's
+ * threads; ctx->dense_mid holds the middle rows. */
+static void dense_project(struct engine_context *ctx, float *y, const float *x, int64_t n) {
+    const struct engine_model *m = ctx->model;
+    const struct engine_weight *ws[] = {&m->dense_2, &m->dense_3};
+    float *outs[] = {m->dense_3.data ? ctx->dense_mid : y, y};
+    const float *in = x;
+    for (size_t i = 0; i < ARRAY_SIZE(ws); i++) {
+        const struct engine_weight *w = ws[i];
+        if (!w->data) continue;
+        kern_matmul_layout(ctx->pool, outs[i], w->data, w->type, w->layout, in, w->n_in, w->n_out,
+                           n, ctx->dense_scratch);
+        in = outs[i];
+    }
+    if (in == x) memcpy(y, x, (size_t)n * ctx->model->hp.n_embd * sizeof *y);
+}
+
+void forward_pool(struct engine_context *ctx, const struct engine_batch *b) {
+    const struct engine_model *m = ctx->model;
+    const int64_t dim = m->hp.n_embd;
+    const enum engine_pooling pooling = m->hp.pooling;
+    /* the batch's sequences, in sequence order, one row each */
+    int32_t n_rows = 0;
+    for (uint32_t q = 0; q < ctx->kv.n_seq; q++)
+        ctx->embd_row[q] = ctx->seq_next[q] >= 0 ? n_rows++ : -1;
+    ctx->embd_n_tok = b->n_tok;
+    if (pooling == ENGINE_POOLING_NONE) return;
+    /* mean: the sum of a sequence's rows over its count; cls and last: its first and last
+     * row in the batch, which are its lowest and highest positions (a sequence's positions
+     * rise in batch order) */
+    memset(ctx->pool_in, 0, (size_t)n_rows * dim * sizeof *ctx->pool_in);
+    for (int32_t r = 0; r < n_rows; r++) ctx->pool_n[r] = 0;
+    for (int32_t t = 0; t < b->n_tok; t++) {
+        const int32_t r = ctx->embd_row[b->seq ? b->seq[t] : 0];
+        const float *x = ctx->embd + (size_t)t * dim;
+        float *y = ctx->pool_in + (size_t)r * dim;
+        const bool first = ctx->pool_n[r]++ == 0;
+        if (pooling == ENGINE_POOLING_MEAN)
+            kern_add(y, x, dim);
+        else if (pooling == ENGINE_POOLING_LAST || first)
+            memcpy(y, x, (size_t)dim * sizeof *y);
+    }
+    if (pooling == ENGINE_POOLING_MEAN)
+        for (int32_t r = 0; r < n_rows; r++)
+            kern_scale(ctx->pool_in + (size_t)r * dim, dim, 1.0f / (float)ctx->pool_n[r]);
+    dense_project(ctx, ctx->embd_seq, ctx->pool_in, n_rows);
+}
+
+void forward_token_embedding(struct engine_context *ctx, int32_t i, float *out) {
+    dense_project(ctx, out, ctx->embd + (size_t)i * ctx->model->hp.n_embd, 1);
 }

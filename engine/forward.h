@@ -52,7 +52,20 @@ struct engine_context {
     int32_t n_outputs; /* rows filled by the last decode */
     bool argmax_only;  /* the last decode's batch asked for the argmax only */
 
-    int32_t *seq_next; /* (n_seq) validation scratch: next expected position, -1 = unseen */
+    /* (n_seq) validation scratch: next expected position, -1 = unseen; through the decode,
+     * one past each sequence's last position in the batch (what bidirectional attention
+     * sees) */
+    int32_t *seq_next;
+
+    /* An embeddings context (params.embeddings): */
+    float *embd;       /* (n_batch, n_embd) every token's final hidden state, the last decode */
+    int32_t embd_n_tok; /* its tokens */
+    int32_t *embd_row; /* (n_seq) row of each sequence of the last decode in embd_seq, or -1 */
+    float *embd_seq;   /* (n_seq, n_embd_out) the pooled vectors, after the projections */
+    float *pool_in;    /* (n_seq, n_embd) pooled rows before the projections */
+    int32_t *pool_n;   /* (n_seq) tokens pooled into each row */
+    float *dense_mid;  /* (n_seq, n_embd_dense) between the projections */
+    void *dense_scratch; /* the projections' matmul scratch */
 };
 
 /* One step of the forward pass over tokens [t0, t0 + n) of b (n <= n_batch); writes the
@@ -60,3 +73,10 @@ struct engine_context {
  * failure is a GPU's (with d). */
 int forward_step(struct engine_context *ctx, const struct engine_batch *b, int32_t t0, int32_t n,
                  int32_t *out_row, struct err_detail *d);
+/* An embeddings context after the steps of b (its final states in ctx->embd): the model's
+ * pooling of each sequence of b, through the dense projections, into ctx->embd_seq (the
+ * row ctx->embd_row says). */
+void forward_pool(struct engine_context *ctx, const struct engine_batch *b);
+/* Token i of the last decode's final state through the dense projections: n_embd_out
+ * floats into out. */
+void forward_token_embedding(struct engine_context *ctx, int32_t i, float *out);

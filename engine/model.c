@@ -238,6 +238,81 @@ static int hp_kv_sources(struct engine_hparams *hp, const char *a, struct err_de
     return 0;
 }
 
+/* Reads <arch>.<suffix> as a bool (an integer 0 or 1 is taken too); absent: def. */
+static int hp_bool(const struct gguf_file *f, const char *arch, const char *suffix, bool def,
+                   bool *out, struct err_detail *d) {
+    char key[128];
+    if (kv_key(key, sizeof key, arch, suffix) < 0)
+        return err_set(d, ERR_MODEL_ARCH, "architecture name '%s' too long", arch);
+    const struct gguf_kv *kv = gguf_find_kv(f, key);
+    if (kv && kv->type != GGUF_TYPE_BOOL) {
+        uint32_t v;
+        int r = hp_u32(f, arch, suffix, false, def, 0, 1, &v, d);
+        if (r >= 0) *out = v != 0;
+        return r;
+    }
+    *out = def;
+    struct err_detail sub = {0};
+    int r = kv ? gguf_get_bool(f, key, out, &sub) : 0;
+    if (r < 0)
+        return err_set(d, ERR_MODEL_HPARAM, "key '%s' at offset %llu: %s", key,
+                       (unsigned long long)kv->offset, err_msg(&sub, r));
+    return 0;
+}
+
+/* A size that a key gives, or where the file lacks it the rows (ne[1]) of a tensor, or 0. */
+static int hp_size(const struct gguf_file *f, const char *key, const char *tensor, uint32_t *out,
+                   struct err_detail *d) {
+    const struct gguf_kv *kv = gguf_find_kv(f, key);
+    const struct gguf_tensor *t = gguf_find_tensor(f, tensor);
+    uint64_t v = t ? (uint64_t)t->ne[1] : 0;
+    struct err_detail sub = {0};
+    int r = kv ? gguf_get_u64(f, key, &v, &sub) : 0;
+    if (r < 0)
+        return err_set(d, ERR_MODEL_HPARAM, "key '%s' at offset %llu: %s", key,
+                       (unsigned long long)kv->offset, err_msg(&sub, r));
+    if (v > (1u << 24))
+        return err_set(d, ERR_MODEL_HPARAM, "key '%s': %llu is out of range [0, %u]", key,
+                       (unsigned long long)v, 1u << 24);
+    *out = (uint32_t)v;
+    return 0;
+}
+
+/* What makes a model an embedding model (../shared/models/embed/README.md): its arch, or
+ * a pooling type in the file (<arch>.pooling_type, default the arch's: llama.cpp's rank
+ * pooling of rerankers is refused); bidirectional attention (the arch's, or
+ * <arch>.attention.causal = false where the arch reads it); the sizes of the token-type
+ * table and of the dense projections. */
+static int hp_embedding(const struct gguf_file *f, enum engine_arch arch,
+                        struct engine_hparams *hp, struct err_detail *d) {
+    const struct arch_desc *ad = &engine_arch_rows[arch];
+    const char *a = ad->name;
+    char key[128];
+    uint32_t pooling;
+    int r = hp_u32(f, a, "pooling_type", false, ad->pooling_default, 0, UINT32_MAX, &pooling, d);
+    if (r < 0) return r;
+    if (pooling >= ENGINE_POOLING_COUNT)
+        return err_set(d, ERR_MODEL_HPARAM, "%s.pooling_type %u: %s", a, pooling,
+                       pooling == 4 ? "rank pooling (a reranker) is not supported"
+                                    : "not a pooling type (0 none, 1 mean, 2 cls, 3 last)");
+    hp->pooling = (enum engine_pooling)pooling;
+    hp->embedding = ad->embedding || hp->pooling != ENGINE_POOLING_NONE;
+    hp->causal = !ad->bidirectional;
+    if (ad->causal_key && (r = hp_bool(f, a, "attention.causal", hp->causal, &hp->causal, d)) < 0)
+        return r;
+    hp->n_embd_out = hp->n_embd;
+    if (!ad->embedding) return 0; /* (the tables below are those archs') */
+    kv_key(key, sizeof key, a, "dense_2_feat_out");
+    if ((r = hp_size(f, "tokenizer.ggml.token_type_count", "token_types.weight",
+                     &hp->n_token_types, d)) < 0 ||
+        (r = hp_size(f, key, "dense_2.weight", &hp->n_embd_dense, d)) < 0)
+        return r;
+    kv_key(key, sizeof key, a, "dense_3_feat_out");
+    if (gguf_find_kv(f, key) || gguf_find_tensor(f, "dense_3.weight"))
+        return hp_size(f, key, "dense_3.weight", &hp->n_embd_out, d);
+    return 0;
+}
+
 static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct engine_hparams *hp,
                         struct err_detail *d) {
     const struct arch_desc *ad = &engine_arch_rows[arch];
@@ -303,6 +378,7 @@ static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct
     if ((r = hp_u32(f, a, "rope.dimension_count", false, hp->head_dim_k, 2, hp->head_dim_k,
                     &hp->n_rot, d)) < 0)
         return r;
+    if (ad->no_rope) hp->n_rot = 0; /* learned positions: RoPE of 0 dims, the identity */
     uint32_t n_rot_swa = hp->n_rot;
     if (ad->swa_own_dims && (r = hp_u32(f, a, "rope.dimension_count_swa", false, hd_k_swa, 2, hd_k_swa,
                               &n_rot_swa, d)) < 0)
@@ -326,15 +402,24 @@ static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct
                     &hp->n_layer_kv_shared, d)) < 0)
         return r;
     if ((r = hp_kv_sources(hp, a, d)) < 0) return r;
+    if ((r = hp_embedding(f, arch, hp, d)) < 0) return r;
+    if (!hp->causal && hp->n_layer_kv_shared > 0)
+        return err_set(d, ERR_MODEL_HPARAM, "%s.attention.shared_kv_layers %u in a model with "
+                       "bidirectional attention", a, hp->n_layer_kv_shared);
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         struct engine_layer_hparams *l = &hp->layer[il];
         l->mixer = l->kv_source != (int32_t)il ? ENGINE_MIXER_ATTENTION_SHARED
+                   : !hp->causal && l->swa     ? ENGINE_MIXER_ATTENTION_BIDIR_SWA
+                   : !hp->causal               ? ENGINE_MIXER_ATTENTION_BIDIR
                    : l->swa                    ? ENGINE_MIXER_ATTENTION_SWA
                                                : ENGINE_MIXER_ATTENTION;
-        l->ffn = ENGINE_FFN_DENSE_GATED;
+        l->ffn = ad->ffn_plain ? ENGINE_FFN_DENSE : ENGINE_FFN_DENSE_GATED;
     }
-    if ((r = hp_f32(f, a, "attention.layer_norm_rms_epsilon", true, 0, 1e-30f, 1.0f, &hp->rms_eps,
-                    d)) < 0 ||
+    hp->norm = ad->norm;
+    hp->ffn_act = ad->ffn_act;
+    const char *eps_key = hp->norm == ENGINE_NORM_LAYER ? "attention.layer_norm_epsilon"
+                                                        : "attention.layer_norm_rms_epsilon";
+    if ((r = hp_f32(f, a, eps_key, true, 0, 1e-30f, 1.0f, &hp->rms_eps, d)) < 0 ||
         (r = hp_f32(f, a, "rope.freq_base", false, 10000.0f, 1e-3f, 1e12f, &hp->rope_freq_base,
                     d)) < 0 ||
         (r = hp_f32(f, a, "rope.freq_base_swa", false, 10000.0f, 1e-3f, 1e12f,
@@ -352,7 +437,7 @@ static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct
                         &hp->final_softcap, d)) < 0)
             return r;
         hp->embd_scale = true;
-        hp->ffn_act = ENGINE_FFN_GELU;
+        hp->ffn_act = ENGINE_FFN_GELU; /* GeGLU */
     }
     hp->v_norm = ad->v_norm;
     if (ad->per_layer_inputs && (r = hp_u32(f, a, "embedding_length_per_layer_input", true, 0, 0, 1u << 16,
@@ -363,9 +448,21 @@ static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct
 
 /* ---- tensors ------------------------------------------------------------------------- */
 
-/* How m's arch uses the tensor of spec s (its row's entry for the spec's feature). */
+/* Does m's arch take spec s from its part of the fused QKV tensor? */
+static bool spec_fused(const struct engine_model *m, const struct tensor_spec *s) {
+    return s->part != PART_WHOLE && engine_arch_rows[m->arch].use[FEAT_QKV_FUSED] != USE_NO;
+}
+
+/* How m's arch uses the tensor of spec s (its row's entry for the spec's feature, or for
+ * the fused QKV). */
 static enum spec_use spec_use_of(const struct engine_model *m, const struct tensor_spec *s) {
-    return (enum spec_use)engine_arch_rows[m->arch].use[s->feature];
+    return (enum spec_use)engine_arch_rows[m->arch].use[spec_fused(m, s) ? FEAT_QKV_FUSED
+                                                                         : s->feature];
+}
+
+/* The file's name of spec s's tensor in m (the suffix after "blk.N." for a layer's). */
+static const char *spec_name(const struct engine_model *m, const struct tensor_spec *s) {
+    return spec_fused(m, s) ? SPEC_QKV_FUSED_NAME : s->name;
 }
 
 /* The value of dim in layer il (il < 0: a global tensor, sized by the global layers). */
@@ -386,6 +483,10 @@ static int64_t dim_value(const struct engine_hparams *hp, int il, enum spec_dim 
     case DIM_ROT_HALF: return hp->n_rot / 2;
     case DIM_PLE: return hp->n_embd_per_layer;
     case DIM_PLE_ALL: return (int64_t)hp->n_layer * hp->n_embd_per_layer;
+    case DIM_CTX: return hp->n_ctx_train;
+    case DIM_TYPES: return hp->n_token_types;
+    case DIM_DENSE: return hp->n_embd_dense;
+    case DIM_EMBD_OUT: return hp->n_embd_out;
     case DIM_COUNT: break;
     }
     return -1;
@@ -431,10 +532,11 @@ static int type_refuse(enum spec_kind kind, const char *name, int type, struct e
                    list);
 }
 
-/* Looks up one tensor, checks type and shape, fills w (data still in the file's type). */
+/* Looks up one tensor, checks type and shape, fills w (data still in the file's type): the
+ * whole tensor, or the spec's rows of the fused QKV (fused). */
 static int tensor_bind(const struct gguf_file *f, const struct engine_hparams *hp,
                        const struct tensor_spec *s, int il, const char *name, enum spec_use use,
-                       struct engine_weight *w, struct err_detail *d) {
+                       bool fused, struct engine_weight *w, struct err_detail *d) {
     memset(w, 0, sizeof *w);
     use = use_resolve(hp, il, use);
     if (use == USE_NO) return 0;
@@ -445,13 +547,16 @@ static int tensor_bind(const struct gguf_file *f, const struct engine_hparams *h
     }
     if (!kind_accepts(s->kind, t->type)) return type_refuse(s->kind, name, t->type, d);
     int64_t ne0 = dim_value(hp, il, s->ne0), ne1 = dim_value(hp, il, s->ne1);
-    bool ok = t->ne[0] == ne0 && t->ne[1] == ne1 && t->ne[2] == 1 && t->ne[3] == 1;
+    /* a part of the fused QKV: the file's rows are Q, K, V; this spec's start at row0 */
+    int64_t q = dim_value(hp, il, DIM_Q), k = dim_value(hp, il, DIM_K);
+    int64_t row0 = !fused || s->part == PART_QKV_Q ? 0 : s->part == PART_QKV_K ? q : q + k;
+    int64_t ne1_file = fused ? q + k + dim_value(hp, il, DIM_V) : ne1;
+    bool ok = t->ne[0] == ne0 && t->ne[1] == ne1_file && t->ne[2] == 1 && t->ne[3] == 1;
     if (!ok)
         return err_set(d, ERR_MODEL_TENSOR_SHAPE,
                        "tensor '%s': shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", name,
                        (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
-                       (long long)t->ne[3], (long long)ne0, (long long)ne1);
-    w->data = t->data;
+                       (long long)t->ne[3], (long long)ne0, (long long)ne1_file);
     w->type = t->type;
     w->n_in = ne0;
     w->n_out = ne1;
@@ -459,6 +564,8 @@ static int tensor_bind(const struct gguf_file *f, const struct engine_hparams *h
     if (w->row_bytes == 0)
         return err_set(d, ERR_MODEL_TENSOR_SHAPE, "tensor '%s': %lld values per row is not a "
                        "multiple of the %s block", name, (long long)ne0, kern_type_name(t->type));
+    /* (no data in a file opened for its metadata) */
+    w->data = t->data ? (const char *)t->data + (size_t)row0 * w->row_bytes : NULL;
     return 0;
 }
 
@@ -472,7 +579,7 @@ static struct engine_weight *spec_weight(struct engine_model *m, const struct te
 static bool tensor_expected(const struct engine_model *m, const char *name) {
     for (size_t i = 0; i < engine_n_global_specs; i++)
         if (use_resolve(&m->hp, -1, spec_use_of(m, &engine_global_specs[i])) != USE_NO &&
-            strcmp(name, engine_global_specs[i].name) == 0)
+            strcmp(name, spec_name(m, &engine_global_specs[i])) == 0)
             return true;
     unsigned il;
     int n = 0;
@@ -482,7 +589,7 @@ static bool tensor_expected(const struct engine_model *m, const char *name) {
     if (strncmp(name, canon, strlen(canon)) != 0) return false; /* "blk.01." is not "blk.1." */
     for (size_t i = 0; i < engine_n_layer_specs; i++)
         if (use_resolve(&m->hp, (int)il, spec_use_of(m, &engine_layer_specs[i])) != USE_NO &&
-            strcmp(name + n, engine_layer_specs[i].name) == 0)
+            strcmp(name + n, spec_name(m, &engine_layer_specs[i])) == 0)
             return true;
     return false;
 }
@@ -507,15 +614,15 @@ static int tensors_bind(struct engine_model *m, struct err_detail *d) {
 
     for (size_t i = 0; i < engine_n_global_specs; i++) {
         const struct tensor_spec *s = &engine_global_specs[i];
-        if ((r = tensor_bind(f, &m->hp, s, -1, s->name, spec_use_of(m, s), spec_weight(m, s, -1),
-                             d)) < 0)
+        if ((r = tensor_bind(f, &m->hp, s, -1, spec_name(m, s), spec_use_of(m, s),
+                             spec_fused(m, s), spec_weight(m, s, -1), d)) < 0)
             return r;
     }
     for (uint32_t il = 0; il < m->hp.n_layer; il++)
         for (size_t i = 0; i < engine_n_layer_specs; i++) {
             const struct tensor_spec *s = &engine_layer_specs[i];
-            snprintf(name, sizeof name, "blk.%u.%s", il, s->name);
-            if ((r = tensor_bind(f, &m->hp, s, (int)il, name, spec_use_of(m, s),
+            snprintf(name, sizeof name, "blk.%u.%s", il, spec_name(m, s));
+            if ((r = tensor_bind(f, &m->hp, s, (int)il, name, spec_use_of(m, s), spec_fused(m, s),
                                  spec_weight(m, s, (int)il), d)) < 0)
                 return r;
         }
@@ -526,7 +633,12 @@ static int tensors_bind(struct engine_model *m, struct err_detail *d) {
             return err_set(d, ERR_MODEL_TENSOR_UNUSED, "unexpected tensor '%s' (not part of the "
                            "%s layer recipe with %u layers)", name, m->arch_name, m->hp.n_layer);
     }
-    m->hp.tied_embeddings = m->output.data == NULL;
+    /* the width of an embedding: after the projections the file has */
+    if (!gguf_find_tensor(f, "dense_3.weight"))
+        m->hp.n_embd_out =
+            gguf_find_tensor(f, "dense_2.weight") ? m->hp.n_embd_dense : m->hp.n_embd;
+    /* an embedding arch has no classifier (its contexts compute embeddings only) */
+    m->hp.tied_embeddings = m->output.data == NULL && !engine_arch_rows[m->arch].embedding;
     if (m->hp.tied_embeddings) {
         if (!kind_accepts(KIND_MATMUL, m->tok_embd.type))
             return err_set(d, ERR_MODEL_TENSOR_TYPE, "tensor 'token_embd.weight': type %s cannot "
@@ -650,6 +762,8 @@ int engine_model_check(const struct gguf_file *f, struct engine_model_facts *ret
             .n_layer = m->hp.n_layer, .n_embd = m->hp.n_embd, .n_head = m->hp.n_head,
             .n_head_kv = m->hp.n_head_kv, .head_dim_k = m->hp.head_dim_k,
             .head_dim_v = m->hp.head_dim_v, .n_vocab = m->hp.n_vocab,
+            .embedding = m->hp.embedding, .pooling = m->hp.pooling,
+            .n_embd_out = m->hp.n_embd_out,
         };
     m->file = NULL;
     engine_model_free(m);

@@ -27,6 +27,9 @@ enum engine_arch {
     ENGINE_ARCH_QWEN3,
     ENGINE_ARCH_GEMMA3,
     ENGINE_ARCH_GEMMA4,
+    ENGINE_ARCH_BERT,
+    ENGINE_ARCH_NOMIC_BERT,
+    ENGINE_ARCH_GEMMA_EMBEDDING,
     ENGINE_ARCH_COUNT
 };
 
@@ -45,10 +48,28 @@ enum engine_rope_scaling {
     ENGINE_ROPE_SCALING_COUNT
 };
 
-/* The feed-forward activation of gate · x (the up branch is not activated). */
+/* The feed-forward activation of gate · x (the up branch is not activated), or of
+ * up · x + b in a non-gated FFN (bert). */
 enum engine_ffn_act {
-    ENGINE_FFN_SILU, /* SwiGLU: llama, qwen */
-    ENGINE_FFN_GELU, /* GeGLU with the tanh GELU: gemma */
+    ENGINE_FFN_SILU, /* SwiGLU: llama, qwen, nomic-bert */
+    ENGINE_FFN_GELU, /* GeGLU with the tanh GELU: gemma; bert's FFN */
+};
+
+/* The norm of the arch's residual stream (its blocks' inputs or outputs, the embeddings,
+ * the final norm); per-head Q/K norms are RMSNorm whatever this says. */
+enum engine_norm_kind {
+    ENGINE_NORM_RMS,   /* x / sqrt(mean(x²) + eps) · w */
+    ENGINE_NORM_LAYER, /* (x - mean) / sqrt(var + eps) · w + b: the BERT family */
+};
+
+/* How an embedding model pools the final hidden states of a sequence into one vector
+ * (<arch>.pooling_type; the values are llama.cpp's). */
+enum engine_pooling {
+    ENGINE_POOLING_NONE, /* no pooled vector: one per token */
+    ENGINE_POOLING_MEAN, /* the mean over the sequence's tokens */
+    ENGINE_POOLING_CLS,  /* the token at the sequence's lowest position ([CLS]) */
+    ENGINE_POOLING_LAST, /* the token at its highest position (the appended EOS) */
+    ENGINE_POOLING_COUNT
 };
 
 /* The kinds of layer the engine runs: a token mixer (what reads the other positions) and a
@@ -58,11 +79,16 @@ enum engine_mixer_kind {
     ENGINE_MIXER_ATTENTION,        /* attention over all earlier positions, its own KV */
     ENGINE_MIXER_ATTENTION_SWA,    /* over the last swa_window positions, its own KV */
     ENGINE_MIXER_ATTENTION_SHARED, /* over the KV of layer kv_source (gemma4 shared KV) */
+    /* bidirectional (embedding models): over every position of the token's sequence in
+     * the batch, earlier and later; the SWA one within swa_window / 2 on both sides */
+    ENGINE_MIXER_ATTENTION_BIDIR,
+    ENGINE_MIXER_ATTENTION_BIDIR_SWA,
     ENGINE_MIXER_KIND_COUNT
 };
 
 enum engine_ffn_kind {
     ENGINE_FFN_DENSE_GATED, /* W_down · (act(W_gate · x) ⊙ (W_up · x)) */
+    ENGINE_FFN_DENSE,       /* W_down · act(W_up · x + b_up): bert (b_down after the sum) */
     ENGINE_FFN_KIND_COUNT
 };
 
@@ -93,7 +119,10 @@ struct engine_hparams {
     uint32_t n_ff;
     uint32_t n_vocab; /* rows of token_embd.weight */
     uint32_t n_rot;   /* <arch>.rope.dimension_count, default head_dim_k; even, <= head_dim_k */
-    float rms_eps;    /* <arch>.attention.layer_norm_rms_epsilon */
+    /* the norm's epsilon: <arch>.attention.layer_norm_rms_epsilon, or
+     * layer_norm_epsilon where the arch's norm is LayerNorm */
+    float rms_eps;
+    enum engine_norm_kind norm;
 
     enum engine_rope_kind rope_kind;
     enum engine_rope_scaling rope_scaling;
@@ -119,6 +148,14 @@ struct engine_hparams {
     bool v_norm;               /* V heads RMS-normed without a weight (gemma4) */
     enum engine_ffn_act ffn_act;
     uint32_t n_embd_per_layer; /* gemma4 per-layer embeddings (PLE) width, 0 = none */
+
+    /* embedding models (bert, nomic-bert, gemma-embedding, any file with a pooling type) */
+    bool embedding;            /* computes embeddings, not text (engine_model_is_embedding) */
+    bool causal;               /* attention sees earlier positions only (false: bidirectional) */
+    enum engine_pooling pooling; /* <arch>.pooling_type, default the arch's */
+    uint32_t n_token_types;    /* rows of token_types.weight (tokenizer.ggml.token_type_count) */
+    uint32_t n_embd_dense;     /* <arch>.dense_2_feat_out: dense_2's output width */
+    uint32_t n_embd_out;       /* the width of an embedding: after the dense projections */
     /* the largest per-layer values, for sizing scratch: */
     uint32_t max_n_ff, max_head_dim_k, max_head_dim_v, max_n_embd_k, max_n_embd_v, max_n_rot;
     struct engine_layer_hparams layer[ENGINE_MAX_LAYERS];
@@ -150,6 +187,12 @@ struct engine_layer {
     struct engine_weight pl_proj;          /* (n_embd, n_embd_per_layer) */
     struct engine_weight pl_post_norm;     /* (n_embd) */
     struct engine_weight out_scale;        /* (1) gemma4: the layer's output × this */
+    /* bert: the LayerNorms of the residual stream after each block (post-norm), with
+     * biases, and the FFN's biases */
+    struct engine_weight attn_out_norm, attn_out_norm_b; /* (n_embd) attn_output_norm */
+    struct engine_weight layer_out_norm, layer_out_norm_b; /* (n_embd) layer_output_norm */
+    struct engine_weight b_up;             /* (n_ff) ffn_up.bias */
+    struct engine_weight b_down;           /* (n_embd) ffn_down.bias */
 };
 
 struct engine_model {
@@ -166,6 +209,13 @@ struct engine_model {
     struct engine_weight pl_tok_embd;   /* (n_vocab, n_layer × n_embd_per_layer) gemma4 PLE */
     struct engine_weight pl_model_proj; /* (n_layer × n_embd_per_layer, n_embd) */
     struct engine_weight pl_proj_norm;  /* (n_embd_per_layer) */
+    /* embedding models: bert's added rows (token type 0, each position's), the LayerNorm of
+     * the embeddings, gemma-embedding's projections of the pooled vector */
+    struct engine_weight type_embd;     /* (n_token_types, n_embd) token_types */
+    struct engine_weight pos_embd;      /* (n_ctx_train, n_embd) position_embd */
+    struct engine_weight embd_norm, embd_norm_b; /* (n_embd) token_embd_norm */
+    struct engine_weight dense_2;       /* (n_embd_dense, n_embd) */
+    struct engine_weight dense_3;       /* (n_embd_out, n_embd_dense) */
     struct engine_layer *layers;      /* n_layer */
 
     struct gguf_file *file; /* owned; the weights point into its mapping */
@@ -201,6 +251,9 @@ struct engine_model_facts {
     enum engine_arch arch;
     const char *arch_name; /* static */
     uint32_t n_ctx_train, n_layer, n_embd, n_head, n_head_kv, head_dim_k, head_dim_v, n_vocab;
+    bool embedding;              /* an embedding model (engine_model_is_embedding) */
+    enum engine_pooling pooling; /* its pooling */
+    uint32_t n_embd_out;         /* the width of its embeddings */
 };
 /* Validates f as engine_model_load_gguf() does (architecture, hparams, each tensor's
  * presence, type and shape) without reading tensor data or keeping anything, so it also
@@ -208,6 +261,24 @@ struct engine_model_facts {
  * makes room for it. f stays the caller's. *ret (may be NULL) on success only. */
 int engine_model_check(const struct gguf_file *f, struct engine_model_facts *ret,
                        struct err_detail *d);
+
+/* Embedding models (bert, nomic-bert, gemma-embedding, and any file whose
+ * <arch>.pooling_type is set, e.g. Qwen3-Embedding) compute embeddings, not text: a
+ * context for them is an embeddings context (engine_context_params.embeddings), and
+ * only theirs is. */
+static inline bool engine_model_is_embedding(const struct engine_model *m) {
+    return m->hp.embedding;
+}
+/* How the model pools a sequence (ENGINE_POOLING_NONE: not at all). */
+static inline enum engine_pooling engine_model_pooling(const struct engine_model *m) {
+    return m->hp.pooling;
+}
+/* Floats of one embedding: n_embd, or the output width of the dense projections. */
+static inline uint32_t engine_model_n_embd_out(const struct engine_model *m) {
+    return m->hp.n_embd_out;
+}
+/* "none", "mean", "cls", "last" ("?" out of range). */
+const char *engine_pooling_name(enum engine_pooling p);
 
 /* The architecture id of a name ("llama"), < 0 (ERR_MODEL_ARCH) when unknown. */
 int engine_arch_from_name(const char *name);

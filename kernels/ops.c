@@ -17,6 +17,24 @@ void kern_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps
         for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale;
 }
 
+void kern_layernorm(float *y, const float *x, const float *w, const float *b, int64_t n,
+                    float eps) {
+    double sum = 0, ss = 0; /* double, as kern_rmsnorm */
+    for (int64_t i = 0; i < n; i++) sum += x[i];
+    const float mean = (float)(sum / (double)n);
+    for (int64_t i = 0; i < n; i++) {
+        const float c = x[i] - mean;
+        ss += (double)(c * c);
+    }
+    const float scale = 1.0f / sqrtf((float)(ss / (double)n) + eps);
+    for (int64_t i = 0; i < n; i++) {
+        float v = (x[i] - mean) * scale;
+        if (w) v *= w[i];
+        if (b) v += b[i];
+        y[i] = v;
+    }
+}
+
 void kern_softmax(float *x, int64_t n) {
     if (n <= 0) return;
     float max = x[0];

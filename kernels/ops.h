@@ -23,6 +23,10 @@
 
 /* y = x / sqrt(mean(x²) + eps) * w   (w may be NULL: no weight); y may equal x */
 void kern_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps);
+/* y = (x - mean(x)) / sqrt(var(x) + eps) * w + b, the biased variance (LayerNorm; w, b may
+ * be NULL: no weight, no bias); y may equal x */
+void kern_layernorm(float *y, const float *x, const float *w, const float *b, int64_t n,
+                    float eps);
 /* x = softmax(x) in place, max-subtracted */
 void kern_softmax(float *x, int64_t n);
 /* y = silu(g) * u   (SwiGLU); y may equal g or u */
