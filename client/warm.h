@@ -185,6 +185,10 @@ struct warm_model_details {
     struct warm_model_info info;
     char chat_template[32];     /* family warmd renders ("chatml", ...), "none" */
     uint32_t n_layer, n_embd, n_head, n_head_kv, head_dim_k, head_dim_v, n_vocab;
+    /* an embedding model (warm_embed, not generation), its pooling and vector width */
+    bool embedding;
+    char pooling[8];
+    uint32_t embedding_length;
     /* the cache it gets from this daemon: context per sequence (capped at the trained
      * context unless the daemon allows more), sequences, K/V types, rotation, chunk */
     uint32_t ctx_size, parallel, cache_chunk_tokens;
@@ -277,6 +281,26 @@ typedef void (*warm_progress_fn)(const struct warm_progress *p, void *userdata);
 /* keep_alive_usec: as long as the daemon allows (its max_keep_alive). */
 #define WARM_KEEP_ALIVE_FOREVER UINT64_MAX
 
+/* Called for every token as it arrives. id is -1 for an event that only releases held-back
+ * text at the end; text (len bytes, NUL-terminated) holds complete UTF-8 characters only
+ * and may be empty. Return 0 to go on, non-zero to cancel the stream (the call then
+ * returns -WARM_CANCELLED). */
+typedef int (*warm_token_fn)(int32_t id, const char *text, size_t len, void *userdata);
+
+/* warm_gen_params.tool_choice (warm.proto's ToolChoice). */
+enum warm_tool_choice {
+    WARM_TOOLS_AUTO = 0,        /* the model decides (the default) */
+    WARM_TOOLS_NONE = 1,        /* the tools are not shown to the model */
+    WARM_TOOLS_REQUIRED = 2,    /* the answer is one or more calls */
+    WARM_TOOLS_FUNCTION = 3,    /* the answer is a call of tool_choice_name */
+};
+/* warm_gen_params.think (warm.proto's Think). */
+enum warm_think {
+    WARM_THINK_DEFAULT = 0,     /* the family's default (qwen3, qwen35 think) */
+    WARM_THINK_ON = 1,
+    WARM_THINK_OFF = 2,
+};
+
 /* What generate and chat have in common. Zero-initialize, then set what you need. */
 struct warm_gen_params {
     const char *model;          /* NULL or "" = the daemon's default model */
@@ -304,6 +328,26 @@ struct warm_gen_params {
      * tokens cannot continue the output. See warm.proto's OutputFormat. */
     const char *json_schema;
     const char *grammar;
+    /* warm_chat only (warm_generate refuses them). tools_json: the tools the model may call,
+     * a JSON array of OpenAI-shaped tools ([{"type": "function", "function": {"name",
+     * "description", "parameters"}}], at most 262144 bytes; NULL or "" = none); a model whose
+     * chat family has no tool format refuses them (-WARM_INVALID_ARGUMENT naming it). The
+     * answer's calls come in warm_summary.tool_calls (stop reason WARM_STOP_TOOL_CALLS), not
+     * as text. tool_choice WARM_TOOLS_REQUIRED or WARM_TOOLS_FUNCTION (the function
+     * tool_choice_name) forces a call whose arguments follow the tool's parameters (not with
+     * json_schema or grammar). max_tool_calls 1: at most one call (OpenAI
+     * parallel_tool_calls false); 0 = any number. See warm.proto's ChatRequest. */
+    const char *tools_json;
+    enum warm_tool_choice tool_choice;
+    const char *tool_choice_name;
+    uint32_t max_tool_calls;
+    /* Thinking families (qwen3, qwen35): WARM_THINK_OFF answers at once; WARM_THINK_ON for
+     * a family that does not think is -WARM_INVALID_ARGUMENT. */
+    enum warm_think think;
+    /* warm_chat: called with the reasoning text a token adds (thinking families), before
+     * on_token is called for the same token with its answer text; NULL = the reasoning is
+     * not delivered. Same contract as on_token (non-zero cancels). */
+    warm_token_fn on_reasoning;
 };
 
 /* warm_gen_params.json_schema for JSON mode: any JSON object. */
@@ -315,9 +359,10 @@ enum warm_stop_reason {
     WARM_STOP_EOS = 2,
     WARM_STOP_STOP_STRING = 3,
     WARM_STOP_CONTEXT_FULL = 4,
+    WARM_STOP_TOOL_CALLS = 5,   /* chat: the answer ended with tool calls */
     WARM_STOP_REASON_COUNT
 };
-/* "max_tokens", "eos", "stop_string", "context_full", "unspecified". */
+/* "max_tokens", "eos", "stop_string", "context_full", "tool_calls", "unspecified". */
 WARM_API const char *warm_stop_reason_name(int reason);
 
 /* A cache entry the daemon found for the prompt but refused. */
@@ -325,6 +370,14 @@ struct warm_rejected {
     uint32_t position;
     char reason[64];
     char message[256];
+};
+
+/* A tool call: one an assistant message made (warm_chat_message.tool_calls: id may be NULL)
+ * or one an answer made (warm_summary.tool_calls: the strings belong to the summary). */
+struct warm_tool_call {
+    const char *id;             /* "call_" + 24 letters and digits, made by the daemon */
+    const char *name;           /* the function's name */
+    const char *arguments;      /* a JSON object, as text */
 };
 
 /* The last event of a stream. prompt_tokens = ram_tokens + store_tokens +
@@ -339,14 +392,10 @@ struct warm_summary {
     size_t n_rejected;
     uint64_t keep_alive_usec;   /* how long the model stays loaded (0 with unload_after) */
     char warnings[512];         /* what the daemon said about the request, one per line */
+    struct warm_tool_call *tool_calls;  /* owned: the answer's tool calls (chat with tools) */
+    size_t n_tool_calls;
 };
 WARM_API void warm_summary_done(struct warm_summary *s);
-
-/* Called for every token as it arrives. id is -1 for an event that only releases held-back
- * text at the end; text (len bytes, NUL-terminated) holds complete UTF-8 characters only
- * and may be empty. Return 0 to go on, non-zero to cancel the stream (the call then
- * returns -WARM_CANCELLED). */
-typedef int (*warm_token_fn)(int32_t id, const char *text, size_t len, void *userdata);
 
 /* Completes a prompt: exactly one of prompt (UTF-8 text) and tokens (used as given) is
  * set. on_token may be NULL. ret_summary may be NULL. */
@@ -356,14 +405,23 @@ WARM_API int warm_generate(struct warm_client *c, const struct warm_gen_params *
                            struct warm_summary *ret_summary, struct warm_error *err);
 
 struct warm_chat_message {
-    const char *role;           /* "system", "user" or "assistant" */
+    const char *role;           /* "system", "user", "assistant" or "tool" */
     const char *content;
+    /* Assistant messages: the reasoning before the content (thinking families; NULL =
+     * none) and the tool calls made (families with tools). */
+    const char *reasoning;
+    const struct warm_tool_call *tool_calls;
+    size_t n_tool_calls;
+    /* Tool messages: the call answered and the function's name (NULL = not given). */
+    const char *tool_call_id;
+    const char *name;
 };
 enum warm_chat_flags {
     WARM_CHAT_CONTINUE_LAST = 1 << 0, /* continue the last assistant message */
 };
 /* Renders the conversation (oldest first) with the model's chat template on the daemon,
- * then streams like warm_generate. */
+ * then streams like warm_generate: on_token gets the answer (a thinking family's reasoning
+ * goes to params->on_reasoning, tool calls to the summary). */
 WARM_API int warm_chat(struct warm_client *c, const struct warm_gen_params *params,
                        const struct warm_chat_message *messages, size_t n_messages,
                        unsigned flags, warm_token_fn on_token, void *userdata,
@@ -398,6 +456,41 @@ WARM_API int warm_cache_list(struct warm_client *c, const char *namespace_, cons
  * ret_entries and ret_bytes may be NULL. */
 WARM_API int warm_cache_purge(struct warm_client *c, const char *namespace_, const char *model,
                               uint64_t *ret_entries, uint64_t *ret_bytes, struct warm_error *err);
+
+/* ---- embeddings ---------------------------------------------------------------------- */
+
+/* What warm_embed sends (warm.proto EmbedRequest): texts (inputs) or token arrays, exactly
+ * one of the two; at most 2048 inputs and 262144 tokens in all. */
+struct warm_embed_params {
+    const char *model;                  /* NULL = the daemon's default */
+    const char *const *inputs;          /* n_inputs UTF-8 texts */
+    size_t n_inputs;
+    const int32_t *const *token_inputs; /* or n_token_inputs arrays of ids, used as given */
+    const size_t *n_tokens;             /* their lengths */
+    size_t n_token_inputs;
+    bool truncate;        /* cut an input past the model's limit instead of refusing it */
+    bool raw;             /* the pooled vectors as computed; false = L2-normalized */
+    uint32_t dimensions;  /* keep the first ones (Matryoshka), then normalize; 0 = all */
+    uint64_t keep_alive_usec; /* the caller's lease, as warm_gen_params' */
+    bool unload_after;
+};
+
+/* One allocation, freed with warm_free: vector i is values[i * dimensions ..]. */
+struct warm_embed_result {
+    char model[136];
+    size_t n_embeddings;
+    uint32_t dimensions;
+    uint32_t prompt_tokens;             /* tokens of all inputs, after truncation */
+    uint32_t cached_inputs;             /* answered from the daemon's embedding cache */
+    uint32_t truncated_inputs;
+    uint64_t load_usec, total_usec, keep_alive_usec;
+    float *values;                      /* inside this allocation */
+};
+/* Embeddings of the inputs with an embedding model. A text model is FAILED_PRECONDITION
+ * ("model 'x' does not produce embeddings"); an input past the model's limit without
+ * truncate is INVALID_ARGUMENT naming its index and token count. */
+WARM_API int warm_embed(struct warm_client *c, const struct warm_embed_params *p,
+                        struct warm_embed_result **ret, struct warm_error *err);
 
 #ifdef __cplusplus
 }

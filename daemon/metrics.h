@@ -70,7 +70,16 @@
     X(CACHE_WRITE_ERRORS, counter, "warmd_cache_write_errors_total",                   \
       "Prompt-cache records whose write failed")                                        \
     X(CACHE_WRITE_QUEUE, gauge, "warmd_cache_write_queue",                              \
-      "Prompt-cache records queued or being written")
+      "Prompt-cache records queued or being written")                                  \
+    X(EMBED_REQUESTS, counter, "warmd_embed_requests_total", "Embed requests answered")  \
+    X(EMBED_INPUTS, counter, "warmd_embed_inputs_total", "Inputs embedded")              \
+    X(EMBED_TOKENS, counter, "warmd_embed_tokens_total", "Tokens of embedded inputs")    \
+    X(EMBED_CACHE_HITS, counter, "warmd_embed_cache_hits_total",                        \
+      "Inputs answered from the in-memory embedding cache")                             \
+    X(EMBED_CACHE_MISSES, counter, "warmd_embed_cache_misses_total",                    \
+      "Inputs embedded by a forward pass")                                              \
+    X(EMBED_CACHE_ENTRIES, gauge, "warmd_embed_cache_entries",                          \
+      "Vectors in the in-memory embedding caches")
 
 /* Why a prompt-cache record was refused (label reason of warmd_cache_rejections_total):
  * X(ID, "label"); daemon/cache.c maps error codes to these. */

@@ -268,6 +268,10 @@ static void examine(int fd, const struct stat *st, bool link, struct registry_mo
         m->meta.head_dim_k = facts.head_dim_k;
         m->meta.head_dim_v = facts.head_dim_v;
         m->meta.n_vocab = facts.n_vocab;
+        m->meta.embedding = facts.embedding;
+        m->meta.n_embd_out = facts.embedding ? facts.n_embd_out : 0;
+        if (facts.embedding)
+            snprintf(m->meta.pooling, sizeof m->meta.pooling, "%s", engine_pooling_name(facts.pooling));
     }
     engine_vocab_free(v);
     gguf_close(f);

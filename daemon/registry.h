@@ -44,6 +44,9 @@ struct registry_meta {
     uint64_t n_params;       /* values in all tensors */
     uint32_t n_ctx_train;    /* <arch>.context_length */
     uint32_t n_layer, n_embd, n_head, n_head_kv, head_dim_k, head_dim_v, n_vocab;
+    bool embedding;          /* an embedding model (engine_model_is_embedding) */
+    char pooling[8];         /* its pooling ("mean", "cls", "last", ...) */
+    uint32_t n_embd_out;     /* the width of its vectors */
 };
 
 struct registry_model {

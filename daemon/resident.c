@@ -306,6 +306,7 @@ int residency_acquire(struct daemon *d, const char *name, uint32_t uid, uint64_t
             .tensor_split = c->tensor_split,
             .chunk_tokens = c->cache_chunk_tokens,
             .restore_min_tokens = c->cache_restore_min_tokens,
+            .metrics = &d->metrics,
             .test_stall_usec = d->test_stall_usec,
         };
         e = runner_new(name, fd, &p, &runner, &le);

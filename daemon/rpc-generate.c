@@ -19,6 +19,10 @@
 /* OutputFormat text (a JSON Schema or a grammar), as warm.proto documents: compiling is
  * done on the RPC thread, so it is kept well below ENGINE_GRAMMAR_MAX_TEXT_BYTES. */
 #define FORMAT_MAX_BYTES 65536
+/* ChatRequest.tools_json, as warm.proto documents */
+#define TOOLS_MAX_BYTES 262144
+/* Tool calls parsed from one answer (more are dropped) */
+#define TOOL_CALLS_MAX 64
 
 static bool in_range(float v, float lo, float hi) { return isfinite(v) && v >= lo && v <= hi; }
 
@@ -137,6 +141,18 @@ struct gen_job {
     uint64_t keep_alive_usec;   /* the caller's lease on the model after this request */
     char warning[256];          /* Summary.warnings (one at most so far); "" = none */
     char warning_ctx[256];      /* the prompt is past the trained context; "" = not */
+    /* Chat: the answer apart from the reasoning (thinking families, engine_chat_think_*),
+     * and tool calls held back from "<tool_call>" on, parsed at the end. */
+    enum engine_chat_family fam;
+    bool split;                 /* reasoning is split from the answer */
+    struct engine_chat_think think;
+    bool tools;                 /* the answer is searched for tool calls */
+    uint32_t max_calls;         /* 0 = any number */
+    bool in_calls;              /* "<tool_call>" was seen: the rest of the answer is held */
+    char *held;                 /* answer text held back: a tool call or its possible start */
+    size_t n_held, cap_held;
+    char *scratch;              /* the split's output: reasoning, then answer */
+    size_t cap_scratch;
 };
 
 static void job_free(struct gen_job *j) {
@@ -145,23 +161,136 @@ static void job_free(struct gen_job *j) {
     free(j->prompt);
     engine_grammar_free(j->grammar);
     free(j->pending);
+    free(j->held);
+    free(j->scratch);
     free(j);
 }
 
-static int send_text(struct gen_job *j, int32_t id, const char *text, size_t len) {
-    char *copy = malloc(len + 1);
-    if (!copy) return -ENOMEM;
-    if (len) memcpy(copy, text, len);
-    copy[len] = 0;
-    Warm__V1__TokenEvent t = WARM__V1__TOKEN_EVENT__INIT;
-    t.id = id;
-    t.text = copy;
-    Warm__V1__GenerateEvent ev = WARM__V1__GENERATE_EVENT__INIT;
-    ev.event_case = WARM__V1__GENERATE_EVENT__EVENT_TOKEN;
-    ev.token = &t;
-    int e = rpc_call_send(j->call, &ev.base);
-    free(copy);
+static char *dup_text(const char *s, size_t n) {
+    char *t = malloc(n + 1);
+    if (t) {
+        if (n) memcpy(t, s, n);
+        t[n] = 0;
+    }
+    return t;
+}
+
+/* One TokenEvent: the answer's text and the reasoning's. */
+static int send_event(struct gen_job *j, int32_t id, const char *text, size_t len,
+                      const char *reasoning, size_t n_reasoning) {
+    char *a = dup_text(text, len), *r = dup_text(reasoning, n_reasoning);
+    int e = -ENOMEM;
+    if (a && r) {
+        Warm__V1__TokenEvent t = WARM__V1__TOKEN_EVENT__INIT;
+        t.id = id;
+        t.text = a;
+        t.reasoning = r;
+        Warm__V1__GenerateEvent ev = WARM__V1__GENERATE_EVENT__INIT;
+        ev.event_case = WARM__V1__GENERATE_EVENT__EVENT_TOKEN;
+        ev.token = &t;
+        e = rpc_call_send(j->call, &ev.base);
+    }
+    free(a);
+    free(r);
     return e;
+}
+
+static int buf_append(char **buf, size_t *n, size_t *cap, const char *s, size_t len) {
+    size_t need;
+    if (!size_add(*n, len, &need)) return -ENOMEM;
+    if (need > *cap) {
+        size_t c = MAX(need, *cap * 2);
+        char *p = realloc(*buf, c);
+        if (!p) return -ENOMEM;
+        *buf = p;
+        *cap = c;
+    }
+    if (len) memcpy(*buf + *n, s, len);
+    *n = need;
+    return 0;
+}
+
+static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* Appends answer text to the held text and returns how many leading bytes of it can be
+ * sent: none from "<tool_call>" on, nor a tail that may start one (with the whitespace
+ * before it, which the parser drops from the content). */
+static size_t hold_calls(struct gen_job *j, const char *a, size_t n, int *err) {
+    static const char open[] = "<tool_call>";
+    *err = buf_append(&j->held, &j->n_held, &j->cap_held, a, n);
+    if (*err < 0 || j->in_calls) return 0;
+    const char *hit = memmem(j->held, j->n_held, open, sizeof open - 1);
+    size_t keep;
+    if (hit) {
+        j->in_calls = true;
+        keep = (size_t)(hit - j->held);
+    } else {
+        size_t part = 0;
+        for (size_t l = MIN(j->n_held, sizeof open - 2); l > 0 && !part; l--)
+            if (memcmp(j->held + j->n_held - l, open, l) == 0) part = l;
+        keep = j->n_held - part;
+    }
+    while (keep > 0 && is_ws(j->held[keep - 1])) keep--;
+    return keep;
+}
+
+/* Sends text the stop strings let through: split into reasoning and answer, the answer's
+ * tool calls held back. */
+static int send_text(struct gen_job *j, int32_t id, const char *text, size_t len) {
+    if (!j->split && !j->tools) return send_event(j, id, text, len, "", 0);
+    size_t need = 2 * (len + 32), nr = 0, na = len;
+    if (need > j->cap_scratch) {
+        char *p = realloc(j->scratch, need);
+        if (!p) return -ENOMEM;
+        j->scratch = p;
+        j->cap_scratch = need;
+    }
+    char *r = j->scratch, *a = j->scratch + len + 32;
+    if (j->split) engine_chat_think_split(&j->think, text, len, r, &nr, a, &na);
+    else memcpy(a, text, len);
+    if (!j->tools) return send_event(j, id, a, na, r, nr);
+    int e;
+    size_t out = hold_calls(j, a, na, &e);
+    if (e < 0) return e;
+    e = send_event(j, id, j->held, out, r, nr);
+    if (out) memmove(j->held, j->held + out, j->n_held - out);
+    j->n_held -= out;
+    return e;
+}
+
+/* "call_" and 24 random letters and digits, as OpenAI's ids look. */
+static void call_id(char out[32]) {
+    static const char digits[] =
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    uint8_t b[24];
+    while (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b) {
+    }
+    memcpy(out, "call_", 5);
+    for (size_t i = 0; i < sizeof b; i++) out[5 + i] = digits[b[i] % (sizeof digits - 1)];
+    out[5 + sizeof b] = 0;
+}
+
+/* The end of a chat answer: what the split held back, then the held tool calls parsed
+ * (*ret_n of them into calls), the text before them (or all of it, when nothing parses)
+ * released with id -1. */
+static int finish_answer(struct gen_job *j, struct engine_chat_parsed_call *calls,
+                         size_t *ret_n) {
+    *ret_n = 0;
+    if (!j->split && !j->tools) return 0;
+    char r[64], a[64];
+    size_t nr = 0, na = 0;
+    if (j->split) engine_chat_think_end(&j->think, r, &nr, a, &na);
+    if (!j->tools) return nr || na ? send_event(j, -1, a, na, r, nr) : 0;
+    int e = buf_append(&j->held, &j->n_held, &j->cap_held, a, na);
+    if (e < 0) return e;
+    size_t content = j->n_held;
+    if (j->in_calls) {
+        size_t cap = j->max_calls ? MIN(j->max_calls, TOOL_CALLS_MAX) : TOOL_CALLS_MAX;
+        e = engine_chat_parse_tool_calls(j->fam, j->held, j->n_held, calls, cap, ret_n, &content);
+        if (e < 0) return e;
+    }
+    if (*ret_n == 0) content = j->n_held; /* no call after all: it was text */
+    return content || nr ? send_event(j, -1, j->held, content, r, nr) : 0;
 }
 
 /* Length of the longest suffix of s[0..n) that is a proper prefix of stop. */
@@ -273,7 +402,22 @@ static void job_done(struct runner_job *b, const struct runner_result *res, int 
         rpc_call_finish(j->call, NULL, code, msg);
     } else {
         if (j->n_pending) send_text(j, -1, j->pending, j->n_pending);
+        struct engine_chat_parsed_call calls[TOOL_CALLS_MAX];
+        size_t n_calls = 0;
+        (void)finish_answer(j, calls, &n_calls); /* a client gone is seen by the finish */
+        Warm__V1__ToolCall tc[TOOL_CALLS_MAX], *tcp[TOOL_CALLS_MAX];
+        char ids[TOOL_CALLS_MAX][32];
+        for (size_t i = 0; i < n_calls; i++) {
+            warm__v1__tool_call__init(&tc[i]);
+            call_id(ids[i]);
+            tc[i].id = ids[i];
+            tc[i].name = calls[i].name;
+            tc[i].arguments = calls[i].arguments;
+            tcp[i] = &tc[i];
+        }
         Warm__V1__Summary sum = WARM__V1__SUMMARY__INIT;
+        sum.n_tool_calls = n_calls;
+        sum.tool_calls = tcp;
         sum.prompt_tokens = res->prompt_tokens;
         sum.ram_tokens = res->ram_tokens;
         sum.store_tokens = res->store_tokens;
@@ -290,7 +434,8 @@ static void job_done(struct runner_job *b, const struct runner_result *res, int 
         sum.rejected = rejp;
         sum.evaluated_tokens = res->evaluated_tokens;
         sum.generated_tokens = res->generated_tokens;
-        sum.stop_reason = stop_reasons[res->stop < RUNNER_STOP_COUNT ? res->stop : 0];
+        sum.stop_reason = n_calls ? WARM__V1__STOP_REASON__STOP_REASON_TOOL_CALLS
+                                  : stop_reasons[res->stop < RUNNER_STOP_COUNT ? res->stop : 0];
         sum.stop_string = j->stop_hit >= 0 ? j->stop[j->stop_hit] : "";
         sum.queue_usec = res->queue_usec;
         sum.load_usec = j->load_usec;
@@ -308,6 +453,7 @@ static void job_done(struct runner_job *b, const struct runner_result *res, int 
         ev.event_case = WARM__V1__GENERATE_EVENT__EVENT_SUMMARY;
         ev.summary = &sum;
         rpc_call_finish(j->call, &ev.base, GRPC_STATUS_OK, "");
+        engine_chat_parsed_calls_free(calls, n_calls);
     }
     rpc_call_unref(j->call);
     job_free(j);
@@ -395,10 +541,71 @@ static int prompt_tokens(struct rpc_call *c, const Warm__V1__GenerateRequest *q,
     return 0;
 }
 
+/* The request's messages as the engine's (their strings borrowed from q); *ret_calls holds
+ * every message's tool calls. */
+static int chat_messages(const Warm__V1__ChatRequest *q, struct engine_chat_msg **ret,
+                         struct engine_chat_tool_call **ret_calls) {
+    size_t n_calls = 0;
+    for (size_t i = 0; i < q->n_messages; i++) n_calls += q->messages[i]->n_tool_calls;
+    struct engine_chat_msg *msgs = calloc_array(q->n_messages, sizeof *msgs);
+    struct engine_chat_tool_call *calls = calloc_array(MAX(n_calls, 1), sizeof *calls);
+    if (!msgs || !calls) {
+        free(msgs);
+        free(calls);
+        return -ENOMEM;
+    }
+    struct engine_chat_tool_call *c = calls;
+    for (size_t i = 0; i < q->n_messages; i++) {
+        const Warm__V1__ChatMessage *m = q->messages[i];
+        (void)engine_chat_role_parse(m->role, &msgs[i].role); /* checked before */
+        msgs[i].content = m->content;
+        msgs[i].len = strlen(m->content);
+        if (*m->reasoning) {
+            msgs[i].reasoning = m->reasoning;
+            msgs[i].reasoning_len = strlen(m->reasoning);
+        }
+        msgs[i].tool_calls = m->n_tool_calls ? c : NULL;
+        msgs[i].n_tool_calls = m->n_tool_calls;
+        for (size_t k = 0; k < m->n_tool_calls; k++, c++) {
+            const Warm__V1__ToolCall *t = m->tool_calls[k];
+            *c = (struct engine_chat_tool_call){
+                .name = t->name, .name_len = strlen(t->name),
+                .arguments = *t->arguments ? t->arguments : NULL,
+                .arguments_len = strlen(t->arguments)};
+        }
+    }
+    *ret = msgs;
+    *ret_calls = calls;
+    return 0;
+}
+
+/* The grammar of a call tool_choice forces (REQUIRED, FUNCTION) in j->grammar. */
+static int tool_grammar(struct rpc_call *c, const Warm__V1__ChatRequest *q,
+                        const struct resident *res, struct gen_job *j) {
+    struct err_detail d = {0};
+    char *text = NULL;
+    bool named = q->tool_choice == WARM__V1__TOOL_CHOICE__TOOL_CHOICE_FUNCTION;
+    int r = engine_chat_tool_grammar(j->fam, q->tools_json, strlen(q->tools_json),
+                                     named ? q->tool_choice_name : NULL,
+                                     named || q->max_tool_calls == 1 ? 1 : 0, &text, &d);
+    if (r >= 0) r = engine_grammar_parse(text, strlen(text), &j->grammar, &d);
+    free(text);
+    if (r < 0) {
+        rpc_call_fail(c, r == -ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED
+                                      : GRPC_STATUS_INVALID_ARGUMENT,
+                      "model %s (%s template): %s", res->name, engine_chat_family_name(j->fam),
+                      err_msg(&d, r));
+        return r;
+    }
+    j->base.grammar = j->grammar;
+    return 0;
+}
+
 /* Renders the conversation with the model's built-in chat template (engine/chat.h: the
- * template is only inspected for its family, never executed) into prompt tokens. */
+ * template is only inspected for its family, never executed) into prompt tokens, with its
+ * tools and thinking; sets up j's answer split and tool calls. */
 static int chat_prompt_tokens(struct rpc_call *c, const Warm__V1__ChatRequest *q,
-                              const struct resident *res, uint32_t cap, int32_t **ret,
+                              const struct resident *res, uint32_t cap, struct gen_job *j,
                               size_t *ret_n) {
     const struct engine_vocab *v = runner_vocab(res->runner);
     enum engine_chat_family fam =
@@ -410,21 +617,47 @@ static int chat_prompt_tokens(struct rpc_call *c, const Warm__V1__ChatRequest *q
                       res->name, engine_chat_family_list());
         return -ENOENT;
     }
-    struct engine_chat_msg *msgs = calloc_array(q->n_messages, sizeof *msgs);
-    if (!msgs) {
+    j->fam = fam;
+    bool forced = q->tool_choice == WARM__V1__TOOL_CHOICE__TOOL_CHOICE_REQUIRED ||
+                  q->tool_choice == WARM__V1__TOOL_CHOICE__TOOL_CHOICE_FUNCTION;
+    bool use_tools = *q->tools_json && q->tool_choice != WARM__V1__TOOL_CHOICE__TOOL_CHOICE_NONE;
+    if (use_tools && !engine_chat_has_tools(fam) && strcmp(q->tools_json, "[]") != 0) {
+        rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT,
+                      "model %s does not support tools: its %s chat template has no tool format "
+                      "(tools work with the chatml, qwen3 and qwen35 families)",
+                      res->name, engine_chat_family_name(fam));
+        return -EINVAL;
+    }
+    if (q->think == WARM__V1__THINK__THINK_ON && !engine_chat_thinks(fam)) {
+        rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT,
+                      "model %s does not support thinking: its %s chat template has no "
+                      "reasoning block (thinking works with the qwen3 and qwen35 families)",
+                      res->name, engine_chat_family_name(fam));
+        return -EINVAL;
+    }
+    if (forced && q->think == WARM__V1__THINK__THINK_ON) {
+        rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT,
+                      "think: on cannot be used with a forced tool call (tool_choice required "
+                      "or a named function): the reply is the call alone");
+        return -EINVAL;
+    }
+    if (forced && tool_grammar(c, q, res, j) < 0) return -EINVAL;
+    struct engine_chat_msg *msgs;
+    struct engine_chat_tool_call *calls;
+    if (chat_messages(q, &msgs, &calls) < 0) {
         rpc_call_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory for the messages");
         return -ENOMEM;
     }
-    for (size_t i = 0; i < q->n_messages; i++) {
-        (void)engine_chat_role_parse(q->messages[i]->role, &msgs[i].role); /* checked before */
-        msgs[i].content = q->messages[i]->content;
-        msgs[i].len = strlen(q->messages[i]->content);
-    }
     unsigned flags = q->continue_last ? ENGINE_CHAT_CONTINUE_LAST : ENGINE_CHAT_ADD_GENERATION_PROMPT;
+    if (q->think == WARM__V1__THINK__THINK_OFF || forced) flags |= ENGINE_CHAT_NO_THINKING;
+    const struct engine_chat_tools tools = {.json = use_tools ? q->tools_json : NULL,
+                                            .len = use_tools ? strlen(q->tools_json) : 0};
     struct err_detail e = {0};
     size_t n = 0;
-    int r = engine_chat_tokenize(fam, v, msgs, q->n_messages, flags, ret, &n, &e);
+    int r = engine_chat_tokenize_tools(fam, v, msgs, q->n_messages, &tools, flags, &j->prompt, &n,
+                                       &e);
     free(msgs);
+    free(calls);
     if (r < 0) {
         grpc_status_code code = r == -EINVAL     ? GRPC_STATUS_INVALID_ARGUMENT
                                 : r == ERR_VOCAB ? GRPC_STATUS_FAILED_PRECONDITION
@@ -434,13 +667,19 @@ static int chat_prompt_tokens(struct rpc_call *c, const Warm__V1__ChatRequest *q
         return r;
     }
     if (n == 0 || n > cap) {
-        /* *ret is the caller's (j->prompt, freed again by job_free): never leave it dangling */
-        free(*ret);
-        *ret = NULL;
+        /* j->prompt is freed again by job_free: never leave it dangling */
+        free(j->prompt);
+        j->prompt = NULL;
         rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT,
                       "messages: the rendered conversation is %zu tokens; it must have 1..%u", n, cap);
         return -EINVAL;
     }
+    /* A continued message may be anywhere in its think block: it is all answer then. */
+    j->split = engine_chat_thinks(fam) && !q->continue_last;
+    engine_chat_think_begin(&j->think, fam, flags);
+    j->tools = use_tools && engine_chat_has_tools(fam);
+    j->max_calls = q->tool_choice == WARM__V1__TOOL_CHOICE__TOOL_CHOICE_FUNCTION ? 1
+                                                                             : q->max_tool_calls;
     *ret_n = n;
     return 0;
 }
@@ -520,6 +759,14 @@ static void generate_start(struct rpc_call *c, const struct gen_args *q) {
         engine_grammar_free(grammar);
         return;
     }
+    if (runner_embedder(res->runner)) {
+        rpc_call_fail(c, GRPC_STATUS_FAILED_PRECONDITION,
+                      "model '%s' is an embedding model: it does not generate text (use Embed)",
+                      res->name);
+        engine_grammar_free(grammar);
+        residency_release(d, res);
+        return;
+    }
     struct gen_job *j = calloc(1, sizeof *j);
     if (!j) {
         rpc_call_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
@@ -543,7 +790,7 @@ static void generate_start(struct rpc_call *c, const struct gen_args *q) {
     uint32_t n_ctx = runner_n_ctx(res->runner);
     uint32_t cap = MIN(prompt_token_cap(&d->config), n_ctx);
     size_t n_prompt = 0;
-    int pr = q->chat ? chat_prompt_tokens(c, q->chat, res, cap, &j->prompt, &n_prompt)
+    int pr = q->chat ? chat_prompt_tokens(c, q->chat, res, cap, j, &n_prompt)
                      : prompt_tokens(c, q->generate, runner_vocab(res->runner), cap, &j->prompt,
                                      &n_prompt);
     if (pr < 0) {
@@ -661,23 +908,70 @@ void rpc_generate_chat(struct rpc_call *c, const ProtobufCMessage *req) {
                       q->n_messages, CHAT_MAX_MESSAGES);
         return;
     }
-    static const char *const roles[] = {"system", "user", "assistant"};
     size_t total = 0;
     for (size_t i = 0; i < q->n_messages; i++) {
         const Warm__V1__ChatMessage *m = q->messages[i];
-        bool known = false;
-        for (size_t k = 0; k < ARRAY_SIZE(roles); k++) known = known || strcmp(m->role, roles[k]) == 0;
-        if (!known) {
+        enum engine_chat_role role;
+        if (engine_chat_role_parse(m->role, &role) < 0) {
             rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT,
-                          "messages[%zu].role: must be system, user or assistant", i);
+                          "messages[%zu].role: must be system, user, assistant or tool", i);
             return;
         }
-        size_t len = strlen(m->content);
-        if (!rpc_utf8_valid(m->content, len)) {
-            rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "messages[%zu].content: not valid UTF-8", i);
+        const struct {
+            const char *name, *text;
+        } texts[] = {{"content", m->content}, {"reasoning", m->reasoning},
+                     {"tool_call_id", m->tool_call_id}, {"name", m->name}};
+        for (size_t k = 0; k < ARRAY_SIZE(texts); k++) {
+            size_t len = strlen(texts[k].text);
+            if (!rpc_utf8_valid(texts[k].text, len)) {
+                rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "messages[%zu].%s: not valid UTF-8",
+                              i, texts[k].name);
+                return;
+            }
+            total += len;
+        }
+        if (m->n_tool_calls && role != ENGINE_CHAT_ASSISTANT) {
+            rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT,
+                          "messages[%zu].tool_calls: only assistant messages make tool calls", i);
             return;
         }
-        total += len;
+        for (size_t k = 0; k < m->n_tool_calls; k++) {
+            const Warm__V1__ToolCall *t = m->tool_calls[k];
+            size_t nn = strlen(t->name), na = strlen(t->arguments);
+            if (nn == 0 || !rpc_utf8_valid(t->name, nn) || !rpc_utf8_valid(t->arguments, na)) {
+                rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT,
+                              "messages[%zu].tool_calls[%zu]: the name must be set and the name "
+                              "and arguments valid UTF-8", i, k);
+                return;
+            }
+            total += nn + na;
+        }
+    }
+    size_t tools_len = strlen(q->tools_json);
+    if (tools_len > TOOLS_MAX_BYTES || !rpc_utf8_valid(q->tools_json, tools_len)) {
+        rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT,
+                      "tools_json: %zu bytes; it must be at most %d bytes of UTF-8", tools_len,
+                      TOOLS_MAX_BYTES);
+        return;
+    }
+    bool forced = q->tool_choice == WARM__V1__TOOL_CHOICE__TOOL_CHOICE_REQUIRED ||
+                  q->tool_choice == WARM__V1__TOOL_CHOICE__TOOL_CHOICE_FUNCTION;
+    const char *bad = NULL;
+    if ((unsigned)q->tool_choice > WARM__V1__TOOL_CHOICE__TOOL_CHOICE_FUNCTION)
+        bad = "tool_choice: unknown value";
+    else if ((unsigned)q->think > WARM__V1__THINK__THINK_OFF)
+        bad = "think: unknown value";
+    else if (forced && (!tools_len || strcmp(q->tools_json, "[]") == 0))
+        bad = "tool_choice: a required or named tool call needs tools_json";
+    else if ((q->tool_choice == WARM__V1__TOOL_CHOICE__TOOL_CHOICE_FUNCTION) !=
+             (*q->tool_choice_name != '\0'))
+        bad = "tool_choice_name: set it exactly when tool_choice is TOOL_CHOICE_FUNCTION";
+    else if (forced && q->format)
+        bad = "format: cannot be used with a required or named tool call (the call's "
+              "arguments follow the tool's parameters)";
+    if (bad) {
+        rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "%s", bad);
+        return;
     }
     uint32_t cap = prompt_token_cap(cfg);
     if (total > (size_t)cap * 16) {

@@ -21,6 +21,7 @@ void rpc_cache_list(struct rpc_call *c, const ProtobufCMessage *req);
 void rpc_cache_purge(struct rpc_call *c, const ProtobufCMessage *req);
 void rpc_token_create(struct rpc_call *c, const ProtobufCMessage *req);
 void rpc_token_revoke(struct rpc_call *c, const ProtobufCMessage *req);
+void rpc_embed_embed(struct rpc_call *c, const ProtobufCMessage *req);
 
 /* Runs fn(c, req) on the work pool (daemon/pool.h) instead of this gRPC worker thread:
  * for unary handlers whose work can take long. The request is packed again and decoded on

@@ -293,6 +293,9 @@ static void show_run(struct rpc_call *c, const ProtobufCMessage *req) {
     resp.head_dim_k = m.meta.head_dim_k;
     resp.head_dim_v = m.meta.head_dim_v;
     resp.n_vocab = m.meta.n_vocab;
+    resp.embedding = m.meta.embedding;
+    resp.pooling = m.meta.pooling;
+    resp.embedding_length = m.meta.n_embd_out;
     resp.ctx_size = residency_ctx_size(cfg, m.meta.n_ctx_train);
     resp.parallel = cfg->parallel;
     resp.cache_type_k = (char *)config_cache_type_names[cfg->cache_type_k];

@@ -25,6 +25,7 @@ const struct rpc_method rpc_methods[] = {
     {"Metrics", &warm__v1__metrics_request__descriptor, false, false, rpc_info_metrics},
     {"CreateToken", &warm__v1__create_token_request__descriptor, false, false, rpc_token_create},
     {"RevokeTokens", &warm__v1__revoke_tokens_request__descriptor, false, false, rpc_token_revoke},
+    {"Embed", &warm__v1__embed_request__descriptor, false, false, rpc_embed_embed},
 };
 const size_t rpc_n_methods = ARRAY_SIZE(rpc_methods);
 
@@ -52,6 +53,7 @@ static const struct {
     {-ECANCELED, GRPC_STATUS_CANCELLED},
     {-EBUSY, GRPC_STATUS_RESOURCE_EXHAUSTED},
     {-ESHUTDOWN, GRPC_STATUS_UNAVAILABLE},
+    {-EOPNOTSUPP, GRPC_STATUS_FAILED_PRECONDITION},
 };
 
 grpc_status_code rpc_status_from_err(int err) {

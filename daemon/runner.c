@@ -7,6 +7,7 @@
  * slots, runs one forward pass, and samples for every slot that got logits. */
 #include "daemon/runner.h"
 
+#include "daemon/embedder.h"
 #include "daemon/log.h"
 #include "store/store.h"
 
@@ -47,6 +48,9 @@ struct runner {
     struct engine_model *model;
     struct engine_vocab *vocab;
     struct engine_context *ctx;
+    /* An embedding model's loop (embedder.h) instead of the generation loop: then there are
+     * no slots and no loop thread of ours. */
+    struct embedder *embedder;
     /* The bytes of every token, for grammars: built by the loop on the first job with a
      * grammar (it costs tens of milliseconds on a big vocabulary, and most models are never
      * constrained), then kept while the model is loaded; the loop's alone. */
@@ -92,7 +96,10 @@ const char *runner_device_note(const struct runner *r) {
     return engine_context_device_note(r->ctx);
 }
 
+struct embedder *runner_embedder(const struct runner *r) { return r->embedder; }
+
 unsigned runner_n_jobs(struct runner *r) {
+    if (r->embedder) return embedder_n_jobs(r->embedder);
     pthread_mutex_lock(&r->lock);
     unsigned n = r->n_jobs;
     pthread_mutex_unlock(&r->lock);
@@ -112,6 +119,7 @@ static unsigned uid_jobs_locked(struct runner *r, uint32_t uid) {
 }
 
 unsigned runner_n_jobs_of(struct runner *r, uint32_t uid) {
+    if (r->embedder) return embedder_n_jobs_of(r->embedder, uid);
     pthread_mutex_lock(&r->lock);
     unsigned n = uid_jobs_locked(r, uid);
     pthread_mutex_unlock(&r->lock);
@@ -123,6 +131,7 @@ unsigned runner_max_jobs_per_uid(const struct runner *r) { return r->max_jobs_pe
 int runner_submit(struct runner *r, struct runner_job *j) {
     j->submit_usec = time_now_usec();
     j->next = NULL;
+    if (r->embedder) return -EOPNOTSUPP; /* rpc-generate.c says so before */
     pthread_mutex_lock(&r->lock);
     int e = r->stopping ? -ESHUTDOWN : r->n_jobs >= r->max_jobs ? -EAGAIN : 0;
     if (!e && uid_jobs_locked(r, j->uid) >= r->max_jobs_per_uid) e = -EDQUOT;
@@ -663,7 +672,22 @@ static size_t chunk_record_bytes(const struct engine_model *m, const struct engi
 
 /* ---- lifecycle ----------------------------------------------------------------------- */
 
+/* An embedding model's context: an embeddings one whose batch holds a whole input of up to
+ * n_ctx tokens (the engine takes an input in one step), min(parallel, 8) inputs a pass
+ * (a pass holds n_batch tokens in all, so more sequences only help short inputs), and f16
+ * K/V unless the config asks for f32 (the cache lives for one pass: a quantized one would
+ * only cost precision). */
+static void embed_params(struct engine_context_params *cp, const struct runner_params *p) {
+    cp->embeddings = true;
+    cp->n_seq = MIN(MAX(p->n_seq, 1u), 8u);
+    cp->n_outputs = 0;
+    cp->n_batch = p->n_ctx ? p->n_ctx : 512;
+    cp->type_k = p->type_k == KERN_TYPE_F32 ? KERN_TYPE_F32 : KERN_TYPE_F16;
+    cp->type_v = p->type_v == KERN_TYPE_F32 ? KERN_TYPE_F32 : KERN_TYPE_F16;
+}
+
 static void runner_release(struct runner *r) {
+    embedder_free(r->embedder);
     if (r->notify) notify_beat_del(r->notify, &r->beat);
     for (uint32_t i = 0; r->slots && i < r->n_slots; i++) {
         engine_sampler_free(r->slots[i].sampler);
@@ -727,8 +751,18 @@ int runner_new(const char *name, int fd, const struct runner_params *p, struct r
         goto fail;
     /* an SWA ring keeps a chunk's rows until it is exported (chunks only shrink below) */
     if (p->chunk_tokens) cp.swa_chunk = p->chunk_tokens;
+    if (engine_model_is_embedding(r->model)) embed_params(&cp, p);
     e = engine_context_new(r->model, &cp, &r->ctx, d);
     if (e < 0) goto fail;
+    if (engine_model_is_embedding(r->model)) {
+        r->n_ctx = engine_context_params(r->ctx)->n_ctx;
+        r->memory_bytes = r->model->weight_bytes + engine_context_kv_bytes(r->ctx);
+        struct embedder_params ep = {.max_jobs = p->max_jobs, .max_jobs_per_uid = p->max_jobs_per_uid,
+                                     .notify = p->notify, .metrics = p->metrics};
+        if ((e = embedder_new(name, r->ctx, &ep, &r->embedder, d)) < 0) goto fail;
+        *ret = r;
+        return 0;
+    }
     r->n_ctx = engine_context_params(r->ctx)->n_ctx;
     r->n_slots = cp.n_seq;
     r->memory_bytes = r->model->weight_bytes + engine_context_kv_bytes(r->ctx);
@@ -787,6 +821,10 @@ fail:
 
 void runner_free(struct runner *r) {
     if (!r) return;
+    if (r->embedder) { /* no loop thread of ours */
+        runner_release(r);
+        return;
+    }
     pthread_mutex_lock(&r->lock);
     r->stopping = true;
     pthread_cond_broadcast(&r->cond);

@@ -23,6 +23,7 @@
 
 #include "base/base.h"
 #include "daemon/cache-writer.h"
+#include "daemon/metrics.h"
 #include "daemon/notify.h"
 #include "engine/engine.h"
 
@@ -123,6 +124,7 @@ struct runner_params {
     uint32_t chunk_tokens;     /* C (config cache_chunk_tokens; halved for big KV rows; 0 =
                                   ENGINE_CHUNK_TOKENS) */
     uint32_t restore_min_tokens;   /* config cache_restore_min_tokens */
+    struct metrics *metrics;   /* an embedding model's cache counters (NULL = none) */
     uint64_t test_stall_usec;  /* tests (WARM_TEST_STALL_USEC): sleep before each decode
                                   step, like a wedged forward pass; 0 in production */
 };
@@ -135,6 +137,10 @@ int runner_new(const char *name, int fd, const struct runner_params *p, struct r
 void runner_free(struct runner *r);
 
 const struct engine_vocab *runner_vocab(const struct runner *r);
+/* An embedding model (engine_model_is_embedding) runs on an embedder (embedder.h) instead
+ * of the generation loop: it takes no runner_submit() jobs (-EOPNOTSUPP). NULL for a text
+ * model. Valid as long as the runner. */
+struct embedder *runner_embedder(const struct runner *r);
 const struct engine_model *runner_model(const struct runner *r);
 uint32_t runner_n_ctx(const struct runner *r);
 /* Weights plus KV cache, bytes. */

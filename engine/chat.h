@@ -168,6 +168,23 @@ int engine_chat_parse_tool_calls(enum engine_chat_family fam, const char *text, 
                                  size_t *ret_content_len);
 void engine_chat_parsed_calls_free(struct engine_chat_parsed_call *calls, size_t n);
 
+/* Grammar text (engine/grammar.h, start rule root) that makes an answer of family fam tool
+ * calls of tools (a JSON array of OpenAI-shaped tools, as engine_chat_tokenize_tools takes):
+ * of the function named name (NULL: any of them), exactly one call (max_calls 1) or one or
+ * more (0). Hermes families (chatml, qwen3): <tool_call>\n{"name": "NAME", "arguments":
+ * ARGS}\n</tool_call>, ARGS the JSON of the function's "parameters" schema (absent: any
+ * object); qwen35: <tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n...
+ * </function>\n</tool_call>, the schema's properties in the order declared (required ones
+ * always, the others optional), a string-typed value free text without "</parameter>"
+ * (or one of its enum values), any other the JSON of its schema. Calls are separated by
+ * "\n". *ret_text (NUL-terminated, free() it) on success only. -EINVAL (with d) for a
+ * family without tools, tools that are not named functions with object schemas, a name
+ * not among them; ERR_GRAMMAR (with d naming tools[i]) for a schema the compiler refuses;
+ * -ENOMEM. (engine/chat-grammar.c) */
+int engine_chat_tool_grammar(enum engine_chat_family fam, const char *tools, size_t len,
+                             const char *name, unsigned max_calls, char **ret_text,
+                             struct err_detail *d);
+
 /* The same conversation as token ids for vocabulary v: the template's special tokens by id
  * (BOS as the vocabulary's BOS; chatml adds BOS only where the vocabulary asks for it),
  * every other run of text, message contents included, tokenized without special-token

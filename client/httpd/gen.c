@@ -25,7 +25,9 @@
 #define STREAM_BLOCK 16384
 
 const char *finish_reason(enum warm_stop_reason s) {
-    return s == WARM_STOP_MAX_TOKENS || s == WARM_STOP_CONTEXT_FULL ? "length" : "stop";
+    return s == WARM_STOP_MAX_TOKENS || s == WARM_STOP_CONTEXT_FULL ? "length"
+           : s == WARM_STOP_TOOL_CALLS                              ? "tool_calls"
+                                                                    : "stop";
 }
 
 uint32_t cached_tokens(const struct warm_summary *s) {
@@ -44,6 +46,8 @@ void make_id(char *dst, size_t size, const char *prefix) {
         snprintf(dst + n, size - (size_t)n, "%02x", b[i]);
 }
 
+static int on_reasoning(int32_t id, const char *text, size_t len, void *userdata);
+
 struct gen_job *gen_job_new(struct request *r, const struct gen_ops *ops, enum api api) {
     struct gen_job *j = calloc(1, sizeof *j);
     if (!j) return NULL;
@@ -56,6 +60,7 @@ struct gen_job *gen_job_new(struct request *r, const struct gen_ops *ops, enum a
     j->params.sampling = &j->sampling;
     j->params.stop = j->stop;
     j->params.cancel = &j->cancel;
+    j->params.on_reasoning = on_reasoning;
     /* As Ollama: a request without keep_alive gets the default, never the previous
      * request's (warmd's 0 would keep the user's lease as that one left it). */
     j->params.keep_alive_usec = r->h->cfg.keep_alive_usec;
@@ -82,6 +87,8 @@ void gen_job_free(struct gen_job *j) {
     free(j->msgs);
     free(j->tokens);
     free(j->text);
+    free(j->reasoning);
+    free(j->calls);
     free(j->out);
     pthread_cond_destroy(&j->cond);
     pthread_mutex_destroy(&j->lock);
@@ -134,6 +141,26 @@ int gen_emit_json(struct gen_job *j, json_t *doc, bool sse) {
 
 /* ---- the generation thread ----------------------------------------------------------------- */
 
+static int on_reasoning(int32_t id, const char *text, size_t len, void *userdata) {
+    (void)id;
+    struct gen_job *j = userdata;
+    pthread_mutex_lock(&j->lock);
+    int r = 0;
+    if (j->stream) {
+        if (j->ops->thinking) r = j->ops->thinking(j, text, len);
+    } else {
+        r = grow(&j->reasoning, &j->reasoning_cap, j->reasoning_len + len + 1);
+        if (r >= 0) {
+            memcpy(j->reasoning + j->reasoning_len, text, len);
+            j->reasoning_len += len;
+            j->reasoning[j->reasoning_len] = '\0';
+        }
+    }
+    bool stop = j->cancel || r < 0;
+    pthread_mutex_unlock(&j->lock);
+    return stop;
+}
+
 static int on_token(int32_t id, const char *text, size_t len, void *userdata) {
     (void)id;
     struct gen_job *j = userdata;
@@ -172,6 +199,9 @@ static int call_once(struct gen_job *j, uint32_t max_tokens, warm_token_fn on, v
          * prompt as it is, and so do we (nothing was sent yet). */
         if (r != -WARM_FAILED_PRECONDITION || !j->plain_fallback || j->started) return r;
         log_debug("no chat template (%s): completing the prompt as text", j->err.message);
+        p.think = WARM_THINK_DEFAULT; /* a plain completion has no template to think in */
+        p.tools_json = NULL;
+        p.tool_choice = WARM_TOOLS_AUTO;
     }
     return warm_generate(c, &p, j->tokens ? NULL : j->prompt, j->tokens, j->n_tokens, on,
                          userdata, ret, &j->err);

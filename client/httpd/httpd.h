@@ -268,6 +268,8 @@ struct gen_job;
 struct gen_ops {
     const char *content_type;
     int (*piece)(struct gen_job *j, const char *text, size_t len);
+    /* Reasoning of a thinking family as it streams (NULL: not streamed). */
+    int (*thinking)(struct gen_job *j, const char *text, size_t len);
     int (*end)(struct gen_job *j);
     int (*error)(struct gen_job *j);
     json_t *(*whole)(struct gen_job *j);
@@ -306,6 +308,10 @@ struct gen_job {
     bool head_sent;                 /* the first chunk (OpenAI chat: the role) is out */
     char *text;                     /* the whole text (not streaming) */
     size_t text_len, text_cap;
+    char *reasoning;                /* the whole reasoning (not streaming) */
+    size_t reasoning_len, reasoning_cap;
+    struct warm_tool_call *calls;   /* the tool calls of assistant messages (owned) */
+    size_t n_calls;
     /* The hand-over between the generation thread and the connection's thread. */
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -335,7 +341,7 @@ int gen_emit_json(struct gen_job *j, json_t *doc, bool sse);
 enum MHD_Result gen_run(struct request *r, struct gen_job *j);
 
 /* Shared helpers of the two APIs. */
-const char *finish_reason(enum warm_stop_reason s);  /* "stop" or "length" */
+const char *finish_reason(enum warm_stop_reason s);  /* "stop", "length" or "tool_calls" */
 uint32_t cached_tokens(const struct warm_summary *s);
 
 /* ---- the APIs (openai.c, ollama.c) ---------------------------------------------------- */
@@ -353,9 +359,10 @@ enum MHD_Result ollama_show(struct request *r);
 enum MHD_Result ollama_generate(struct request *r);
 enum MHD_Result ollama_chat(struct request *r);
 enum MHD_Result ollama_not_here(struct request *r);
-/* /v1/embeddings, /api/embed, /api/embeddings: 400 naming the model (not 501, which
- * clients retry for minutes) until warmd computes embeddings. */
-enum MHD_Result embeddings_refused(struct request *r);
+/* /api/embed, /api/embeddings, /v1/embeddings (embed.c): warmd's Embed. */
+enum MHD_Result ollama_embed(struct request *r);
+enum MHD_Result ollama_embeddings(struct request *r);
+enum MHD_Result openai_embeddings(struct request *r);
 
 /* Request field readers (openai.c): each returns 0 (absent leaves *ret as it was), or
  * answers a 400 naming the field and returns -EINVAL with *ret_mhd set. */
@@ -367,6 +374,9 @@ int field_number(struct field_ctx *f, json_t *obj, const char *key, double lo, d
                  double *ret, bool *ret_present);
 int field_bool(struct field_ctx *f, json_t *obj, const char *key, bool *ret);
 int field_string(struct field_ctx *f, json_t *obj, const char *key, const char **ret);
+/* Ollama's keep_alive (a Go duration or seconds; ollama.c) into ret->keep_alive_usec and
+ * ret->unload_after (absent: ret as it was); a 400 naming it otherwise. */
+int parse_keep_alive(struct field_ctx *f, json_t *v, struct warm_gen_params *ret);
 /* stop: a string or an array of at most max strings. */
 int field_stop(struct field_ctx *f, json_t *obj, const char *key, size_t max, struct gen_job *j);
 /* Constrains j's output to schema (a JSON Schema object or boolean; NULL = JSON mode, any
@@ -377,8 +387,18 @@ int field_schema(struct field_ctx *f, struct gen_job *j, json_t *schema, const c
  * NULL for warmd's own default. */
 const char *request_model(struct request *r, const char *name, char buf[HTTPD_MODEL_MAX]);
 /* messages: [{role, content}] with content a string or text parts; roles system,
- * developer (as system), user, assistant; anything else refused by name. */
+ * developer (as system), user, assistant, tool; anything else refused by name. Assistant
+ * messages may carry tool_calls (OpenAI: {id, type, function: {name, arguments as JSON
+ * text}}; Ollama: {function: {name, arguments as an object}}) and their reasoning (OpenAI
+ * reasoning_content, Ollama thinking); tool messages tool_call_id (OpenAI) or tool_name
+ * (Ollama). */
 int parse_messages(struct field_ctx *f, struct gen_job *j, json_t *msgs);
+/* tools: an array of {"type": "function", "function": {"name", ...}} sent to warmd as
+ * tools_json (absent, null or []: none). */
+int field_tools(struct field_ctx *f, struct gen_job *j, json_t *tools);
+/* tool_choice (after field_tools): "auto", "none", "required" or {"type": "function",
+ * "function": {"name"}} (OpenAI's; on Ollama's /api/chat a warm-httpd extension). */
+int field_tool_choice(struct field_ctx *f, struct gen_job *j, json_t *tc);
 /* A JSON string of n bytes of model output; bytes that are not UTF-8 become U+FFFD. */
 json_t *json_text(const char *s, size_t n);
 /* The fill-in-the-middle token ids (prefix, suffix, middle) d's vocabulary names (show.c);

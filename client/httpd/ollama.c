@@ -13,7 +13,16 @@
  * vocabulary's FIM tokens; raw sends the prompt without the template. Calls that manage
  * models (/api/pull, /api/delete, /api/create, ...) answer 501 saying how models reach
  * warmd. Errors are {"error": "message"}; fields warmd does not know are ignored, as
- * Ollama does, and fields it knows but cannot honour are refused by name. */
+ * Ollama does, and fields it knows but cannot honour are refused by name.
+ *
+ * Tools (/api/chat): tools go to warmd, which writes them into the model's template and
+ * parses the answer's calls: message.tool_calls [{id, function: {index, name, arguments as
+ * an object}}] (streamed in a line of their own before the last), done_reason "stop" as
+ * Ollama's; messages carry tool_calls and role "tool" with tool_name. think: true, or
+ * "low", "medium", "high" (accepted as on: the Qwen templates have only on and off), makes
+ * a thinking family think and is refused (400) for a model whose family does not; false
+ * answers at once; the reasoning is message.thinking (/api/generate: thinking), streamed
+ * in lines of its own. A model whose template has no tool format refuses tools (400). */
 #include "httpd.h"
 
 #include <errno.h>
@@ -72,7 +81,7 @@ static int go_duration(const char *s, double *ret) {
 /* keep_alive to warmd's keep_alive_usec and unload_after (absent: the job keeps
  * warm-httpd's default): 0 ends the user's lease (unload_after), less than 1 µs becomes
  * 1 µs, a negative value the largest (capped by warmd). */
-static int parse_keep_alive(struct field_ctx *f, json_t *v, struct warm_gen_params *ret) {
+int parse_keep_alive(struct field_ctx *f, json_t *v, struct warm_gen_params *ret) {
     double usec;
     if (!v || json_is_null(v)) return 0;
     if (json_is_number(v)) usec = json_number_value(v) * 1e6;
@@ -189,12 +198,27 @@ static const struct {
     const char *name, *why;
 } refused_rows[] = {
     {"images", "warmd's models read text only"},
-    {"tools", "warmd does not run tool calls"},
     {"template", "warmd renders prompts with the model's own chat template"},
     {"context", "send the conversation with /api/chat instead; warmd resumes it from its "
                 "prompt cache"},
-    {"think", "warmd does not separate thinking from the answer"},
 };
+
+/* think: true or "low", "medium", "high" (on), false (off). */
+static int parse_think(struct field_ctx *f, json_t *v, struct gen_job *j) {
+    if (!v || json_is_null(v)) return 0;
+    const char *s = json_string_value(v);
+    if (json_is_true(v) || (s && (strcmp(s, "low") == 0 || strcmp(s, "medium") == 0 ||
+                                  strcmp(s, "high") == 0)))
+        j->params.think = WARM_THINK_ON;
+    else if (json_is_false(v))
+        j->params.think = WARM_THINK_OFF;
+    else {
+        f->mhd = reply_error(f->r, 400, "think", "think must be true, false, \"low\", "
+                             "\"medium\" or \"high\"");
+        return -EINVAL;
+    }
+    return 0;
+}
 
 static bool meaningful(json_t *v) {
     if (!v || json_is_null(v) || json_is_false(v)) return false;
@@ -230,6 +254,7 @@ static int check_common(struct field_ctx *f, json_t *b, struct gen_job *j) {
                              "object");
         return -EINVAL;
     }
+    if (parse_think(f, json_object_get(b, "think"), j) < 0) return -EINVAL;
     j->stream = true;           /* Ollama streams unless told not to */
     if (field_bool(f, b, "stream", &j->stream) < 0) return -EINVAL;
     if (parse_keep_alive(f, json_object_get(b, "keep_alive"), &j->params) < 0)
@@ -248,7 +273,10 @@ static json_t *head(const struct gen_job *j) {
 static void add_stats(json_t *d, const struct gen_job *j) {
     const struct warm_summary *s = &j->summary;
     json_object_set_new(d, "done", json_true());
-    json_object_set_new(d, "done_reason", json_string(finish_reason(s->stop_reason)));
+    /* Ollama ends a turn of tool calls with "stop" */
+    json_object_set_new(d, "done_reason", json_string(s->stop_reason == WARM_STOP_TOOL_CALLS
+                                                          ? "stop"
+                                                          : finish_reason(s->stop_reason)));
     json_object_set_new(d, "total_duration", json_integer((json_int_t)(s->total_usec * NS_PER_USEC)));
     json_object_set_new(d, "load_duration", json_integer((json_int_t)(s->load_usec * NS_PER_USEC)));
     json_object_set_new(d, "prompt_eval_count", json_integer(s->prompt_tokens));
@@ -258,28 +286,65 @@ static void add_stats(json_t *d, const struct gen_job *j) {
     json_object_set_new(d, "eval_duration", json_integer((json_int_t)(s->decode_usec * NS_PER_USEC)));
 }
 
-/* The text of one line: "response" for /api/generate, "message" for /api/chat. */
-static void add_text(json_t *d, const struct gen_job *j, const char *text, size_t len) {
-    if (j->chat && !j->plain_fallback)
-        json_object_set_new(d, "message", json_pack("{s:s,s:o}", "role", "assistant", "content",
-                                                    json_text(text, len)));
-    else json_object_set_new(d, "response", json_text(text, len));
+/* The answer's tool calls as Ollama writes them: arguments as an object. */
+static json_t *tool_calls_doc(const struct warm_summary *s) {
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < s->n_tool_calls; i++) {
+        const struct warm_tool_call *c = &s->tool_calls[i];
+        json_t *args = json_loads(c->arguments, 0, NULL);
+        json_array_append_new(a, json_pack("{s:s,s:{s:I,s:s,s:o}}", "id", c->id, "function",
+                                           "index", (json_int_t)i, "name", c->name, "arguments",
+                                           json_is_object(args) ? args : json_object()));
+        if (!json_is_object(args)) json_decref(args);
+    }
+    return a;
 }
 
-static int line_piece(struct gen_job *j, const char *text, size_t len) {
-    j->head_sent = true;
-    if (!len) return 0;
+/* The text of one line: "response" (and "thinking") for /api/generate, "message" for
+ * /api/chat; calls: the answer's tool calls (chat only). */
+static void add_text(json_t *d, const struct gen_job *j, const char *text, size_t len,
+                     const char *thinking, size_t n_thinking, bool calls) {
+    json_t *t = n_thinking ? json_text(thinking, n_thinking) : NULL;
+    if (j->chat && !j->plain_fallback) {
+        json_t *m = json_pack("{s:s,s:o}", "role", "assistant", "content", json_text(text, len));
+        if (m && t) json_object_set_new(m, "thinking", t);
+        else json_decref(t);
+        if (m && calls) json_object_set_new(m, "tool_calls", tool_calls_doc(&j->summary));
+        json_object_set_new(d, "message", m);
+    } else {
+        json_object_set_new(d, "response", json_text(text, len));
+        if (t) json_object_set_new(d, "thinking", t);
+    }
+}
+
+static int line_emit(struct gen_job *j, const char *text, size_t len, const char *thinking,
+                     size_t n_thinking, bool calls) {
     json_t *d = head(j);
     if (!d) return -ENOMEM;
-    add_text(d, j, text, len);
+    add_text(d, j, text, len, thinking, n_thinking, calls);
     json_object_set_new(d, "done", json_false());
     return gen_emit_json(j, d, false);
 }
 
+static int line_piece(struct gen_job *j, const char *text, size_t len) {
+    j->head_sent = true;
+    return len ? line_emit(j, text, len, NULL, 0, false) : 0;
+}
+
+static int line_thinking(struct gen_job *j, const char *text, size_t len) {
+    j->head_sent = true;
+    return len ? line_emit(j, "", 0, text, len, false) : 0;
+}
+
 static int line_end(struct gen_job *j) {
+    /* the calls in a line of their own before the last, as Ollama streams them */
+    if (j->summary.n_tool_calls && j->chat && !j->plain_fallback) {
+        int r = line_emit(j, "", 0, NULL, 0, true);
+        if (r < 0) return r;
+    }
     json_t *d = head(j);
     if (!d) return -ENOMEM;
-    add_text(d, j, "", 0);
+    add_text(d, j, "", 0, NULL, 0, false);
     add_stats(d, j);
     return gen_emit_json(j, d, false);
 }
@@ -291,14 +356,16 @@ static int line_error(struct gen_job *j) {
 static json_t *line_whole(struct gen_job *j) {
     json_t *d = head(j);
     if (!d) return NULL;
-    add_text(d, j, j->text ? j->text : "", j->text_len);
+    add_text(d, j, j->text ? j->text : "", j->text_len, j->reasoning, j->reasoning_len,
+             j->summary.n_tool_calls > 0);
     add_stats(d, j);
     return d;
 }
 
 static const struct gen_ops line_ops = {
     .content_type = "application/x-ndjson",
-    .piece = line_piece, .end = line_end, .error = line_error, .whole = line_whole,
+    .piece = line_piece, .thinking = line_thinking, .end = line_end, .error = line_error,
+    .whole = line_whole,
 };
 
 /* ---- load and unload ------------------------------------------------------------------ */
@@ -345,6 +412,9 @@ static enum MHD_Result load_or_unload(struct request *r, struct gen_job *j) {
         j->params.sampling = NULL;
         j->params.n_stop = 0;
         j->params.json_schema = NULL;   /* nothing is generated worth constraining */
+        j->params.tools_json = NULL;    /* nor any chat to call tools or think in */
+        j->params.tool_choice = WARM_TOOLS_AUTO;
+        j->params.think = WARM_THINK_DEFAULT;
         struct warm_summary s;
         rc = warm_generate(wc, &j->params, NULL, &token, 1, NULL, NULL, &s, &j->err);
         if (rc >= 0) warm_summary_done(&s);
@@ -472,6 +542,11 @@ enum MHD_Result ollama_generate(struct request *r) {
     if (!j) return reply_error(r, 503, NULL, "out of memory");
     const char *prompt = "", *system = NULL, *suffix = NULL;
     bool raw = false;
+    if (meaningful(json_object_get(r->json, "tools"))) {
+        gen_job_free(j);
+        return reply_error(r, 400, "tools", "'tools' is not supported by /api/generate: send the "
+                           "conversation and its tools with /api/chat");
+    }
     if (check_common(&f, r->json, j) < 0 || field_string(&f, r->json, "prompt", &prompt) < 0 ||
         field_string(&f, r->json, "system", &system) < 0 ||
         field_string(&f, r->json, "suffix", &suffix) < 0 ||
@@ -525,7 +600,8 @@ enum MHD_Result ollama_chat(struct request *r) {
     struct gen_job *j = gen_job_new(r, &line_ops, API_OLLAMA);
     if (!j) return reply_error(r, 503, NULL, "out of memory");
     j->chat = true;
-    if (check_common(&f, r->json, j) < 0) {
+    if (check_common(&f, r->json, j) < 0 || field_tools(&f, j, json_object_get(r->json, "tools")) < 0 ||
+        field_tool_choice(&f, j, json_object_get(r->json, "tool_choice")) < 0) {
         gen_job_free(j);
         return f.mhd;
     }
@@ -606,13 +682,4 @@ enum MHD_Result ollama_not_here(struct request *r) {
                        "models directory (/var/lib/warmd/models by default) and running "
                        "`systemctl reload warmd`; the file name without .gguf is the model's "
                        "name (`warmctl models` lists them)", r->url);
-}
-
-enum MHD_Result embeddings_refused(struct request *r) {
-    struct field_ctx f = {.r = r};
-    const char *model = NULL;
-    if (field_string(&f, r->json, "model", &model) < 0) return f.mhd;
-    if (!model || !*model) return reply_error(r, 400, "model", "model is required");
-    return reply_error(r, 400, "model", "model '%s' does not support embeddings: warmd does not "
-                       "compute embeddings yet", model);
 }

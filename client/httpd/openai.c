@@ -2,10 +2,24 @@
  * POST /v1/chat/completions and /v1/completions, streamed (SSE ending in "data: [DONE]") or
  * whole, with the usage block (prompt_tokens_details.cached_tokens = prompt tokens warmd
  * took from RAM or from its prompt cache). A field that would change what a request means
- * and that warmd cannot honour (tools, images, several choices, log probabilities) is
- * refused with a 400 naming it, never dropped; response_format (JSON mode, a JSON Schema)
- * constrains the output through warmd, whose refusal of a schema keyword is a 400 naming
- * it; fields that only tune
+ * and that warmd cannot honour (legacy functions, images, several choices, log
+ * probabilities) is refused with a 400 naming it, never dropped; response_format (JSON
+ * mode, a JSON Schema) constrains the output through warmd, whose refusal of a schema
+ * keyword is a 400 naming it.
+ *
+ * Tools: tools, tool_choice ("auto", "none", "required", {"type": "function", "function":
+ * {"name"}}) and parallel_tool_calls (false: at most one call) go to warmd, which writes
+ * them into the model's template and parses the answer's calls: message.tool_calls
+ * [{id, type "function", function {name, arguments as JSON text}}] with content null when
+ * there is none, finish_reason "tool_calls"; streamed, each call as OpenAI streams it (a
+ * chunk with index, id, type and the name with empty arguments, then one with the
+ * arguments) after the content. Messages carry tool_calls and role "tool" with
+ * tool_call_id. A model whose template has no tool format answers 400 naming it.
+ * Reasoning: a thinking family's reasoning is reasoning_content in the message and in
+ * deltas (as llama-server and DeepSeek write it), and assistant messages may send it back;
+ * reasoning_effort "none" or "minimal" turns thinking off (the Qwen templates have only on
+ * and off), "low", "medium", "high" keep the model's default; llama-server's
+ * chat_template_kwargs.enable_thinking false does the same as "none". Fields that only tune
  * delivery or bookkeeping (user, store, metadata, service_tier) are ignored. Errors have
  * OpenAI's shape: {"error": {"message", "type", "param", "code"}}. */
 #include "httpd.h"
@@ -180,10 +194,9 @@ struct refused_field {
 };
 
 static const struct refused_field chat_refused[] = {
-    {"tools", REF_NONEMPTY, "warmd does not run tool calls"},
-    {"functions", REF_NONEMPTY, "warmd does not run tool calls"},
-    {"tool_choice", REF_TOOL_CHOICE, "warmd does not run tool calls"},
-    {"function_call", REF_TOOL_CHOICE, "warmd does not run tool calls"},
+    {"functions", REF_NONEMPTY, "use 'tools' (the legacy 'functions' are not supported)"},
+    {"function_call", REF_TOOL_CHOICE, "use 'tool_choice' (the legacy 'function_call' is not "
+                                       "supported)"},
     {"n", REF_ABOVE_ONE, "warmd returns one choice per request"},
     {"logprobs", REF_TRUE, "warmd does not return log probabilities"},
     {"top_logprobs", REF_ABOVE_ZERO, "warmd does not return log probabilities"},
@@ -348,37 +361,166 @@ static int chat_head(struct gen_job *j) {
                                 "assistant", "content", "", "logprobs", "finish_reason"));
 }
 
-static int chat_piece(struct gen_job *j, const char *text, size_t len) {
+static int chat_delta(struct gen_job *j, const char *key, const char *text, size_t len) {
     int r = chat_head(j);
     if (r < 0 || !len) return r;
     return emit_chunk(j, "chat.completion.chunk",
-                      json_pack("{s:i,s:{s:o},s:n,s:n}", "index", 0, "delta", "content",
+                      json_pack("{s:i,s:{s:o},s:n,s:n}", "index", 0, "delta", key,
                                 json_text(text, len), "logprobs", "finish_reason"));
+}
+
+static int chat_piece(struct gen_job *j, const char *text, size_t len) {
+    return chat_delta(j, "content", text, len);
+}
+
+static int chat_thinking(struct gen_job *j, const char *text, size_t len) {
+    return chat_delta(j, "reasoning_content", text, len);
+}
+
+/* One tool call as OpenAI writes it in a message (or, with index, in a delta). */
+static json_t *tool_call_doc(const struct warm_tool_call *c, json_t *index, const char *args) {
+    json_t *d = json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", c->id, "type", "function", "function",
+                          "name", c->name, "arguments", args);
+    if (d && index) json_object_set_new(d, "index", index);
+    return d;
 }
 
 static int chat_end(struct gen_job *j) {
     int r = chat_head(j);
+    const struct warm_summary *s = &j->summary;
+    for (size_t i = 0; r >= 0 && i < s->n_tool_calls; i++) {
+        /* the name first, then the arguments, as OpenAI streams a call */
+        r = emit_chunk(j, "chat.completion.chunk", json_pack(
+            "{s:i,s:{s:[o]},s:n,s:n}", "index", 0, "delta", "tool_calls",
+            tool_call_doc(&s->tool_calls[i], json_integer((json_int_t)i), ""), "logprobs",
+            "finish_reason"));
+        if (r >= 0)
+            r = emit_chunk(j, "chat.completion.chunk", json_pack(
+                "{s:i,s:{s:[{s:I,s:{s:s}}]},s:n,s:n}", "index", 0, "delta", "tool_calls",
+                "index", (json_int_t)i, "function", "arguments", s->tool_calls[i].arguments,
+                "logprobs", "finish_reason"));
+    }
     if (r < 0) return r;
     return emit_end(j, "chat.completion.chunk",
                     json_pack("{s:i,s:{},s:n,s:s}", "index", 0, "delta", "logprobs",
-                              "finish_reason", finish_reason(j->summary.stop_reason)));
+                              "finish_reason", finish_reason(s->stop_reason)));
 }
 
 static json_t *chat_whole(struct gen_job *j) {
     json_t *d = base(j, "chat.completion");
     if (!d) return NULL;
-    json_object_set_new(d, "choices", json_pack(
-        "[{s:i,s:{s:s,s:o,s:n},s:n,s:s}]", "index", 0, "message", "role", "assistant", "content",
-        json_text(j->text ? j->text : "", j->text_len), "refusal", "logprobs", "finish_reason",
-        finish_reason(j->summary.stop_reason)));
-    json_object_set_new(d, "usage", usage(&j->summary));
+    const struct warm_summary *s = &j->summary;
+    json_t *msg = json_pack("{s:s,s:n}", "role", "assistant", "refusal");
+    if (!msg) {
+        json_decref(d);
+        return NULL;
+    }
+    /* OpenAI: content null when the answer is only tool calls */
+    json_object_set_new(msg, "content", s->n_tool_calls && !j->text_len
+                                            ? json_null()
+                                            : json_text(j->text ? j->text : "", j->text_len));
+    if (j->reasoning_len)
+        json_object_set_new(msg, "reasoning_content", json_text(j->reasoning, j->reasoning_len));
+    if (s->n_tool_calls) {
+        json_t *calls = json_array();
+        for (size_t i = 0; i < s->n_tool_calls; i++)
+            json_array_append_new(calls, tool_call_doc(&s->tool_calls[i], NULL,
+                                                       s->tool_calls[i].arguments));
+        json_object_set_new(msg, "tool_calls", calls);
+    }
+    json_object_set_new(d, "choices", json_pack("[{s:i,s:o,s:n,s:s}]", "index", 0, "message",
+                                                msg, "logprobs", "finish_reason",
+                                                finish_reason(s->stop_reason)));
+    json_object_set_new(d, "usage", usage(s));
     return d;
 }
 
 static const struct gen_ops chat_ops = {
     .content_type = "text/event-stream",
-    .piece = chat_piece, .end = chat_end, .error = emit_error, .whole = chat_whole,
+    .piece = chat_piece, .thinking = chat_thinking, .end = chat_end, .error = emit_error,
+    .whole = chat_whole,
 };
+
+/* ---- tools and reasoning ---------------------------------------------------------------- */
+
+int field_tools(struct field_ctx *f, struct gen_job *j, json_t *tools) {
+    if (!tools || json_is_null(tools) || (json_is_array(tools) && json_array_size(tools) == 0))
+        return 0;
+    if (!json_is_array(tools)) return field_fail(f, "tools", "must be an array of tools");
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        char key[64];
+        const char *type = json_string_value(json_object_get(t, "type"));
+        json_t *fn = json_object_get(t, "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        snprintf(key, sizeof key, "tools[%zu]", i);
+        if (!json_is_object(t) || (type && strcmp(type, "function") != 0) || !name || !*name) {
+            f->mhd = reply_error(f->r, 400, key, "'%s' must be {\"type\": \"function\", "
+                                 "\"function\": {\"name\", \"description\", \"parameters\"}} "
+                                 "(function tools only)", key);
+            return -EINVAL;
+        }
+        json_t *params = json_object_get(fn, "parameters");
+        if (params && !json_is_null(params) && !json_is_object(params)) {
+            snprintf(key, sizeof key, "tools[%zu].function.parameters", i);
+            return field_fail(f, key, "must be a JSON Schema object");
+        }
+    }
+    char *text = gen_job_keep(j, json_dumps(tools, JSON_COMPACT));
+    if (!text) {
+        f->mhd = reply_error(f->r, 503, NULL, "out of memory");
+        return -ENOMEM;
+    }
+    j->params.tools_json = text;
+    return 0;
+}
+
+int field_tool_choice(struct field_ctx *f, struct gen_job *j, json_t *tc) {
+    if (tc && !json_is_null(tc)) {
+        const char *s = json_string_value(tc);
+        json_t *fn = json_object_get(tc, "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        if (s && strcmp(s, "auto") == 0) j->params.tool_choice = WARM_TOOLS_AUTO;
+        else if (s && strcmp(s, "none") == 0) j->params.tool_choice = WARM_TOOLS_NONE;
+        else if (s && strcmp(s, "required") == 0) j->params.tool_choice = WARM_TOOLS_REQUIRED;
+        else if (json_is_object(tc) && name && *name) {
+            j->params.tool_choice = WARM_TOOLS_FUNCTION;
+            j->params.tool_choice_name = name;
+        } else {
+            return field_fail(f, "tool_choice", "must be \"auto\", \"none\", \"required\" or "
+                              "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+        }
+        if (j->params.tool_choice >= WARM_TOOLS_REQUIRED && !j->params.tools_json)
+            return field_fail(f, "tool_choice", "needs 'tools' to choose from");
+    }
+    return 0;
+}
+
+/* tools, tool_choice, parallel_tool_calls, reasoning_effort and llama-server's
+ * chat_template_kwargs.enable_thinking. */
+static int parse_tool_fields(struct field_ctx *f, json_t *b, struct gen_job *j) {
+    if (field_tools(f, j, json_object_get(b, "tools")) < 0 ||
+        field_tool_choice(f, j, json_object_get(b, "tool_choice")) < 0)
+        return -EINVAL;
+    bool parallel = true;
+    if (field_bool(f, b, "parallel_tool_calls", &parallel) < 0) return -EINVAL;
+    j->params.max_tool_calls = parallel ? 0 : 1;
+    const char *effort = NULL;
+    if (field_string(f, b, "reasoning_effort", &effort) < 0) return -EINVAL;
+    if (effort) {
+        static const char *const known[] = {"none", "minimal", "low", "medium", "high", "xhigh"};
+        bool ok = false;
+        for (size_t i = 0; i < ARRAY_SIZE(known); i++) ok = ok || strcmp(effort, known[i]) == 0;
+        if (!ok)
+            return field_fail(f, "reasoning_effort", "must be none, minimal, low, medium or high");
+        if (strcmp(effort, "none") == 0 || strcmp(effort, "minimal") == 0)
+            j->params.think = WARM_THINK_OFF;
+    }
+    json_t *enable = json_object_get(json_object_get(b, "chat_template_kwargs"), "enable_thinking");
+    if (json_is_false(enable)) j->params.think = WARM_THINK_OFF;
+    return 0;
+}
 
 static int completion_piece(struct gen_job *j, const char *text, size_t len) {
     j->head_sent = true;
@@ -463,15 +605,44 @@ static int message_text(struct field_ctx *f, struct gen_job *j, json_t *content,
 static const struct {
     const char *role, *as;
 } roles[] = {{"system", "system"}, {"developer", "system"}, {"user", "user"},
-             {"assistant", "assistant"}};
+             {"assistant", "assistant"}, {"tool", "tool"}};
 
 /* Parts of a message warmd cannot take (a non-empty array refuses the request). */
 static const struct {
     const char *name, *why;
 } message_refused[] = {
-    {"tool_calls", "warmd does not run tool calls"},
     {"images", "warmd's models read text only"},
 };
+
+/* An assistant message's tool_calls into j->calls[*at...]: OpenAI's arguments are JSON text,
+ * Ollama's an object. */
+static int message_calls(struct field_ctx *f, struct gen_job *j, json_t *calls, size_t i,
+                         size_t *at) {
+    size_t k;
+    json_t *c;
+    json_array_foreach(calls, k, c) {
+        char key[96];
+        json_t *fn = json_object_get(c, "function"), *args = json_object_get(fn, "arguments");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        snprintf(key, sizeof key, "messages[%zu].tool_calls[%zu].function", i, k);
+        if (!name || !*name || (args && !json_is_null(args) && !json_is_string(args) &&
+                                !json_is_object(args))) {
+            f->mhd = reply_error(f->r, 400, key, "'%s' must have a name and arguments (a JSON "
+                                 "object, or its text)", key);
+            return -EINVAL;
+        }
+        const char *text = json_string_value(args);
+        if (json_is_object(args)) text = gen_job_keep(j, json_dumps(args, JSON_COMPACT));
+        else if (!text || !*text) text = "{}";
+        if (!text) {
+            f->mhd = reply_error(f->r, 503, NULL, "out of memory");
+            return -ENOMEM;
+        }
+        j->calls[(*at)++] = (struct warm_tool_call){
+            .id = json_string_value(json_object_get(c, "id")), .name = name, .arguments = text};
+    }
+    return 0;
+}
 
 int parse_messages(struct field_ctx *f, struct gen_job *j, json_t *msgs) {
     if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
@@ -479,12 +650,15 @@ int parse_messages(struct field_ctx *f, struct gen_job *j, json_t *msgs) {
         return -EINVAL;
     }
     j->msgs = calloc(json_array_size(msgs), sizeof *j->msgs);
-    if (!j->msgs) {
+    size_t i, n_calls = 0;
+    json_t *m;
+    json_array_foreach(msgs, i, m) n_calls += json_array_size(json_object_get(m, "tool_calls"));
+    j->calls = calloc(n_calls ? n_calls : 1, sizeof *j->calls);
+    if (!j->msgs || !j->calls) {
         f->mhd = reply_error(f->r, 503, NULL, "out of memory");
         return -ENOMEM;
     }
-    size_t i;
-    json_t *m;
+    size_t at = 0;
     json_array_foreach(msgs, i, m) {
         char key[128];
         snprintf(key, sizeof key, "messages[%zu].role", i);
@@ -492,9 +666,9 @@ int parse_messages(struct field_ctx *f, struct gen_job *j, json_t *msgs) {
         for (size_t k = 0; role && k < ARRAY_SIZE(roles); k++)
             if (strcmp(role, roles[k].role) == 0) as = roles[k].as;
         if (!as) {
-            f->mhd = reply_error(f->r, 400, key, "'%s' is '%s': only system, developer, user and "
-                                 "assistant messages are supported (warmd does not run tool "
-                                 "calls)", key, role ? role : "missing");
+            f->mhd = reply_error(f->r, 400, key, "'%s' is '%s': only system, developer, user, "
+                                 "assistant and tool messages are supported", key,
+                                 role ? role : "missing");
             return -EINVAL;
         }
         for (size_t k = 0; k < ARRAY_SIZE(message_refused); k++) {
@@ -507,6 +681,20 @@ int parse_messages(struct field_ctx *f, struct gen_job *j, json_t *msgs) {
         const char *text;
         if (message_text(f, j, json_object_get(m, "content"), i, &text) < 0) return -EINVAL;
         j->msgs[i] = (struct warm_chat_message){.role = as, .content = text};
+        json_t *calls = json_object_get(m, "tool_calls");
+        if (json_array_size(calls) && strcmp(as, "assistant") == 0) {
+            j->msgs[i].tool_calls = &j->calls[at];
+            j->msgs[i].n_tool_calls = json_array_size(calls);
+            if (message_calls(f, j, calls, i, &at) < 0) return -EINVAL;
+        }
+        /* the reasoning as OpenAI-compatible servers (reasoning_content) and Ollama
+         * (thinking) send it back */
+        const char *reasoning = json_string_value(json_object_get(m, "reasoning_content"));
+        if (!reasoning) reasoning = json_string_value(json_object_get(m, "thinking"));
+        if (reasoning && *reasoning) j->msgs[i].reasoning = reasoning;
+        j->msgs[i].tool_call_id = json_string_value(json_object_get(m, "tool_call_id"));
+        j->msgs[i].name = json_string_value(json_object_get(m, "tool_name"));
+        if (!j->msgs[i].name) j->msgs[i].name = json_string_value(json_object_get(m, "name"));
     }
     j->n_msgs = json_array_size(msgs);
     return 0;
@@ -522,6 +710,7 @@ enum MHD_Result openai_chat(struct request *r) {
     make_id(j->id, sizeof j->id, "chatcmpl-");
     if (check_refused(&f, r->json, chat_refused, ARRAY_SIZE(chat_refused)) < 0 ||
         parse_common(&f, r->json, j) < 0 || parse_response_format(&f, r->json, j) < 0 ||
+        parse_tool_fields(&f, r->json, j) < 0 ||
         parse_messages(&f, j, json_object_get(r->json, "messages")) < 0) {
         gen_job_free(j);
         return f.mhd;

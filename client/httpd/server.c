@@ -33,7 +33,7 @@ static const struct route routes[] = {
     {"GET", "/v1/models/*", API_OPENAI, true, false, openai_model},
     {"POST", "/v1/chat/completions", API_OPENAI, true, true, openai_chat},
     {"POST", "/v1/completions", API_OPENAI, true, true, openai_completions},
-    {"POST", "/v1/embeddings", API_OPENAI, false, true, embeddings_refused},
+    {"POST", "/v1/embeddings", API_OPENAI, true, true, openai_embeddings},
     {"GET", "/api/version", API_OLLAMA, false, false, ollama_version},
     {"HEAD", "/api/version", API_OLLAMA, false, false, ollama_version},
     {"GET", "/api/tags", API_OLLAMA, true, false, ollama_tags},
@@ -46,8 +46,8 @@ static const struct route routes[] = {
     {"POST", "/api/create", API_OLLAMA, false, false, ollama_not_here},
     {"POST", "/api/copy", API_OLLAMA, false, false, ollama_not_here},
     {"DELETE", "/api/delete", API_OLLAMA, false, false, ollama_not_here},
-    {"POST", "/api/embed", API_OLLAMA, false, true, embeddings_refused},
-    {"POST", "/api/embeddings", API_OLLAMA, false, true, embeddings_refused},
+    {"POST", "/api/embed", API_OLLAMA, true, true, ollama_embed},
+    {"POST", "/api/embeddings", API_OLLAMA, true, true, ollama_embeddings},
 };
 
 /* ---- status codes ------------------------------------------------------------------------ */

@@ -1,11 +1,12 @@
 /* show — what apps read about a model: Ollama's /api/show, from warmd's ShowModel (the
  * file's metadata, read without loading it, and the context this warmd gives it).
  *
- * capabilities are true, never advertised: "completion" always; "insert" when the
+ * capabilities are true, never advertised: an embedding model (ShowModel's embedding)
+ * has "embedding" alone, as Ollama's; any other model "completion"; "insert" when the
  * vocabulary names fill-in-the-middle tokens (what /api/generate's suffix needs);
  * "tools" and "thinking" when warmd's chat for the model's template family runs tool calls
- * or separates thinking (a column of the family table: none does yet); "embedding" never,
- * since warmd computes no embeddings. parameters is Ollama's text form of the settings a
+ * or separates thinking (columns of the family table: tools for chatml, qwen3 and qwen35,
+ * thinking for qwen3 and qwen35). parameters is Ollama's text form of the settings a
  * request starts from (num_ctx = the context warmd gives the model, the family's stop
  * strings); model_info the file's metadata as typed JSON (long arrays null, as Ollama's
  * non-verbose answer), so `<arch>.context_length` is the length the model was trained for. */
@@ -35,15 +36,15 @@ static const struct family_row family_rows[] = {
     {"chatml",
      "{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}"
      "<|im_start|>assistant\n",
-     {"<|im_start|>", "<|im_end|>"}, false, false},
+     {"<|im_start|>", "<|im_end|>"}, true, false},
     {"qwen3",
      "{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}"
      "<|im_start|>assistant\n",
-     {"<|im_start|>", "<|im_end|>"}, false, false},
+     {"<|im_start|>", "<|im_end|>"}, true, true},
     {"qwen35",
      "{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}"
      "<|im_start|>assistant\n<think>\n",
-     {"<|im_start|>", "<|im_end|>"}, false, false},
+     {"<|im_start|>", "<|im_end|>"}, true, true},
     {"llama3",
      "<|begin_of_text|>{{- range .Messages }}<|start_header_id|>{{ .Role }}<|end_header_id|>"
      "\n\n{{ .Content }}<|eot_id|>{{ end }}<|start_header_id|>assistant<|end_header_id|>\n\n",
@@ -141,31 +142,29 @@ struct capability_row {
     bool (*has)(const struct warm_model_details *d, const struct family_row *f);
 };
 
-static bool cap_always(const struct warm_model_details *d, const struct family_row *f) {
-    (void)d, (void)f;
-    return true;
+static bool cap_text(const struct warm_model_details *d, const struct family_row *f) {
+    (void)f;
+    return !d->embedding;
 }
-static bool cap_never(const struct warm_model_details *d, const struct family_row *f) {
-    (void)d, (void)f;
-    return false;
+static bool cap_embedding(const struct warm_model_details *d, const struct family_row *f) {
+    (void)f;
+    return d->embedding;
 }
 static bool cap_insert(const struct warm_model_details *d, const struct family_row *f) {
     (void)f;
     int32_t t[3];
-    return model_fim_tokens(d, t);
+    return !d->embedding && model_fim_tokens(d, t);
 }
 static bool cap_tools(const struct warm_model_details *d, const struct family_row *f) {
-    (void)d;
-    return f->tools;
+    return !d->embedding && f->tools;
 }
 static bool cap_thinking(const struct warm_model_details *d, const struct family_row *f) {
-    (void)d;
-    return f->thinking;
+    return !d->embedding && f->thinking;
 }
 
 static const struct capability_row capability_rows[] = {
-    {"completion", cap_always}, {"insert", cap_insert},   {"tools", cap_tools},
-    {"thinking", cap_thinking}, {"embedding", cap_never},
+    {"completion", cap_text},   {"insert", cap_insert},   {"tools", cap_tools},
+    {"thinking", cap_thinking}, {"embedding", cap_embedding},
 };
 
 /* Ollama's "parameters": one `name value` line each, the name padded to 30 columns, the

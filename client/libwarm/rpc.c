@@ -204,6 +204,9 @@ WARM_API int warm_model_show(struct warm_client *c, const char *model,
     d->head_dim_k = q->head_dim_k;
     d->head_dim_v = q->head_dim_v;
     d->n_vocab = q->n_vocab;
+    d->embedding = q->embedding;
+    lw_copy(d->pooling, sizeof d->pooling, q->pooling);
+    d->embedding_length = q->embedding_length;
     d->ctx_size = q->ctx_size;
     d->parallel = q->parallel;
     d->cache_chunk_tokens = q->cache_chunk_tokens;
@@ -310,6 +313,7 @@ static const char *const stop_reason_names[WARM_STOP_REASON_COUNT] = {
     [WARM_STOP_EOS] = "eos",
     [WARM_STOP_STOP_STRING] = "stop_string",
     [WARM_STOP_CONTEXT_FULL] = "context_full",
+    [WARM_STOP_TOOL_CALLS] = "tool_calls",
 };
 
 WARM_API const char *warm_stop_reason_name(int reason) {
@@ -322,6 +326,14 @@ WARM_API void warm_summary_done(struct warm_summary *s) {
     free(s->rejected);
     s->rejected = NULL;
     s->n_rejected = 0;
+    for (size_t i = 0; i < s->n_tool_calls; i++) {
+        free((char *)s->tool_calls[i].id);
+        free((char *)s->tool_calls[i].name);
+        free((char *)s->tool_calls[i].arguments);
+    }
+    free(s->tool_calls);
+    s->tool_calls = NULL;
+    s->n_tool_calls = 0;
 }
 
 /* The request parts generate and chat share; they point into params (borrowed). */
@@ -376,6 +388,7 @@ static int gen_parts_init(struct gen_parts *p, const struct warm_gen_params *par
 
 struct stream_ctx {
     warm_token_fn on_token;
+    warm_token_fn on_reasoning;
     warm_progress_fn on_progress;
     void *userdata;
     struct warm_summary summary;
@@ -388,6 +401,10 @@ static int on_event(const ProtobufCMessage *msg, void *userdata) {
     const Warm__V1__GenerateEvent *ev = (const Warm__V1__GenerateEvent *)msg;
     if (ev->event_case == WARM__V1__GENERATE_EVENT__EVENT_TOKEN && ev->token) {
         const char *text = ev->token->text ? ev->token->text : "";
+        const char *reasoning = ev->token->reasoning ? ev->token->reasoning : "";
+        if (*reasoning && x->on_reasoning &&
+            x->on_reasoning(ev->token->id, reasoning, strlen(reasoning), x->userdata))
+            return 1;
         return x->on_token ? x->on_token(ev->token->id, text, strlen(text), x->userdata) : 0;
     }
     if (ev->event_case == WARM__V1__GENERATE_EVENT__EVENT_PROGRESS && ev->progress) {
@@ -450,6 +467,25 @@ static int on_event(const ProtobufCMessage *msg, void *userdata) {
             lw_copy(s->rejected[i].message, sizeof s->rejected[i].message, q->rejected[i]->message);
         }
     }
+    if (q->n_tool_calls) {
+        s->tool_calls = calloc(q->n_tool_calls, sizeof *s->tool_calls);
+        if (!s->tool_calls) {
+            x->out_of_memory = true;
+            return 1;
+        }
+        s->n_tool_calls = q->n_tool_calls;
+        for (size_t i = 0; i < q->n_tool_calls; i++) {
+            const Warm__V1__ToolCall *t = q->tool_calls[i];
+            struct warm_tool_call *c = &s->tool_calls[i];
+            c->id = strdup(t->id ? t->id : "");
+            c->name = strdup(t->name ? t->name : "");
+            c->arguments = strdup(t->arguments && *t->arguments ? t->arguments : "{}");
+            if (!c->id || !c->name || !c->arguments) {
+                x->out_of_memory = true;
+                return 1;
+            }
+        }
+    }
     x->have_summary = true;
     return 0;
 }
@@ -457,8 +493,8 @@ static int on_event(const ProtobufCMessage *msg, void *userdata) {
 static int stream_run(struct warm_client *c, const char *method, const ProtobufCMessage *req,
                       const struct warm_gen_params *params, warm_token_fn on_token, void *userdata,
                       struct warm_summary *ret_summary, struct warm_error *err) {
-    struct stream_ctx x = {.on_token = on_token, .on_progress = params->on_progress,
-                           .userdata = userdata};
+    struct stream_ctx x = {.on_token = on_token, .on_reasoning = params->on_reasoning,
+                           .on_progress = params->on_progress, .userdata = userdata};
     int r = lw_call_stream(c, method, req, &warm__v1__generate_event__descriptor, on_event, &x,
                            params->cancel, err);
     if (x.out_of_memory) r = lw_fail(err, WARM_NO_MEMORY, "out of memory");
@@ -476,6 +512,8 @@ WARM_API int warm_generate(struct warm_client *c, const struct warm_gen_params *
     static const struct warm_gen_params none = {0};
     if (!params) params = &none;
     if (n_tokens && !tokens) return lw_fail(err, WARM_BAD_REQUEST, "tokens: NULL with n_tokens > 0");
+    if ((params->tools_json && *params->tools_json) || params->tool_choice || params->think)
+        return lw_fail(err, WARM_BAD_REQUEST, "tools_json, tool_choice and think are for chat only");
     struct gen_parts parts;
     int r = gen_parts_init(&parts, params, err);
     if (r < 0) return r;
@@ -506,20 +544,47 @@ WARM_API int warm_chat(struct warm_client *c, const struct warm_gen_params *para
     struct gen_parts parts;
     int r = gen_parts_init(&parts, params, err);
     if (r < 0) return r;
+    if ((unsigned)params->tool_choice > WARM_TOOLS_FUNCTION || (unsigned)params->think > WARM_THINK_OFF)
+        return lw_fail(err, WARM_BAD_REQUEST, "tool_choice or think: not a known value");
+    size_t n_calls = 0;
+    for (size_t i = 0; i < n_messages; i++) {
+        if (messages[i].n_tool_calls && !messages[i].tool_calls)
+            return lw_fail(err, WARM_BAD_REQUEST, "messages[%zu].tool_calls: NULL with "
+                           "n_tool_calls > 0", i);
+        n_calls += messages[i].n_tool_calls;
+    }
     Warm__V1__ChatMessage *msgs = NULL, **ptrs = NULL;
+    Warm__V1__ToolCall *calls = NULL, **cptrs = NULL;
     if (n_messages) {
         msgs = calloc(n_messages, sizeof *msgs);
         ptrs = calloc(n_messages, sizeof *ptrs);
-        if (!msgs || !ptrs) {
+        calls = calloc(n_calls ? n_calls : 1, sizeof *calls);
+        cptrs = calloc(n_calls ? n_calls : 1, sizeof *cptrs);
+        if (!msgs || !ptrs || !calls || !cptrs) {
             free(msgs);
             free(ptrs);
+            free(calls);
+            free(cptrs);
             return lw_fail(err, WARM_NO_MEMORY, "out of memory");
         }
     }
-    for (size_t i = 0; i < n_messages; i++) {
+    for (size_t i = 0, k = 0; i < n_messages; i++) {
+        const struct warm_chat_message *m = &messages[i];
         msgs[i] = (Warm__V1__ChatMessage)WARM__V1__CHAT_MESSAGE__INIT;
-        msgs[i].role = str_in(messages[i].role);
-        msgs[i].content = str_in(messages[i].content);
+        msgs[i].role = str_in(m->role);
+        msgs[i].content = str_in(m->content);
+        msgs[i].reasoning = str_in(m->reasoning);
+        msgs[i].tool_call_id = str_in(m->tool_call_id);
+        msgs[i].name = str_in(m->name);
+        msgs[i].tool_calls = m->n_tool_calls ? &cptrs[k] : NULL;
+        msgs[i].n_tool_calls = m->n_tool_calls;
+        for (size_t t = 0; t < m->n_tool_calls; t++, k++) {
+            calls[k] = (Warm__V1__ToolCall)WARM__V1__TOOL_CALL__INIT;
+            calls[k].id = str_in(m->tool_calls[t].id);
+            calls[k].name = str_in(m->tool_calls[t].name);
+            calls[k].arguments = str_in(m->tool_calls[t].arguments);
+            cptrs[k] = &calls[k];
+        }
         ptrs[i] = &msgs[i];
     }
     Warm__V1__ChatRequest req = WARM__V1__CHAT_REQUEST__INIT;
@@ -535,9 +600,16 @@ WARM_API int warm_chat(struct warm_client *c, const struct warm_gen_params *para
     req.continue_last = (flags & WARM_CHAT_CONTINUE_LAST) != 0;
     req.unload_after = params->unload_after;
     req.format = parts.has_format ? &parts.format : NULL;
+    req.tools_json = str_in(params->tools_json);
+    req.tool_choice = (Warm__V1__ToolChoice)params->tool_choice;
+    req.tool_choice_name = str_in(params->tool_choice_name);
+    req.max_tool_calls = params->max_tool_calls;
+    req.think = (Warm__V1__Think)params->think;
     r = stream_run(c, "Chat", &req.base, params, on_token, userdata, ret_summary, err);
     free(msgs);
     free(ptrs);
+    free(calls);
+    free(cptrs);
     return r;
 }
 

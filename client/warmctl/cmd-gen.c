@@ -64,6 +64,9 @@ enum {
     OPT_FORMAT,
     OPT_JSON_SCHEMA,
     OPT_GRAMMAR,
+    OPT_TOOLS,
+    OPT_TOOL_CHOICE,
+    OPT_THINK,
 };
 
 #define GEN_OPTIONS                                                                          \
@@ -239,7 +242,8 @@ static int gen_parse(struct ctl *ctl, struct gen_opts *g, int argc, char **argv,
         int r = gen_option(ctl, g, opt, argv, usage);
         if (r == 0) continue;
         if (r > 0) return r;
-        if (extra_fn && opt >= OPT_SYSTEM && opt <= OPT_PLAIN) {
+        bool chat_only = opt >= OPT_TOOLS && opt <= OPT_THINK;
+        if (extra_fn && ((opt >= OPT_SYSTEM && opt <= OPT_PLAIN) || chat_only)) {
             r = extra_fn(ctl, opt, extra_data);
             if (r > 0) return r;
             continue;
@@ -342,6 +346,33 @@ static int sink_token(int32_t id, const char *text, size_t len, void *userdata) 
     return 0;
 }
 
+/* A thinking model's reasoning: dimmed on a terminal, on stderr otherwise (stdout keeps
+ * the answer), {"reasoning": {"id", "text"}} lines with --json. */
+static int sink_reasoning(int32_t id, const char *text, size_t len, void *userdata) {
+    struct sink *k = userdata;
+    if (k->quiet || !len) return 0;
+    progress_clear(k);
+    if (k->ctl->json) {
+        struct json j;
+        json_begin(&j, stdout);
+        json_object_begin(&j, "reasoning");
+        json_i64(&j, "id", id);
+        json_strn(&j, "text", text, len);
+        json_object_end(&j);
+        json_end(&j);
+    } else if (isatty(STDOUT_FILENO)) {
+        fputs("\033[2m", stdout);
+        ctl_write_text(stdout, text, len, k->escape);
+        fputs("\033[0m", stdout);
+        fflush(stdout);
+        k->at_line_start = text[len - 1] == '\n';
+    } else {
+        ctl_write_text(stderr, text, len, false);
+        fflush(stderr);
+    }
+    return 0;
+}
+
 static void sink_reset(struct sink *k) {
     k->len = 0;
     if (k->text) k->text[0] = '\0';
@@ -360,6 +391,9 @@ static void sink_finish(struct sink *k, const struct warm_summary *s, bool verbo
         return;
     }
     if (!k->at_line_start) fputc('\n', stdout);
+    for (size_t i = 0; i < s->n_tool_calls; i++)
+        printf("[tool call %s: %s %s]\n", s->tool_calls[i].id, s->tool_calls[i].name,
+               s->tool_calls[i].arguments);
     fflush(stdout);
     for (const char *w = s->warnings; *w;) {
         size_t n = strcspn(w, "\n");
@@ -462,7 +496,17 @@ static const char chat_usage[] =
     "      --wait DURATION      how long to wait for a restarted daemon (default 30s)\n"
     "      --plain              for models without a chat template (base models): send the\n"
     "                           conversation as a plain 'User:' / 'Assistant:' transcript\n"
-    "                           instead of through the model's template\n" GEN_OPTIONS_HELP;
+    "                           instead of through the model's template\n"
+    "      --tools FILE         the tools the model may call: a JSON array of OpenAI-shaped\n"
+    "                           tools ({\"type\": \"function\", \"function\": {\"name\",\n"
+    "                           \"description\", \"parameters\"}}); its calls are printed as\n"
+    "                           [tool call ID: NAME ARGUMENTS] (--json: the summary's\n"
+    "                           tool_calls)\n"
+    "      --tool-choice auto|none|required|NAME   whether the model must call a tool (a\n"
+    "                           required or named call follows the tool's parameters)\n"
+    "      --think on|off       thinking models (qwen3, qwen35): think first or answer at\n"
+    "                           once; the reasoning is shown dimmed (not a terminal: on\n"
+    "                           stderr; --json: \"reasoning\" lines)\n" GEN_OPTIONS_HELP;
 
 static const char chat_help[] =
     "  /help              this list\n"
@@ -482,11 +526,33 @@ struct chat_extra {
     const char *system;
     uint64_t wait_usec;
     bool plain;
+    char *tools;                /* --tools: the file's text (owned) */
+    struct warm_gen_params *params;
 };
 
 static int chat_option(struct ctl *ctl, int opt, void *data) {
     struct chat_extra *x = data;
-    if (opt == OPT_SYSTEM) x->system = optarg;
+    if (opt == OPT_TOOLS) {
+        size_t len;
+        free(x->tools);
+        x->tools = NULL;
+        if (ctl_read_all(optarg, &x->tools, &len) < 0)
+            return ctl_usage_error(ctl, chat_usage, "--tools: cannot read '%s'", optarg);
+        x->params->tools_json = x->tools;
+    } else if (opt == OPT_TOOL_CHOICE) {
+        static const char *const names[] = {"auto", "none", "required"};
+        x->params->tool_choice = WARM_TOOLS_FUNCTION;
+        x->params->tool_choice_name = optarg;
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+            if (strcmp(optarg, names[i]) == 0) {
+                x->params->tool_choice = (enum warm_tool_choice)i;
+                x->params->tool_choice_name = NULL;
+            }
+    } else if (opt == OPT_THINK) {
+        if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0)
+            return ctl_usage_error(ctl, chat_usage, "--think: on or off, not '%s'", optarg);
+        x->params->think = strcmp(optarg, "on") == 0 ? WARM_THINK_ON : WARM_THINK_OFF;
+    } else if (opt == OPT_SYSTEM) x->system = optarg;
     else if (opt == OPT_PLAIN) x->plain = true;
     else if (opt == OPT_WAIT && ctl_parse_duration(optarg, &x->wait_usec) < 0)
         return ctl_usage_error(ctl, chat_usage, "--wait: '%s' is not a duration", optarg);
@@ -780,13 +846,21 @@ static int no_template(struct ctl *ctl, const char *model, const struct warm_err
 static int chat_main(struct ctl *ctl, struct gen_opts *g, int argc, char **argv) {
     static const struct option extra[] = {{"system", required_argument, NULL, OPT_SYSTEM},
                                           {"wait", required_argument, NULL, OPT_WAIT},
-                                          {"plain", no_argument, NULL, OPT_PLAIN}};
-    struct chat_extra x = {.wait_usec = 30 * 1000000ULL};
-    int r = gen_parse(ctl, g, argc, argv, extra, 3, chat_usage, chat_option, &x);
-    if (r >= 0) return r;
-    if (argc - optind != 1) return ctl_usage_error(ctl, chat_usage, "name one model");
+                                          {"plain", no_argument, NULL, OPT_PLAIN},
+                                          {"tools", required_argument, NULL, OPT_TOOLS},
+                                          {"tool-choice", required_argument, NULL, OPT_TOOL_CHOICE},
+                                          {"think", required_argument, NULL, OPT_THINK}};
+    struct chat_extra x = {.wait_usec = 30 * 1000000ULL, .params = &g->params};
+    int r = gen_parse(ctl, g, argc, argv, extra, sizeof extra / sizeof extra[0], chat_usage, chat_option, &x);
+    if (r >= 0) {
+        free(x.tools);
+        return r;
+    }
+    if (argc - optind != 1 || !ctl_client(ctl, &r)) {
+        free(x.tools);
+        return argc - optind != 1 ? ctl_usage_error(ctl, chat_usage, "name one model") : r;
+    }
     g->params.model = argv[optind];
-    if (!ctl_client(ctl, &r)) return r;
     catch_sigint();
     bool tty = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO) && !ctl->json;
     struct history h = {0};
@@ -796,6 +870,7 @@ static int chat_main(struct ctl *ctl, struct gen_opts *g, int argc, char **argv)
     struct sink k = {.ctl = ctl, .at_line_start = true, .show_progress = progress_wanted(ctl),
                      .escape = ctl_escape_wanted(ctl), .model = g->params.model};
     g->params.on_progress = sink_progress;
+    g->params.on_reasoning = sink_reasoning;
     struct reader rd;
     reader_init(&rd, tty);
     if (tty)
@@ -892,6 +967,7 @@ static int chat_main(struct ctl *ctl, struct gen_opts *g, int argc, char **argv)
     }
     reader_done(&rd);
     free(k.text);
+    free(x.tools);
     history_truncate(&h, 0);
     free(h.v);
     free(h.owned);

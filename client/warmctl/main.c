@@ -21,6 +21,7 @@ static const struct command commands[] = {
     {"chat", ctl_cmd_chat, "interactive chat that keeps the conversation"},
     {"tokenize", ctl_cmd_tokenize, "text to token ids"},
     {"detokenize", ctl_cmd_detokenize, "token ids to text"},
+    {"embed", ctl_cmd_embed, "embeddings of texts with an embedding model"},
     {"cache", ctl_cmd_cache, "prompt cache: stats, ls, purge, check (offline)"},
     {"metrics", ctl_cmd_metrics, "counters and gauges (Prometheus text)"},
     {"token", ctl_cmd_token, "bearer tokens for apps that reach warmd through warm-httpd"},

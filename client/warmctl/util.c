@@ -383,6 +383,15 @@ void ctl_json_summary(struct json *j, const char *key, const struct warm_summary
         json_object_end(j);
     }
     json_array_end(j);
+    json_array_begin(j, "tool_calls");
+    for (size_t i = 0; i < s->n_tool_calls; i++) {
+        json_object_begin(j, NULL);
+        json_str(j, "id", s->tool_calls[i].id);
+        json_str(j, "name", s->tool_calls[i].name);
+        json_str(j, "arguments", s->tool_calls[i].arguments);
+        json_object_end(j);
+    }
+    json_array_end(j);
     json_object_end(j);
 }
 

@@ -104,6 +104,7 @@ int ctl_cmd_show(struct ctl *ctl, int argc, char **argv);
 int ctl_cmd_load(struct ctl *ctl, int argc, char **argv);
 int ctl_cmd_unload(struct ctl *ctl, int argc, char **argv);
 int ctl_cmd_tokenize(struct ctl *ctl, int argc, char **argv);
+int ctl_cmd_embed(struct ctl *ctl, int argc, char **argv);
 int ctl_cmd_detokenize(struct ctl *ctl, int argc, char **argv);
 int ctl_cmd_run(struct ctl *ctl, int argc, char **argv);
 int ctl_cmd_chat(struct ctl *ctl, int argc, char **argv);

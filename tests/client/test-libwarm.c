@@ -329,7 +329,8 @@ TEST(chat_and_cache) {
     struct warm_sampling greedy = warm_sampling_default();
     greedy.temperature = 0;
     struct warm_gen_params p = {.model = model_name(), .max_tokens = 8, .sampling = &greedy};
-    struct warm_chat_message msgs[] = {{"system", "You tell stories."}, {"user", "Tell me one."}};
+    struct warm_chat_message msgs[] = {{.role = "system", .content = "You tell stories."},
+                                       {.role = "user", .content = "Tell me one."}};
     struct collect a = {0};
     struct warm_summary s = {0};
     int r = warm_chat(c, &p, msgs, 2, 0, collect_token, &a, &s, &err);
@@ -342,7 +343,7 @@ TEST(chat_and_cache) {
         ASSERT_TRUE(s.generated_tokens >= 1 && s.generated_tokens <= 8);
         warm_summary_done(&s);
     }
-    struct warm_chat_message bad_role[] = {{"robot", "hi"}};
+    struct warm_chat_message bad_role[] = {{.role = "robot", .content = "hi"}};
     ASSERT_WARM_ERR(warm_chat(c, &p, bad_role, 1, 0, NULL, NULL, NULL, &err), WARM_INVALID_ARGUMENT,
                     &err, "role");
 

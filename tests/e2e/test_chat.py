@@ -105,7 +105,10 @@ class ChatTest(DaemonTest):
                         "messages[1]")
         self.assertCode(lambda: chat([("user", "a")], continue_last=True), C.INVALID_ARGUMENT,
                         "continue_last")
-        self.assertCode(lambda: chat([("tool", "a")]), C.INVALID_ARGUMENT, "role")
+        self.assertCode(lambda: chat([("robot", "a")]), C.INVALID_ARGUMENT, "role")
+        # a tool result needs the call it answers
+        self.assertCode(lambda: chat([("tool", "a")]), C.INVALID_ARGUMENT,
+                        "a tool result must follow an assistant message")
         self.assertCode(lambda: chat([]), C.INVALID_ARGUMENT, "messages")
 
     def test_over_the_context(self):

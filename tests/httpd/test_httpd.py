@@ -334,7 +334,8 @@ class HttpdTest(HttpdHarness):
         self.assertEqual(self.curl("/api/version")[0], 200)
         # Unsupported fields that change a request's meaning: 400 naming the field.
         chat = {"model": "chatty", "messages": [{"role": "user", "content": "Hi"}]}
-        cases = [({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        cases = [({"tools": [{"type": "custom", "custom": {"name": "f"}}]}, "tools[0]"),
+                 ({"functions": [{"name": "f"}]}, "functions"),
                  ({"n": 2}, "n"),
                  ({"response_format": {"type": "json_schema", "json_schema": {
                      "name": "x", "schema": {"type": "string", "pattern": "a+"}}}},
@@ -343,7 +344,7 @@ class HttpdTest(HttpdHarness):
                  ({"messages": [{"role": "user", "content": [
                      {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]},
                   "messages[0].content[0].type"),
-                 ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role")]
+                 ({"messages": [{"role": "function", "content": "x"}]}, "messages[0].role")]
         for extra, field in cases:
             doc = self.jcurl("/v1/chat/completions", {**chat, **extra}, status=400)
             self.assertEqual(doc["error"]["param"], field, doc)

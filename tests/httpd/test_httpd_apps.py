@@ -7,7 +7,7 @@ empty prompt; /api/generate's suffix (fill in the middle from the vocabulary's F
 compared with warmd's own greedy output for the same token ids) and raw; OpenAI's
 stream_options.include_usage, seed, stop and max_completion_tokens through the official
 openai package; every error in the shape its API's clients parse (the official ollama
-package's message included), and the embedding endpoints answering 400 naming the model.
+package's message included), and the embedding endpoints answering 400 naming a text model.
 
 Needs root (setpriv); npm for the SDK cases (skipped with a message without it)."""
 
@@ -122,7 +122,7 @@ class HttpdAppsTest(HttpdHarness):
         shown = {m: self.jcurl("/api/show", {"model": m}) for m in ("stories", "coder", "chatty")}
         self.assertEqual(shown["stories"]["capabilities"], ["completion"])
         self.assertEqual(shown["coder"]["capabilities"], ["completion", "insert"])
-        self.assertEqual(shown["chatty"]["capabilities"], ["completion"])
+        self.assertEqual(shown["chatty"]["capabilities"], ["completion", "tools"])
         ctx = self.d.stub().ShowModel(pb.ShowModelRequest(model="chatty")).ctx_size
         lines = shown["chatty"]["parameters"].splitlines()
         self.assertEqual(lines[0].split(), ["num_ctx", str(ctx)])
@@ -315,7 +315,7 @@ class HttpdAppsTest(HttpdHarness):
             err = json.loads(text)["error"]
             self.assertEqual(set(err), {"message", "type", "param", "code"}, text)
             self.assertTrue(err["message"], text)
-        # embeddings: 400 naming the model (501 is retried by clients for minutes)
+        # embeddings from a text model: 400 naming the model (501 is retried by clients)
         for path, body, api in [("/api/embed", {"model": "stories", "input": "x"}, "ollama"),
                                 ("/api/embeddings", {"model": "stories", "prompt": "x"}, "ollama"),
                                 ("/v1/embeddings", {"model": "stories", "input": "x"}, "openai")]:
@@ -323,7 +323,7 @@ class HttpdAppsTest(HttpdHarness):
             self.assertEqual(st, 400, (path, text))
             err = json.loads(text)["error"]
             msg = err if api == "ollama" else err["message"]
-            self.assertIn("'stories' does not support embeddings", msg)
+            self.assertIn("model 'stories' does not produce embeddings", msg)
         # unknown fields are ignored, as Ollama and OpenAI do; think false is no request
         self.jcurl("/api/chat", dict(chat, unknown_field={"x": 1}, think=False), uid=ALICE)
         self.jcurl("/v1/chat/completions", dict(chat, unknown_field=1), uid=ALICE)
@@ -352,7 +352,7 @@ class HttpdAppsTest(HttpdHarness):
         self.assertEqual(out["insert_refused"]["status"], 400)
         self.assertIn("'stories' does not support insert", out["insert_refused"]["message"])
         self.assertEqual(out["embed_refused"]["status"], 400)
-        self.assertIn("does not support embeddings", out["embed_refused"]["message"])
+        self.assertIn("'stories' does not produce embeddings", out["embed_refused"]["message"])
         self.assertEqual(out["unload"], "unload")
         out = self.node("apps_openai_client.mjs", {"base": self.h.base + "/v1",
                                                    "model": "stories", "chat_model": "chatty",
@@ -369,7 +369,7 @@ class HttpdAppsTest(HttpdHarness):
         self.assertEqual(out["stop"]["finish"], "stop")
         self.assertNotIn(out["stop"]["word"], out["stop"]["text"])
         self.assertEqual(out["embed_refused"]["status"], 400)
-        self.assertIn("does not support embeddings", out["embed_refused"]["message"])
+        self.assertIn("'stories' does not produce embeddings", out["embed_refused"]["message"])
 
 
 if __name__ == "__main__":

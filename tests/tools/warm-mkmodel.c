@@ -8,7 +8,8 @@
  *                [--type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|q2_K|q3_K|q4_K|q5_K|
  *                        q6_K|iq4_xs] [--tied]
  *                [--vocab-from FILE] [--seed N] [--rope-base X] [--eps X]
- *                [--shared-kv-layers N] [--name S] [--chat-template chatml|gemma|gemma4]
+ *                [--shared-kv-layers N] [--name S]
+ *                [--chat-template chatml|qwen3|qwen35|gemma|gemma4]
  *                [--window N] [--swa-pattern P|FLAGS] [--head-dim-swa N] [--n-head-kv-swa N]
  *                [--ple N] [--eot-scale X] -o FILE
  *
@@ -101,22 +102,38 @@ struct opts {
 
 static const struct chat_row {
     const char *name, *open, *close, *tmpl;
+    const char *extra[2]; /* more markers, before the turn markers (USER_DEFINED, as Qwen3's
+                             <think> and </think>), or NULL */
 } chat_rows[] = {
     {"chatml", "<|im_start|>", "<|im_end|>",
      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
      "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
-     "{{ '<|im_start|>assistant\\n' }}{% endif %}"},
+     "{{ '<|im_start|>assistant\\n' }}{% endif %}", {NULL, NULL}},
+    /* chatml with Qwen3's thinking: the marker <think> (engine/chat.h's qwen3 family) */
+    {"qwen3", "<|im_start|>", "<|im_end|>",
+     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+     "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+     "{{ '<|im_start|>assistant\\n' }}{% if enable_thinking is defined and enable_thinking is "
+     "false %}{{ '<think>\\n\\n</think>\\n\\n' }}{% endif %}{% endif %}",
+     {"<think>", "</think>"}},
+    /* Qwen3.5's: its tool format's marker <function= (engine/chat.h's qwen35 family) */
+    {"qwen35", "<|im_start|>", "<|im_end|>",
+     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+     "message['content'] | trim + '<|im_end|>' + '\\n'}}{% endfor %}{% if tools %}"
+     "{{ '<function=example_function_name>' }}{% endif %}{% if add_generation_prompt %}"
+     "{{ '<|im_start|>assistant\\n<think>\\n' }}{% endif %}",
+     {"<think>", "</think>"}},
     /* the parts of Gemma 3's and Gemma 4's templates that name their turn markers */
     {"gemma", "<start_of_turn>", "<end_of_turn>",
      "{{ bos_token }}{% for message in messages %}{% set role = 'model' if message['role'] == "
      "'assistant' else message['role'] %}{{ '<start_of_turn>' + role + '\\n' + "
      "message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt "
-     "%}{{ '<start_of_turn>model\\n' }}{% endif %}"},
+     "%}{{ '<start_of_turn>model\\n' }}{% endif %}", {NULL, NULL}},
     {"gemma4", "<|turn>", "<turn|>",
      "{{- bos_token -}}{%- for message in messages -%}{%- set role = 'model' if message['role'] "
      "== 'assistant' else message['role'] -%}{{- '<|turn>' + role + '\\n' -}}{{- "
      "message['content'] | trim -}}{{- '<turn|>\\n' -}}{%- endfor -%}{%- if "
-     "add_generation_prompt -%}{{- '<|turn>model\\n' -}}{%- endif -%}"},
+     "add_generation_prompt -%}{{- '<|turn>model\\n' -}}{%- endif -%}", {NULL, NULL}},
 };
 
 /* ---- deterministic random numbers ---------------------------------------------------- */
@@ -404,6 +421,9 @@ static int add_synthetic_vocab(struct gguf_writer *w, const struct opts *o) {
         } else if (o->chat && i + 2 >= n) {
             snprintf(p, 16, "%s", i + 2 == n ? o->chat->open : o->chat->close);
             types[i] = 3; /* CONTROL */
+        } else if (o->chat && o->chat->extra[0] && i + 4 >= n) {
+            snprintf(p, 16, "%s", o->chat->extra[i + 4 - n]);
+            types[i] = 4; /* USER_DEFINED */
         } else if (i < 259) {
             snprintf(p, 16, "<0x%02X>", (unsigned)(i - 3));
             types[i] = 6; /* BYTE */
@@ -505,7 +525,8 @@ static void usage(FILE *out) {
             "         (f32; 256-value types need every matrix's n_in a multiple of 256)\n"
             "  --tied  --seed N (1)\n"
             "  --vocab-from FILE  --rope-base X  --eps X  --shared-kv-layers N  --name S\n"
-            "  --chat-template chatml|gemma|gemma4 (made-up vocabulary only)  --eot-scale X\n"
+            "  --chat-template chatml|qwen3|qwen35|gemma|gemma4 (made-up vocabulary only)\n"
+            "  --eot-scale X\n"
             "         (its end-of-turn token's embedding row x X: greedy replies end early)\n"
             "  gemma: --window N (512; 0 = no SWA)  --swa-pattern P|FLAGS (6; FLAGS: one 0/1 per\n"
             "         layer, 1 = SWA)\n"

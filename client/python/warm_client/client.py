@@ -86,20 +86,32 @@ def _probe(path):
 
 class Stream:
     """The events of a Generate or Chat call. Iterating yields the text pieces as they
-    arrive; `tokens` collects (id, text) pairs, `summary` is set at the end (a
-    warm.v1.Summary message). cancel() stops the stream."""
+    arrive (a chat's answer); `tokens` collects (id, text) pairs, `reasoning` the reasoning
+    of a thinking model (apart from the answer), `summary` is set at the end (a
+    warm.v1.Summary message) and `tool_calls` then holds the answer's tool calls as dicts
+    {"id", "name", "arguments"} (arguments parsed from its JSON). cancel() stops the
+    stream."""
 
     def __init__(self, client, call):
         self._client = client
         self._call = call
         self.tokens = []
+        self.reasoning = ""
         self.summary = None
+
+    @property
+    def tool_calls(self):
+        if self.summary is None:
+            return []
+        return [{"id": c.id, "name": c.name, "arguments": _json.loads(c.arguments or "{}")}
+                for c in self.summary.tool_calls]
 
     def __iter__(self):
         try:
             for ev in self._call:
                 if ev.HasField("token"):
                     self.tokens.append((ev.token.id, ev.token.text))
+                    self.reasoning += ev.token.reasoning
                     yield ev.token.text
                 elif ev.HasField("summary"):
                     self.summary = ev.summary
@@ -207,6 +219,34 @@ class Client:
         return self._unary("Detokenize", pb.DetokenizeRequest(
             model=model, tokens=tokens, skip_special=skip_special)).text
 
+    # ---- embeddings ---------------------------------------------------------------------
+
+    def embed(self, model, inputs, truncate=False, normalize=True, dimensions=0,
+              keep_alive=None, unload_after=False, response=False):
+        """Embeddings of inputs with an embedding model: a string, a list of strings, a
+        list of token ids or a list of such lists. Returns one list of floats per input
+        (L2-normalized unless normalize=False; the first `dimensions` values, renormalized,
+        when dimensions > 0), or the whole EmbedResponse with response=True (prompt_tokens,
+        cached_inputs, load_usec, ...). keep_alive: seconds (float)."""
+        if isinstance(inputs, str):
+            inputs = [inputs]
+        inputs = list(inputs)
+        req = pb.EmbedRequest(model=model or "", truncate=truncate, raw=not normalize,
+                              dimensions=dimensions, unload_after=unload_after)
+        if keep_alive is not None:
+            req.keep_alive_usec = int(keep_alive * 1e6)
+        if inputs and all(isinstance(x, int) for x in inputs):
+            inputs = [inputs]
+        for x in inputs:
+            if isinstance(x, str):
+                req.inputs.append(x)
+            else:
+                req.token_inputs.add(tokens=list(x))
+        r = self._unary("Embed", req)
+        if response:
+            return r
+        return [list(v.values) for v in r.embeddings]
+
     # ---- generation ---------------------------------------------------------------------
 
     @staticmethod
@@ -253,17 +293,54 @@ class Client:
                                                 json_schema, grammar))
         return Stream(self, self._stub.Generate(req))
 
+    @staticmethod
+    def _message(m):
+        """A ChatMessage from (role, content) or a dict: role, content, and OpenAI's
+        tool_calls ([{"id", "function": {"name", "arguments"}}] or [{"id", "name",
+        "arguments"}], arguments as a dict or JSON text), tool_call_id, name,
+        reasoning (or reasoning_content)."""
+        if not isinstance(m, dict):
+            return pb.ChatMessage(role=m[0], content=m[1])
+        calls = []
+        for c in m.get("tool_calls") or []:
+            f = c.get("function", c)
+            args = f.get("arguments", {})
+            calls.append(pb.ToolCall(id=c.get("id", ""), name=f["name"],
+                                     arguments=args if isinstance(args, str)
+                                     else _json.dumps(args)))
+        return pb.ChatMessage(role=m["role"], content=m.get("content") or "", tool_calls=calls,
+                              tool_call_id=m.get("tool_call_id", ""), name=m.get("name", ""),
+                              reasoning=m.get("reasoning", m.get("reasoning_content")) or "")
+
+    _TOOL_CHOICES = {"auto": pb.TOOL_CHOICE_AUTO, "none": pb.TOOL_CHOICE_NONE,
+                     "required": pb.TOOL_CHOICE_REQUIRED}
+    _THINK = {None: pb.THINK_DEFAULT, True: pb.THINK_ON, False: pb.THINK_OFF}
+
     def chat(self, model, messages, max_tokens=0, temperature=None, seed=0, top_k=None,
              top_p=None, stop=(), cache="use", namespace="", keep_alive_s=0,
-             continue_last=False, json_schema=None, grammar=None):
-        """messages: [(role, content), ...] or [{"role":..., "content":...}, ...];
-        json_schema and grammar as in generate (they constrain the reply)."""
-        msgs = [pb.ChatMessage(role=m["role"], content=m["content"]) if isinstance(m, dict)
-                else pb.ChatMessage(role=m[0], content=m[1]) for m in messages]
-        req = pb.ChatRequest(model=model, messages=msgs, continue_last=continue_last,
-                             **self._common(max_tokens, temperature, seed, top_k, top_p,
-                                            stop, cache, namespace, keep_alive_s,
-                                            json_schema, grammar))
+             continue_last=False, json_schema=None, grammar=None, tools=None,
+             tool_choice="auto", parallel_tool_calls=True, think=None):
+        """messages: [(role, content), ...] or dicts (see _message: tool calls, tool
+        results, reasoning); json_schema and grammar as in generate (they constrain the
+        reply). tools: OpenAI-shaped tools (a list, or its JSON text); tool_choice "auto",
+        "none", "required" or a function's name (the call is then forced with a grammar of
+        its parameters); parallel_tool_calls False: at most one call. The calls come in
+        Stream.tool_calls. think: None (the model's default), True or False (thinking
+        models: qwen3, qwen35; True for another is WarmError INVALID_ARGUMENT); the
+        reasoning comes in Stream.reasoning."""
+        msgs = [self._message(m) for m in messages]
+        kw = self._common(max_tokens, temperature, seed, top_k, top_p, stop, cache, namespace,
+                          keep_alive_s, json_schema, grammar)
+        if tools is not None:
+            kw["tools_json"] = tools if isinstance(tools, str) else _json.dumps(tools)
+        if tool_choice in self._TOOL_CHOICES:
+            kw["tool_choice"] = self._TOOL_CHOICES[tool_choice]
+        else:
+            kw["tool_choice"] = pb.TOOL_CHOICE_FUNCTION
+            kw["tool_choice_name"] = tool_choice
+        kw["max_tool_calls"] = 0 if parallel_tool_calls else 1
+        kw["think"] = self._THINK[think]
+        req = pb.ChatRequest(model=model, messages=msgs, continue_last=continue_last, **kw)
         return Stream(self, self._stub.Chat(req))
 
     # ---- prompt cache -------------------------------------------------------------------
