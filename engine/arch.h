@@ -46,6 +46,13 @@ enum spec_dim {
     DIM_TYPES,    /* n_token_types */
     DIM_DENSE,    /* n_embd_dense */
     DIM_EMBD_OUT, /* n_embd_out */
+    DIM_QG,       /* attn_q's rows: n_head * (head_dim_k + head_dim_v) with the output
+                   * gate (attn_gate), else DIM_Q */
+    DIM_SSM_KERNEL, /* K: the conv's taps */
+    DIM_SSM_CONV,   /* 2·H_k·d_k + H_v·d_v: the conv's channels (q | k | v) */
+    DIM_SSM_INNER,  /* H_v·d_v */
+    DIM_SSM_HEADS,  /* H_v */
+    DIM_SSM_HEAD_V, /* d_v */
     DIM_COUNT
 };
 
@@ -61,6 +68,15 @@ enum spec_kind {
     KIND_VEC,    /* 1-D, converted to f32 at load */
     KIND_MATMUL, /* a matrix kern_matmul multiplies by (its type needs vec_dot) */
     KIND_ROWS,   /* a matrix read row by row (the embedding: its type needs to_f32) */
+    KIND_CONV,   /* a small matrix converted to f32 at load and stored transposed
+                  * (ssm_conv1d: (n_out, n_in) in the file, (n_in, n_out) in memory) */
+};
+
+/* Which layers of a hybrid model a spec belongs to (a model without recurrent layers: all). */
+enum spec_layers {
+    SPEC_ANY_LAYER,  /* every layer */
+    SPEC_ATTN_LAYER, /* layers whose mixer is an attention (absent in recurrent layers) */
+    SPEC_REC_LAYER,  /* recurrent (Gated DeltaNet) layers only */
 };
 
 /* How a tensor split over devices cuts a weight (engine/device.h). The attention is cut
@@ -107,6 +123,7 @@ enum spec_feature {
     FEAT_TOKEN_TYPES, /* token_types: row 0 added to every embedding */
     FEAT_POS_EMBD,    /* position_embd: learned absolute positions */
     FEAT_DENSE,       /* dense_2, dense_3: projections of the pooled embedding */
+    FEAT_DELTANET,    /* the Gated DeltaNet layers' tensors (notes/hybrid.md §A.3) */
     FEAT_COUNT
 };
 
@@ -136,6 +153,16 @@ struct arch_desc {
     enum engine_norm_kind norm;
     enum engine_ffn_act ffn_act; /* the FFN's activation (gemma_io: GELU) */
     bool ffn_plain;              /* non-gated FFN (ENGINE_FFN_DENSE) */
+    /* hybrids (notes/hybrid.md §A): the attention's query rows carry an output gate; some
+     * layers are Gated DeltaNet (attention.recurrent_layers, else full_attention_interval);
+     * MTP layers are counted in block_count (nextn_predict_layers) and skipped; vision
+     * tensors (v.*, mm.*) are skipped */
+    bool attn_gate, recurrent, mtp, skip_vision;
+    /* tensors the arch names its own way: the spec's name, the file's (e.g. qwen35's
+     * pre-FFN norm is post_attention_norm.weight) */
+    struct {
+        const char *spec, *file;
+    } rename[2];
     uint8_t use[FEAT_COUNT]; /* enum spec_use of each feature's tensors */
 };
 
@@ -160,6 +187,7 @@ struct tensor_spec {
     enum spec_feature feature;
     enum spec_split split;
     enum spec_part part; /* its part of attn_qkv where the arch fuses them */
+    enum spec_layers layers; /* which layers of a hybrid have it */
 };
 
 extern const struct tensor_spec engine_global_specs[];

@@ -92,11 +92,14 @@ static void host_exec_init(struct engine_context *ctx) {
               .whole = ctx->model->layers, .x = ctx->x, .xb = ctx->xb, .q = d0->q, .k = d0->k,
               .v = d0->v, .att = d0->att, .hb = d0->hb, .hb2 = d0->hb2, .pl_g = ctx->pl_g,
               .xo = ctx->out_x, .output_norm = &ctx->model->output_norm, .output = &d0->output,
-              .impl = d0},
+              .impl = d0, .qg = d0->qg, .gate = d0->gate, .dn_qkv = d0->dn_qkv,
+              .dn_z = d0->dn_z, .dn_g = d0->dn_g, .dn_beta = d0->dn_beta, .dn_o = d0->dn_o},
         .pool = d0->pool,
         .mm_scratch = d0->mm_scratch,
         .attn_scratch = d0->attn_scratch,
         .attn_scratch_floats = d0->attn_scratch_floats,
+        .dn_scratch = d0->dn_scratch,
+        .dn_scratch_bytes = d0->dn_scratch_bytes,
     };
 }
 
@@ -283,6 +286,11 @@ static int batch_check(struct engine_context *ctx, const struct engine_batch *b,
         if (expect < 0 && (uint32_t)pos > kv->seq_len[seq])
             return err_set(d, ERR_INVALID, "batch token %d: position %d leaves a gap after the "
                            "%u cached positions of sequence %d", i, pos, kv->seq_len[seq], seq);
+        if (expect < 0 && !kv_rs_can_resume(kv, seq, (uint32_t)pos))
+            return err_set(d, ERR_INVALID, "batch token %d: sequence %d cannot continue at "
+                           "position %d: its recurrent state holds only the end of its %u "
+                           "positions (no snapshots yet): continue at %u or restart at 0", i,
+                           seq, pos, kv->seq_len[seq], kv->seq_len[seq]);
         if (expect < 0 && !kv_can_resume(kv, seq, (uint32_t)pos))
             return err_set(d, ERR_INVALID, "batch token %d: sequence %d cannot continue at "
                            "position %d: its sliding-window cache no longer holds the %u "

@@ -216,16 +216,20 @@ int engine_context_embeddings_token(struct engine_context *ctx, int32_t i, float
 /* Positions cached for seq (its length); 0 for an unknown seq. */
 uint32_t engine_kv_seq_len(const struct engine_context *ctx, int32_t seq);
 /* Drops positions >= p0 of seq (p0 = 0 clears it). -ENODATA (nothing changed) when the
- * model's sliding-window ring no longer holds the window before p0, so the sequence
- * cannot continue there (truncate to 0 or import state instead). */
+ * model's sliding-window ring no longer holds the window before p0, or when the model has
+ * recurrent layers and 0 < p0 < the length (their state holds only the last position: no
+ * snapshots yet), so the sequence cannot continue there (truncate to 0 or import state
+ * instead). */
 int engine_kv_seq_rm(struct engine_context *ctx, int32_t seq, uint32_t p0);
-/* Makes dst a copy of positions [0, p1) of src (p1 is clamped to src's length);
- * -ENODATA as engine_kv_seq_rm() when an SWA ring cannot continue at p1. */
+/* Makes dst a copy of positions [0, p1) of src (p1 is clamped to src's length), with its
+ * recurrent state; -ENODATA as engine_kv_seq_rm() when an SWA ring or the recurrent state
+ * cannot continue at p1. */
 int engine_kv_seq_cp(struct engine_context *ctx, int32_t src, int32_t dst, uint32_t p1);
 /* Context shift: drops positions [p0, p0 + n_discard) of seq and moves the later cells
  * down by n_discard, re-applying RoPE to their cached K (for every K type: dequantize the
  * whole row, un-rotate when the cache is rotated, RoPE by -n_discard, rotate, quantize).
- * V rows and token ids move unchanged. The sequence's length drops by n_discard. */
+ * V rows and token ids move unchanged. The sequence's length drops by n_discard.
+ * ERR_UNSUPPORTED for a model with recurrent layers. */
 int engine_kv_seq_shift(struct engine_context *ctx, int32_t seq, uint32_t p0, uint32_t n_discard,
                         struct err_detail *d);
 
@@ -252,7 +256,8 @@ void engine_context_kv_info(const struct engine_context *ctx, struct engine_kv_i
 #define ENGINE_KV_STATE_VERSION 2
 
 /* Writes the KV state of positions [p0, p1) of seq (0 <= p0 < p1 <= its length) as a blob
- * into buf. With buf == NULL only *ret_size is set (the bytes the blob needs: call this
+ * into buf. ERR_UNSUPPORTED for a model with recurrent layers (a hybrid): this format has
+ * no recurrent state; engine_kv_import() refuses them likewise. With buf == NULL only *ret_size is set (the bytes the blob needs: call this
  * first); ERR_TOO_LARGE when cap is smaller than that. *ret_size on success only. The
  * blob depends only on the cache's contents: exporting twice gives the same bytes. */
 int engine_kv_export(const struct engine_context *ctx, int32_t seq, uint32_t p0, uint32_t p1,

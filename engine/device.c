@@ -3,6 +3,7 @@
 #include "engine/forward.h"
 
 #include "engine/arch.h"
+#include "kernels/deltanet.h"
 #ifdef WARM_CUDA
 #include "kernels/cuda/cuda.h"
 #endif
@@ -368,8 +369,9 @@ static int64_t attn_unit(const struct engine_model *m, const struct kv_cache *kv
  * heads [kv_off, kv_off + kv_cnt), groups of `group` query heads) and of the FFN (units
  * [ff_off, ff_off + ff_cnt)), as the spec's split column says (engine/arch.h). */
 static int layer_slice(struct device *de, const struct tensor_spec *s, const struct engine_layer *l,
-                       struct engine_layer *dst, int64_t group, int64_t hd_k, int64_t hd_v,
-                       int64_t kv_off, int64_t kv_cnt, int64_t ff_off, int64_t ff_cnt) {
+                       struct engine_layer *dst, int64_t group, int64_t hd_q, int64_t hd_k,
+                       int64_t hd_v, int64_t kv_off, int64_t kv_cnt, int64_t ff_off,
+                       int64_t ff_cnt) {
     const struct engine_weight *w = spec_field_const(l, s);
     struct engine_weight *out = spec_field(dst, s);
     int64_t per = 1, off = ff_off, cnt = ff_cnt; /* rows or columns a unit, the units */
@@ -381,7 +383,7 @@ static int layer_slice(struct device *de, const struct tensor_spec *s, const str
         *out = *w;
         return 0;
     case SPLIT_Q_ROWS:
-        per = group * hd_k;
+        per = group * (s->kind == KIND_VEC ? hd_k : hd_q); /* attn_q's rows: with the gate */
         off = kv_off;
         cnt = kv_cnt;
         break;
@@ -442,8 +444,10 @@ static int plan_layers(struct engine_context *ctx, const float *ratio, struct er
                 .kv0 = kv_off[dv], .n_kv = kv_cnt[dv], .ff0 = ff_off[dv], .n_ff = ff_cnt[dv]};
             for (size_t k = 0; k < engine_n_layer_specs; k++) {
                 const struct tensor_spec *s = &engine_layer_specs[k];
-                int r = layer_slice(de, s, l, &dl->w, group, lh->head_dim_k, lh->head_dim_v,
-                                    kv_off[dv], kv_cnt[dv], ff_off[dv], ff_cnt[dv]);
+                const int64_t hd_q = lh->head_dim_k + (hp->attn_gate ? lh->head_dim_v : 0);
+                int r = layer_slice(de, s, l, &dl->w, group, hd_q, lh->head_dim_k,
+                                    lh->head_dim_v, kv_off[dv], kv_cnt[dv], ff_off[dv],
+                                    ff_cnt[dv]);
                 if (r < 0)
                     return err_set(d, r, "cannot cut layer %d's %s for %s", il, s->name, de->name);
                 if (spec_on_devices(s) && il < (int)ctx->n_layer_host)
@@ -514,12 +518,29 @@ static int device_scratch(struct engine_context *ctx, struct device *de, struct 
         mm = MAX(mm, kern_matmul_scratch_bytes(m->pl_model_proj.type, m->pl_model_proj.n_in, (int64_t)nb));
     de->attn_scratch_floats = (size_t)kern_attn_scratch_floats((int64_t)ATTN_BLOCK * max_group,
                                                                hp->max_head_dim_k, hp->max_head_dim_v);
+    /* gated attention (qg holds q and the gates); Gated DeltaNet layers (1 float without) */
+    const size_t qg = hp->attn_gate ? (size_t)q + (size_t)att : 1,
+                 gate = hp->attn_gate ? (size_t)att : 1;
+    const struct kv_rstate *rs = &kv->rs;
+    const bool dn = rs->n_layer_rs > 0;
+    const size_t dn_chan = dn ? (size_t)rs->n_chan : 1;
+    const size_t dn_heads = dn ? (size_t)rs->shape.n_head_v : 1;
+    const size_t dn_inner = dn ? (size_t)(rs->shape.n_head_v * rs->shape.head_dim_v) : 1;
+    de->dn_scratch_bytes = dn ? kern_dn_scratch_bytes(&rs->shape) : 0;
+    if (dn && de->dn_scratch_bytes == 0)
+        return err_set(d, ERR_OVERFLOW, "the Gated DeltaNet scratch of %s overflows", de->name);
+    /* (64-byte multiples: each thread's part stays aligned) */
+    de->dn_scratch_bytes = (de->dn_scratch_bytes + 63) / 64 * 64;
     size_t floats[] = {nb * (size_t)q, nb * (size_t)k, nb * (size_t)v, nb * (size_t)att,
                        nb * (size_t)ff, nb * (size_t)ff, nb * hp->n_embd,
                        ctx->n_out_step * (size_t)MAX(de->n_vocab, 1),
-                       (size_t)de->n_threads * de->attn_scratch_floats};
+                       (size_t)de->n_threads * de->attn_scratch_floats,
+                       nb * qg, nb * gate, nb * dn_chan, nb * dn_inner, nb * dn_heads,
+                       nb * dn_heads, nb * dn_inner,
+                       ((size_t)de->n_threads * de->dn_scratch_bytes + 3) / 4 + 1};
     float **bufs[] = {&de->q, &de->k, &de->v, &de->att, &de->hb, &de->hb2, &de->part,
-                      &de->logits, &de->attn_scratch};
+                      &de->logits, &de->attn_scratch, &de->qg, &de->gate, &de->dn_qkv,
+                      &de->dn_z, &de->dn_g, &de->dn_beta, &de->dn_o, &de->dn_scratch};
     de->scratch_bytes = mm;
     for (size_t i = 0; i < ARRAY_SIZE(bufs); i++) {
         if (bufs[i] == &de->logits && ctx->n_dev == 1) continue; /* it writes ctx->logits */
@@ -571,6 +592,10 @@ int devices_init(struct engine_context *ctx, struct err_detail *d) {
     for (uint32_t i = 0; i < n; i++) ratio[i] = sum > 0 ? p->tensor_split[i] : 1.0f;
 
     const uint32_t n_layer = ctx->model->hp.n_layer;
+    if (n > 1 && ctx->model->hp.n_layer_rec > 0)
+        return err_set(d, ERR_UNSUPPORTED, "a tensor split of a model with recurrent layers (%s: "
+                       "%u Gated DeltaNet layers) is not supported yet: run it on one device",
+                       ctx->model->arch_name, ctx->model->hp.n_layer_rec);
     ctx->n_dev = n;
     if (!(ctx->dev = calloc(n, sizeof *ctx->dev))) return -ENOMEM;
     int threads = MAX(p->n_threads, 1);
@@ -602,11 +627,15 @@ int devices_init(struct engine_context *ctx, struct err_detail *d) {
         de->cpu = (struct exec_cpu){
             .e = {.ops = &exec_cpu_ops, .ctx = ctx, .name = de->name, .layer = de->layer, .q = de->q,
                   .k = de->k, .v = de->v, .att = de->att, .hb = de->hb, .hb2 = de->hb2, .out = de->part,
-                  .logits = de->logits, .output = &de->output, .impl = de},
+                  .logits = de->logits, .output = &de->output, .impl = de, .qg = de->qg,
+                  .gate = de->gate, .dn_qkv = de->dn_qkv, .dn_z = de->dn_z, .dn_g = de->dn_g,
+                  .dn_beta = de->dn_beta, .dn_o = de->dn_o},
             .pool = de->pool,
             .mm_scratch = de->mm_scratch,
             .attn_scratch = de->attn_scratch,
             .attn_scratch_floats = de->attn_scratch_floats,
+            .dn_scratch = de->dn_scratch,
+            .dn_scratch_bytes = de->dn_scratch_bytes,
         };
         de->ex = &de->cpu.e;
     }
@@ -621,8 +650,10 @@ void devices_done(struct engine_context *ctx) {
         for (size_t j = 0; j < de->n_owned; j++) free(de->owned[j]);
         free(de->owned);
         free(de->layer);
-        float *bufs[] = {de->q, de->k, de->v, de->att, de->hb, de->hb2, de->part, de->logits,
-                         de->attn_scratch};
+        void *bufs[] = {de->q,      de->k,      de->v,      de->att,     de->hb,
+                        de->hb2,    de->part,   de->logits, de->attn_scratch, de->qg,
+                        de->gate,   de->dn_qkv, de->dn_z,   de->dn_g,    de->dn_beta,
+                        de->dn_o,   de->dn_scratch};
         for (size_t j = 0; j < ARRAY_SIZE(bufs); j++) free(bufs[j]);
         free(de->mm_scratch);
     }

@@ -61,6 +61,11 @@ struct device {
     float *logits;            /* (n_out_step, its classifier rows); n > 1 only */
     float *attn_scratch;      /* (n_threads, attn_scratch_floats) */
     size_t attn_scratch_floats;
+    /* gated attention's query and gate rows, its gates; Gated DeltaNet's projections and
+     * kern_dn_delta's scratch (n_threads, dn_scratch_bytes): engine/exec.h */
+    float *qg, *gate, *dn_qkv, *dn_z, *dn_g, *dn_beta, *dn_o;
+    float *dn_scratch;
+    size_t dn_scratch_bytes;
     void *mm_scratch;
 
     struct gpu *gpu;          /* a partition of a split over GPUs (engine/gpu.h), else NULL */

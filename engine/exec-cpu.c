@@ -2,6 +2,7 @@
 #include "engine/exec-cpu.h"
 
 #include "engine/forward.h"
+#include "kernels/deltanet.h"
 
 #include <math.h>
 #include <string.h>
@@ -240,6 +241,112 @@ static void cpu_gather(struct exec *e, const struct layer_step *s, float *y, con
     *ret_n_out = n_out;
 }
 
+static void cpu_unzip(struct exec *e, float *y0, float *y1, const float *x, int64_t n_rows,
+                      int64_t w0, int64_t w1) {
+    (void)e;
+    for (int64_t r = 0; r < n_rows; r++) {
+        memcpy(y0 + r * w0, x + r * (w0 + w1), (size_t)w0 * sizeof *y0);
+        memcpy(y1 + r * w1, x + r * (w0 + w1) + w0, (size_t)w1 * sizeof *y1);
+    }
+}
+
+static void cpu_sigmoid_mul(struct exec *e, float *x, const float *g, int64_t n) {
+    (void)e;
+    for (int64_t i = 0; i < n; i++) x[i] *= 1.0f / (1.0f + expf(-g[i]));
+}
+
+/* ---- Gated DeltaNet ------------------------------------------------------------------
+ * A step's tokens come as runs of one sequence (sequences may interleave in a batch, each
+ * in position order): each run is folded into its sequence's state in batch order, so a
+ * sequence's later run starts from the state its earlier run left. */
+
+/* The end of the run of tokens of one sequence that starts at token t of the step. */
+static int32_t seq_run_end(const struct layer_step *s, int32_t t) {
+    const int32_t seq = batch_seq(s->b, s->t0 + t);
+    int32_t t1 = t + 1;
+    while (t1 < s->n && batch_seq(s->b, s->t0 + t1) == seq) t1++;
+    return t1;
+}
+
+static void cpu_dn_gates(struct exec *e, float *a, float *b, const struct engine_weight *dt_bias,
+                         const struct engine_weight *ssm_a, int64_t n, int64_t n_head) {
+    (void)e;
+    kern_dn_gates(a, b, a, b, dt_bias->data, ssm_a->data, n, n_head);
+}
+
+struct dn_args {
+    struct exec_cpu *c;
+    const struct layer_step *s;
+    float *o, *qkv;
+    const float *g, *beta;
+};
+
+/* the conv over channels [c0, c1) of this thread, run by run */
+static void dn_conv_task(void *arg, int ith, int nth) {
+    const struct dn_args *a = arg;
+    const struct kv_cache *kv = &a->c->e.ctx->kv;
+    const struct layer_step *s = a->s;
+    const int64_t C = kv->rs.n_chan;
+    const int64_t c0 = C * ith / nth, c1 = C * (ith + 1) / nth;
+    const float *w = a->c->e.layer[s->il].w.ssm_conv.data;
+    for (int32_t t = 0, t1; t < s->n; t = t1) {
+        t1 = seq_run_end(s, t);
+        float *x = a->qkv + (size_t)t * C;
+        kern_dn_conv(x, kv_rs_conv(kv, s->il, batch_seq(s->b, s->t0 + t)), x, w, t1 - t, C,
+                     kv->rs.n_kernel, c0, c1);
+    }
+}
+
+static void cpu_dn_conv(struct exec *e, const struct layer_step *s, float *qkv) {
+    struct dn_args a = {.c = cpu_of(e), .s = s, .qkv = qkv};
+    const struct kv_rstate *rs = &e->ctx->kv.rs;
+    pool_run(cpu_of(e)->pool, dn_conv_task, &a, s->n * rs->n_chan * rs->n_kernel);
+}
+
+/* the delta rule for value heads [h0, h1) of this thread, run by run */
+static void dn_delta_task(void *arg, int ith, int nth) {
+    const struct dn_args *a = arg;
+    const struct kv_cache *kv = &a->c->e.ctx->kv;
+    const struct kv_rstate *rs = &kv->rs;
+    const struct kern_dn_shape *p = &rs->shape;
+    const struct layer_step *s = a->s;
+    const int64_t C = rs->n_chan, key_dim = p->n_head_k * p->head_dim_k;
+    const int64_t inner = p->n_head_v * p->head_dim_v;
+    const int64_t h0 = p->n_head_v * ith / nth, h1 = p->n_head_v * (ith + 1) / nth;
+    void *scratch = (char *)a->c->dn_scratch + (size_t)ith * a->c->dn_scratch_bytes;
+    if (h0 == h1) return;
+    for (int32_t t = 0, t1; t < s->n; t = t1) {
+        t1 = seq_run_end(s, t);
+        const float *q = a->qkv + (size_t)t * C;
+        const struct kern_dn_seq sq = {
+            .n_tok = t1 - t,
+            .q = q, .q_stride = C,
+            .k = q + key_dim, .k_stride = C,
+            .v = q + 2 * key_dim, .v_stride = C,
+            .g = a->g + (size_t)t * p->n_head_v,
+            .beta = a->beta + (size_t)t * p->n_head_v,
+            .o = a->o + (size_t)t * inner, .o_stride = inner,
+        };
+        kern_dn_delta(kv_rs_ssm(kv, s->il, batch_seq(s->b, s->t0 + t)), &sq, p, h0, h1, scratch);
+    }
+}
+
+static void cpu_dn_delta(struct exec *e, const struct layer_step *s, float *o, const float *qkv,
+                         const float *g, const float *beta) {
+    struct dn_args a = {.c = cpu_of(e), .s = s, .o = o, .qkv = (float *)qkv, .g = g,
+                        .beta = beta};
+    const struct kern_dn_shape *p = &e->ctx->kv.rs.shape;
+    pool_run(cpu_of(e)->pool, dn_delta_task, &a,
+             s->n * p->n_head_v * p->head_dim_v * p->head_dim_k * 4);
+}
+
+static void cpu_dn_gated_norm(struct exec *e, float *y, const float *x, const float *z,
+                              const struct engine_weight *w, int64_t n_rows, int64_t width,
+                              float eps) {
+    (void)e;
+    kern_dn_gated_norm(y, x, z, w->data, n_rows, 1, width, 0, 1, eps);
+}
+
 static const float *cpu_input(struct exec *e, const float *x, int64_t n) {
     (void)e, (void)n;
     return x;
@@ -265,6 +372,12 @@ const struct exec_ops exec_cpu_ops = {
     .kv_write = cpu_kv_write,
     .attend = cpu_attend,
     .attend_bidir = cpu_attend_bidir,
+    .unzip = cpu_unzip,
+    .sigmoid_mul = cpu_sigmoid_mul,
+    .dn_gates = cpu_dn_gates,
+    .dn_conv = cpu_dn_conv,
+    .dn_delta = cpu_dn_delta,
+    .dn_gated_norm = cpu_dn_gated_norm,
     .gather = cpu_gather,
     .input = cpu_input,
     .output = cpu_output,

@@ -12,4 +12,6 @@ struct exec_cpu {
     void *mm_scratch;
     float *attn_scratch; /* (threads, attn_scratch_floats) */
     size_t attn_scratch_floats;
+    void *dn_scratch;        /* (threads, dn_scratch_bytes) kern_dn_delta's */
+    size_t dn_scratch_bytes;
 };

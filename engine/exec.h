@@ -71,6 +71,30 @@ struct exec_ops {
      * where the device has none (CUDA: engine_context_new() keeps embedding models off
      * it). */
     void (*attend_bidir)(struct exec *e, const struct layer_step *s, float *att, const float *q);
+    /* y0 (n_rows, w0) and y1 (n_rows, w1) = the two parts of each row of x (n_rows, w0 + w1):
+     * a gated attention's query and gate of each head */
+    void (*unzip)(struct exec *e, float *y0, float *y1, const float *x, int64_t n_rows,
+                  int64_t w0, int64_t w1);
+    /* x = x ⊙ sigmoid(g) over n values: the output gate of a gated attention */
+    void (*sigmoid_mul)(struct exec *e, float *x, const float *g, int64_t n);
+    /* Gated DeltaNet (kernels/deltanet.h, notes/hybrid.md §A.6), layer s->il, every head
+     * (no split cuts these layers yet), the state of each token's sequence
+     * (engine/kv-cache.h kv_rstate) updated in batch order. NULL where the device has none
+     * (CUDA: engine/gpu.c refuses such models).
+     * dn_gates: in place over (n, H_v): a → g = softplus(a + dt_bias)·ssm_a, b → β = σ(b) */
+    void (*dn_gates)(struct exec *e, float *a, float *b, const struct engine_weight *dt_bias,
+                     const struct engine_weight *ssm_a, int64_t n, int64_t n_head);
+    /* in place over qkv (n, conv_dim): SiLU(causal depthwise conv with the layer's
+     * ssm_conv), after each sequence's conv state, which becomes its last K − 1 inputs */
+    void (*dn_conv)(struct exec *e, const struct layer_step *s, float *qkv);
+    /* o (n, H_v × d_v) = the gated delta rule of q | k | v (qkv, the conv's output; q and
+     * k L2-normed as they are read), g and β (n, H_v), over each sequence's S */
+    void (*dn_delta)(struct exec *e, const struct layer_step *s, float *o, const float *qkv,
+                     const float *g, const float *beta);
+    /* y = RMSNorm(x)·w ⊙ SiLU(z) for n_rows rows (heads) of width values; y may equal x */
+    void (*dn_gated_norm)(struct exec *e, float *y, const float *x, const float *z,
+                          const struct engine_weight *w, int64_t n_rows, int64_t width,
+                          float eps);
     /* The rows of x that want logits (batch order) into y: *ret_n_out rows */
     void (*gather)(struct exec *e, const struct layer_step *s, float *y, const float *x,
                    int32_t *ret_n_out);
@@ -91,6 +115,10 @@ struct exec {
      * where it runs the recipe; its scratch for the layer kinds; a partition's output; the
      * gathered rows that want logits and their logits */
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *pl_g, *out, *xo, *logits;
+    /* a gated attention's query and gate rows (n_batch, n_head × (hd_k + hd_v)) and its
+     * gates (n_batch, n_head × hd_v); a Gated DeltaNet layer's projections: qkv (n_batch,
+     * conv_dim), z and o (n_batch, H_v × d_v), g and β (n_batch, H_v) */
+    float *qg, *gate, *dn_qkv, *dn_z, *dn_g, *dn_beta, *dn_o;
     const struct engine_weight *output_norm, *output; /* on the device (its classifier rows) */
     int err;    /* the step's first failure (sticky), 0 when none */
     void *impl; /* struct device * (CPU) or struct gpu * (CUDA) */

@@ -16,6 +16,10 @@
  * per-layer head sizes, sliding-window layers (their own cache and RoPE), the per-layer
  * embedding branch, the layer output scale and the final soft-cap.
  *
+ * Hybrids (notes/hybrid.md §A: qwen35) add Gated DeltaNet layers, a recurrent mixer whose
+ * state per sequence sits beside the KV cache, and attention whose output is gated by
+ * sigmoid(gate), the gate rows interleaved with the query's in attn_q.
+ *
  * Embedding models (../shared/models/embed/README.md) add, where theirs say so: learned
  * positions, token type 0 and a LayerNorm at the embedding step (bert), LayerNorm as the
  * arch's norm, the norm of the residual stream after each block instead of before it
@@ -125,7 +129,13 @@ static bool attention_run(struct exec *e, const struct layer_step *s, const floa
      * layer computes only q and reads the KV of kv_source(il); a gemma4 layer without
      * attn_v takes V from the raw K projection (K = V) */
     const bool own = kv_owns(kv, il);
-    op->matmul(e, e->q, &w->wq, in, n);
+    if (hp->attn_gate) {
+        /* qwen35: each head's query, then its output gate (n, n_head × (hd_k + hd_v)) */
+        op->matmul(e, e->qg, &w->wq, in, n);
+        op->unzip(e, e->q, e->gate, e->qg, n * n_head, hd_k, hd_v);
+    } else {
+        op->matmul(e, e->q, &w->wq, in, n);
+    }
     if (w->bq.data) op->add(e, e->q, w->bq.data, q_dim, n, 1);
     if (own) {
         op->matmul(e, e->k, &w->wk, in, n);
@@ -158,6 +168,7 @@ static bool attention_run(struct exec *e, const struct layer_step *s, const floa
     if (own) op->kv_write(e, s, e->k, e->v);
     (bidir ? op->attend_bidir : op->attend)(e, s, e->att, e->q);
     if (rot_v) op->hadamard(e, e->att, n * n_head * hd_v, rot_v);
+    if (hp->attn_gate) op->sigmoid_mul(e, e->att, e->gate, n * n_head * hd_v);
 
     /* its share of the output projection: out = att · Wo[:, its heads]ᵀ */
     op->matmul(e, out, &w->wo, e->att, n);
@@ -174,6 +185,31 @@ static bool attention(struct exec *e, const struct layer_step *s, const float *i
 static bool attention_bidir(struct exec *e, const struct layer_step *s, const float *in,
                             float *out) {
     return attention_run(e, s, in, out, true);
+}
+
+/* A Gated DeltaNet layer (notes/hybrid.md §A.6), whole on the executor: the projections,
+ * the causal conv over q | k | v with each sequence's conv state, the gated delta rule over
+ * its S (q and k L2-normed, q scaled by 1/sqrt(d_k)), the gated RMSNorm of each head with
+ * z, the output projection. */
+static bool gated_deltanet(struct exec *e, const struct layer_step *s, const float *in,
+                           float *out) {
+    const struct exec_ops *op = e->ops;
+    const struct engine_hparams *hp = &e->ctx->model->hp;
+    const struct engine_layer *w = &e->layer[s->il].w;
+    const int32_t n = s->n;
+    const int64_t n_head = hp->ssm_n_head_v, hd = hp->ssm_head_dim_v;
+    op->matmul(e, e->dn_qkv, &w->ssm_qkv, in, n);  /* (n, 2·H_k·d_k + H_v·d_v): q | k | v */
+    op->matmul(e, e->dn_z, &w->ssm_z, in, n);      /* (n, H_v × d_v) */
+    op->matmul(e, e->dn_g, &w->ssm_alpha, in, n);  /* (n, H_v) */
+    op->matmul(e, e->dn_beta, &w->ssm_beta, in, n); /* (n, H_v) */
+    /* g = softplus(a + dt_bias)·ssm_a (the log-decay), β = sigmoid(b) */
+    op->dn_gates(e, e->dn_g, e->dn_beta, &w->ssm_dt, &w->ssm_a, n, n_head);
+    op->dn_conv(e, s, e->dn_qkv);
+    /* per value head: S ← e^g·S; δ = β·(v − Sᵀk); S ← S + k·δᵀ; o = Sᵀq */
+    op->dn_delta(e, s, e->dn_o, e->dn_qkv, e->dn_g, e->dn_beta);
+    op->dn_gated_norm(e, e->dn_o, e->dn_o, e->dn_z, &w->ssm_norm, n * n_head, hd, hp->rms_eps);
+    op->matmul(e, out, &w->ssm_out, e->dn_o, n);
+    return true;
 }
 
 /* The dense gated FFN over the executor's hidden units: out = W_down[:, its units] ·
@@ -215,6 +251,7 @@ static const struct layer_kind mixer_kinds[ENGINE_MIXER_KIND_COUNT] = {
     [ENGINE_MIXER_ATTENTION_BIDIR] = {"bidirectional attention", attention_bidir},
     [ENGINE_MIXER_ATTENTION_BIDIR_SWA] = {"bidirectional sliding-window attention",
                                           attention_bidir},
+    [ENGINE_MIXER_GATED_DELTANET] = {"Gated DeltaNet", gated_deltanet},
 };
 static const struct layer_kind ffn_kinds[ENGINE_FFN_KIND_COUNT] = {
     [ENGINE_FFN_DENSE_GATED] = {"dense gated FFN", ffn_dense},

@@ -168,6 +168,10 @@ static bool weight_type_ok(enum kern_type t) {
 static int model_check(const struct engine_model *m, uint32_t l0, const char *dev,
                        struct err_detail *d) {
     const struct engine_hparams *hp = &m->hp;
+    if (hp->n_layer_rec > 0 || hp->attn_gate)
+        return err_set(d, ERR_UNSUPPORTED, "device %s: %s models (Gated DeltaNet layers, gated "
+                       "attention) run on the CPU only: the CUDA backend has no kernels for "
+                       "them yet", dev, m->arch_name);
     if (hp->n_embd % 32)
         return err_set(d, ERR_UNSUPPORTED, "device %s: n_embd %u is not a multiple of 32", dev,
                        hp->n_embd);

@@ -100,6 +100,60 @@ static int store_shape(struct kv_store *st, const struct engine_layer_hparams *l
     return 0;
 }
 
+/* The recurrent layers' state (kv_rstate), zeroed, on the host. */
+static int rstate_init(struct kv_rstate *rs, const struct engine_model *m, uint32_t n_seq,
+                       struct err_detail *d) {
+    const struct engine_hparams *hp = &m->hp;
+    if (!(rs->slot = calloc_array(hp->n_layer, sizeof *rs->slot))) return -ENOMEM;
+    for (uint32_t il = 0; il < hp->n_layer; il++)
+        rs->slot[il] =
+            hp->layer[il].mixer == ENGINE_MIXER_GATED_DELTANET ? (int32_t)rs->n_layer_rs++ : -1;
+    if (rs->n_layer_rs == 0) return 0;
+    rs->shape = (struct kern_dn_shape){
+        .n_head_k = hp->ssm_n_head_k, .n_head_v = hp->ssm_n_head_v,
+        .head_dim_k = hp->ssm_head_dim_k, .head_dim_v = hp->ssm_head_dim_v,
+        .head_map = KERN_DN_HEAD_MAP_TILED, /* qwen35's converter order (notes §A.4) */
+        .scale = 1.0f / sqrtf((float)hp->ssm_head_dim_k),
+        .l2_eps = hp->rms_eps, /* q, k L2-normed as they are read (notes §A.6 step 4) */
+    };
+    rs->n_kernel = hp->ssm_n_kernel;
+    rs->n_chan = 2 * rs->shape.n_head_k * rs->shape.head_dim_k +
+                 rs->shape.n_head_v * rs->shape.head_dim_v;
+    rs->conv_floats = (size_t)(rs->n_kernel - 1) * (size_t)rs->n_chan;
+    rs->ssm_floats = (size_t)rs->shape.n_head_v * rs->shape.head_dim_v * rs->shape.head_dim_k;
+    rs->conv = calloc_array(rs->n_layer_rs, sizeof *rs->conv);
+    rs->ssm = calloc_array(rs->n_layer_rs, sizeof *rs->ssm);
+    if (!rs->conv || !rs->ssm) return -ENOMEM;
+    size_t cb, sb;
+    if (!size_mul(n_seq, rs->conv_floats * sizeof(float), &cb) ||
+        !size_mul(n_seq, rs->ssm_floats * sizeof(float), &sb))
+        return err_set(d, ERR_OVERFLOW, "recurrent state of %u sequences overflows", n_seq);
+    for (uint32_t i = 0; i < rs->n_layer_rs; i++) {
+        rs->conv[i] = kv_alloc(cb ? cb : 1);
+        rs->ssm[i] = kv_alloc(sb);
+        if (!rs->conv[i] || !rs->ssm[i]) return -ENOMEM;
+    }
+    return 0;
+}
+
+static void rstate_done(struct kv_rstate *rs) {
+    for (uint32_t i = 0; i < rs->n_layer_rs; i++) {
+        if (rs->conv) free(rs->conv[i]);
+        if (rs->ssm) free(rs->ssm[i]);
+    }
+    free(rs->conv);
+    free(rs->ssm);
+    free(rs->slot);
+}
+
+/* seq's recurrent state back to zero: a sequence that starts again */
+static void rstate_clear(struct kv_rstate *rs, int32_t seq) {
+    for (uint32_t i = 0; i < rs->n_layer_rs; i++) {
+        memset(rs->conv[i] + (size_t)seq * rs->conv_floats, 0, rs->conv_floats * sizeof(float));
+        memset(rs->ssm[i] + (size_t)seq * rs->ssm_floats, 0, rs->ssm_floats * sizeof(float));
+    }
+}
+
 int kv_cache_init(struct kv_cache *kv, const struct engine_model *m, enum kern_type type_k,
                   enum kern_type type_v, uint32_t n_seq, uint32_t n_ctx, bool rotation,
                   uint32_t ring_extra, const struct kv_mem *mem, uint32_t dev_layer0,
@@ -131,7 +185,8 @@ int kv_cache_init(struct kv_cache *kv, const struct engine_model *m, enum kern_t
         kv->source[il] = src;
         kv->store_of[il] = (uint8_t)k;
         kv->owner[il] = -1;
-        if (src != (int)il) continue;
+        /* a shared-KV layer reads src's; a recurrent layer has its state instead */
+        if (src != (int)il || l->mixer == ENGINE_MIXER_GATED_DELTANET) continue;
         if ((r = store_shape(st, l, il, st->n_layer_kv == 0, d)) < 0) goto fail;
         kv->owner[il] = (int32_t)st->n_layer_kv++;
         kv->n_layer_kv++;
@@ -201,6 +256,12 @@ int kv_cache_init(struct kv_cache *kv, const struct engine_model *m, enum kern_t
     }
     kv->tok = calloc_array(cells, sizeof *kv->tok);
     if (!kv->tok) goto nomem;
+    if ((r = rstate_init(&kv->rs, m, n_seq, d)) < 0) {
+        kv_cache_done(kv);
+        return r == -ENOMEM ? err_set(d, r, "cannot allocate the recurrent state (%u sequences)",
+                                      n_seq)
+                            : r;
+    }
     return 0;
 nomem:
     kv_cache_done(kv);
@@ -233,6 +294,7 @@ void kv_cache_done(struct kv_cache *kv) {
     free(kv->tok);
     free(kv->seq_len);
     free(kv->swa_lo);
+    rstate_done(&kv->rs);
     memset(kv, 0, sizeof *kv);
 }
 
@@ -243,7 +305,8 @@ size_t kv_cache_bytes(const struct kv_cache *kv) {
         n += (size_t)st->n_layer_kv * kv->n_seq * st->n_cells * (st->ring ? 2 : 1) *
              (st->k_row_bytes + st->v_row_bytes);
     }
-    return n;
+    return n + (size_t)kv->rs.n_layer_rs * kv->n_seq * (kv->rs.conv_floats + kv->rs.ssm_floats) *
+                   sizeof(float);
 }
 
 void kv_row_store(void *dst, const float *src, enum kern_type t, int64_t n) {
@@ -366,8 +429,13 @@ uint32_t engine_kv_seq_len(const struct engine_context *ctx, int32_t seq) {
 
 /* Can seq continue at position p (after truncation to p): does the SWA ring still hold
  * the rows of [p - W + 1, p)? Always true without a ring. */
+bool kv_rs_can_resume(const struct kv_cache *kv, int32_t seq, uint32_t p) {
+    return kv->rs.n_layer_rs == 0 || p == 0 || p == kv->seq_len[seq];
+}
+
 bool kv_can_resume(const struct kv_cache *kv, int32_t seq, uint32_t p) {
     const struct kv_store *st = &kv->store[KV_STORE_SWA];
+    if (!kv_rs_can_resume(kv, seq, p)) return false;
     if (kv->n_store < 2 || p == 0) return true;
     uint32_t lo = MIN(kv->swa_lo[seq], p), need = p >= st->window ? p - st->window + 1 : 0;
     return lo <= need;
@@ -379,6 +447,7 @@ int engine_kv_seq_rm(struct engine_context *ctx, int32_t seq, uint32_t p0) {
     p0 = MIN(kv->seq_len[seq], p0);
     /* an SWA ring that no longer holds the window before p0 cannot continue there */
     if (!kv_can_resume(kv, seq, p0)) return -ENODATA;
+    if (p0 == 0) rstate_clear(&kv->rs, seq);
     kv->seq_len[seq] = p0;
     kv->swa_lo[seq] = MIN(kv->swa_lo[seq], p0);
     return 0;
@@ -403,9 +472,18 @@ int engine_kv_seq_cp(struct engine_context *ctx, int32_t src, int32_t dst, uint3
                     return r;
             }
         }
+        /* the state after p1 (its length, or 0: a fresh one) */
+        const struct kv_rstate *rs = &kv->rs;
+        for (uint32_t i = 0; i < rs->n_layer_rs && p1 > 0; i++) {
+            memcpy(rs->conv[i] + (size_t)dst * rs->conv_floats,
+                   rs->conv[i] + (size_t)src * rs->conv_floats, rs->conv_floats * sizeof(float));
+            memcpy(rs->ssm[i] + (size_t)dst * rs->ssm_floats,
+                   rs->ssm[i] + (size_t)src * rs->ssm_floats, rs->ssm_floats * sizeof(float));
+        }
         size_t so = (size_t)src * kv->n_ctx, dO = (size_t)dst * kv->n_ctx;
         memcpy(kv->tok + dO, kv->tok + so, (size_t)p1 * sizeof *kv->tok);
     }
+    if (p1 == 0) rstate_clear(&kv->rs, dst);
     kv->seq_len[dst] = p1;
     kv->swa_lo[dst] = MIN(kv->swa_lo[src], p1);
     return 0;
@@ -436,6 +514,9 @@ int engine_kv_seq_shift(struct engine_context *ctx, int32_t seq, uint32_t p0, ui
         return err_set(d, ERR_INVALID, "cannot discard [%u, %llu) of the %u positions of "
                        "sequence %d", p0, (unsigned long long)p0 + n_discard, len, seq);
     if (n_discard == 0) return 0;
+    if (kv->rs.n_layer_rs)
+        return err_set(d, ERR_UNSUPPORTED, "context shift of a model with recurrent layers (their "
+                       "state folds in every position and cannot drop some)");
     for (uint32_t s = 0; s < kv->n_store; s++)
         if (kv->store[s].ring)
             return err_set(d, ERR_UNSUPPORTED, "context shift of a sliding-window ring cache "

@@ -22,10 +22,18 @@
  *
  * Rotation (DESIGN.md 3.4): n_rot_k / n_rot_v of a store are the sizes of the Hadamard
  * blocks its K / V rows were rotated with (0 = not rotated). They are decided once at
- * creation, recorded here, and are part of the state blob's ABI (kv-state.c). */
+ * creation, recorded here, and are part of the state blob's ABI (kv-state.c).
+ *
+ * Recurrent state (hybrids, notes/hybrid.md §A.9): a Gated DeltaNet layer owns no KV but a
+ * fixed-size state per sequence (struct kv_rstate): its conv state and its S matrices,
+ * f32, always those after the sequence's last cached position. So a sequence can continue
+ * only at its length or restart at 0: truncating it anywhere else is refused (-ENODATA,
+ * as an SWA ring that lost its window), since no earlier state is kept (no snapshots
+ * yet), and its state is not in the blobs (engine_kv_export refuses a hybrid). */
 #pragma once
 
 #include "engine/model.h"
+#include "kernels/deltanet.h"
 #include "kernels/types.h"
 
 #define KV_STORE_FULL 0
@@ -67,6 +75,17 @@ struct kv_mem {
     int (*copy)(void *ud, uint32_t store, uint32_t slot, bool v, size_t dst_cell, size_t src_cell, size_t n);
 };
 
+/* The recurrent layers' state, per layer and sequence (kernels/deltanet.h layouts):
+ * conv (K − 1, conv_dim) time-major, S (H_v, d_v, d_k); zero for an empty sequence. */
+struct kv_rstate {
+    uint32_t n_layer_rs;       /* recurrent layers, 0 without */
+    int32_t *slot;             /* (n_layer) a recurrent layer's slot, else -1 */
+    struct kern_dn_shape shape; /* every recurrent layer's */
+    int64_t n_chan, n_kernel;  /* conv_dim, K */
+    size_t conv_floats, ssm_floats; /* per layer and sequence */
+    float **conv, **ssm;       /* (n_layer_rs) n_seq × conv_floats, n_seq × ssm_floats */
+};
+
 struct kv_cache {
     enum kern_type type_k, type_v;
     uint32_t n_layer;      /* layers of the model */
@@ -83,6 +102,7 @@ struct kv_cache {
      * considering that the rows of [seq_len - n_cells, seq_len) were the last written */
     uint32_t *swa_lo;
     const struct kv_mem *mem; /* NULL: every slot on the host */
+    struct kv_rstate rs;      /* the recurrent layers' state (hybrids) */
 };
 
 /* The Hadamard sizes DESIGN.md 3.4 gives a cache (0 = no rotation):
@@ -160,8 +180,18 @@ int kv_rows_get(const struct kv_cache *kv, const struct kv_store *st, uint32_t s
                 uint32_t p0, uint32_t p1, uint8_t *dst_k, uint8_t *dst_v);
 int kv_rows_set(const struct kv_cache *kv, struct kv_store *st, uint32_t slot, int32_t seq,
                 uint32_t p0, uint32_t p1, const uint8_t *src_k, const uint8_t *src_v);
-/* Can seq continue at position p: does the SWA ring still hold the rows of [p - W + 1, p)?
- * (Always true without a ring.) */
+/* The conv state and S of recurrent layer il for seq (kv_rstate). */
+static inline float *kv_rs_conv(const struct kv_cache *kv, int il, int32_t seq) {
+    return kv->rs.conv[kv->rs.slot[il]] + (size_t)seq * kv->rs.conv_floats;
+}
+static inline float *kv_rs_ssm(const struct kv_cache *kv, int il, int32_t seq) {
+    return kv->rs.ssm[kv->rs.slot[il]] + (size_t)seq * kv->rs.ssm_floats;
+}
+/* Can seq's recurrent state continue at position p: p is 0 (a fresh state) or its length
+ * (always true without recurrent layers). */
+bool kv_rs_can_resume(const struct kv_cache *kv, int32_t seq, uint32_t p);
+/* Can seq continue at position p: does the SWA ring still hold the rows of [p - W + 1, p),
+ * and can its recurrent state (kv_rs_can_resume)? (Always true without either.) */
 bool kv_can_resume(const struct kv_cache *kv, int32_t seq, uint32_t p);
 /* Bookkeeping after positions [p0, p1) of seq were written (decode or import). */
 void kv_written(struct kv_cache *kv, int32_t seq, uint32_t p0, uint32_t p1);

@@ -235,6 +235,11 @@ static bool blob_size(const struct kv_cache *kv, uint32_t p0, uint32_t p1, size_
 int engine_kv_export(const struct engine_context *ctx, int32_t seq, uint32_t p0, uint32_t p1,
                      void *buf, size_t cap, size_t *ret_size, struct err_detail *d) {
     const struct kv_cache *kv = &ctx->kv;
+    if (kv->rs.n_layer_rs)
+        return err_set(d, ERR_UNSUPPORTED, "state blobs of a model with recurrent layers (%s: "
+                       "%u Gated DeltaNet layers) are not supported yet: format %d has no "
+                       "recurrent state", ctx->model->arch_name, kv->rs.n_layer_rs,
+                       ENGINE_KV_STATE_VERSION);
     if (seq < 0 || (uint32_t)seq >= kv->n_seq)
         return err_set(d, ERR_INVALID, "sequence %d is not in [0, %u)", seq, kv->n_seq);
     if (p0 >= p1 || p1 > kv->seq_len[seq])
@@ -526,6 +531,10 @@ int engine_kv_import(struct engine_context *ctx, int32_t seq, const void *blob, 
     int r;
     if (!blob) return err_set(d, ERR_STATE_BAD, "not a state blob: no bytes");
     if ((r = blob_parse(b, n, &v, d)) < 0) return r;
+    if (kv->rs.n_layer_rs)
+        return err_set(d, ERR_UNSUPPORTED, "state blobs of a model with recurrent layers are "
+                       "not supported yet: format %d has no recurrent state",
+                       ENGINE_KV_STATE_VERSION);
 
     const struct hash128 *fp = &ctx->model->fingerprint;
     if (get_u64(v.fingerprint) != fp->lo || get_u64(v.fingerprint + 8) != fp->hi ||

@@ -2,6 +2,7 @@
 #include "engine/model.h"
 
 #include "engine/arch.h"
+#include "kernels/deltanet.h"
 
 #include <errno.h>
 #include <math.h>
@@ -313,6 +314,52 @@ static int hp_embedding(const struct gguf_file *f, enum engine_arch arch,
     return 0;
 }
 
+/* A hybrid's recurrent layers (notes/hybrid.md §A.1): <arch>.attention.recurrent_layers
+ * (one flag per block), else <arch>.full_attention_interval I (default 4: layer il is
+ * recurrent iff (il + 1) mod I != 0); MTP blocks never are. With any recurrent layer, the
+ * Gated DeltaNet shape from the ssm.* keys (§A.2), checked as the kernels take it. */
+static int hp_recurrent(const struct gguf_file *f, const char *a, uint32_t n_all,
+                        struct engine_hparams *hp, bool *rec, struct err_detail *d) {
+    char key[128];
+    uint32_t flags[ENGINE_MAX_LAYERS];
+    int r;
+    kv_key(key, sizeof key, a, "attention.recurrent_layers");
+    if (gguf_find_kv(f, key)) {
+        if ((r = hp_layers_u32(f, a, "attention.recurrent_layers", n_all, true, 0, 0, 1, flags,
+                               d)) < 0)
+            return r;
+    } else {
+        uint32_t interval;
+        if ((r = hp_u32(f, a, "full_attention_interval", false, 4, 1, UINT32_MAX, &interval,
+                        d)) < 0)
+            return r;
+        for (uint32_t il = 0; il < n_all; il++) flags[il] = (il + 1) % interval != 0;
+    }
+    hp->n_layer_rec = 0;
+    for (uint32_t il = 0; il < hp->n_layer; il++) hp->n_layer_rec += rec[il] = flags[il] != 0;
+    if (hp->n_layer_rec == 0) return 0;
+    uint32_t inner;
+    if ((r = hp_u32(f, a, "ssm.conv_kernel", true, 0, 1, KERN_DN_MAX_KERNEL, &hp->ssm_n_kernel,
+                    d)) < 0 ||
+        (r = hp_u32(f, a, "ssm.state_size", true, 0, 1, KERN_DN_MAX_HEAD_DIM,
+                    &hp->ssm_head_dim_k, d)) < 0 ||
+        (r = hp_u32(f, a, "ssm.group_count", true, 0, 1, 1u << 16, &hp->ssm_n_head_k, d)) < 0 ||
+        (r = hp_u32(f, a, "ssm.time_step_rank", true, 0, 1, 1u << 16, &hp->ssm_n_head_v, d)) < 0 ||
+        (r = hp_u32(f, a, "ssm.inner_size", true, 0, 1, 1u << 24, &inner, d)) < 0)
+        return r;
+    hp->ssm_head_dim_v = inner / hp->ssm_n_head_v;
+    const struct kern_dn_shape sh = {.n_head_k = hp->ssm_n_head_k, .n_head_v = hp->ssm_n_head_v,
+                                     .head_dim_k = hp->ssm_head_dim_k,
+                                     .head_dim_v = hp->ssm_head_dim_v,
+                                     .head_map = KERN_DN_HEAD_MAP_TILED, .scale = 1, .l2_eps = 0};
+    if (inner % hp->ssm_n_head_v != 0 || kern_dn_shape_check(&sh) < 0)
+        return err_set(d, ERR_MODEL_HPARAM, "%s.ssm: %u key heads of %u, %u value heads in %u "
+                       "values: not a Gated DeltaNet shape the engine runs (value heads a "
+                       "multiple of key heads, head sizes 1..%d)", a, hp->ssm_n_head_k,
+                       hp->ssm_head_dim_k, hp->ssm_n_head_v, inner, KERN_DN_MAX_HEAD_DIM);
+    return 0;
+}
+
 static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct engine_hparams *hp,
                         struct err_detail *d) {
     const struct arch_desc *ad = &engine_arch_rows[arch];
@@ -335,8 +382,13 @@ static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct
         (r = hp_u32(f, a, "block_count", true, 0, 1, ENGINE_MAX_LAYERS, &hp->n_layer, d)) < 0 ||
         (r = hp_u32(f, a, "attention.head_count", true, 0, 1, 1u << 16, &hp->n_head, d)) < 0)
         return r;
-    uint32_t vals[ENGINE_MAX_LAYERS];
+    /* per-layer arrays have one value per block, MTP blocks included: L of them */
     const uint32_t L = hp->n_layer;
+    if (ad->mtp && (r = hp_u32(f, a, "nextn_predict_layers", false, 0, 0, L - 1,
+                               &hp->n_layer_mtp, d)) < 0)
+        return r;
+    hp->n_layer -= hp->n_layer_mtp;
+    uint32_t vals[ENGINE_MAX_LAYERS];
     if ((r = hp_layers_u32(f, a, "feed_forward_length", L, true, 0, 1, 1u << 24, vals, d)) < 0)
         return r;
     for (uint32_t il = 0; il < L; il++) hp->layer[il].n_ff = vals[il];
@@ -406,9 +458,13 @@ static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct
     if (!hp->causal && hp->n_layer_kv_shared > 0)
         return err_set(d, ERR_MODEL_HPARAM, "%s.attention.shared_kv_layers %u in a model with "
                        "bidirectional attention", a, hp->n_layer_kv_shared);
+    bool rec[ENGINE_MAX_LAYERS] = {0};
+    if (ad->recurrent && (r = hp_recurrent(f, a, L, hp, rec, d)) < 0) return r;
+    hp->attn_gate = ad->attn_gate;
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         struct engine_layer_hparams *l = &hp->layer[il];
-        l->mixer = l->kv_source != (int32_t)il ? ENGINE_MIXER_ATTENTION_SHARED
+        l->mixer = rec[il]                      ? ENGINE_MIXER_GATED_DELTANET
+                   : l->kv_source != (int32_t)il ? ENGINE_MIXER_ATTENTION_SHARED
                    : !hp->causal && l->swa     ? ENGINE_MIXER_ATTENTION_BIDIR_SWA
                    : !hp->causal               ? ENGINE_MIXER_ATTENTION_BIDIR
                    : l->swa                    ? ENGINE_MIXER_ATTENTION_SWA
@@ -462,7 +518,11 @@ static enum spec_use spec_use_of(const struct engine_model *m, const struct tens
 
 /* The file's name of spec s's tensor in m (the suffix after "blk.N." for a layer's). */
 static const char *spec_name(const struct engine_model *m, const struct tensor_spec *s) {
-    return spec_fused(m, s) ? SPEC_QKV_FUSED_NAME : s->name;
+    if (spec_fused(m, s)) return SPEC_QKV_FUSED_NAME;
+    const struct arch_desc *ad = &engine_arch_rows[m->arch];
+    for (size_t i = 0; i < ARRAY_SIZE(ad->rename) && ad->rename[i].spec; i++)
+        if (!strcmp(ad->rename[i].spec, s->name)) return ad->rename[i].file;
+    return s->name;
 }
 
 /* The value of dim in layer il (il < 0: a global tensor, sized by the global layers). */
@@ -487,13 +547,26 @@ static int64_t dim_value(const struct engine_hparams *hp, int il, enum spec_dim 
     case DIM_TYPES: return hp->n_token_types;
     case DIM_DENSE: return hp->n_embd_dense;
     case DIM_EMBD_OUT: return hp->n_embd_out;
+    case DIM_QG: return (int64_t)hp->n_head * (l->head_dim_k + (hp->attn_gate ? l->head_dim_v : 0));
+    case DIM_SSM_KERNEL: return hp->ssm_n_kernel;
+    case DIM_SSM_CONV:
+        return 2 * (int64_t)hp->ssm_n_head_k * hp->ssm_head_dim_k +
+               (int64_t)hp->ssm_n_head_v * hp->ssm_head_dim_v;
+    case DIM_SSM_INNER: return (int64_t)hp->ssm_n_head_v * hp->ssm_head_dim_v;
+    case DIM_SSM_HEADS: return hp->ssm_n_head_v;
+    case DIM_SSM_HEAD_V: return hp->ssm_head_dim_v;
     case DIM_COUNT: break;
     }
     return -1;
 }
 
-/* How a spec's use applies to layer il (il < 0: global) of the model. */
-static enum spec_use use_resolve(const struct engine_hparams *hp, int il, enum spec_use use) {
+/* How a spec's use applies to layer il (il < 0: global) of the model: a hybrid's attention
+ * tensors are absent from its recurrent layers, its recurrent tensors from the others. */
+static enum spec_use use_resolve(const struct engine_hparams *hp, int il,
+                                 const struct tensor_spec *s, enum spec_use use) {
+    if (il >= 0 && s->layers != SPEC_ANY_LAYER &&
+        (s->layers == SPEC_REC_LAYER) != (hp->layer[il].mixer == ENGINE_MIXER_GATED_DELTANET))
+        return USE_NO;
     if (use == USE_OWN)
         return il >= 0 && hp->layer[il].kv_source != il ? USE_OPT : USE_REQ;
     if (use == USE_PLE) return hp->n_embd_per_layer > 0 ? USE_REQ : USE_NO;
@@ -504,7 +577,7 @@ static bool kind_accepts(enum spec_kind kind, int type) {
     const struct kern_type_traits *tt = kern_type_traits(type);
     if (!tt || !tt->to_f32) return false;
     if (kind == KIND_MATMUL) return tt->vec_dot != NULL;
-    if (kind == KIND_VEC) return !tt->is_quantized;
+    if (kind == KIND_VEC || kind == KIND_CONV) return !tt->is_quantized;
     return true;
 }
 
@@ -538,7 +611,7 @@ static int tensor_bind(const struct gguf_file *f, const struct engine_hparams *h
                        const struct tensor_spec *s, int il, const char *name, enum spec_use use,
                        bool fused, struct engine_weight *w, struct err_detail *d) {
     memset(w, 0, sizeof *w);
-    use = use_resolve(hp, il, use);
+    use = use_resolve(hp, il, s, use);
     if (use == USE_NO) return 0;
     const struct gguf_tensor *t = gguf_find_tensor(f, name);
     if (!t) {
@@ -578,17 +651,24 @@ static struct engine_weight *spec_weight(struct engine_model *m, const struct te
 /* Is name a tensor the recipe of m's arch uses? */
 static bool tensor_expected(const struct engine_model *m, const char *name) {
     for (size_t i = 0; i < engine_n_global_specs; i++)
-        if (use_resolve(&m->hp, -1, spec_use_of(m, &engine_global_specs[i])) != USE_NO &&
+        if (use_resolve(&m->hp, -1, &engine_global_specs[i],
+                        spec_use_of(m, &engine_global_specs[i])) != USE_NO &&
             strcmp(name, spec_name(m, &engine_global_specs[i])) == 0)
             return true;
     unsigned il;
     int n = 0;
-    if (sscanf(name, "blk.%u.%n", &il, &n) != 1 || n == 0 || il >= m->hp.n_layer) return false;
+    /* a hybrid's vision tensors, the MTP blocks after the trunk: not run, skipped */
+    if (engine_arch_rows[m->arch].skip_vision &&
+        (!strncmp(name, "v.", 2) || !strncmp(name, "mm.", 3)))
+        return true;
+    if (sscanf(name, "blk.%u.%n", &il, &n) != 1 || n == 0) return false;
+    if (il >= m->hp.n_layer) return il < m->hp.n_layer + m->hp.n_layer_mtp;
     char canon[GGUF_MAX_NAME + 8];
     snprintf(canon, sizeof canon, "blk.%u.", il);
     if (strncmp(name, canon, strlen(canon)) != 0) return false; /* "blk.01." is not "blk.1." */
     for (size_t i = 0; i < engine_n_layer_specs; i++)
-        if (use_resolve(&m->hp, (int)il, spec_use_of(m, &engine_layer_specs[i])) != USE_NO &&
+        if (use_resolve(&m->hp, (int)il, &engine_layer_specs[i],
+                        spec_use_of(m, &engine_layer_specs[i])) != USE_NO &&
             strcmp(name + n, spec_name(m, &engine_layer_specs[i])) == 0)
             return true;
     return false;
@@ -662,7 +742,8 @@ static int tensors_bind(struct engine_model *m, struct err_detail *d) {
     return 0;
 }
 
-/* Converts every 1-D tensor to f32 in one arena. */
+/* Converts every 1-D tensor to f32 in one arena, and the conv weights (KIND_CONV), which
+ * are stored transposed: (n_out, n_in) in the file, (n_in, n_out) here. */
 static int vectors_convert(struct engine_model *m) {
     size_t n_floats = 0;
     for (int pass = 0; pass < 2; pass++) {
@@ -672,15 +753,25 @@ static int vectors_convert(struct engine_model *m) {
             size_t n_specs = il < 0 ? engine_n_global_specs : engine_n_layer_specs;
             for (size_t i = 0; i < n_specs; i++) {
                 struct engine_weight *w = spec_weight(m, &specs[i], il);
-                if (specs[i].kind != KIND_VEC || !w->data) continue;
+                const bool conv = specs[i].kind == KIND_CONV;
+                if ((specs[i].kind != KIND_VEC && !conv) || !w->data) continue;
+                const size_t nv = (size_t)w->n_in * (size_t)w->n_out; /* n_out 1: a vector */
                 if (pass == 1) {
                     float *dst = m->vec_arena + at;
-                    kern_type_traits(w->type)->to_f32(dst, w->data, w->n_in);
+                    if (conv) {
+                        float *tmp = malloc_array(nv, sizeof *tmp);
+                        if (!tmp) return -ENOMEM;
+                        kern_type_traits(w->type)->to_f32(tmp, w->data, (int64_t)nv);
+                        kern_dn_transpose(dst, tmp, w->n_out, w->n_in);
+                        free(tmp);
+                    } else {
+                        kern_type_traits(w->type)->to_f32(dst, w->data, w->n_in);
+                    }
                     w->data = dst;
                     w->type = KERN_TYPE_F32;
                     w->row_bytes = (size_t)w->n_in * sizeof(float);
                 }
-                at += (size_t)w->n_in;
+                at += nv;
             }
         }
         n_floats = at;
@@ -696,8 +787,9 @@ static uint64_t weight_bytes_per_token(const struct engine_model *m) {
     uint64_t n = (uint64_t)m->output.row_bytes * (uint64_t)m->output.n_out;
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         const struct engine_layer *l = &m->layers[il];
-        const struct engine_weight *ws[] = {&l->wq, &l->wk, &l->wv, &l->wo,
-                                            &l->w_gate, &l->w_up, &l->w_down};
+        const struct engine_weight *ws[] = {&l->wq,     &l->wk,      &l->wv,        &l->wo,
+                                            &l->w_gate, &l->w_up,    &l->w_down,    &l->ssm_qkv,
+                                            &l->ssm_z,  &l->ssm_out, &l->ssm_alpha, &l->ssm_beta};
         for (size_t i = 0; i < ARRAY_SIZE(ws); i++)
             n += (uint64_t)ws[i]->row_bytes * (uint64_t)ws[i]->n_out;
     }

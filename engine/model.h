@@ -30,6 +30,7 @@ enum engine_arch {
     ENGINE_ARCH_BERT,
     ENGINE_ARCH_NOMIC_BERT,
     ENGINE_ARCH_GEMMA_EMBEDDING,
+    ENGINE_ARCH_QWEN35, /* Qwen3.5/3.6 dense: Gated DeltaNet + gated attention (notes/hybrid.md) */
     ENGINE_ARCH_COUNT
 };
 
@@ -83,6 +84,9 @@ enum engine_mixer_kind {
      * the batch, earlier and later; the SWA one within swa_window / 2 on both sides */
     ENGINE_MIXER_ATTENTION_BIDIR,
     ENGINE_MIXER_ATTENTION_BIDIR_SWA,
+    /* a recurrent layer (notes/hybrid.md §A.6): causal conv, the gated delta rule over a
+     * per-sequence state (engine/kv-cache.h kv_rstate), gated RMSNorm; owns no KV */
+    ENGINE_MIXER_GATED_DELTANET,
     ENGINE_MIXER_KIND_COUNT
 };
 
@@ -156,6 +160,17 @@ struct engine_hparams {
     uint32_t n_token_types;    /* rows of token_types.weight (tokenizer.ggml.token_type_count) */
     uint32_t n_embd_dense;     /* <arch>.dense_2_feat_out: dense_2's output width */
     uint32_t n_embd_out;       /* the width of an embedding: after the dense projections */
+    /* qwen35: attn_q holds each head's query then its output gate (hd_k + hd_v rows a
+     * head); the attention output is multiplied by sigmoid(gate) */
+    bool attn_gate;
+    /* MTP (NextN) layers at the end of the file's blocks: not run, their tensors skipped
+     * (<arch>.nextn_predict_layers; n_layer = block_count minus these) */
+    uint32_t n_layer_mtp;
+    /* Gated DeltaNet layers (notes/hybrid.md §A.2), 0 without: <arch>.ssm.conv_kernel K,
+     * group_count H_k, time_step_rank H_v, state_size d_k, inner_size / H_v = d_v;
+     * value head h reads key head h mod H_k (the converter's tiled order, §A.4) */
+    uint32_t n_layer_rec;
+    uint32_t ssm_n_kernel, ssm_n_head_k, ssm_n_head_v, ssm_head_dim_k, ssm_head_dim_v;
     /* the largest per-layer values, for sizing scratch: */
     uint32_t max_n_ff, max_head_dim_k, max_head_dim_v, max_n_embd_k, max_n_embd_v, max_n_rot;
     struct engine_layer_hparams layer[ENGINE_MAX_LAYERS];
@@ -193,6 +208,16 @@ struct engine_layer {
     struct engine_weight layer_out_norm, layer_out_norm_b; /* (n_embd) layer_output_norm */
     struct engine_weight b_up;             /* (n_ff) ffn_up.bias */
     struct engine_weight b_down;           /* (n_embd) ffn_down.bias */
+    /* a Gated DeltaNet layer (notes/hybrid.md §A.3); conv_dim = 2·H_k·d_k + H_v·d_v */
+    struct engine_weight ssm_qkv;          /* (conv_dim, n_embd) attn_qkv: q | k | v rows */
+    struct engine_weight ssm_z;            /* (H_v·d_v, n_embd) attn_gate: the norm's gate */
+    struct engine_weight ssm_alpha, ssm_beta; /* (H_v, n_embd) */
+    /* (K, conv_dim) f32, stored tap-major at load (the file's (conv_dim, K) transposed,
+     * kernels/deltanet.h kern_dn_conv) */
+    struct engine_weight ssm_conv;
+    struct engine_weight ssm_dt, ssm_a;    /* (H_v) dt bias; ssm_a = −exp(A_log) */
+    struct engine_weight ssm_norm;         /* (d_v) shared by the heads */
+    struct engine_weight ssm_out;          /* (n_embd, H_v·d_v) */
 };
 
 struct engine_model {

@@ -18,3 +18,4 @@
 #include "kernels/types.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "kernels/deltanet.h"
