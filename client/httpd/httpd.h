@@ -9,7 +9,7 @@
  * deadlines), clients.c (libwarm connections per represented user), server.c
  * (libmicrohttpd: header framing, Host/Origin checks, bodies, routing, replies), gen.c
  * (a generation on its own thread feeding a streamed or a whole reply), openai.c and
- * ollama.c (the two APIs), show.c (what /api/show says about a model).
+ * ollama.c (the two APIs), anthropic.c (Anthropic's Messages API), show.c (what /api/show says about a model).
  *
  * Threading: libmicrohttpd runs one thread per connection (capped by max_connections);
  * a handler may block on its connection's thread. A generation runs on a thread of its
@@ -117,7 +117,7 @@ void clients_put(struct clients *p, struct client_ref *r);
 
 /* ---- the server (server.c) ------------------------------------------------------------ */
 
-enum api { API_PLAIN, API_OPENAI, API_OLLAMA, API_COUNT };
+enum api { API_PLAIN, API_OPENAI, API_OLLAMA, API_ANTHROPIC, API_COUNT };
 
 struct uid_count {
     uint32_t uid, n;
@@ -245,7 +245,7 @@ enum MHD_Result reply_json(struct request *r, unsigned status, json_t *doc);  /*
 enum MHD_Result reply_text(struct request *r, unsigned status, const char *content_type,
                            const char *text);
 /* An error in the shape of r's API: OpenAI {"error":{message,type,param,code}}, Ollama
- * {"error":message}. param may be NULL. */
+ * {"error":message}, Anthropic {"type":"error","error":{type,message}}. param may be NULL. */
 enum MHD_Result reply_error(struct request *r, unsigned status, const char *param,
                             const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* A libwarm error with the HTTP status that matches its code. */
@@ -306,6 +306,8 @@ struct gen_job {
     char model_buf[HTTPD_MODEL_MAX]; /* the name sent to warmd, when it differs */
     bool include_usage;
     bool head_sent;                 /* the first chunk (OpenAI chat: the role) is out */
+    int block_open, block_index;    /* Anthropic's stream: the kind of the content block
+                                       open (0: none) and its index (or the next one's) */
     char *text;                     /* the whole text (not streaming) */
     size_t text_len, text_cap;
     char *reasoning;                /* the whole reasoning (not streaming) */
@@ -363,6 +365,12 @@ enum MHD_Result ollama_not_here(struct request *r);
 enum MHD_Result ollama_embed(struct request *r);
 enum MHD_Result ollama_embeddings(struct request *r);
 enum MHD_Result openai_embeddings(struct request *r);
+
+/* /v1/messages and /v1/messages/count_tokens (anthropic.c): Anthropic's Messages API. */
+enum MHD_Result anthropic_messages(struct request *r);
+enum MHD_Result anthropic_count_tokens(struct request *r);
+/* The error type Anthropic uses for an HTTP status ("not_found_error"). */
+const char *anthropic_error_type(unsigned status);
 
 /* Request field readers (openai.c): each returns 0 (absent leaves *ret as it was), or
  * answers a 400 naming the field and returns -EINVAL with *ret_mhd set. */

@@ -34,6 +34,8 @@ static const struct route routes[] = {
     {"POST", "/v1/chat/completions", API_OPENAI, true, true, openai_chat},
     {"POST", "/v1/completions", API_OPENAI, true, true, openai_completions},
     {"POST", "/v1/embeddings", API_OPENAI, true, true, openai_embeddings},
+    {"POST", "/v1/messages", API_ANTHROPIC, true, true, anthropic_messages},
+    {"POST", "/v1/messages/count_tokens", API_ANTHROPIC, true, true, anthropic_count_tokens},
     {"GET", "/api/version", API_OLLAMA, false, false, ollama_version},
     {"HEAD", "/api/version", API_OLLAMA, false, false, ollama_version},
     {"GET", "/api/tags", API_OLLAMA, true, false, ollama_tags},
@@ -172,11 +174,15 @@ enum MHD_Result reply_text(struct request *r, unsigned status, const char *conte
 }
 
 /* The error in the shape the API's clients parse: Ollama's {"error": "message"} (the
- * ollama packages read the string), OpenAI's {"error": {message, type, param, code}}. A
+ * ollama packages read the string), OpenAI's {"error": {message, type, param, code}},
+ * Anthropic's {"type": "error", "error": {type, message}}. A
  * message that echoes bytes of the request need not be UTF-8: never a reply-less NULL. */
 static json_t *error_doc(enum api api, unsigned status, const char *param, const char *msg) {
     json_t *m = json_text(msg, strlen(msg));
     if (api == API_OLLAMA) return json_pack("{s:o}", "error", m);
+    if (api == API_ANTHROPIC)
+        return json_pack("{s:s,s:{s:s,s:o}}", "type", "error", "error", "type",
+                         anthropic_error_type(status), "message", m);
     return json_pack("{s:{s:o,s:s,s:o,s:o}}", "error", "message", m, "type",
                      openai_error_type(status), "param",
                      param ? json_text(param, strlen(param)) : json_null(), "code", json_null());
@@ -408,7 +414,9 @@ static const char *header_framing_error(struct MHD_Connection *conn, const char 
 
 static enum MHD_Result admit(struct request *r, const char *method, const char *version) {
     struct httpd_config *c = &r->h->cfg;
-    r->api = strncmp(r->url, "/api/", 5) == 0 ? API_OLLAMA : API_OPENAI;
+    r->api = strncmp(r->url, "/api/", 5) == 0            ? API_OLLAMA
+             : strncmp(r->url, "/v1/messages", 12) == 0 ? API_ANTHROPIC
+                                                        : API_OPENAI;
     r->refused = true;          /* until every check passed */
     if (!r->ci) return reply_error(r, 503, NULL, "out of memory for this connection");
     const char *framing = header_framing_error(r->conn, method, version);
