@@ -9,7 +9,8 @@
  * deadlines), clients.c (libwarm connections per represented user), server.c
  * (libmicrohttpd: header framing, Host/Origin checks, bodies, routing, replies), gen.c
  * (a generation on its own thread feeding a streamed or a whole reply), openai.c and
- * ollama.c (the two APIs), anthropic.c (Anthropic's Messages API), show.c (what /api/show says about a model).
+ * ollama.c (the two APIs), anthropic.c (Anthropic's Messages API), responses.c (OpenAI's
+ * Responses API), show.c (what /api/show says about a model).
  *
  * Threading: libmicrohttpd runs one thread per connection (capped by max_connections);
  * a handler may block on its connection's thread. A generation runs on a thread of its
@@ -306,8 +307,10 @@ struct gen_job {
     char model_buf[HTTPD_MODEL_MAX]; /* the name sent to warmd, when it differs */
     bool include_usage;
     bool head_sent;                 /* the first chunk (OpenAI chat: the role) is out */
-    int block_open, block_index;    /* Anthropic's stream: the kind of the content block
-                                       open (0: none) and its index (or the next one's) */
+    int block_open, block_index;    /* Anthropic's and Responses' streams: the kind of the
+                                       block (output item) open (0: none) and its index (or
+                                       the next one's) */
+    int64_t seq;                    /* Responses' stream: the next event's sequence_number */
     char *text;                     /* the whole text (not streaming) */
     size_t text_len, text_cap;
     char *reasoning;                /* the whole reasoning (not streaming) */
@@ -365,6 +368,9 @@ enum MHD_Result ollama_not_here(struct request *r);
 enum MHD_Result ollama_embed(struct request *r);
 enum MHD_Result ollama_embeddings(struct request *r);
 enum MHD_Result openai_embeddings(struct request *r);
+
+/* /v1/responses (responses.c): OpenAI's Responses API, stateless. */
+enum MHD_Result openai_responses(struct request *r);
 
 /* /v1/messages and /v1/messages/count_tokens (anthropic.c): Anthropic's Messages API. */
 enum MHD_Result anthropic_messages(struct request *r);

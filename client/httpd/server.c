@@ -34,6 +34,7 @@ static const struct route routes[] = {
     {"POST", "/v1/chat/completions", API_OPENAI, true, true, openai_chat},
     {"POST", "/v1/completions", API_OPENAI, true, true, openai_completions},
     {"POST", "/v1/embeddings", API_OPENAI, true, true, openai_embeddings},
+    {"POST", "/v1/responses", API_OPENAI, true, true, openai_responses},
     {"POST", "/v1/messages", API_ANTHROPIC, true, true, anthropic_messages},
     {"POST", "/v1/messages/count_tokens", API_ANTHROPIC, true, true, anthropic_count_tokens},
     {"GET", "/api/version", API_OLLAMA, false, false, ollama_version},
