@@ -1,9 +1,10 @@
 /* warm-mkmodel: writes a GGUF model with deterministic random weights that llama.cpp and
  * warmd can load: hparam keys and tensor names exactly as llama.cpp's converter writes
- * them, for the llama, qwen2, qwen3, gemma3 and gemma4 architectures, any shape, any weight
- * type the kernels can quantize to.
+ * them, for the llama, qwen2, qwen3, gemma3, gemma4 and nomic-bert architectures, any
+ * shape, any weight type the kernels can quantize to.
  *
- *   warm-mkmodel --arch llama|qwen2|qwen3|gemma3|gemma4 [--n-embd N] [--n-layer N] [--n-head N]
+ *   warm-mkmodel --arch llama|qwen2|qwen3|gemma3|gemma4|nomic-bert
+ *                [--n-embd N] [--n-layer N] [--n-head N]
  *                [--n-head-kv N] [--head-dim N] [--n-ff N] [--n-vocab N] [--ctx N]
  *                [--type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|q2_K|q3_K|q4_K|q5_K|
  *                        q6_K|iq4_xs] [--tied]
@@ -34,6 +35,15 @@
  * its token count); otherwise a SentencePiece-style one is made up (tokenizer.ggml.model
  * "llama"): <unk>, <s>, </s>, the 256 byte tokens <0x00>..<0xFF> (type BYTE), then
  * printable pieces with descending scores, up to --n-vocab.
+ *
+ * nomic-bert (an embedding model, as nomic-embed-text): token_embd, token_types (2 rows,
+ * F32) and token_embd_norm (weight and bias); per layer a fused attn_qkv (n_embd x 3 n_embd,
+ * no biases), attn_output, the post-LayerNorm attn_output_norm, ffn_up / ffn_gate / ffn_down
+ * (SwiGLU) and layer_output_norm (norms with biases); no output_norm nor output. Its keys:
+ * pooling_type 1 (mean), attention.layer_norm_epsilon, attention.causal false,
+ * rope.freq_base (1000). Its made-up vocabulary is WordPiece-like (tokenizer.ggml.model
+ * "bert"): [PAD], [unused0]..[unused98], [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103, the
+ * 94 printable ASCII characters, then "##" + letters and lowercase words, up to --n-vocab.
  *
  * To add an architecture: one row in arch_rows[]; to add a per-layer tensor: one row in
  * layer_rows[] (with the flag that selects it); to add an hparam: one line in
@@ -66,7 +76,11 @@ static const struct arch_row arch_rows[] = {
     {"qwen3", 1000000.0f, 1e-6f, false, true, true, 0},
     {"gemma3", 1000000.0f, 1e-6f, false, true, true, 3},
     {"gemma4", 1000000.0f, 1e-6f, false, true, true, 4},
+    {"nomic-bert", 1000.0f, 1e-12f, false, false, false, 0}, /* is_bert(): own paths */
 };
+
+/* nomic-bert: its own tensors, keys and vocabulary (add_bert_*). */
+static bool is_bert(const struct arch_row *a) { return strcmp(a->name, "nomic-bert") == 0; }
 
 /* general.file_type: llama.cpp's llama_ftype for a model whose matrices are all `type`. */
 static const struct {
@@ -302,7 +316,36 @@ static int add_rope_freqs(struct gguf_writer *w, const struct opts *o) {
     return r;
 }
 
+/* nomic-bert's tensors, in the converter's order (see the file comment). */
+static int add_bert_tensors(struct gguf_writer *w, const struct opts *o) {
+    const int64_t e = o->n_embd, ff = o->n_ff;
+    int r = add_tensor(w, o, "token_embd.weight", INIT_EMBED, e, o->n_vocab);
+    if (r >= 0) r = add_tensor(w, o, "token_types.weight", INIT_BIAS, e, 2); /* F32, small */
+    if (r >= 0) r = add_tensor(w, o, "token_embd_norm.weight", INIT_NORM, e, 1);
+    if (r >= 0) r = add_tensor(w, o, "token_embd_norm.bias", INIT_BIAS, e, 1);
+    static const struct {
+        const char *suffix;
+        enum init init;
+        int ne0, ne1; /* 0: n_embd, 1: n_ff, 2: 3 n_embd, 3: one */
+    } rows[] = {
+        {"attn_qkv.weight", INIT_MATRIX, 0, 2},      {"attn_output.weight", INIT_MATRIX, 0, 0},
+        {"attn_output_norm.weight", INIT_NORM, 0, 3}, {"attn_output_norm.bias", INIT_BIAS, 0, 3},
+        {"ffn_up.weight", INIT_MATRIX, 0, 1},        {"ffn_gate.weight", INIT_MATRIX, 0, 1},
+        {"ffn_down.weight", INIT_MATRIX, 1, 0},      {"layer_output_norm.weight", INIT_NORM, 0, 3},
+        {"layer_output_norm.bias", INIT_BIAS, 0, 3},
+    };
+    const int64_t dims[4] = {e, ff, 3 * e, 1};
+    for (int64_t l = 0; r >= 0 && l < o->n_layer; l++)
+        for (size_t k = 0; r >= 0 && k < ARRAY_SIZE(rows); k++) {
+            char name[GGUF_MAX_NAME + 1];
+            snprintf(name, sizeof name, "blk.%" PRId64 ".%s", l, rows[k].suffix);
+            r = add_tensor(w, o, name, rows[k].init, dims[rows[k].ne0], dims[rows[k].ne1]);
+        }
+    return r;
+}
+
 static int add_tensors(struct gguf_writer *w, const struct opts *o) {
+    if (is_bert(o->arch)) return add_bert_tensors(w, o);
     int r = add_tensor(w, o, "token_embd.weight", INIT_EMBED, o->n_embd, o->n_vocab);
     bool any_global = false;
     for (int64_t l = 0; l < o->n_layer; l++) any_global |= !o->swa[l];
@@ -374,6 +417,24 @@ static int add_gemma_hparams(struct gguf_writer *w, const struct opts *o) {
     return r;
 }
 
+/* nomic-bert's keys (see the file comment), as the converter writes them. */
+static int add_bert_hparams(struct gguf_writer *w, const struct opts *o) {
+    int r = add_arch_u32(w, o, "context_length", o->ctx);
+    if (r >= 0) r = add_arch_u32(w, o, "embedding_length", o->n_embd);
+    if (r >= 0) r = add_arch_u32(w, o, "feed_forward_length", o->n_ff);
+    if (r >= 0) r = add_arch_u32(w, o, "block_count", o->n_layer);
+    if (r >= 0) r = add_arch_u32(w, o, "attention.head_count", o->n_head);
+    if (r >= 0) r = add_arch_u32(w, o, "pooling_type", 1); /* mean */
+    if (r >= 0) r = add_arch_f32(w, o, "attention.layer_norm_epsilon", o->eps);
+    if (r >= 0) {
+        char k[128];
+        snprintf(k, sizeof k, "%s.attention.causal", o->arch->name);
+        r = gguf_writer_add_bool(w, k, false);
+    }
+    if (r >= 0) r = add_arch_f32(w, o, "rope.freq_base", o->rope_base);
+    return r;
+}
+
 static int add_hparams(struct gguf_writer *w, const struct opts *o) {
     char name[128];
     snprintf(name, sizeof name, "warm-mkmodel %s", o->arch->name);
@@ -383,6 +444,7 @@ static int add_hparams(struct gguf_writer *w, const struct opts *o) {
     if (r >= 0) r = gguf_writer_add_u32(w, "general.file_type", o->ftype);
     if (r >= 0 && kern_type_traits(o->type)->is_quantized)
         r = gguf_writer_add_u32(w, "general.quantization_version", 2);
+    if (is_bert(o->arch)) return r >= 0 ? add_bert_hparams(w, o) : r;
     if (r >= 0) r = add_arch_u32(w, o, "context_length", o->ctx);
     if (r >= 0) r = add_arch_u32(w, o, "embedding_length", o->n_embd);
     if (r >= 0) r = add_arch_u32(w, o, "block_count", o->n_layer);
@@ -486,6 +548,70 @@ out:
     return r;
 }
 
+/* nomic-bert's WordPiece-like made-up vocabulary: see the file comment. */
+static int add_bert_vocab(struct gguf_writer *w, const struct opts *o) {
+    size_t n = (size_t)o->n_vocab;
+    struct gguf_str *toks = calloc_array(n, sizeof *toks);
+    int32_t *types = calloc_array(n, sizeof *types);
+    char *pool = malloc_array(n, 16); /* every piece is at most 15 bytes */
+    int r = -ENOMEM;
+    if (!toks || !types || !pool) goto out;
+    static const char *const specials[4] = {"[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+    for (size_t i = 0; i < n; i++) {
+        char *p = pool + 16 * i;
+        types[i] = 1; /* NORMAL */
+        if (i == 0) {
+            snprintf(p, 16, "[PAD]");
+            types[i] = 3; /* CONTROL */
+        } else if (i < 100) {
+            snprintf(p, 16, "[unused%zu]", i - 1);
+        } else if (i < 104) {
+            snprintf(p, 16, "%s", specials[i - 100]);
+            types[i] = 3;
+        } else if (i < 104 + 94) {
+            snprintf(p, 16, "%c", (char)('!' + (i - 104)));
+        } else {
+            /* "##" + k lowercase letters (k = 1, 2, ...), then k lowercase letters (k >= 2;
+             * single letters are among the printable characters), k growing: each index
+             * one distinct string */
+            size_t j = i - (104 + 94), count = 26;
+            for (int k = 1; k <= 6; k++, count *= 26) {
+                size_t variants = k == 1 ? 1 : 2;
+                if (j < variants * count) {
+                    bool cont = j < count;
+                    size_t v = cont ? j : j - count;
+                    char *q = p;
+                    if (cont) q += snprintf(q, 16, "##");
+                    for (int c = k - 1; c >= 0; c--) {
+                        q[c] = (char)('a' + v % 26);
+                        v /= 26;
+                    }
+                    q[k] = 0;
+                    break;
+                }
+                j -= variants * count;
+            }
+        }
+        toks[i] = (struct gguf_str){strlen(p), p};
+    }
+    if ((r = gguf_writer_add_str(w, "tokenizer.ggml.model", "bert")) < 0) goto out;
+    if ((r = gguf_writer_add_str(w, "tokenizer.ggml.pre", "bert-bge")) < 0) goto out;
+    if ((r = gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", toks, n)) < 0) goto out;
+    if ((r = gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, n)) < 0)
+        goto out;
+    if ((r = gguf_writer_add_u32(w, "tokenizer.ggml.token_type_count", 2)) < 0) goto out;
+    if ((r = gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", 100)) < 0) goto out;
+    if ((r = gguf_writer_add_u32(w, "tokenizer.ggml.seperator_token_id", 102)) < 0) goto out;
+    if ((r = gguf_writer_add_u32(w, "tokenizer.ggml.padding_token_id", 0)) < 0) goto out;
+    if ((r = gguf_writer_add_u32(w, "tokenizer.ggml.cls_token_id", 101)) < 0) goto out;
+    r = gguf_writer_add_u32(w, "tokenizer.ggml.mask_token_id", 103);
+out:
+    free(toks);
+    free(types);
+    free(pool);
+    return r;
+}
+
 /* n_vocab of a vocabulary file: its token count. */
 static int vocab_count(const struct opts *o, const struct gguf_file *src, int64_t *ret) {
     const struct gguf_kv *tokens;
@@ -518,7 +644,8 @@ static int add_vocab_from(struct gguf_writer *w, const struct gguf_file *src) {
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: warm-mkmodel --arch llama|qwen2|qwen3|gemma3|gemma4 -o FILE [options]\n"
+            "usage: warm-mkmodel --arch llama|qwen2|qwen3|gemma3|gemma4|nomic-bert -o FILE\n"
+            "       [options]\n"
             "  --n-embd N (128)  --n-layer N (2)  --n-head N (4)  --n-head-kv N (= n-head)\n"
             "  --head-dim N (n-embd / n-head)  --n-ff N (256)  --n-vocab N (512)  --ctx N (2048)\n"
             "  --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|q2_K|q3_K|q4_K|q5_K|q6_K|iq4_xs\n"
@@ -683,7 +810,10 @@ int main(int argc, char **argv) {
     }
     if (r >= 0 && vocab) r = vocab_count(&o, vocab, &o.n_vocab);
     if (r >= 0) r = add_hparams(w, &o);
-    if (r >= 0) r = vocab ? add_vocab_from(w, vocab) : add_synthetic_vocab(w, &o);
+    if (r >= 0)
+        r = vocab ? add_vocab_from(w, vocab)
+            : is_bert(o.arch) ? add_bert_vocab(w, &o)
+                              : add_synthetic_vocab(w, &o);
     if (r >= 0) r = add_tensors(w, &o);
     if (r >= 0) {
         r = gguf_writer_save(w, o.out);
