@@ -173,10 +173,12 @@ size_t kern_matmul_scratch_bytes(enum kern_type wt, int64_t n_in, int64_t n_tok)
 }
 
 /* The activations converted for the tiles: quantized rows of dst_stride bytes, or
- * (quant NULL) f32 token blocks packed in panels for the f16/bf16 rows8 tiles
- * (kernels/ref/matmul.h), block_bytes each. */
+ * (quant NULL) token blocks packed for the f16/bf16 rows8 tiles (kernels/ref/matmul.h),
+ * block_bytes each: by the level's pack (bf16 pairs at avx512bf16: converted once per
+ * matmul, not once per tile) or in f32 panels. */
 struct act_task {
     kern_from_f32_fn quant;
+    void (*pack)(void *dst, const float *x, int64_t n, int nt);
     uint8_t *dst;
     size_t dst_stride, block_bytes;
     const float *x;
@@ -185,6 +187,11 @@ struct act_task {
 
 static void act_pack_block(const struct act_task *q, int64_t b) {
     const int64_t t0 = b * KERN_R8F_BLOCK_TOKS, nt = MIN((int64_t)KERN_R8F_BLOCK_TOKS, q->n_tok - t0);
+    if (nt == 1) return; /* the tiles read a lone token's row (mm_task_run) */
+    if (q->pack) {
+        q->pack(q->dst + (size_t)b * q->block_bytes, q->x + t0 * q->n_in, q->n_in, (int)nt);
+        return;
+    }
     float *blk = (float *)(q->dst + (size_t)b * q->block_bytes);
     for (int64_t p = 0; p * KERN_R8F_PANEL < nt; p++) {
         float *pan = blk + p * KERN_R8F_PANEL * q->n_in;
@@ -217,6 +224,7 @@ struct mm_task {
     enum kern_type wt;
     float *y;
     const uint8_t *w, *x;
+    const float *xf; /* the f32 rows (a packed matmul's lone last token) */
     size_t w_stride, x_stride;
     size_t x_block; /* != 0: x holds packed token blocks of this many bytes */
     int64_t n_in, n_out, n_tok;
@@ -239,7 +247,9 @@ static void mm_task_run(void *arg, int ith, int nth) {
             for (int64_t r = r0; r < r1;) {
                 float *y = m->y + t0 * m->n_out + r;
                 const uint8_t *g = m->w + r * m->w_stride;
-                const uint8_t *x = m->x_block ? m->x + t0 / m->unit_toks * m->x_block : m->x + t0 * m->x_stride;
+                const uint8_t *x = !m->x_block ? m->x + t0 * m->x_stride
+                                   : t1 - t0 == 1 ? (const uint8_t *)(m->xf + t0 * m->n_in)
+                                                  : m->x + t0 / m->unit_toks * m->x_block;
                 const int rows = m->tile16 && r + 16 <= r1 ? 16 : 8;
                 r += rows;
                 if (rows == 16)
@@ -313,6 +323,7 @@ void kern_matmul_layout(struct kern_pool *pool, float *y, const void *w, enum ke
         .w = w,
         .w_stride = kern_row_size(wt, n_in),
         .x = (const uint8_t *)x,
+        .xf = x,
         .x_stride = (size_t)n_in * sizeof(float),
         .n_in = n_in,
         .n_out = n_out,
@@ -325,6 +336,7 @@ void kern_matmul_layout(struct kern_pool *pool, float *y, const void *w, enum ke
         assert(scratch && q.quant);
     } else if (rows8 && m.tile8 && n_tok > 1 && rows8_f32_block(wt, n_in)) {
         q.block_bytes = rows8_f32_block(wt, n_in);
+        q.pack = impl.r8f_pack[wt];
         assert(scratch);
     }
     if (q.dst_stride || q.block_bytes) {

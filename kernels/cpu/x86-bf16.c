@@ -1,13 +1,15 @@
 /* x86 level "avx512bf16": the avx512 level plus AVX512_BF16 (Zen 4, Cooper Lake, Sapphire
  * Rapids): bf16 prefill with VDPBF16PS, two products per f32 lane, where the avx512 level
- * converts the weights to f32 and runs one FMA per product. Only bf16 rows8 prefill (the
- * tile16 entry) changes; everything else is the avx512 level's.
+ * converts the weights to f32 and runs one FMA per product. Only bf16 rows8 (the tile8,
+ * tile16 and r8f_pack entries) changes; everything else is the avx512 level's.
  *
  * Numerics: the activations are rounded to bf16 (round to nearest even) before the dot,
  * as llama.cpp's bf16 dot does; a product of two bf16 is exact in f32, so the error over
  * the f32 path is that rounding: |Δ| <= 2^-9·Σ|w·x| (tests/kernels/test-matmul.c,
- * TOL_BF16_ACT). Decode keeps the f32 activations: it is bound by memory, not by FMAs;
- * it runs the 16 rows in one 512-bit pass. Called only when kern_init() saw the avx512
+ * TOL_BF16_ACT). The activations are converted once per matmul (r8f_pack, in the
+ * activation packing step), not once per tile. Decode keeps the f32 activations: it is
+ * bound by memory, not by FMAs; it runs the 16 rows in one 512-bit pass (8 rows as the
+ * avx512 level's ftile8, in the same order: the same sums). Called only when kern_init() saw the avx512
  * level's features and AVX512_BF16, after the avx512 level's fill. */
 #include "kernels/cpu/x86.h"
 
@@ -25,66 +27,126 @@
 
 #define BF_INLINE static inline __attribute__((always_inline))
 
-/* Values per chunk: the 16 rows' pairs (64 bytes each, 8 KiB) and a panel's (12 tokens ×
- * 4 bytes each, 6 KiB) stay in L1 while every panel meets them. */
-enum { BF_CHUNK = 256, BF_PAIRS = BF_CHUNK / 2 };
+/* Values per chunk: the 16 rows' pairs (64 bytes each, 8 KiB) and a panel's (20 tokens ×
+ * 4 bytes each, 10 KiB) stay in L1 while every panel meets them. A panel of 20 tokens
+ * keeps 20 sums in flight (12 left no slack for VDPBF16PS's latency × throughput) in 22
+ * of the 32 registers. */
+enum { BF_CHUNK = 256, BF_PAIRS = BF_CHUNK / 2, BF_PANEL = 20 };
+static_assert(BF_CHUNK % 2 == 0, "chunks start on a pair");
+static_assert(KERN_R8F_BLOCK_TOKS % BF_PANEL == 0, "a token block is whole panels");
+
+/* The packed activations (r8f_pack): a block's tokens in panels of BF_PANEL, panel
+ * p at p·BF_PANEL·bf_n_pairs(n) words; in a panel, token t's pair j (bf16 x_2j in
+ * the low half, x_2j+1 in the high half, round to nearest even; a missing odd value or
+ * token 0) is word BF_PANEL·j + t. A block of 60 tokens: 3 panels of 80 bytes per pair,
+ * 120·(n + 1) bytes, within the f32 panels' 240·n. */
+static int64_t bf_n_pairs(int64_t n) { return (n + 1) / 2; }
+
+static void bf_pack(void *dst, const float *x, int64_t n, int nt) {
+    const int64_t np = bf_n_pairs(n);
+    uint32_t *d = dst;
+    for (int t0 = 0; t0 < nt; t0 += BF_PANEL) {
+        uint32_t *pan = d + (int64_t)t0 * np;
+        for (int l = 0; l < BF_PANEL; l++) {
+            const float *xr = x + (int64_t)(t0 + l) * n;
+            if (t0 + l >= nt) {
+                for (int64_t j = 0; j < np; j++) pan[j * BF_PANEL + l] = 0;
+                continue;
+            }
+            for (int64_t k = 0; k < n; k += 32) {
+                const int64_t left = n - k;
+                const __mmask16 m0 = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
+                const __mmask16 m1 = left >= 32 ? 0xffff : left <= 16 ? 0 : (__mmask16)((1u << (left - 16)) - 1);
+                /* words 0..15 from the first 16 values, 16..31 from the next */
+                const __m512i b = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, xr + k + 16),
+                                                               _mm512_maskz_loadu_ps(m0, xr + k));
+                _Alignas(64) uint32_t p[16];
+                _mm512_store_si512(p, b);
+                const int64_t j0 = k / 2, nj = np - j0 < 16 ? np - j0 : 16;
+                for (int64_t j = 0; j < nj; j++) pan[(j0 + j) * BF_PANEL + l] = p[j];
+            }
+        }
+    }
+}
 
 /* Pairs of values [i0, i1) of groups ga and gb (rows8: value k of a group's 8 rows is 16
  * bytes at 16k) as 16 rows' (w_k, w_k+1) in the 32-bit lanes of one 64-byte line per pair,
- * lanes 0..7 group a, 8..15 group b; a missing odd value reads as 0. */
+ * lanes 0..7 group a, 8..15 group b; a missing odd value reads as 0. The bytes the next
+ * chunk pairs (pa, pb: the next chunk's or the next 16 rows') are fetched meanwhile: the
+ * panels' work on this chunk hides their latency (weights streamed from memory: with
+ * the 20-token panels, 4096 × 11008 prefill went from 161 to 272 GFLOP/s). */
 BF_INLINE void bf_pairs_w(uint32_t *wp, const uint8_t *ga, const uint8_t *gb, int64_t i0,
-                          int64_t i1) {
-    for (int64_t k = i0; k < i1; k += 2) {
-        const bool two = k + 1 < i1;
-        const __m128i a0 = _mm_loadu_si128((const __m128i *)(ga + 16 * k));
-        const __m128i a1 =
-            two ? _mm_loadu_si128((const __m128i *)(ga + 16 * (k + 1))) : _mm_setzero_si128();
-        const __m128i b0 = _mm_loadu_si128((const __m128i *)(gb + 16 * k));
-        const __m128i b1 =
-            two ? _mm_loadu_si128((const __m128i *)(gb + 16 * (k + 1))) : _mm_setzero_si128();
-        __m512i v = _mm512_castsi128_si512(_mm_unpacklo_epi16(a0, a1));
-        v = _mm512_inserti32x4(v, _mm_unpackhi_epi16(a0, a1), 1);
-        v = _mm512_inserti32x4(v, _mm_unpacklo_epi16(b0, b1), 2);
-        v = _mm512_inserti32x4(v, _mm_unpackhi_epi16(b0, b1), 3);
-        _mm512_store_si512(wp + 16 * ((k - i0) / 2), v);
-    }
-}
-
-/* A panel's tokens (value k's KERN_R8F_PANEL floats at pan[k·KERN_R8F_PANEL]) over values
- * [i0, i1) as bf16 pairs: token t's (x_k, x_k+1) at xp[16·pair + t]. */
-BF_INLINE void bf_pairs_x(uint32_t *xp, const float *pan, int64_t i0, int64_t i1) {
-    /* word 2t = token t's x_k (from b's half of cvtne2ps), 2t+1 its x_k+1 (a's half) */
+                          int64_t i1, const uint8_t *pa, const uint8_t *pb) {
+    /* words 0..7: a's value k, 8..15 its k+1, 16..31 the same of b → lane r (k, k+1) */
     const __m512i inter =
-        _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
-                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    const __mmask16 m = (__mmask16)((1u << KERN_R8F_PANEL) - 1);
+        _mm512_set_epi16(31, 23, 30, 22, 29, 21, 28, 20, 27, 19, 26, 18, 25, 17, 24, 16, 15, 7,
+                         14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0);
     for (int64_t k = i0; k < i1; k += 2) {
-        const __m512 x0 = _mm512_maskz_loadu_ps(m, pan + k * KERN_R8F_PANEL);
-        const __m512 x1 = k + 1 < i1 ? _mm512_maskz_loadu_ps(m, pan + (k + 1) * KERN_R8F_PANEL)
-                                     : _mm512_setzero_ps();
-        const __m512i b = (__m512i)_mm512_cvtne2ps_pbh(x1, x0); /* words 0..15 x0, 16..31 x1 */
-        _mm512_store_si512(xp + 16 * ((k - i0) / 2), _mm512_permutexvar_epi16(inter, b));
+        if ((k - i0) % 4 == 0) { /* a 64-byte line of each group per 4 values */
+            _mm_prefetch((const char *)pa + 16 * (k - i0), _MM_HINT_T0);
+            _mm_prefetch((const char *)pb + 16 * (k - i0), _MM_HINT_T0);
+        }
+        const __mmask16 m = k + 1 < i1 ? 0xffff : 0x00ff;
+        const __m256i a = _mm256_maskz_loadu_epi16(m, ga + 16 * k);
+        const __m256i b = _mm256_maskz_loadu_epi16(m, gb + 16 * k);
+        const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+        _mm512_store_si512(wp + 16 * ((k - i0) / 2), _mm512_permutexvar_epi16(inter, v));
     }
 }
 
-/* y (+)= the 16 rows × nv tokens of one panel over np pairs */
+/* The same for one group: 8 rows' pairs, 32 bytes per pair. */
+BF_INLINE void bf_pairs_w8(uint32_t *wp, const uint8_t *g, int64_t i0, int64_t i1) {
+    for (int64_t k = i0; k < i1; k += 2) {
+        const __m128i a0 = _mm_loadu_si128((const __m128i *)(g + 16 * k));
+        const __m128i a1 =
+            k + 1 < i1 ? _mm_loadu_si128((const __m128i *)(g + 16 * (k + 1))) : _mm_setzero_si128();
+        const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(a0, a1)),
+                                                  _mm_unpackhi_epi16(a0, a1), 1);
+        _mm256_store_si256((__m256i *)(wp + 8 * ((k - i0) / 2)), v);
+    }
+}
+
+/* y (+)= the 16 rows × nv tokens of one panel over np pairs (xp: the panel's first pair) */
 BF_INLINE void bf_panel(float *y, int64_t ys, const uint32_t *wp, const uint32_t *xp, int64_t np,
-                        bool add, int nv) {
-    __m512 acc[KERN_R8F_PANEL];
-#pragma GCC unroll 12
-    for (int t = 0; t < KERN_R8F_PANEL; t++) acc[t] = _mm512_setzero_ps();
+                        bool add, int nv, const int NT) {
+    __m512 acc[BF_PANEL];
+#pragma GCC unroll 20
+    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t p = 0; p < np; p++) {
         const __m512bh w = (__m512bh)_mm512_load_si512(wp + 16 * p);
-#pragma GCC unroll 12
-        for (int t = 0; t < KERN_R8F_PANEL; t++)
-            acc[t] = _mm512_dpbf16_ps(acc[t], w, (__m512bh)_mm512_set1_epi32((int)xp[16 * p + t]));
+        const uint32_t *xv = xp + BF_PANEL * p;
+#pragma GCC unroll 20
+        for (int t = 0; t < NT; t++)
+            acc[t] = _mm512_dpbf16_ps(acc[t], w, (__m512bh)_mm512_set1_epi32((int)xv[t]));
     }
-#pragma GCC unroll 12
-    for (int t = 0; t < KERN_R8F_PANEL; t++) {
+#pragma GCC unroll 20
+    for (int t = 0; t < NT; t++) {
         if (t >= nv) break;
         __m512 s = acc[t];
         if (add) s = _mm512_add_ps(s, _mm512_loadu_ps(y + t * ys));
         _mm512_storeu_ps(y + t * ys, s);
+    }
+}
+
+/* The same for 8 rows. */
+BF_INLINE void bf_panel8(float *y, int64_t ys, const uint32_t *wp, const uint32_t *xp, int64_t np,
+                         bool add, int nv, const int NT) {
+    __m256 acc[BF_PANEL];
+#pragma GCC unroll 20
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t p = 0; p < np; p++) {
+        const __m256bh w = (__m256bh)_mm256_load_si256((const __m256i *)(wp + 8 * p));
+        const uint32_t *xv = xp + BF_PANEL * p;
+#pragma GCC unroll 20
+        for (int t = 0; t < NT; t++)
+            acc[t] = _mm256_dpbf16_ps(acc[t], w, (__m256bh)_mm256_set1_epi32((int)xv[t]));
+    }
+#pragma GCC unroll 20
+    for (int t = 0; t < NT; t++) {
+        if (t >= nv) break;
+        __m256 s = acc[t];
+        if (add) s = _mm256_add_ps(s, _mm256_loadu_ps(y + t * ys));
+        _mm256_storeu_ps(y + t * ys, s);
     }
 }
 
@@ -115,31 +177,85 @@ BF_INLINE void bf_decode(float *y, const uint8_t *ga, const uint8_t *gb, const f
                      _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
 }
 
-/* tile16 of bf16 (kernels/ref/matmul.h): two groups × nt tokens, in panels when nt > 1 */
+/* 8 rows × one token, the avx512 level's ftile8 decode step for step (the same sums) */
+BF_INLINE void bf_decode8(float *y, const uint8_t *g, const float *x, int64_t n) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+#define BF_W8(k)                                                                                   \
+    _mm256_castsi256_ps(                                                                           \
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(g + 16 * (k)))), 16))
+    int64_t k = 0;
+    for (; k + 4 <= n; k += 4) {
+        _mm_prefetch((const char *)g + 16 * k + 6144, _MM_HINT_T0);
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++)
+            acc[u] = _mm256_fmadd_ps(BF_W8(k + u), _mm256_broadcast_ss(x + k + u), acc[u]);
+    }
+    for (; k < n; k++) acc[0] = _mm256_fmadd_ps(BF_W8(k), _mm256_broadcast_ss(x + k), acc[0]);
+#undef BF_W8
+    __m256 s = acc[0];
+    for (int u = 1; u < 4; u++) s = _mm256_add_ps(s, acc[u]);
+    _mm256_storeu_ps(y, s);
+}
+
+/* tile16 of bf16 (kernels/ref/matmul.h): two groups × nt tokens; nt > 1: bf_pack's panels */
 static void tile16_bf16_dp(float *y, int64_t ys, const void *g, const void *x, size_t xst,
                            int64_t n, int nt) {
     const uint8_t *ga = g, *gb = ga + 16 * n;
-    const float *xf = x;
     (void)xst;
     if (nt == 1) {
-        bf_decode(y, ga, gb, xf, n);
+        bf_decode(y, ga, gb, x, n);
         return;
     }
-    _Alignas(64) uint32_t wp[16 * BF_PAIRS], xp[16 * BF_PAIRS];
+    const uint32_t *xp = x;
+    const int64_t pan_words = BF_PANEL * bf_n_pairs(n);
+    _Alignas(64) uint32_t wp[16 * BF_PAIRS];
     for (int64_t i0 = 0; i0 < n; i0 += BF_CHUNK) {
         const int64_t i1 = n - i0 < BF_CHUNK ? n : i0 + BF_CHUNK, np = (i1 - i0 + 1) / 2;
-        bf_pairs_w(wp, ga, gb, i0, i1);
-        for (int t0 = 0; t0 < nt; t0 += KERN_R8F_PANEL) {
-            const float *pan = xf + (int64_t)t0 * n;
-            const int nv = nt - t0 < KERN_R8F_PANEL ? nt - t0 : KERN_R8F_PANEL;
-            bf_pairs_x(xp, pan, i0, i1);
-            bf_panel(y + t0 * ys, ys, wp, xp, np, i0 > 0, nv);
+        const uint8_t *pa = i1 < n ? ga + 16 * i1 : gb + 16 * n, *pb = i1 < n ? gb + 16 * i1 : gb + 32 * n;
+        bf_pairs_w(wp, ga, gb, i0, i1, pa, pb);
+        for (int t0 = 0; t0 < nt; t0 += BF_PANEL) {
+            const uint32_t *pan = xp + t0 / BF_PANEL * pan_words + i0 / 2 * BF_PANEL;
+            const int nv = nt - t0 < BF_PANEL ? nt - t0 : BF_PANEL;
+            /* a short last panel computes only the tokens it has, rounded up to 4 */
+            if (nv > 12) bf_panel(y + t0 * ys, ys, wp, pan, np, i0 > 0, nv, BF_PANEL);
+            else if (nv > 8) bf_panel(y + t0 * ys, ys, wp, pan, np, i0 > 0, nv, 12);
+            else if (nv > 4) bf_panel(y + t0 * ys, ys, wp, pan, np, i0 > 0, nv, 8);
+            else bf_panel(y + t0 * ys, ys, wp, pan, np, i0 > 0, nv, 4);
+        }
+    }
+}
+
+/* tile8 of bf16: one group (a matmul's last 8 rows of 16k + 8), the same layouts */
+static void tile8_bf16_dp(float *y, int64_t ys, const void *g, const void *x, size_t xst,
+                          int64_t n, int nt) {
+    (void)xst;
+    if (nt == 1) {
+        bf_decode8(y, g, x, n);
+        return;
+    }
+    const uint32_t *xp = x;
+    const int64_t pan_words = BF_PANEL * bf_n_pairs(n);
+    _Alignas(64) uint32_t wp[8 * BF_PAIRS];
+    for (int64_t i0 = 0; i0 < n; i0 += BF_CHUNK) {
+        const int64_t i1 = n - i0 < BF_CHUNK ? n : i0 + BF_CHUNK, np = (i1 - i0 + 1) / 2;
+        bf_pairs_w8(wp, g, i0, i1);
+        for (int t0 = 0; t0 < nt; t0 += BF_PANEL) {
+            const uint32_t *pan = xp + t0 / BF_PANEL * pan_words + i0 / 2 * BF_PANEL;
+            const int nv = nt - t0 < BF_PANEL ? nt - t0 : BF_PANEL;
+            /* a short last panel computes only the tokens it has, rounded up to 4 */
+            if (nv > 12) bf_panel8(y + t0 * ys, ys, wp, pan, np, i0 > 0, nv, BF_PANEL);
+            else if (nv > 8) bf_panel8(y + t0 * ys, ys, wp, pan, np, i0 > 0, nv, 12);
+            else if (nv > 4) bf_panel8(y + t0 * ys, ys, wp, pan, np, i0 > 0, nv, 8);
+            else bf_panel8(y + t0 * ys, ys, wp, pan, np, i0 > 0, nv, 4);
         }
     }
 }
 
 void kern_impl_fill_avx512bf16(struct kern_impl *impl) {
+    impl->tile8[KERN_TYPE_BF16] = tile8_bf16_dp;
     impl->tile16[KERN_TYPE_BF16] = tile16_bf16_dp;
+    impl->r8f_pack[KERN_TYPE_BF16] = bf_pack;
 }
 
 #if defined(__clang__)

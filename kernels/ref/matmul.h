@@ -26,7 +26,9 @@ typedef void (*kern_tile_fn)(float *y, int64_t y_stride, const void *w, size_t w
  * packs and covers the tokens in blocks of KERN_R8F_BLOCK_TOKS, whole panels, so that
  * only a matmul's last block computes a panel short of tokens): panel p holds
  * [n][KERN_R8F_PANEL] floats, value k of its tokens side by side (a missing token's 0),
- * and starts p·KERN_R8F_PANEL·n floats into x; x_stride is then unused. */
+ * and starts p·KERN_R8F_PANEL·n floats into x; x_stride is then unused. A level with an
+ * r8f_pack entry for the type reads its own packing instead. A block of one token (a
+ * matmul of 60k + 1 tokens ends with one) is its f32 row, as decode's. */
 #define KERN_R8F_PANEL 12
 #define KERN_R8F_BLOCK_TOKS (KERN_TILE_TOKS / KERN_R8F_PANEL * KERN_R8F_PANEL)
 typedef void (*kern_tile8_fn)(float *y, int64_t y_stride, const void *g, const void *x,
@@ -47,6 +49,11 @@ struct kern_impl {
     kern_from_f32_fn from_f32[KERN_TYPE_COUNT]; /* by destination type; bit-identical to
                                                  * the traits' reference from_f32 */
     kern_from_f32_fn act_from_f32[KERN_TYPE_COUNT]; /* by vec_dot_type (q8_0, q8_1) */
+    /* f16/bf16 rows8 prefill, by weight type: packs a block of nt tokens (2 <= nt <=
+     * KERN_R8F_BLOCK_TOKS; f32 rows of n values, n apart) into dst, in the layout this
+     * level's tile8/tile16 of the type read, within the f32 panels' bytes; NULL: the f32
+     * panels */
+    void (*r8f_pack[KERN_TYPE_COUNT])(void *dst, const float *x, int64_t n, int nt);
     size_t (*act_row_size)(enum kern_type vdt, int64_t n);
     /* the level that wrote each tile entry (impl_build; for kern_matmul_path) */
     const char *tile_level[KERN_TYPE_COUNT], *tile8_level[KERN_TYPE_COUNT],

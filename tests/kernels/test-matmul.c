@@ -357,15 +357,15 @@ TEST(level_names) {
 /* Weights repacked into rows8 (kernels/types.h): the conversion is a permutation of the
  * bytes (back again byte for byte), and on every level, with or without its rows8 kernels,
  * kern_matmul_layout gives the spec of the rows for decode, 2-7 tokens (the tile's 4-token
- * steps and each remainder), 60 (f16/bf16: one whole token block of 5 panels), 64 and 70
- * (two token units; f16/bf16: a second block of 4 and 10 tokens), over 1 to 5 groups of 8 rows and
+ * steps and each remainder), 60 (f16/bf16: one whole token block of 5 panels), 61 (f16/bf16:
+ * a lone last token), 64 and 70 (two token units; f16/bf16: a second block of 4 and 10 tokens), over 1 to 5 groups of 8 rows and
  * 3 to 72 blocks (k-quants and iq4_xs: 1 to 9 super-blocks, half of the rows random bytes: every scale
  * bit pattern), on 1 and 2 threads (bit-identical). */
 TEST(matmul_rows8_vs_spec) {
     struct kern_pool *pool = NULL;
     ASSERT_OK(kern_pool_new(2, &pool));
     const char *saved = kern_cpu()->level;
-    static const int64_t toks[] = {1, 2, 3, 4, 5, 6, 7, 60, 64, 70};
+    static const int64_t toks[] = {1, 2, 3, 4, 5, 6, 7, 60, 61, 64, 70};
     static const int64_t shapes[][2] = {{96, 8}, {2304, 24}, {1024, 40}, {288, 16}};
     static const int types[] = {KERN_TYPE_F16,  KERN_TYPE_BF16, KERN_TYPE_Q4_0, KERN_TYPE_Q8_0,
                                 KERN_TYPE_Q4_K, KERN_TYPE_Q5_K, KERN_TYPE_Q6_K, KERN_TYPE_Q3_K,
@@ -421,6 +421,50 @@ TEST(matmul_rows8_vs_spec) {
     ASSERT_TRUE(!kern_rows8_supported(KERN_TYPE_Q4_0, 256, 12));
     ASSERT_TRUE(!kern_rows8_supported(KERN_TYPE_Q5_0, 256, 16));
     ASSERT_TRUE(!kern_rows8_supported((enum kern_type)77, 256, 16));
+}
+
+/* f16/bf16 rows8 at every level over an odd n (a last value without its pair in the
+ * avx512bf16 level's bf16 pairs) within one chunk of values and past one (259), and token
+ * counts that end on a short panel (2, 13), a whole block and a lone token (61: the lone
+ * last token was read as a panel before its row was passed), and a second block of 10
+ * (70); 8 rows (tile8 alone) and 24 (tile16 and tile8), on 1 and 2 threads (identical). */
+TEST(matmul_rows8_float_odd) {
+    struct kern_pool *pool = NULL;
+    ASSERT_OK(kern_pool_new(2, &pool));
+    const char *saved = kern_cpu()->level;
+    static const int64_t n_ins[] = {97, 259}, n_outs[] = {8, 24}, toks[] = {2, 13, 61, 70};
+    static const int types[] = {KERN_TYPE_F16, KERN_TYPE_BF16};
+    int checked = 0;
+    for (int li = 0; kern_level_name(li); li++) {
+        const char *level = kern_level_name(li);
+        if (kern_set_level(level) < 0) continue;
+        for (size_t ti = 0; ti < ARRAY_SIZE(types); ti++)
+        for (size_t ii = 0; ii < ARRAY_SIZE(n_ins); ii++)
+        for (size_t oi = 0; oi < ARRAY_SIZE(n_outs); oi++)
+            for (size_t k = 0; k < ARRAY_SIZE(toks); k++) {
+                struct mm_case c;
+                mm_case_init(&c, types[ti], n_ins[ii], n_outs[oi], toks[k]);
+                size_t bytes = kern_row_size(c.wt, c.n_in) * (size_t)c.n_out;
+                uint8_t *g = malloc(bytes);
+                ASSERT_TRUE(g != NULL);
+                ASSERT_OK(kern_rows8_pack(c.wt, g, c.w, c.n_in, c.n_out));
+                float *y = mm_check_layout(&c, NULL, level, g, KERN_LAYOUT_ROWS8);
+                float *y2 = y ? mm_check_layout(&c, pool, level, g, KERN_LAYOUT_ROWS8) : NULL;
+                bool ok = y2 && memcmp(y, y2, sizeof(float) * (size_t)(c.n_out * c.n_tok)) == 0;
+                free(y);
+                free(y2);
+                free(g);
+                mm_case_free(&c);
+                if (!ok)
+                    TEST_FAIL_("level %s %s n_in %lld n_out %lld n_tok %lld", level,
+                               kern_type_name(types[ti]), (long long)n_ins[ii],
+                               (long long)n_outs[oi], (long long)toks[k]);
+                checked++;
+            }
+    }
+    kern_set_level(saved);
+    kern_pool_free(pool);
+    ASSERT_TRUE(checked >= 32);
 }
 
 /* The dispatch, pinned: at each level this CPU has, the level and path every type's decode
@@ -566,4 +610,4 @@ TEST(matmul_dispatch_pinned) {
 
 TEST_MAIN(T(level_names), T(matmul_edges), T(spec_vs_exact), T(quantize_row_bit_exact),
           T(matmul_all_levels_vs_spec), T(matmul_tile_paths_vs_spec), T(matmul_rows8_vs_spec),
-          T(matmul_dispatch_pinned))
+          T(matmul_rows8_float_odd), T(matmul_dispatch_pinned))
