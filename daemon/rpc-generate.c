@@ -247,7 +247,7 @@ static int send_text(struct gen_job *j, int32_t id, const char *text, size_t len
     }
     char *r = j->scratch, *a = j->scratch + len + 32;
     if (j->split) engine_chat_think_split(&j->think, text, len, r, &nr, a, &na);
-    else memcpy(a, text, len);
+    else if (len) memcpy(a, text, len);
     if (!j->tools) return send_event(j, id, a, na, r, nr);
     int e;
     size_t out = hold_calls(j, a, na, &e);

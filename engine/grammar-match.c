@@ -361,7 +361,7 @@ static int set_intern(struct engine_grammar_matcher *m, int32_t *ret) {
     for (; m->set_tab[i] >= 0; i = (i + 1) & tmask) {
         const struct gm_set *s = &m->sets[m->set_tab[i]];
         if (s->hash == h && s->n == n &&
-            !memcmp(m->members + s->off, m->scratch, n * sizeof *m->scratch)) {
+            (n == 0 || !memcmp(m->members + s->off, m->scratch, n * sizeof *m->scratch))) {
             *ret = m->set_tab[i];
             return 0;
         }

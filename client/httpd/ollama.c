@@ -399,8 +399,9 @@ static enum MHD_Result load_or_unload(struct request *r, struct gen_job *j) {
             warm_free(ms);
             /* warmd's default model (no name) is looked up by warmd itself */
             if (!found && *want) {
+                enum MHD_Result e = reply_error(r, 404, "model", "model '%s' not found", j->model);
                 gen_job_free(j);
-                return reply_error(r, 404, "model", "model '%s' not found", j->model);
+                return e;
             }
             loaded = loaded || !*want;
         }
@@ -487,10 +488,12 @@ static enum MHD_Result fill_in_middle(struct request *r, struct gen_job *j, cons
     bool has = model_fim_tokens(d, fim);
     warm_free(d);
     if (!has) {
+        enum MHD_Result e = reply_error(r, 400, "suffix", "model '%s' does not support insert: "
+                                        "its vocabulary names no fill-in-the-middle tokens "
+                                        "(prefix, suffix, middle), so 'suffix' cannot be used "
+                                        "with it", j->model);
         gen_job_free(j);
-        return reply_error(r, 400, "suffix", "model '%s' does not support insert: its "
-                           "vocabulary names no fill-in-the-middle tokens (prefix, suffix, "
-                           "middle), so 'suffix' cannot be used with it", j->model);
+        return e;
     }
     /* BOS: what tokenizing with the vocabulary's own rule puts before the text. */
     int32_t *with;

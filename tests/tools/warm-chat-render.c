@@ -112,9 +112,8 @@ int main(int argc, char **argv) {
                    *args = json_object_get(call, "arguments");
             calls[k].name = json_string_value(name);
             calls[k].name_len = calls[k].name ? strlen(calls[k].name) : 0;
-            calls[k].arguments = json_is_string(args)
-                                     ? json_string_value(args)
-                                     : json_dumps(args, JSON_PRESERVE_ORDER); /* freed at exit */
+            calls[k].arguments = json_is_string(args) ? strdup(json_string_value(args))
+                                                      : json_dumps(args, JSON_PRESERVE_ORDER);
             calls[k].arguments_len = calls[k].arguments ? strlen(calls[k].arguments) : 0;
         }
         m[i].tool_calls = calls;
@@ -131,14 +130,17 @@ int main(int argc, char **argv) {
     if (buf)
         r = engine_chat_render_tools((enum engine_chat_family)fam, m, n, &tools, flags, buf, len,
                                      &len, &d);
-    if (r < 0) {
+    if (r < 0)
         fprintf(stderr, "warm-chat-render: %s\n", err_msg(&d, r));
-        return 1;
+    else
+        fwrite(buf, 1, len, stdout);
+    for (size_t i = 0; i < n; i++) {
+        for (size_t k = 0; k < m[i].n_tool_calls; k++) free((char *)m[i].tool_calls[k].arguments);
+        free((void *)m[i].tool_calls);
     }
-    fwrite(buf, 1, len, stdout);
     free(buf);
     free(m);
     free(tools_text);
     json_decref(doc);
-    return 0;
+    return r < 0 ? 1 : 0;
 }
