@@ -34,7 +34,7 @@ MKMODEL = os.path.join(BIN, "warm-mkmodel")
 BENCH = os.path.join(os.environ.get("WARM_TEST_BIN", os.path.join(BIN, "..", "tests")),
                      "warm-httpd-bench")
 STORIES = os.path.join(SHARED, "stories260K.gguf") if SHARED else ""
-NPM_PACKAGES = ["openai@6.30.1", "ollama@0.6.4"]
+NPM_PACKAGES = ["openai@6.30.1", "ollama@0.6.4", "@langchain/ollama@1.3.0", "@langchain/core@1.4.0"]
 PROXY, ALICE, BOB, OUTSIDER = 65531, 65534, 65533, 65532
 PROMPT, USER_MSG, N = "Once upon a time", "Hi", 12
 WAIT = 60.0  # caps on polls, never timing assertions

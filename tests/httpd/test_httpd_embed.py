@@ -6,7 +6,8 @@ dimensions), embeddings (legacy, not normalized), show's capabilities ["embeddin
 cosine, then chat with it) with both models resident (ps), and chat on an embedding model
 refused naming it. Through the official openai npm package: embeddings.create with float,
 the SDK's default (base64, decoded by the SDK) and explicit base64, token ids, dimensions
-and usage. Every vector equals the Embed RPC's for the same input. And by curl: a text
+and usage. Through LangChain's OllamaEmbeddings (@langchain/ollama): embedDocuments and
+embedQuery. Every vector equals the Embed RPC's for the same input. And by curl: a text
 model on each endpoint is a 400 naming it, an over-long input without truncate a 400.
 
 Needs root (setpriv); npm for the SDK cases (skipped with a message without it)."""
@@ -111,6 +112,18 @@ class HttpdEmbedTest(HttpdHarness):
         self.assertEqual(out["ps"], ["chatty", "nomic"])
         self.assertEqual(out["chat_refused"]["status"], 400)
         self.assertIn("model 'nomic' is an embedding model", out["chat_refused"]["message"])
+
+    def test_langchain_ollama_embeddings(self):
+        """LangChain's OllamaEmbeddings (what LangChain RAG apps index with) gets the
+        RPC's vectors, of the model's width."""
+        self.start(prepare=add_embed)
+        out = self.node("embed_langchain_client.mjs", {"host": self.h.base, "model": "nomic",
+                                                       "docs": DOCS, "query": QUERY})
+        want = self.rpc(DOCS)
+        self.assertEqual(len(out["docs"]), len(DOCS))
+        self.assertEqual(len(out["docs"][0]), len(want[0]))
+        self.assertVecs(out["docs"], want, "embedDocuments")
+        self.assertVecs([out["query"]], self.rpc([QUERY]), "embedQuery")
 
     def test_openai_sdk(self):
         self.start(prepare=add_embed)
