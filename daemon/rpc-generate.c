@@ -219,7 +219,7 @@ static size_t hold_calls(struct gen_job *j, const char *a, size_t n, int *err) {
     static const char open[] = "<tool_call>";
     *err = buf_append(&j->held, &j->n_held, &j->cap_held, a, n);
     if (*err < 0 || j->in_calls) return 0;
-    const char *hit = memmem(j->held, j->n_held, open, sizeof open - 1);
+    const char *hit = j->n_held ? memmem(j->held, j->n_held, open, sizeof open - 1) : NULL;
     size_t keep;
     if (hit) {
         j->in_calls = true;
@@ -315,7 +315,7 @@ static bool job_token(struct runner_job *b, int32_t id, const char *text, size_t
     if (len) memcpy(j->pending + j->n_pending, text, len); /* pending is NULL until text */
     j->n_pending = need;
     size_t emit = j->n_pending, hold = 0;
-    for (size_t k = 0; k < j->n_stop; k++) {
+    for (size_t k = 0; k < j->n_stop && j->n_pending; k++) {
         const char *hit = memmem(j->pending, j->n_pending, j->stop[k], strlen(j->stop[k]));
         if (hit && (size_t)(hit - j->pending) < emit) {
             emit = (size_t)(hit - j->pending);
