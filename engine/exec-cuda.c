@@ -270,14 +270,12 @@ enum gpu_graph gpu_graph_begin(struct engine_context *ctx, int32_t n, int32_t n_
     }
     int r = kern_cuda_graph_begin(g->cu);
     if (r < 0) return GPU_GRAPH_NONE; /* the step runs as it is */
-    g->recording = true;
     return GPU_GRAPH_RECORDING;
 }
 
 void gpu_graph_end(struct engine_context *ctx) {
     struct gpu *g = ctx->gpu;
     struct kern_cuda_graph *graph = NULL;
-    g->recording = false;
     int r = kern_cuda_graph_end(g->cu, &graph);
     if (r < 0 || g->exec.err) {
         kern_cuda_graph_free(graph);

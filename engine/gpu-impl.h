@@ -63,7 +63,6 @@ struct gpu {
     struct exec exec;              /* the recipe's ops on it (engine/exec-cuda.c) */
     int32_t n_out;                 /* rows of the step that want logits */
     struct kern_cuda_graph *graph; /* the one-token step with one row of logits, once recorded */
-    bool recording;
 };
 
 static inline size_t gpu_act_off(const struct gpu *g, const void *p) {
