@@ -1,7 +1,7 @@
 /* Thread pool and matrix multiplication.
  *
  * kern_matmul() supports every type whose traits row has a vec_dot (f32, f16, bf16,
- * q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_xs). It picks the kernels of the
+ * q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_xs, mxfp4). It picks the kernels of the
  * best SIMD level once (kern_init()); results do not depend on the thread count (each
  * output is computed by one tile, whatever the split), so runs are reproducible.
  * A pool runs one task at a time: kern_pool_run() must not be called concurrently on the

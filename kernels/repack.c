@@ -19,6 +19,7 @@ static size_t group_block_bytes(enum kern_type wt) {
     case KERN_TYPE_Q3_K: return 8 * sizeof(struct block_q3_K);
     case KERN_TYPE_Q2_K: return 8 * sizeof(struct block_q2_K);
     case KERN_TYPE_IQ4_XS: return 8 * sizeof(struct block_iq4_xs);
+    case KERN_TYPE_MXFP4: return 8 * sizeof(struct block_mxfp4);
     default: return 0;
     }
 }
@@ -42,6 +43,9 @@ static void group_block(enum kern_type wt, uint8_t *g, uint8_t *row[8], bool to_
             move(g + 2 * r, row[r], 2, to_group);
             for (int k = 0; k < (wt == KERN_TYPE_Q4_0 ? 4 : 8); k++)
                 move(g + 16 + 32 * k + 4 * r, row[r] + 2 + 4 * k, 4, to_group);
+        } else if (wt == KERN_TYPE_MXFP4) { /* e | qs[16] */
+            move(g + r, row[r], 1, to_group);
+            for (int k = 0; k < 4; k++) move(g + 8 + 32 * k + 4 * r, row[r] + 1 + 4 * k, 4, to_group);
         } else if (wt == KERN_TYPE_Q6_K) { /* ql[128] | qh[64] | scales[16] | d */
             move(g + 2 * r, row[r] + 208, 2, to_group);
             for (int j = 0; j < 8; j++) move(g + 16 + 16 * j + 2 * r, row[r] + 192 + 2 * j, 2, to_group);

@@ -12,6 +12,7 @@
 const int8_t kern_iq4nl_values[16] = {
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 };
+const int8_t kern_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 #define CONV(t) .to_f32 = kern_ref_##t##_to_f32, .from_f32 = kern_ref_##t##_from_f32
 
@@ -68,6 +69,10 @@ static const struct kern_type_traits type_table[KERN_TYPE_COUNT] = {
                           .type_size = sizeof(struct block_iq4_xs), .is_quantized = true,
                           CONV(iq4_xs), .vec_dot_type = KERN_TYPE_Q8_0,
                           .vec_dot = kern_ref_dot_iq4_xs_q8_0},
+    [KERN_TYPE_MXFP4] = {.name = "mxfp4", .blck_size = QK_MXFP4,
+                         .type_size = sizeof(struct block_mxfp4), .is_quantized = true,
+                         CONV(mxfp4), .vec_dot_type = KERN_TYPE_Q8_0,
+                         .vec_dot = kern_ref_dot_mxfp4_q8_0},
     [KERN_TYPE_Q8_K] = {.name = "q8_K", .blck_size = QK_K, .type_size = sizeof(struct block_q8_K),
                         .is_quantized = true, .to_f32 = kern_ref_q8_K_to_f32},
     [KERN_TYPE_I8] = {.name = "i8", .blck_size = 1, .type_size = sizeof(int8_t)},
@@ -168,4 +173,10 @@ kern_bf16 kern_fp32_to_bf16(float f) {
 
 float kern_bf16_to_fp32(kern_bf16 h) {
     return f32_from_bits((uint32_t)h << 16);
+}
+
+/* e >= 2: the normal float of exponent field e - 1; e = 0, 1: the subnormals 2^-128 and
+ * 2^-127 (mantissa bit 21, 22). */
+float kern_e8m0_half(uint8_t e) {
+    return f32_from_bits(e >= 2 ? (uint32_t)(e - 1) << 23 : 0x00200000u << e);
 }

@@ -37,7 +37,9 @@ enum kern_type {
     KERN_TYPE_F64 = 28,
     KERN_TYPE_IQ1_M = 29,
     KERN_TYPE_BF16 = 30,
-    KERN_TYPE_COUNT = 31
+    /* 31..38: ggml's removed repacked types and the ternary tq1_0/tq2_0, unknown here */
+    KERN_TYPE_MXFP4 = 39, /* OCP microscaling FP4 (gpt-oss experts) */
+    KERN_TYPE_COUNT = 40
 };
 
 /* Weight layouts. KERN_LAYOUT_ROWS is the file's: n_out rows of kern_row_size(wt, n_in)
@@ -57,7 +59,8 @@ enum kern_type {
  *   q3_K: d[8] | scales in 3 chunks | hmask in 8 chunks | qs in 16 chunks
  *   q2_K: d[8] | dmin[8] | scales in 8 chunks of 16 bytes, as q6_K's | qs in 16 chunks
  *   iq4_xs: d[8] | scales_h[8] | scales_l in 1 chunk | qs in 32 chunks (chunk c = bytes
- *         4c..4c+3: sub-block c / 4, its values 4(c % 4).. low, 16 + 4(c % 4).. high) */
+ *         4c..4c+3: sub-block c / 4, its values 4(c % 4).. low, 16 + 4(c % 4).. high)
+ *   mxfp4: e[8] (1 byte each, row r's at r) | qs in 4 chunks as q4_0's: 136 bytes */
 enum kern_layout { KERN_LAYOUT_ROWS = 0, KERN_LAYOUT_ROWS8 = 1 };
 
 typedef uint16_t kern_f16;   /* IEEE 754 binary16 bits */
@@ -70,6 +73,7 @@ typedef uint16_t kern_bf16;  /* bfloat16 bits */
 #define QK8_0 32
 #define QK8_1 32
 #define QK4_NL 32
+#define QK_MXFP4 32
 #define QK_K 256
 
 /* d = scale; x = d * q */
@@ -100,6 +104,10 @@ struct block_q3_K { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4]; uint8_t scale
 /* x = d·(ls_j - 32)·kern_iq4nl_values[q] per sub-block j of 32 (nibbles as iq4_nl);
  * ls_j 6 bits: low 4 in nibble j%2 of scales_l[j/2], top 2 at bits 2j of scales_h */
 struct block_iq4_xs { kern_f16 d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; };
+/* MXFP4 (OCP MX v1.0): x = 2^(e-127) · E2M1(q), stored as x = kern_e8m0_half(e) ·
+ * kern_mxfp4_values[q] (the E2M1 values doubled, so integers; the scale halved, as ggml);
+ * nibbles as q4_0's: low nibble of byte j = value j, high = value j + 16. */
+struct block_mxfp4 { uint8_t e; uint8_t qs[QK_MXFP4 / 2]; };
 
 static_assert(sizeof(struct block_q8_0) == 34, "block_q8_0 size");
 static_assert(sizeof(struct block_q4_0) == 18, "block_q4_0 size");
@@ -115,6 +123,7 @@ static_assert(sizeof(struct block_q8_K) == 292, "block_q8_K size");
 static_assert(sizeof(struct block_q2_K) == 84, "block_q2_K size");
 static_assert(sizeof(struct block_q3_K) == 110, "block_q3_K size");
 static_assert(sizeof(struct block_iq4_xs) == 136, "block_iq4_xs size");
+static_assert(sizeof(struct block_mxfp4) == 17, "block_mxfp4 size");
 
 typedef void (*kern_to_f32_fn)(float *dst, const void *src, int64_t n);
 typedef void (*kern_from_f32_fn)(void *dst, const float *src, int64_t n);
@@ -151,3 +160,8 @@ float kern_bf16_to_fp32(kern_bf16 h);
 
 /* The 16 IQ4_NL code values. */
 extern const int8_t kern_iq4nl_values[16];
+/* The 16 MXFP4 code values: E2M1 (sign, 2 exponent bits, 1 mantissa bit) times 2. */
+extern const int8_t kern_mxfp4_values[16];
+/* 2^(e-128): an E8M0 scale byte halved (matching the doubled code values); exact for
+ * every e (e = 0, 1 are the subnormals 2^-128, 2^-127; 255 is 2^127, no NaN). */
+float kern_e8m0_half(uint8_t e);

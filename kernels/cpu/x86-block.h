@@ -15,10 +15,16 @@ X86_INLINE __m256i iq4_lookup(__m256i nib, const bool sgn) {
     return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(tbl), nib);
 }
 
+/* 32 nibbles (value order) through the mxfp4 table + 12 (U mode, wk_off): 0..24. */
+X86_INLINE __m256i mxfp4_lookup(__m256i nib) {
+    const __m128i tbl = _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(tbl), nib);
+}
+
 /* Unpacks weight block wb of kind K into 32 codes (U) or signed values (S) in value
  * order, its d and its m. */
 X86_INLINE __m256i wblock_unpack(const uint8_t *wb, const int K, float *ret_d, float *ret_m) {
-    *ret_d = f16_load(wb);
+    *ret_d = K == WK_MXFP4 ? e8m0_half(wb[0]) : f16_load(wb);
     *ret_m = wk_has_m(K) ? f16_load(wb + 2) : 0.0f;
     switch (K) {
     case WK_Q8_0: {
@@ -29,6 +35,7 @@ X86_INLINE __m256i wblock_unpack(const uint8_t *wb, const int K, float *ret_d, f
     case WK_Q4_1: return nibbles_unpack(wb + 4);
     case WK_Q5_0: return _mm256_or_si256(nibbles_unpack(wb + 6), qh_unpack(wb + 2));
     case WK_Q5_1: return _mm256_or_si256(nibbles_unpack(wb + 8), qh_unpack(wb + 4));
+    case WK_MXFP4: return mxfp4_lookup(nibbles_unpack(wb + 1));
     default: /* WK_IQ4_NL: codes through the 16-entry table (+128 in U mode) */
         return iq4_lookup(nibbles_unpack(wb + 2), wk_signed(K));
     }

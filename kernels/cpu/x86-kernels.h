@@ -14,7 +14,7 @@
  * Quantized weights: every block is unpacked to 32 bytes in natural value order. Two ways
  * to feed the unsigned×signed byte dot (VPDPBUSD / PMADDUBSW):
  *   U: unsigned codes u = value + OFF (q4_0: OFF 8, q5_0: 16, q8_0/iq4_nl: 128,
- *      q4_1/q5_1: 0), and Σ u·x is corrected by -OFF·Σx, computed once per token step;
+ *      mxfp4: 12, q4_1/q5_1: 0), and Σ u·x is corrected by -OFF·Σx, computed once per token step;
  *   S: signed values v, Σ |v|·(x·sign v) — for PMADDUBSW when u could reach 255, where its
  *      16-bit pair sums would saturate (q8_0 and iq4_nl without VNNI).
  * Each block's integer lanes are converted to f32 and accumulated with d_w·d_x; q4_1 and
@@ -25,7 +25,7 @@
  * instead (ipack: one register holds 4 rows, see ipack_body), decodes k-quants a
  * super-block at a time (kdirect_body) and runs float tiles of 4 rows × 3 tokens. Rows8
  * weights (kernels/ref/matmul.h) run 8 rows per register (r8_body); the 512-bit level's
- * prefill of q4_0 and the k-quants runs 16, two groups side by side (x86-rows16.h).
+ * prefill of q4_0, mxfp4 and the k-quants runs 16, two groups side by side (x86-rows16.h).
  *
  * The body is in parts, one per section, included below in the order they build on each
  * other; each says what it holds at its top. This file ends with the dispatch: the level's
@@ -61,6 +61,7 @@ X86_QTILE(q4_1, WK_Q4_1)
 X86_QTILE(q5_0, WK_Q5_0)
 X86_QTILE(q5_1, WK_Q5_1)
 X86_QTILE(iq4_nl, WK_IQ4_NL)
+X86_QTILE(mxfp4, WK_MXFP4)
 X86_QTILE(q4_K, WK_Q4_K)
 X86_QTILE(q5_K, WK_Q5_K)
 X86_QTILE(q6_K, WK_Q6_K)
@@ -86,6 +87,7 @@ X86_FTILE(bf16, FK_BF16)
         drv(y, ys, g, x, xst, n, nt, K);                                                    \
     }
 X86_TILE8(q4_0, tile8, WK_Q4_0)
+X86_TILE8(mxfp4, tile8, WK_MXFP4)
 X86_TILE8(q8_0, tile8, WK_Q8_0)
 X86_TILE8(q4_K, tile8, WK_Q4_K)
 X86_TILE8(q5_K, tile8, WK_Q5_K)
@@ -97,6 +99,7 @@ X86_TILE8(f16, ftile8, FK_F16)
 X86_TILE8(bf16, ftile8, FK_BF16)
 #if X86_W512
 X86_TILE8(16_q4_0, tile16q, WK_Q4_0)
+X86_TILE8(16_mxfp4, tile16q, WK_MXFP4)
 X86_TILE8(16_q4_K, tile16q, WK_Q4_K)
 X86_TILE8(16_q5_K, tile16q, WK_Q5_K)
 X86_TILE8(16_q6_K, tile16q, WK_Q6_K)
@@ -125,6 +128,7 @@ void X86_SFX(kern_impl_fill)(struct kern_impl *impl) {
     impl->tile[KERN_TYPE_Q5_0] = X86_SFX(tile_q5_0);
     impl->tile[KERN_TYPE_Q5_1] = X86_SFX(tile_q5_1);
     impl->tile[KERN_TYPE_IQ4_NL] = X86_SFX(tile_iq4_nl);
+    impl->tile[KERN_TYPE_MXFP4] = X86_SFX(tile_mxfp4);
     impl->tile[KERN_TYPE_Q4_K] = X86_SFX(tile_q4_K);
     impl->tile[KERN_TYPE_Q5_K] = X86_SFX(tile_q5_K);
     impl->tile[KERN_TYPE_Q6_K] = X86_SFX(tile_q6_K);
@@ -132,6 +136,7 @@ void X86_SFX(kern_impl_fill)(struct kern_impl *impl) {
     impl->tile[KERN_TYPE_Q3_K] = X86_SFX(tile_q3_K);
     impl->tile[KERN_TYPE_IQ4_XS] = X86_SFX(tile_iq4_xs);
     impl->tile8[KERN_TYPE_Q4_0] = X86_SFX(tile8_q4_0);
+    impl->tile8[KERN_TYPE_MXFP4] = X86_SFX(tile8_mxfp4);
     impl->tile8[KERN_TYPE_Q8_0] = X86_SFX(tile8_q8_0);
     impl->tile8[KERN_TYPE_Q4_K] = X86_SFX(tile8_q4_K);
     impl->tile8[KERN_TYPE_Q5_K] = X86_SFX(tile8_q5_K);
@@ -145,6 +150,7 @@ void X86_SFX(kern_impl_fill)(struct kern_impl *impl) {
     impl->tile8[KERN_TYPE_Q2_K] = X86_SFX(tile8_q2_K);
 #if X86_W512
     impl->tile16[KERN_TYPE_Q4_0] = X86_SFX(tile8_16_q4_0);
+    impl->tile16[KERN_TYPE_MXFP4] = X86_SFX(tile8_16_mxfp4);
     impl->tile16[KERN_TYPE_Q4_K] = X86_SFX(tile8_16_q4_K);
     impl->tile16[KERN_TYPE_Q5_K] = X86_SFX(tile8_16_q5_K);
     impl->tile16[KERN_TYPE_Q6_K] = X86_SFX(tile8_16_q6_K);

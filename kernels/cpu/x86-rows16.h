@@ -165,6 +165,53 @@ X86_INLINE void r16_q4_0_body(float *y, int64_t ys, const uint8_t *ga, const uin
     for (int t = 0; t < NT; t++) _mm512_storeu_ps(y + t * ys, acc[t]);
 }
 
+/* r8_mxfp4_body over 16 rows (VNNI) */
+X86_INLINE void r16_mxfp4_body(float *y, int64_t ys, const uint8_t *ga, const uint8_t *gb, const uint8_t *x,
+                               size_t xst, int64_t nb, const int NT) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i utbl = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24,
+                                                              12, 11, 10, 9, 8, 6, 4, 0));
+    __m512 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < nb; j++) {
+        const uint8_t *a = ga + wk_r8_bytes(WK_MXFP4) * j, *b = gb + wk_r8_bytes(WK_MXFP4) * j;
+        _mm_prefetch((const char *)a + 2048, _MM_HINT_T0);
+        _mm_prefetch((const char *)a + 2048 + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)b + 2048, _MM_HINT_T0);
+        _mm_prefetch((const char *)b + 2048 + 64, _MM_HINT_T0);
+        __m512i lo[4], hi[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const __m512i c = ld2x32(a + 8 + 32 * k, b + 8 + 32 * k);
+            lo[k] = _mm512_shuffle_epi8(utbl, _mm512_and_si512(c, m4));
+            hi[k] = _mm512_shuffle_epi8(utbl, _mm512_and_si512(_mm512_srli_epi16(c, 4), m4));
+        }
+        /* the 16 rows' E8M0 bytes in 32-bit lanes, then e8m0_half8's blend at 512 bits */
+        const __m512i e = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)a),
+                                                                 _mm_loadl_epi64((const __m128i *)b)));
+        const __m512i norm = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+        const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+        const __m512 dw = _mm512_castsi512_ps(
+            _mm512_mask_mov_epi32(sub, _mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1)), norm));
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            const uint8_t *xr = x + t * xst, *xq = xr + 32 * j;
+            const float *xd = (const float *)(xr + 32 * nb);
+            __m512i s = _mm512_set1_epi32(-12 * act_q8_0_sum(xr, nb, j)), s2 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                s = _mm512_dpbusd_epi32(s, lo[k], bcast4x16(xq + 4 * k));
+                s2 = _mm512_dpbusd_epi32(s2, hi[k], bcast4x16(xq + 16 + 4 * k));
+            }
+            s = _mm512_add_epi32(s, s2);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(xd[j])), acc[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) _mm512_storeu_ps(y + t * ys, acc[t]);
+}
+
 /* r8_qk_body (q4_K, q5_K) over 16 rows */
 X86_INLINE void r16_qk_body(float *y, int64_t ys, const uint8_t *ga, const uint8_t *gb, const uint8_t *x,
                             size_t xst, int64_t nb, const int NT, const int K) {
@@ -233,6 +280,7 @@ X86_INLINE void r16_qk_body(float *y, int64_t ys, const uint8_t *ga, const uint8
 X86_INLINE void r16_body(float *y, int64_t ys, const uint8_t *ga, const uint8_t *gb, const uint8_t *x,
                          size_t xst, int64_t nb, const int NT, const int K) {
     if (K == WK_Q4_0) r16_q4_0_body(y, ys, ga, gb, x, xst, nb, NT);
+    else if (K == WK_MXFP4) r16_mxfp4_body(y, ys, ga, gb, x, xst, nb, NT);
     else if (K == WK_Q4_K || K == WK_Q5_K) r16_qk_body(y, ys, ga, gb, x, xst, nb, NT, K);
     else r16_k16_body(y, ys, ga, gb, x, xst, nb, NT, K);
 }

@@ -1,6 +1,6 @@
 /* Part of x86-kernels.h: the bodies for rows8 weights (kernels/types.h, enum kern_layout):
  * a register holds 4 bytes of each of a group's 8 rows (lane r = row r), so decode needs
- * no horizontal sums. One body per layout (q4_0, q4_K/q5_K, q8_0, iq4_xs, and
+ * no horizontal sums. One body per layout (q4_0, mxfp4, q4_K/q5_K, q8_0, iq4_xs, and
  * q6_K/q3_K/q2_K with a scale per 16 values), each for 8 rows × up to 4 tokens; tile8 is
  * the driver of a type's tile8 entry (at the 256-bit level, the prefill of some kinds goes
  * through x86-prefill.h's ipack instead). The 512-bit level's 16-row forms follow in
@@ -70,6 +70,63 @@ X86_INLINE void r8_q4_0_body(float *y, int64_t ys, const uint8_t *g, const uint8
                 p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi[k], bcast4(xq + 16 + 4 * k)));
             }
             __m256i s = _mm256_sub_epi32(_mm256_madd_epi16(p, ones), _mm256_set1_epi32(corr));
+#endif
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_broadcast_ss(xd + j)), acc[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) _mm256_storeu_ps(y + t * ys, acc[t]);
+}
+
+/* mxfp4, 8 rows × NT tokens: q4_0's chunks (lane r = row r's values 4k.. low, 16 + 4k..
+ * high), each nibble through the mxfp4 table + 12 (U mode, u = 0..24, -12·Σx from the
+ * half sums); the 8 rows' E8M0 bytes become their scales in one vector (e8m0_half8).
+ * Without VNNI a pair of byte products is at most 2·24·127 = 6096, so the low and the
+ * high nibbles' 4 chunks each stay within int16 (24384) and are widened apart. */
+X86_INLINE void r8_mxfp4_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x, size_t xst,
+                              int64_t nb, const int NT) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const __m256i utbl = _mm256_broadcastsi128_si256(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24,
+                                                                   12, 11, 10, 9, 8, 6, 4, 0));
+    (void)ones; /* the VNNI bodies sum in VPDPBUSD */
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < nb; j++) {
+        const uint8_t *b = g + wk_r8_bytes(WK_MXFP4) * j;
+        _mm_prefetch((const char *)b + 2048, _MM_HINT_T0);
+        _mm_prefetch((const char *)b + 2048 + 64, _MM_HINT_T0);
+        __m256i lo[4], hi[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            __m256i c = _mm256_loadu_si256((const __m256i *)(b + 8 + 32 * k));
+            lo[k] = _mm256_shuffle_epi8(utbl, _mm256_and_si256(c, m4));
+            hi[k] = _mm256_shuffle_epi8(utbl, _mm256_and_si256(_mm256_srli_epi16(c, 4), m4));
+        }
+        const __m256 dw = e8m0_half8(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)b)));
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            const uint8_t *xr = x + t * xst, *xq = xr + 32 * j;
+            const float *xd = (const float *)(xr + 32 * nb);
+            const int32_t corr = 12 * act_q8_0_sum(xr, nb, j);
+#if X86_VNNI
+            __m256i s = _mm256_set1_epi32(-corr), s2 = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                s = _mm256_dpbusd_epi32(s, lo[k], bcast4(xq + 4 * k));
+                s2 = _mm256_dpbusd_epi32(s2, hi[k], bcast4(xq + 16 + 4 * k));
+            }
+            s = _mm256_add_epi32(s, s2);
+#else
+            __m256i p = _mm256_maddubs_epi16(lo[0], bcast4(xq));
+            __m256i p2 = _mm256_maddubs_epi16(hi[0], bcast4(xq + 16));
+#pragma GCC unroll 4
+            for (int k = 1; k < 4; k++) {
+                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(lo[k], bcast4(xq + 4 * k)));
+                p2 = _mm256_add_epi16(p2, _mm256_maddubs_epi16(hi[k], bcast4(xq + 16 + 4 * k)));
+            }
+            __m256i s = _mm256_add_epi32(_mm256_madd_epi16(p, ones), _mm256_madd_epi16(p2, ones));
+            s = _mm256_sub_epi32(s, _mm256_set1_epi32(corr));
 #endif
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_broadcast_ss(xd + j)), acc[t]);
         }
@@ -503,6 +560,7 @@ X86_INLINE void r8_q6_K_vnni_body(float *y, int64_t ys, const uint8_t *g, const 
 X86_INLINE void r8_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x, size_t xst,
                         int64_t nb, const int NT, const int K) {
     if (K == WK_Q4_0) r8_q4_0_body(y, ys, g, x, xst, nb, NT);
+    else if (K == WK_MXFP4) r8_mxfp4_body(y, ys, g, x, xst, nb, NT);
     else if (K == WK_Q8_0) r8_q8_0_body(y, ys, g, x, xst, nb, NT);
     else if (K == WK_IQ4_XS) r8_iq4_xs_body(y, ys, g, x, xst, nb, NT);
 #if X86_VNNI && X86_W512

@@ -82,7 +82,7 @@ X86_INLINE vi qh2_unpack(const uint8_t *p, size_t stride) {
 
 /* Blocks wb and wb + wbs of kind K: codes as wblock_unpack, d and m/8 in lane halves. */
 X86_INLINE vi wblock2_unpack(const uint8_t *wb, size_t wbs, const int K, vq *ret_d, vq *ret_m) {
-    *ret_d = vq_pair_f16(wb, wbs, 1.0f);
+    *ret_d = K == WK_MXFP4 ? vq_pair(e8m0_half(wb[0]), e8m0_half(wb[wbs])) : vq_pair_f16(wb, wbs, 1.0f);
     if (wk_has_m(K)) *ret_m = vq_pair_f16(wb + 2, wbs, 0.125f);
     switch (K) {
     case WK_Q8_0: {
@@ -94,6 +94,10 @@ X86_INLINE vi wblock2_unpack(const uint8_t *wb, size_t wbs, const int K, vq *ret
     case WK_Q4_1: return nibbles2_unpack(wb + 4, wbs);
     case WK_Q5_0: return _mm512_or_si512(nibbles2_unpack(wb + 6, wbs), qh2_unpack(wb + 2, wbs));
     case WK_Q5_1: return _mm512_or_si512(nibbles2_unpack(wb + 8, wbs), qh2_unpack(wb + 4, wbs));
+    case WK_MXFP4: {
+        const __m128i tbl = _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+        return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(tbl), nibbles2_unpack(wb + 1, wbs));
+    }
     default: {
         const __m128i tbl = _mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129, (char)141,
                                           (char)153, (char)166, (char)181, (char)197, (char)217,

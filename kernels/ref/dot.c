@@ -262,3 +262,18 @@ float kern_ref_dot_iq4_xs_q8_0(const void *w, const void *x, int64_t n) {
     }
     return s;
 }
+
+/* ggml's order: the two scales' product first, then times the block's integer dot. */
+float kern_ref_dot_mxfp4_q8_0(const void *w, const void *x, int64_t n) {
+    const struct block_mxfp4 *a = w;
+    const struct block_q8_0 *b = x;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / QK_MXFP4; i++) {
+        int sum = 0;
+        for (int j = 0; j < QK_MXFP4 / 2; j++)
+            sum += kern_mxfp4_values[a[i].qs[j] & 0x0f] * b[i].qs[j] +
+                   kern_mxfp4_values[a[i].qs[j] >> 4] * b[i].qs[j + QK_MXFP4 / 2];
+        s += kern_fp16_to_fp32(b[i].d) * kern_e8m0_half(a[i].e) * (float)sum;
+    }
+    return s;
+}

@@ -38,6 +38,7 @@ REF_TILE(q6_K, kern_ref_dot_q6_K_q8_0)
 REF_TILE(q2_K, kern_ref_dot_q2_K_q8_0)
 REF_TILE(q3_K, kern_ref_dot_q3_K_q8_0)
 REF_TILE(iq4_xs, kern_ref_dot_iq4_xs_q8_0)
+REF_TILE(mxfp4, kern_ref_dot_mxfp4_q8_0)
 #undef REF_TILE
 
 void kern_impl_fill_ref(struct kern_impl *impl) {
@@ -60,6 +61,7 @@ void kern_impl_fill_ref(struct kern_impl *impl) {
                 [KERN_TYPE_Q2_K] = tile_ref_q2_K,
                 [KERN_TYPE_Q3_K] = tile_ref_q3_K,
                 [KERN_TYPE_IQ4_XS] = tile_ref_iq4_xs,
+                [KERN_TYPE_MXFP4] = tile_ref_mxfp4,
             },
     };
     for (int t = 0; t < KERN_TYPE_COUNT; t++) {

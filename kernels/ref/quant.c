@@ -242,6 +242,57 @@ void kern_ref_q5_1_to_f32(float *dst, const void *src, int64_t n) {
     }
 }
 
+/* ---- mxfp4: x = kern_e8m0_half(e) * kern_mxfp4_values[q] ---------------------------- */
+
+/* ggml's rule: e = floor(log2(amax)) - 2 + 127, so that the largest code (12, E2M1's 6)
+ * times the scale is 1.5·2^floor(log2 amax): amax itself or a little below it (clipped);
+ * then each value takes the code whose value is nearest (the first on a tie: +0 before
+ * -0, the smaller index between two codes). An all-zero block has e = 0. Blocks whose
+ * exponent falls outside the byte (|x| < 2^-125, where ggml's float-to-byte cast is
+ * undefined, or infinite) take the nearest end, 0 or 255. */
+static uint8_t mxfp4_exponent(float amax) {
+    if (!(amax > 0.0f)) return 0;
+    const float e = floorf(log2f(amax)) - 2.0f + 127.0f;
+    return e <= 0.0f ? 0 : e >= 255.0f ? 255 : (uint8_t)e;
+}
+
+static int mxfp4_nearest(float x, float d) {
+    int best = 0;
+    float best_err = fabsf((float)kern_mxfp4_values[0] * d - x);
+    for (int i = 1; i < 16; i++) {
+        float err = fabsf((float)kern_mxfp4_values[i] * d - x);
+        if (err < best_err) {
+            best = i;
+            best_err = err;
+        }
+    }
+    return best;
+}
+
+void kern_ref_mxfp4_from_f32(void *dst, const float *src, int64_t n) {
+    struct block_mxfp4 *b = dst;
+    for (int64_t i = 0; i < n / QK_MXFP4; i++, src += QK_MXFP4) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK_MXFP4; j++)
+            if (amax < fabsf(src[j])) amax = fabsf(src[j]);
+        b[i].e = mxfp4_exponent(amax);
+        const float d = kern_e8m0_half(b[i].e);
+        for (int j = 0; j < QK_MXFP4 / 2; j++)
+            b[i].qs[j] = (uint8_t)(mxfp4_nearest(src[j], d) | mxfp4_nearest(src[j + QK_MXFP4 / 2], d) << 4);
+    }
+}
+
+void kern_ref_mxfp4_to_f32(float *dst, const void *src, int64_t n) {
+    const struct block_mxfp4 *b = src;
+    for (int64_t i = 0; i < n / QK_MXFP4; i++, dst += QK_MXFP4) {
+        const float d = kern_e8m0_half(b[i].e);
+        for (int j = 0; j < QK_MXFP4 / 2; j++) {
+            dst[j] = (float)kern_mxfp4_values[b[i].qs[j] & 0x0f] * d;
+            dst[j + QK_MXFP4 / 2] = (float)kern_mxfp4_values[b[i].qs[j] >> 4] * d;
+        }
+    }
+}
+
 /* ---- iq4_nl: x = d * kern_iq4nl_values[q] ------------------------------------------ */
 
 /* Index of the code value nearest to x (the lower one on a tie). */

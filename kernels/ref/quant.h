@@ -19,6 +19,7 @@ KERN_REF_CONV(q4_1)
 KERN_REF_CONV(q5_0)
 KERN_REF_CONV(q5_1)
 KERN_REF_CONV(iq4_nl)
+KERN_REF_CONV(mxfp4)
 #undef KERN_REF_CONV
 
 void kern_ref_q4_K_to_f32(float *dst, const void *src, int64_t n);
@@ -56,3 +57,4 @@ float kern_ref_dot_q6_K_q8_0(const void *w, const void *x, int64_t n);
 float kern_ref_dot_q2_K_q8_0(const void *w, const void *x, int64_t n);
 float kern_ref_dot_q3_K_q8_0(const void *w, const void *x, int64_t n);
 float kern_ref_dot_iq4_xs_q8_0(const void *w, const void *x, int64_t n);
+float kern_ref_dot_mxfp4_q8_0(const void *w, const void *x, int64_t n);

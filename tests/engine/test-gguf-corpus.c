@@ -356,10 +356,21 @@ static void g32_two_i8(struct bb *b) { /* CVE-2026-27940 */
     put_zeros(b, 64);
 }
 static void g33_type_neg(struct bb *b) { one_tensor(b, "t", 1, NE(32), 0xFFFFFFFFu, 0, 128); }
-static void g33_type39(struct bb *b) { one_tensor(b, "t", 1, NE(32), 39, 0, 128); }
+static void g33_type40(struct bb *b) { one_tensor(b, "t", 1, NE(64), 40, 0, 128); } /* nvfp4 */
+static void g33_type34(struct bb *b) { one_tensor(b, "t", 1, NE(256), 34, 0, 128); } /* tq1_0 */
 static void g33_type_removed(struct bb *b) { one_tensor(b, "t", 1, NE(32), 4, 0, 128); }
 static void g34_q8_33(struct bb *b) { one_tensor(b, "t", 2, NE(33, 2), KERN_TYPE_Q8_0, 0, 128); }
 static void g34_q4k_128(struct bb *b) { one_tensor(b, "t", 1, NE(128), KERN_TYPE_Q4_K, 0, 128); }
+/* mxfp4 (17 bytes per 32 values, so its byte size is below its value count and cannot
+ * overflow where the count did not): a row of 48, a tensor 1 byte short of 8 experts' 64
+ * rows of 64 (17408 bytes) */
+static void g34_mxfp4_48(struct bb *b) {
+    one_tensor(b, "blk.0.ffn_up_exps.weight", 3, NE(48, 64, 8), KERN_TYPE_MXFP4, 0, 8192);
+}
+static void g36_mxfp4_short(struct bb *b) {
+    one_tensor(b, "blk.0.ffn_down_exps.weight", 3, NE(64, 64, 8), KERN_TYPE_MXFP4, 0, 8 * 64 * 34 - 1);
+}
+
 static void two_tensors(struct bb *b, uint64_t off0, uint64_t off1) {
     hdr(b, 2, 0);
     ti(b, "a", 1, NE(8), KERN_TYPE_F32, off0); /* 32 bytes */
@@ -473,16 +484,19 @@ static const struct corpus_case cases[] = {
     {"G31", "f32 ne[0] = SIZE_MAX/4", ERR_GGUF_BAD_SHAPE, g31_pad_wrap, "byte size"},
     {"G32", "two i8 tensors of 2^63-64 elements", ERR_GGUF_DATA_EOF, g32_two_i8, "tensor 'a': data ends at"},
     {"G33", "tensor type -1", ERR_GGUF_BAD_TENSOR_TYPE, g33_type_neg, "type 4294967295"},
-    {"G33", "tensor type 39", ERR_GGUF_BAD_TENSOR_TYPE, g33_type39, "type 39 at offset"},
+    {"G33", "tensor type 40 (nvfp4, unknown here)", ERR_GGUF_BAD_TENSOR_TYPE, g33_type40, "type 40 at offset"},
+    {"G33", "tensor type 34 (tq1_0, unknown here)", ERR_GGUF_BAD_TENSOR_TYPE, g33_type34, "type 34 at offset"},
     {"G33", "tensor type 4 (removed Q4_2)", ERR_GGUF_BAD_TENSOR_TYPE, g33_type_removed, "not a known ggml type"},
     {"G34", "q8_0 ne[0] = 33", ERR_GGUF_BAD_SHAPE, g34_q8_33, "ne[0] = 33 is not a multiple of the block size 32 of q8_0"},
     {"G34", "q4_K ne[0] = 128", ERR_GGUF_BAD_SHAPE, g34_q4k_128, "block size 256"},
+    {"G34", "mxfp4 ne[0] = 48", ERR_GGUF_BAD_SHAPE, g34_mxfp4_48, "tensor #0 'blk.0.ffn_up_exps.weight' at offset 69: ne[0] = 48 is not a multiple of the block size 32 of mxfp4"},
     {"G35", "offset with a gap", ERR_GGUF_BAD_OFFSET, g35_gap, "tensor #1 'b': offset 64, expected 32"},
     {"G35", "offsets out of order", ERR_GGUF_BAD_OFFSET, g35_order, "tensor #0 'a': offset 32, expected 0"},
     {"G35", "overlapping tensors", ERR_GGUF_BAD_OFFSET, g35_overlap, "offset 0, expected 32"},
     {"G35", "misaligned offset", ERR_GGUF_BAD_ALIGN, g35_misaligned, "offset 33 is not a multiple of the alignment 32"},
     {"G35", "first offset not 0", ERR_GGUF_BAD_OFFSET, g35_first_nonzero, "expected 0"},
     {"G36", "tensor data 100 bytes short", ERR_GGUF_DATA_EOF, g36_short, "tensor 'blk.3.attn_q.weight': data ends at 100 bytes past the end of the file"},
+    {"G36", "mxfp4 experts 1 byte short", ERR_GGUF_DATA_EOF, g36_mxfp4_short, "tensor 'blk.0.ffn_down_exps.weight': data ends at 1 bytes past the end of the file"},
     {"G36", "256 MiB tensor in a small file", ERR_GGUF_DATA_EOF, g36_huge, "tensor 'token_embd.weight': data ends at"},
     {"G36", "no data section at all", ERR_GGUF_DATA_EOF, g36_no_data, "data ends at 135 bytes past"},
     {"G39", "10^6 keys, the last a duplicate", ERR_GGUF_DUP_KEY, g39_kvs, "key #999999 'k0000000'"},
@@ -669,6 +683,14 @@ TEST(valid_variants_accepted) {
     ASSERT_EQ(gguf_alignment(f), 256);
     ASSERT_EQ(gguf_data_offset(f), 256);
     ASSERT_EQ(gguf_tensor_at(f, 1)->n_bytes, 18);
+    ASSERT_EQ(gguf_trailing_bytes(f), 0);
+    gguf_close(f);
+    bb_free(&b);
+    /* mxfp4 experts (gpt-oss): {64, 64, 8} in 8·64·2·17 bytes */
+    one_tensor(&b, "blk.0.ffn_gate_exps.weight", 3, NE(64, 64, 8), KERN_TYPE_MXFP4, 0, 17408);
+    ASSERT_OK_D(gguf_open_mem(b.p, b.len, &f, &d), &d);
+    ASSERT_EQ(gguf_tensor_at(f, 0)->type, KERN_TYPE_MXFP4);
+    ASSERT_EQ(gguf_tensor_at(f, 0)->n_bytes, 17408);
     ASSERT_EQ(gguf_trailing_bytes(f), 0);
     gguf_close(f);
     bb_free(&b);

@@ -38,6 +38,7 @@ static const int mm_types[] = {
     KERN_TYPE_F32,  KERN_TYPE_F16,  KERN_TYPE_BF16, KERN_TYPE_Q8_0,   KERN_TYPE_Q4_0,
     KERN_TYPE_Q4_1, KERN_TYPE_Q5_0, KERN_TYPE_Q5_1, KERN_TYPE_IQ4_NL, KERN_TYPE_Q4_K,
     KERN_TYPE_Q5_K, KERN_TYPE_Q6_K, KERN_TYPE_Q2_K, KERN_TYPE_Q3_K, KERN_TYPE_IQ4_XS,
+    KERN_TYPE_MXFP4,
 };
 
 /* Random bytes are valid k-quant blocks once the fp16 super-block scales are set to sane
@@ -60,6 +61,18 @@ static void kquant_random_row(uint8_t *row, int wt, int64_t n_in) {
             memcpy(blk, &d, 2);
             memcpy(blk + 2, &dmin, 2);
         }
+    }
+}
+
+/* Random mxfp4 bytes: every code in every nibble position, exponents around 2^0 (118..133)
+ * and now and then the subnormal scales (e = 0, 1) and the largest ones that keep the
+ * dot products finite (e up to 150: |x| <= 20, 12·2^22·20·n). */
+static void mxfp4_random_row(uint8_t *row, int64_t n_in) {
+    for (int64_t b = 0; b < n_in / QK_MXFP4; b++) {
+        struct block_mxfp4 *blk = (struct block_mxfp4 *)(row + (size_t)b * sizeof *blk);
+        const uint32_t r = rng_u32();
+        blk->e = (uint8_t)(r % 23 == 0 ? r / 23 % 2 : r % 29 == 0 ? 150 : 118 + r / 29 % 16);
+        for (int j = 0; j < QK_MXFP4 / 2; j++) blk->qs[j] = (uint8_t)rng_u32();
     }
 }
 
@@ -98,8 +111,10 @@ static void mm_case_init(struct mm_case *c, int wt, int64_t n_in, int64_t n_out,
     for (int64_t i = 0; i < n_in * n_tok; i++)
         c->x[i] = rng_u32() % 97 == 0 ? rng_uniform() * 20.0f : rng_uniform();
     for (int64_t o = 0; o < n_out; o++) {
-        /* k-quant rows: half quantized, half random bytes (every scale bit pattern) */
+        /* k-quant and mxfp4 rows: half quantized, half random bytes (every scale bit
+         * pattern; mxfp4: see mxfp4_random_row) */
         if (tr->blck_size == QK_K && (o & 1)) kquant_random_row(c->w + o * rs, wt, n_in);
+        else if (wt == KERN_TYPE_MXFP4 && (o & 1)) mxfp4_random_row(c->w + o * rs, n_in);
         else tr->from_f32(c->w + o * rs, wf + o * n_in, n_in);
         tr->to_f32(c->wd + o * n_in, c->w + o * rs, n_in);
     }
@@ -281,7 +296,8 @@ TEST(quantize_row_bit_exact) {
     const char *saved = kern_cpu()->level;
     static const int qtypes[] = {KERN_TYPE_Q8_0, KERN_TYPE_Q8_1, KERN_TYPE_Q4_0,
                                  KERN_TYPE_Q4_1, KERN_TYPE_Q5_0, KERN_TYPE_Q5_1,
-                                 KERN_TYPE_IQ4_NL, KERN_TYPE_F16, KERN_TYPE_BF16};
+                                 KERN_TYPE_IQ4_NL, KERN_TYPE_MXFP4, KERN_TYPE_F16,
+                                 KERN_TYPE_BF16};
     for (int li = 0; kern_level_name(li); li++) {
         if (kern_set_level(kern_level_name(li)) < 0) continue;
         for (int pattern = 0; pattern < 5; pattern++) {
@@ -369,7 +385,7 @@ TEST(matmul_rows8_vs_spec) {
     static const int64_t shapes[][2] = {{96, 8}, {2304, 24}, {1024, 40}, {288, 16}};
     static const int types[] = {KERN_TYPE_F16,  KERN_TYPE_BF16, KERN_TYPE_Q4_0, KERN_TYPE_Q8_0,
                                 KERN_TYPE_Q4_K, KERN_TYPE_Q5_K, KERN_TYPE_Q6_K, KERN_TYPE_Q3_K,
-                                KERN_TYPE_Q2_K, KERN_TYPE_IQ4_XS};
+                                KERN_TYPE_Q2_K, KERN_TYPE_IQ4_XS, KERN_TYPE_MXFP4};
     int with_kernels = 0;
     for (int li = 0; kern_level_name(li); li++) {
         const char *level = kern_level_name(li);
@@ -540,6 +556,10 @@ static const struct dispatch_row dispatch_rows[] = {
      TOL_SUM,
      {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
      {"ref/reference", "-/interleaved", "-/rows8", "avx512/rows8"}},
+    {KERN_TYPE_MXFP4,
+     TOL_SUM,
+     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"}},
 };
 
 TEST(matmul_dispatch_pinned) {
@@ -608,6 +628,59 @@ TEST(matmul_dispatch_pinned) {
     printf("  %d type × level × mode paths pinned and checked\n", checked);
 }
 
+/* mxfp4's E8M0 scales at their ends, each alone in every block of a matrix (mixed with
+ * ordinary blocks, an error there would hide below the others' tolerance): e = 0 and 1 are
+ * the subnormals 2^-128 and 2^-127 (the SIMD levels build them apart from the normal
+ * ones), 2 the smallest normal, 127 2^-1, 255 2^127 (activations of 1e-5 then keep the
+ * sums finite: d_x ~ 2^-24). Rows and rows8, decode and prefill, every level, against the
+ * spec; the absolute floor is a few subnormal steps (fused vs separate roundings). */
+TEST(matmul_mxfp4_scales) {
+    enum { N_IN = 2304, N_OUT = 16 };
+    static const int exps[] = {0, 1, 2, 127, 255};
+    static const int64_t toks[] = {1, 5, 64};
+    const size_t rs = kern_row_size(KERN_TYPE_MXFP4, N_IN);
+    uint8_t *w = malloc(rs * N_OUT), *g = malloc(rs * N_OUT);
+    float *x = malloc(sizeof(float) * N_IN * 64), *y = malloc(sizeof(float) * N_OUT * 64);
+    float *wd = malloc(sizeof(float) * N_IN * N_OUT);
+    void *scratch = malloc(kern_matmul_scratch_bytes(KERN_TYPE_MXFP4, N_IN, 64));
+    ASSERT_TRUE(w && g && x && y && wd && scratch);
+    const char *saved = kern_cpu()->level;
+    int checked = 0;
+    for (size_t ei = 0; ei < ARRAY_SIZE(exps); ei++) {
+        mxfp4_random_row(w, (int64_t)N_IN * N_OUT);
+        for (int64_t b = 0; b < (int64_t)N_IN * N_OUT / QK_MXFP4; b++)
+            ((struct block_mxfp4 *)w)[b].e = (uint8_t)exps[ei];
+        kern_type_traits(KERN_TYPE_MXFP4)->to_f32(wd, w, (int64_t)N_IN * N_OUT);
+        for (int64_t i = 0; i < (int64_t)N_IN * 64; i++) x[i] = rng_uniform() * (exps[ei] == 255 ? 1e-5f : 1.0f);
+        ASSERT_OK(kern_rows8_pack(KERN_TYPE_MXFP4, g, w, N_IN, N_OUT));
+        for (int li = 0; kern_level_name(li); li++) {
+            const char *level = kern_level_name(li);
+            if (kern_set_level(level) < 0) continue;
+            for (int lay = 0; lay < 2; lay++)
+                for (size_t k = 0; k < ARRAY_SIZE(toks); k++) {
+                    const int64_t nt = toks[k];
+                    kern_matmul_layout(NULL, y, lay ? g : w, KERN_TYPE_MXFP4,
+                                       lay ? KERN_LAYOUT_ROWS8 : KERN_LAYOUT_ROWS, x, N_IN, N_OUT,
+                                       nt, scratch);
+                    for (int64_t t = 0; t < nt; t++)
+                        for (int64_t o = 0; o < N_OUT; o++) {
+                            const float *xt = x + t * N_IN;
+                            float want = kern_ref_dot_f32(w + o * rs, KERN_TYPE_MXFP4, xt, N_IN);
+                            double tol = TOL_SUM * abs_dot(wd + o * N_IN, xt, N_IN) + 0x1p-140;
+                            if (!(isfinite(want) && fabs((double)y[t * N_OUT + o] - want) <= tol))
+                                TEST_FAIL_("level %s e %d %s n_tok %lld: y[%lld][%lld] = %a, spec %a",
+                                           level, exps[ei], lay ? "rows8" : "rows", (long long)nt,
+                                           (long long)t, (long long)o, y[t * N_OUT + o], want);
+                        }
+                    checked++;
+                }
+        }
+    }
+    kern_set_level(saved);
+    free(w), free(g), free(x), free(y), free(wd), free(scratch);
+    ASSERT_TRUE(checked >= 30);
+}
+
 TEST_MAIN(T(level_names), T(matmul_edges), T(spec_vs_exact), T(quantize_row_bit_exact),
           T(matmul_all_levels_vs_spec), T(matmul_tile_paths_vs_spec), T(matmul_rows8_vs_spec),
-          T(matmul_rows8_float_odd), T(matmul_dispatch_pinned))
+          T(matmul_rows8_float_odd), T(matmul_dispatch_pinned), T(matmul_mxfp4_scales))

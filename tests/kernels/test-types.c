@@ -39,6 +39,11 @@
  *           + 4064·err16(A_max/4064) + eps             127 × the 6-bit sub-block scale's
  *                                                      rounding (½·d, d = A_max/(127·32))
  *                                                      and 127·32 × d's fp16 rounding
+ *   mxfp4   amax/4 + eps                               d = 2^(⌊log2 amax⌋-3) exactly (a power
+ *                                                      of two, no rounding); the grid's widest
+ *                                                      gap (8d..12d) gives 2d = 2^(⌊log2 amax⌋-2)
+ *                                                      <= amax/4, and values past 12d =
+ *                                                      1.5·2^⌊log2 amax⌋ clip by < amax/4
  */
 #include "test.h"
 
@@ -84,7 +89,7 @@ TEST(static_sizes) {
         {KERN_TYPE_I32, 1, 4, false},      {KERN_TYPE_I64, 1, 8, false},
         {KERN_TYPE_F64, 1, 8, false},
         {KERN_TYPE_Q2_K, 256, 84, true},   {KERN_TYPE_Q3_K, 256, 110, true},
-        {KERN_TYPE_IQ4_XS, 256, 136, true},
+        {KERN_TYPE_IQ4_XS, 256, 136, true}, {KERN_TYPE_MXFP4, 32, 17, true},
         /* size only: ggml's block sizes, so GGUF files holding them can be listed */
         {KERN_TYPE_IQ2_XXS, 256, 66, true}, {KERN_TYPE_IQ2_XS, 256, 74, true},
         {KERN_TYPE_IQ3_XXS, 256, 98, true}, {KERN_TYPE_IQ1_S, 256, 50, true},
@@ -101,8 +106,8 @@ TEST(static_sizes) {
 }
 
 TEST(traits_hostile_ids) {
-    static const int bad[] = {-1, -2, INT_MIN, 4, 5, KERN_TYPE_COUNT, KERN_TYPE_COUNT + 1,
-                              1000, INT_MAX};
+    static const int bad[] = {-1, -2, INT_MIN, 4, 5, 31, 34, 38, KERN_TYPE_COUNT,
+                              KERN_TYPE_COUNT + 1, 1000, INT_MAX};
     for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
         ASSERT_TRUE(kern_type_traits(bad[i]) == NULL);
         ASSERT_STREQ(kern_type_name(bad[i]), "?");
@@ -110,8 +115,10 @@ TEST(traits_hostile_ids) {
     }
     int known = 0;
     for (int t = -5; t < KERN_TYPE_COUNT + 5; t++) known += kern_type_traits(t) != NULL;
-    /* every id below KERN_TYPE_COUNT but the two ggml removed (4, 5) is known */
-    ASSERT_EQ(known, KERN_TYPE_COUNT - 2);
+    /* every id below KERN_TYPE_COUNT is known but the two ggml removed (4, 5) and 31..38
+     * (removed repacked types, tq1_0 and tq2_0); mxfp4 (39) is the last */
+    ASSERT_EQ(KERN_TYPE_COUNT, KERN_TYPE_MXFP4 + 1);
+    ASSERT_EQ(known, KERN_TYPE_COUNT - 2 - 8);
 }
 
 TEST(type_names) {
@@ -120,6 +127,8 @@ TEST(type_names) {
     ASSERT_EQ(kern_type_from_name("q4_k"), KERN_TYPE_Q4_K);
     ASSERT_EQ(kern_type_from_name("IQ4_NL"), KERN_TYPE_IQ4_NL);
     ASSERT_EQ(kern_type_from_name("BF16"), KERN_TYPE_BF16);
+    ASSERT_EQ(kern_type_from_name("MXFP4"), KERN_TYPE_MXFP4);
+    ASSERT_STREQ(kern_type_name(KERN_TYPE_MXFP4), "mxfp4");
     ASSERT_STREQ(kern_type_name(KERN_TYPE_Q6_K), "q6_K");
     ASSERT_STREQ(kern_type_name(KERN_TYPE_IQ4_NL), "iq4_nl");
     ASSERT_TRUE(kern_type_from_name("") < 0);
@@ -137,6 +146,8 @@ TEST(row_size) {
     ASSERT_EQ(kern_row_size(KERN_TYPE_Q8_0, 64), 68);
     ASSERT_EQ(kern_row_size(KERN_TYPE_Q4_0, 4096), 128 * 18);
     ASSERT_EQ(kern_row_size(KERN_TYPE_Q6_K, 512), 420);
+    ASSERT_EQ(kern_row_size(KERN_TYPE_MXFP4, 2880), 90 * 17); /* a gpt-oss-20b row */
+    ASSERT_EQ(kern_row_size(KERN_TYPE_MXFP4, 48), 0);
     ASSERT_EQ(kern_row_size(KERN_TYPE_Q8_0, 33), 0);
     ASSERT_EQ(kern_row_size(KERN_TYPE_Q4_K, 32), 0);
     ASSERT_EQ(kern_row_size(KERN_TYPE_F32, -4), 0);
@@ -246,6 +257,7 @@ static const struct qcase qcases[] = {
     {KERN_TYPE_Q2_K, BOUND_K2, 3, 0.5},
     {KERN_TYPE_Q3_K, BOUND_K3, 4, 1.0},
     {KERN_TYPE_IQ4_XS, BOUND_XS, 0, IQ4NL_MAX_REL},
+    {KERN_TYPE_MXFP4, BOUND_AMAX, 0, 0.25},
 };
 
 /* Groups of one scale per k-quant bound kind, and whether the range is hi - lo (offset
@@ -531,10 +543,60 @@ TEST(low_bit_decode) {
     }
 }
 
+/* mxfp4 (ggml-common.h block_mxfp4, ggml-quants.c): the E8M0 scale halved for every
+ * byte, the E2M1 table doubled, the nibble order, ggml's exponent rule and nearest-code
+ * choice, pinned by hand. */
+TEST(mxfp4_layout) {
+    for (int e = 0; e < 256; e++) /* 2^(e-128), subnormals (e = 0, 1) included */
+        if (kern_e8m0_half((uint8_t)e) != ldexpf(1.0f, e - 128)) TEST_FAIL_("e8m0 %d", e);
+    ASSERT_TRUE(kern_e8m0_half(0) == bits_f32(0x00200000));
+    ASSERT_TRUE(kern_e8m0_half(255) == 0x1p127f);
+    static const float e2m1[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6}; /* OCP MX E2M1 magnitudes */
+    for (int q = 0; q < 16; q++)
+        ASSERT_EQ(kern_mxfp4_values[q], (q & 8 ? -2 : 2) * e2m1[q & 7]);
+
+    /* amax 6 → e = ⌊log2 6⌋ - 2 + 127 = 127, d = 2^-1: the E2M1 values come back as
+     * their own codes (value j low nibble of byte j, value j + 16 high; -0 as +0) */
+    float x[64], y[64];
+    for (int j = 0; j < 32; j++) x[j] = 0.5f * (float)kern_mxfp4_values[(j * 5) % 16];
+    struct block_mxfp4 b[2];
+    kern_type_traits(KERN_TYPE_MXFP4)->from_f32(b, x, 32);
+    ASSERT_EQ(b[0].e, 127);
+    for (int j = 0; j < 16; j++) {
+        int lo = (j * 5) % 16, hi = ((j + 16) * 5) % 16;
+        ASSERT_EQ(b[0].qs[j], (lo == 8 ? 0 : lo) | (hi == 8 ? 0 : hi) << 4);
+    }
+    kern_type_traits(KERN_TYPE_MXFP4)->to_f32(y, b, 32);
+    for (int j = 0; j < 32; j++) ASSERT_TRUE(y[j] == x[j]);
+
+    /* amax 1 → e = 125, d = 2^-3: 12d = 1.5 ≥ 1 → 1 is code 6 (8d), 0.3 the nearest of
+     * 2d = 0.25 and 3d = 0.375: 0.25 (code 2), -0.1875 the tie of 1d and 2d: the first, -1d
+     * (code 9); zeros and a block of zeros: e = 0, codes 0 */
+    memset(x, 0, sizeof x);
+    x[0] = 1.0f, x[1] = 0.3f, x[17] = -0.1875f;
+    kern_type_traits(KERN_TYPE_MXFP4)->from_f32(b, x, 64);
+    ASSERT_EQ(b[0].e, 125);
+    ASSERT_EQ(b[0].qs[0], 6);
+    ASSERT_EQ(b[0].qs[1], 2 | 9 << 4);
+    ASSERT_EQ(b[1].e, 0);
+    for (int j = 0; j < 16; j++) ASSERT_EQ(b[1].qs[j], 0);
+    /* a value just below a power of two keeps the lower exponent; far past the byte's
+     * range the exponent stays in it */
+    x[0] = nextafterf(4.0f, 0.0f);
+    kern_type_traits(KERN_TYPE_MXFP4)->from_f32(b, x, 32);
+    ASSERT_EQ(b[0].e, 126);
+    for (int j = 0; j < 32; j++) x[j] = j ? 0.0f : 1e-40f;
+    kern_type_traits(KERN_TYPE_MXFP4)->from_f32(b, x, 32);
+    ASSERT_EQ(b[0].e, 0);
+    x[0] = INFINITY;
+    kern_type_traits(KERN_TYPE_MXFP4)->from_f32(b, x, 32);
+    ASSERT_EQ(b[0].e, 255);
+}
+
 TEST_MAIN(T(static_sizes), T(traits_hostile_ids), T(type_names), T(row_size),
           T(fp16_exhaustive),
 #ifdef __FLT16_MAX__
           T(fp16_vs_compiler),
 #endif
           T(bf16_exhaustive), T(roundtrip_random), T(roundtrip_edges), T(q8_1_sum),
-          T(block_layouts), T(q4_K_decode), T(low_bit_decode))
+          T(block_layouts), T(q4_K_decode), T(low_bit_decode), T(mxfp4_layout))

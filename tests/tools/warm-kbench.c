@@ -344,8 +344,8 @@ static int compare_levels(const char *a, const char *b, const int *types, int n_
 int main(int argc, char **argv) {
     int types[16] = {KERN_TYPE_F16, KERN_TYPE_BF16, KERN_TYPE_Q8_0, KERN_TYPE_Q4_0,
                      KERN_TYPE_Q4_1, KERN_TYPE_Q5_0, KERN_TYPE_Q5_1, KERN_TYPE_IQ4_NL,
-                     KERN_TYPE_F32};
-    int n_types = 9, threads[8] = {1, 2}, n_threads = 2;
+                     KERN_TYPE_MXFP4, KERN_TYPE_F32};
+    int n_types = 10, threads[8] = {1, 2}, n_threads = 2;
     bool quick = false, attn = false, hot = false;
     const char *compare = NULL;
     for (int i = 1; i < argc; i++) {
