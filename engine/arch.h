@@ -53,6 +53,9 @@ enum spec_dim {
     DIM_SSM_INNER,  /* H_v·d_v */
     DIM_SSM_HEADS,  /* H_v */
     DIM_SSM_HEAD_V, /* d_v */
+    DIM_EXPERTS,    /* n_expert: the matrices of an experts' stack (ne[2]) */
+    DIM_FF_EXP,     /* n_ff_exp: an expert's hidden units */
+    DIM_FF_SHEXP,   /* n_ff_shexp: the shared expert's */
     DIM_COUNT
 };
 
@@ -77,6 +80,8 @@ enum spec_layers {
     SPEC_ANY_LAYER,  /* every layer */
     SPEC_ATTN_LAYER, /* layers whose mixer is an attention (absent in recurrent layers) */
     SPEC_REC_LAYER,  /* recurrent (Gated DeltaNet) layers only */
+    SPEC_DENSE_FFN,  /* layers whose FFN is dense (absent in a mixture-of-experts layer) */
+    SPEC_MOE_FFN,    /* mixture-of-experts layers only */
 };
 
 /* How a tensor split over devices cuts a weight (engine/device.h). The attention is cut
@@ -94,6 +99,12 @@ enum spec_split {
     SPLIT_FF_ROWS,    /* the hidden units: a row each */
     SPLIT_FF_COLS,    /* the hidden units: a column each */
     SPLIT_VOCAB_ROWS, /* the classifier's rows */
+    /* experts: every expert cut alike by its hidden units (each device the same rows of
+     * every expert: a token's experts cost each device its share, whichever they are) */
+    SPLIT_EXP_ROWS,   /* an expert's hidden units: a row each, in every expert */
+    SPLIT_EXP_COLS,   /* likewise a column each */
+    SPLIT_SH_ROWS,    /* the shared expert's hidden units: a row each */
+    SPLIT_SH_COLS,    /* likewise a column each */
 };
 
 /* What a weight is for beyond the plain recipe. A spec names its feature; each arch row says
@@ -124,6 +135,8 @@ enum spec_feature {
     FEAT_POS_EMBD,    /* position_embd: learned absolute positions */
     FEAT_DENSE,       /* dense_2, dense_3: projections of the pooled embedding */
     FEAT_DELTANET,    /* the Gated DeltaNet layers' tensors (notes/hybrid.md §A.3) */
+    FEAT_MOE,         /* a mixture-of-experts FFN: the router and the experts' stacks */
+    FEAT_SHEXP,       /* the shared expert and its sigmoid gate (qwen35moe) */
     FEAT_COUNT
 };
 
@@ -143,6 +156,15 @@ struct arch_desc {
      * has a global layer (else: llama3's frequency divisors, optional) */
     bool rope_freqs_global;
     const char *moe_refusal; /* why its expert_count > 0 files are refused, NULL: generic */
+    /* mixture of experts (notes/hybrid.md §A.7, §C): `on`: every layer's FFN is one
+     * (expert_count > 0 required); the router's gating; the selected weights renormalised
+     * to sum 1 (norm_w); expert_weights_scale read (scale_key: llama.cpp's qwen archs do
+     * not read it). Not on: a file with experts is refused (moe_refusal's reason). */
+    struct {
+        bool on;
+        enum engine_moe_gating gating;
+        bool norm_w, scale_key;
+    } moe;
     /* embedding models: the arch computes embeddings only (no classifier); its pooling
      * when the file has no pooling_type; attention bidirectional (attention.causal read
      * where causal_key, else forced) */
@@ -188,6 +210,7 @@ struct tensor_spec {
     enum spec_split split;
     enum spec_part part; /* its part of attn_qkv where the arch fuses them */
     enum spec_layers layers; /* which layers of a hybrid have it */
+    enum spec_dim ne2;       /* ne[2]: DIM_EXPERTS for an experts' stack, else DIM_ONE (0) */
 };
 
 extern const struct tensor_spec engine_global_specs[];

@@ -215,22 +215,28 @@ static struct engine_weight vec_view(const struct engine_weight *w, int64_t i0, 
     return s;
 }
 
-/* columns [c0, c0 + n) of every row of w (c0 and n whole blocks): a view when that is
- * all of w, else a copy the device owns */
+/* columns [c0, c0 + n) of every row of w (c0 and n whole blocks; of every expert of a
+ * stack): a view when that is all of w, else a copy the device owns */
 static int cols_slice(struct device *dv, const struct engine_weight *w, int64_t c0, int64_t n,
                       struct engine_weight *ret) {
     *ret = *w;
     if (!w->data || (c0 == 0 && n == w->n_in)) return 0;
+    const int64_t n_mat = MAX(w->n_expert, 1);
     size_t off = kern_row_size(w->type, c0), rb = kern_row_size(w->type, n);
-    char *p = malloc_array((size_t)w->n_out, rb ? rb : 1);
+    char *p = malloc_array((size_t)(w->n_out * n_mat), rb ? rb : 1);
     if (!p) return -ENOMEM;
-    for (int64_t r = 0; r < w->n_out; r++)
-        memcpy(p + (size_t)r * rb, (const char *)w->data + (size_t)r * w->row_bytes + off, rb);
+    for (int64_t e = 0; e < n_mat; e++)
+        for (int64_t r = 0; r < w->n_out; r++)
+            memcpy(p + (size_t)(e * w->n_out + r) * rb,
+                   (const char *)w->data + (size_t)e * w->expert_bytes +
+                       (size_t)r * w->row_bytes + off,
+                   rb);
     dv->owned[dv->n_owned++] = p;
-    dv->copied_bytes += (uint64_t)w->n_out * rb;
+    dv->copied_bytes += (uint64_t)(w->n_out * n_mat) * rb;
     ret->data = p;
     ret->n_in = n;
     ret->row_bytes = rb;
+    if (w->n_expert > 0) ret->expert_bytes = (size_t)w->n_out * rb;
     return 0;
 }
 
@@ -246,9 +252,6 @@ static void *weights_alloc(size_t bytes) {
     return p;
 }
 
-/* Copies a device may own per layer: the two column slices (repacked in place), then 5
- * repacked matrices; and the classifier. */
-enum { OWNED_PER_LAYER = 7 };
 
 /* Repacks w's rows where they are (writable), 8 rows at a time through tmp (8 rows'
  * bytes). */
@@ -273,6 +276,9 @@ static void repack_in_place(const struct engine_weight *w, uint8_t *tmp) {
 static int weight_repack(struct engine_context *ctx, struct device *dv, struct engine_weight *w,
                          struct engine_weight *mw) {
     struct engine_model *m = (struct engine_model *)ctx->model; /* see the in-place case */
+    /* experts' stacks are read in place, expert e a slice of the file's tensor: a copy of
+     * every expert would double the bulk of a MoE model for the few a token reads */
+    if (w->n_expert > 0) return 0;
     if (!w->data || w->layout != KERN_LAYOUT_ROWS || !kern_rows8_supported(w->type, w->n_in, w->n_out))
         return 0;
     size_t i = 0;
@@ -352,7 +358,7 @@ static int repack_all(struct engine_context *ctx, struct err_detail *d) {
 }
 
 static uint64_t weight_bytes(const struct engine_weight *w) {
-    return w->data ? (uint64_t)w->n_out * w->row_bytes : 0;
+    return w->data ? (uint64_t)w->n_out * w->row_bytes * (uint64_t)MAX(w->n_expert, 1) : 0;
 }
 
 /* The unit of layer il's attention cut in KV heads: the fewest whose query heads' columns
@@ -366,15 +372,15 @@ static int64_t attn_unit(const struct engine_model *m, const struct kv_cache *kv
 }
 
 /* Device dv's share of layer il's weight of spec s, from the cut of the attention (its KV
- * heads [kv_off, kv_off + kv_cnt), groups of `group` query heads) and of the FFN (units
- * [ff_off, ff_off + ff_cnt)), as the spec's split column says (engine/arch.h). */
+ * heads [kv0, kv0 + n_kv), groups of `group` query heads) and of the FFN (the units of
+ * dl), as the spec's split column says (engine/arch.h), into dl->w. */
 static int layer_slice(struct device *de, const struct tensor_spec *s, const struct engine_layer *l,
-                       struct engine_layer *dst, int64_t group, int64_t hd_q, int64_t hd_k,
-                       int64_t hd_v, int64_t kv_off, int64_t kv_cnt, int64_t ff_off,
-                       int64_t ff_cnt) {
+                       struct dev_layer *dl, int64_t group, int64_t hd_q, int64_t hd_k,
+                       int64_t hd_v) {
     const struct engine_weight *w = spec_field_const(l, s);
-    struct engine_weight *out = spec_field(dst, s);
-    int64_t per = 1, off = ff_off, cnt = ff_cnt; /* rows or columns a unit, the units */
+    struct engine_weight *out = spec_field(&dl->w, s);
+    const int64_t kv_off = dl->kv0, kv_cnt = dl->n_kv;
+    int64_t per = 1, off = dl->ff0, cnt = dl->n_ff; /* rows or columns a unit, the units */
     switch (s->split) {
     case SPLIT_HOST:
         *out = (struct engine_weight){0};
@@ -405,14 +411,35 @@ static int layer_slice(struct device *de, const struct tensor_spec *s, const str
     case SPLIT_FF_ROWS:
     case SPLIT_FF_COLS:
         break;
+    case SPLIT_EXP_ROWS:
+    case SPLIT_EXP_COLS:
+        off = dl->fe0;
+        cnt = dl->n_fe;
+        break;
+    case SPLIT_SH_ROWS:
+    case SPLIT_SH_COLS:
+        off = dl->fs0;
+        cnt = dl->n_fs;
+        break;
     case SPLIT_VOCAB_ROWS:
         return ERR_INVALID; /* not a layer's */
     }
-    if (s->split == SPLIT_O_COLS || s->split == SPLIT_FF_COLS)
+    if (s->split == SPLIT_O_COLS || s->split == SPLIT_FF_COLS || s->split == SPLIT_EXP_COLS ||
+        s->split == SPLIT_SH_COLS)
         return cols_slice(de, w, off * per, cnt * per, out);
     *out = s->kind == KIND_VEC ? vec_view(w, off * per, cnt * per)
                                : rows_view(w, off * per, cnt * per);
     return 0;
+}
+
+/* Cuts n hidden units (0: none on any device) in units of whole blocks of down's columns. */
+static void ffn_cut(int64_t n, const struct engine_weight *down, uint32_t n_dev, const float *ratio,
+                    uint32_t rot, int64_t *off, int64_t *cnt) {
+    if (n == 0) {
+        for (uint32_t dv = 0; dv < n_dev; dv++) off[dv] = cnt[dv] = 0;
+        return;
+    }
+    split_cut(n, MIN(block_of(down), n), n_dev, ratio, rot, off, cnt);
 }
 
 static int plan_layers(struct engine_context *ctx, const float *ratio, struct err_detail *d) {
@@ -422,6 +449,8 @@ static int plan_layers(struct engine_context *ctx, const float *ratio, struct er
     const uint32_t n = ctx->n_dev;
     int64_t kv_off[ENGINE_MAX_DEVICES], kv_cnt[ENGINE_MAX_DEVICES];
     int64_t ff_off[ENGINE_MAX_DEVICES], ff_cnt[ENGINE_MAX_DEVICES];
+    int64_t fe_off[ENGINE_MAX_DEVICES], fe_cnt[ENGINE_MAX_DEVICES];
+    int64_t fs_off[ENGINE_MAX_DEVICES], fs_cnt[ENGINE_MAX_DEVICES];
     for (int il = 0; il < (int)hp->n_layer; il++) {
         const struct engine_layer_hparams *lh = &hp->layer[il];
         const struct engine_layer *l = &m->layers[il];
@@ -434,20 +463,24 @@ static int plan_layers(struct engine_context *ctx, const float *ratio, struct er
         unit = MIN(unit, n_kv);
         uint32_t rot = layer_rot(hp, ctx->params.split_own_rotation ? il : src, n);
         split_cut(n_kv, unit, n, ratio, rot, kv_off, kv_cnt);
-        /* the FFN: its own rotation, units of whole blocks of ffn_down */
-        split_cut(lh->n_ff, MIN(block_of(&l->w_down), (int64_t)lh->n_ff), n, ratio,
-                  layer_rot(hp, il, n), ff_off, ff_cnt);
+        /* the FFN: its own rotation, units of whole blocks of the down projection (a
+         * mixture of experts: of every expert's and of the shared expert's) */
+        const bool moe = lh->ffn == ENGINE_FFN_MOE;
+        const uint32_t frot = layer_rot(hp, il, n);
+        ffn_cut(moe ? 0 : lh->n_ff, &l->w_down, n, ratio, frot, ff_off, ff_cnt);
+        ffn_cut(moe ? hp->n_ff_exp : 0, &l->exp_down, n, ratio, frot, fe_off, fe_cnt);
+        ffn_cut(moe && l->sh_down.data ? hp->n_ff_shexp : 0, &l->sh_down, n, ratio, frot,
+                fs_off, fs_cnt);
         for (uint32_t dv = 0; dv < n; dv++) {
             struct device *de = &ctx->dev[dv];
             struct dev_layer *dl = &de->layer[il];
             *dl = (struct dev_layer){
-                .kv0 = kv_off[dv], .n_kv = kv_cnt[dv], .ff0 = ff_off[dv], .n_ff = ff_cnt[dv]};
+                .kv0 = kv_off[dv], .n_kv = kv_cnt[dv], .ff0 = ff_off[dv], .n_ff = ff_cnt[dv],
+                .fe0 = fe_off[dv], .n_fe = fe_cnt[dv], .fs0 = fs_off[dv], .n_fs = fs_cnt[dv]};
             for (size_t k = 0; k < engine_n_layer_specs; k++) {
                 const struct tensor_spec *s = &engine_layer_specs[k];
                 const int64_t hd_q = lh->head_dim_k + (hp->attn_gate ? lh->head_dim_v : 0);
-                int r = layer_slice(de, s, l, &dl->w, group, hd_q, lh->head_dim_k,
-                                    lh->head_dim_v, kv_off[dv], kv_cnt[dv], ff_off[dv],
-                                    ff_cnt[dv]);
+                int r = layer_slice(de, s, l, dl, group, hd_q, lh->head_dim_k, lh->head_dim_v);
                 if (r < 0)
                     return err_set(d, r, "cannot cut layer %d's %s for %s", il, s->name, de->name);
                 if (spec_on_devices(s) && il < (int)ctx->n_layer_host)
@@ -503,10 +536,11 @@ static int device_scratch(struct engine_context *ctx, struct device *de, struct 
         k = MAX(k, dl->n_kv * hd_k);
         v = MAX(v, dl->n_kv * MAX(hd_k, hd_v)); /* K = V copies K */
         att = MAX(att, dl->n_kv * group * hd_v);
-        ff = MAX(ff, dl->n_ff);
+        ff = MAX(ff, MAX(dl->n_ff, MAX(dl->n_fe, dl->n_fs)));
         for (size_t i = 0; i < engine_n_layer_specs; i++) {
             const struct engine_weight *w = spec_field_const(&dl->w, &engine_layer_specs[i]);
-            if (spec_on_devices(&engine_layer_specs[i]) && w->data)
+            /* (the whole ones too: a router runs on every device) */
+            if (engine_layer_specs[i].kind == KIND_MATMUL && w->data)
                 mm = MAX(mm, kern_matmul_scratch_bytes(w->type, w->n_in, (int64_t)nb));
             /* device 0's threads also run the host's products (the per-layer branch) */
             w = spec_field_const(&m->layers[il], &engine_layer_specs[i]);
@@ -531,22 +565,41 @@ static int device_scratch(struct engine_context *ctx, struct device *de, struct 
         return err_set(d, ERR_OVERFLOW, "the Gated DeltaNet scratch of %s overflows", de->name);
     /* (64-byte multiples: each thread's part stays aligned) */
     de->dn_scratch_bytes = (de->dn_scratch_bytes + 63) / 64 * 64;
+    /* a mixture of experts: hb holds the router's logits, hb2 the shared expert's output
+     * (engine/forward.c ffn_moe); the routing and an expert's rows (1 float without) */
+    const bool moe = hp->n_expert > 0;
+    const size_t hb = MAX((size_t)ff, moe ? hp->n_expert : 1),
+                 hb2 = MAX((size_t)ff, moe ? hp->n_embd : 1);
+    int64_t fe = 1;
+    for (uint32_t il = 0; il < hp->n_layer; il++) fe = MAX(fe, de->layer[il].n_fe);
+    const size_t sel = moe ? nb * hp->n_expert_used : 1, xy = moe ? nb * hp->n_embd : 1,
+                 h = moe ? nb * (size_t)fe : 1;
     size_t floats[] = {nb * (size_t)q, nb * (size_t)k, nb * (size_t)v, nb * (size_t)att,
-                       nb * (size_t)ff, nb * (size_t)ff, nb * hp->n_embd,
+                       nb * hb, nb * hb2, nb * hp->n_embd,
                        ctx->n_out_step * (size_t)MAX(de->n_vocab, 1),
                        (size_t)de->n_threads * de->attn_scratch_floats,
                        nb * qg, nb * gate, nb * dn_chan, nb * dn_inner, nb * dn_heads,
                        nb * dn_heads, nb * dn_inner,
-                       ((size_t)de->n_threads * de->dn_scratch_bytes + 3) / 4 + 1};
+                       ((size_t)de->n_threads * de->dn_scratch_bytes + 3) / 4 + 1,
+                       sel, xy, xy, h, h, xy};
     float **bufs[] = {&de->q, &de->k, &de->v, &de->att, &de->hb, &de->hb2, &de->part,
                       &de->logits, &de->attn_scratch, &de->qg, &de->gate, &de->dn_qkv,
-                      &de->dn_z, &de->dn_g, &de->dn_beta, &de->dn_o, &de->dn_scratch};
+                      &de->dn_z, &de->dn_g, &de->dn_beta, &de->dn_o, &de->dn_scratch,
+                      &de->moe_wt, &de->moe_x, &de->moe_y, &de->moe_h, &de->moe_h2,
+                      &de->moe_acc};
     de->scratch_bytes = mm;
     for (size_t i = 0; i < ARRAY_SIZE(bufs); i++) {
         if (bufs[i] == &de->logits && ctx->n_dev == 1) continue; /* it writes ctx->logits */
         if (!(*bufs[i] = malloc_array_aligned(floats[i], sizeof(float))))
             return err_set(d, -ENOMEM, "cannot allocate %s's scratch", de->name);
         de->scratch_bytes += floats[i] * sizeof(float);
+    }
+    int32_t **ibufs[] = {&de->moe_sel, &de->moe_list, &de->moe_count};
+    const size_t ints[] = {sel, sel, (size_t)hp->n_expert + 1};
+    for (size_t i = 0; i < ARRAY_SIZE(ibufs); i++) {
+        if (!(*ibufs[i] = malloc_array(ints[i], sizeof(int32_t))))
+            return err_set(d, -ENOMEM, "cannot allocate %s's scratch", de->name);
+        de->scratch_bytes += ints[i] * sizeof(int32_t);
     }
     if (!(de->mm_scratch = malloc(mm ? mm : 1)))
         return err_set(d, -ENOMEM, "cannot allocate %s's scratch", de->name);
@@ -596,6 +649,11 @@ int devices_init(struct engine_context *ctx, struct err_detail *d) {
         return err_set(d, ERR_UNSUPPORTED, "a tensor split of a model with recurrent layers (%s: "
                        "%u Gated DeltaNet layers) is not supported yet: run it on one device",
                        ctx->model->arch_name, ctx->model->hp.n_layer_rec);
+    /* copies a device may own per layer: one per matrix it holds a slice of (a column
+     * slice is repacked in place; a row view repacked is one copy) */
+    size_t n_owned_max = 0;
+    for (size_t k = 0; k < engine_n_layer_specs; k++)
+        n_owned_max += spec_on_devices(&engine_layer_specs[k]);
     ctx->n_dev = n;
     if (!(ctx->dev = calloc(n, sizeof *ctx->dev))) return -ENOMEM;
     int threads = MAX(p->n_threads, 1);
@@ -608,7 +666,7 @@ int devices_init(struct engine_context *ctx, struct err_detail *d) {
         /* a GPU partition's host thread only drives it */
         de->n_threads = ctx->split_gpu ? 1 : MAX(1, threads / (int)n + ((int)i < threads % (int)n));
         de->layer = calloc(n_layer, sizeof *de->layer);
-        de->owned = calloc(OWNED_PER_LAYER * (size_t)n_layer + 1, sizeof *de->owned);
+        de->owned = calloc(n_owned_max * (size_t)n_layer + 1, sizeof *de->owned);
         if (!de->layer || !de->owned) return -ENOMEM;
         if ((r = kern_pool_new(de->n_threads, &de->pool)) < 0)
             return err_set(d, r, "cannot start %d threads for %s", de->n_threads, de->name);
@@ -650,10 +708,12 @@ void devices_done(struct engine_context *ctx) {
         for (size_t j = 0; j < de->n_owned; j++) free(de->owned[j]);
         free(de->owned);
         free(de->layer);
-        void *bufs[] = {de->q,      de->k,      de->v,      de->att,     de->hb,
-                        de->hb2,    de->part,   de->logits, de->attn_scratch, de->qg,
-                        de->gate,   de->dn_qkv, de->dn_z,   de->dn_g,    de->dn_beta,
-                        de->dn_o,   de->dn_scratch};
+        void *bufs[] = {de->q,      de->k,      de->v,       de->att,     de->hb,
+                        de->hb2,    de->part,   de->logits,  de->attn_scratch, de->qg,
+                        de->gate,   de->dn_qkv, de->dn_z,    de->dn_g,    de->dn_beta,
+                        de->dn_o,   de->dn_scratch, de->moe_sel, de->moe_wt, de->moe_list,
+                        de->moe_count, de->moe_x, de->moe_y, de->moe_h, de->moe_h2,
+                        de->moe_acc};
         for (size_t j = 0; j < ARRAY_SIZE(bufs); j++) free(bufs[j]);
         free(de->mm_scratch);
     }

@@ -9,6 +9,11 @@
  *     rows, nothing to combine; the classifier's rows are copied into the logits);
  *   attention output and FFN down: by input columns (each device a partial sum of the
  *     whole row, device_sum() adds them in device order);
+ *   a mixture-of-experts FFN: every expert like a dense FFN, by its hidden units (each
+ *     device the same units of every expert: gate and up rows, down columns), the shared
+ *     expert likewise; the router whole on every device, which all route alike. Cutting
+ *     whole experts instead would leave a device idle whenever a token's experts sit on
+ *     the others: by units every device reads its share of exactly the selected experts;
  *   the KV cache: by KV heads (a device writes and reads only its heads).
  *
  * Cuts fall on whole KV heads and their GQA groups of query heads, and on whole quant
@@ -40,6 +45,9 @@ struct gpu;
 struct dev_layer {
     int64_t kv0, n_kv;    /* KV heads [kv0, kv0 + n_kv) of kv_source(il) its attention uses */
     int64_t ff0, n_ff;    /* FFN hidden units [ff0, ff0 + n_ff) */
+    /* a mixture-of-experts layer's: units [fe0, fe0 + n_fe) of every expert, units
+     * [fs0, fs0 + n_fs) of the shared expert (0 elsewhere) */
+    int64_t fe0, n_fe, fs0, n_fs;
     /* Its weights, cut as each one's spec says (engine/arch.h): the rows of its heads or
      * units (views), the columns of them (copies), the whole per-head norms; absent
      * (NULL data) where the host's loop reads the model's own. */
@@ -67,6 +75,12 @@ struct device {
     float *dn_scratch;
     size_t dn_scratch_bytes;
     void *mm_scratch;
+    /* mixture of experts (exec-cpu.c's moe ops): each token's experts and weights
+     * (n_batch, n_expert_used); the (token, slot) pairs grouped by expert (moe_list) and
+     * each expert's count (n_expert + 1); an expert's gathered input rows and its output
+     * rows (n_batch, n_embd), its hidden units' (n_batch, n_fe); the sum (n_batch, n_embd) */
+    int32_t *moe_sel, *moe_list, *moe_count;
+    float *moe_wt, *moe_x, *moe_y, *moe_h, *moe_h2, *moe_acc;
 
     struct gpu *gpu;          /* a partition of a split over GPUs (engine/gpu.h), else NULL */
     /* its executor (engine/exec.h): &cpu.e, or a GPU partition's */

@@ -2,6 +2,7 @@
 #include "engine/exec-cpu.h"
 
 #include "engine/forward.h"
+#include "engine/moe.h"
 #include "kernels/deltanet.h"
 
 #include <math.h>
@@ -347,6 +348,77 @@ static void cpu_dn_gated_norm(struct exec *e, float *y, const float *x, const fl
     kern_dn_gated_norm(y, x, z, w->data, n_rows, 1, width, 0, 1, eps);
 }
 
+/* ---- mixture of experts ----------------------------------------------------------------
+ * The routing and the grouped tokens live in the device's scratch (e->impl: the host's
+ * executor is device 0's). */
+
+static void cpu_moe_route(struct exec *e, const float *logits, int32_t n) {
+    struct device *dv = e->impl;
+    const struct moe_route_params p = moe_route_params_of(&e->ctx->model->hp);
+    for (int32_t t = 0; t < n; t++)
+        moe_route_token(dv->moe_sel + (size_t)t * p.n_used, dv->moe_wt + (size_t)t * p.n_used,
+                        logits + (size_t)t * p.n_expert, &p);
+}
+
+/* Groups the step's (token, slot) pairs by expert, a counting sort that keeps batch order
+ * within an expert: expert x's pairs are moe_list[count[x], count[x + 1]), each the index
+ * t · n_used + slot into moe_sel / moe_wt. */
+static void moe_group(struct device *dv, int32_t n, int32_t n_used, int32_t n_expert) {
+    int32_t *count = dv->moe_count;
+    memset(count, 0, (size_t)(n_expert + 1) * sizeof *count);
+    for (int32_t i = 0; i < n * n_used; i++) count[dv->moe_sel[i] + 1]++;
+    for (int32_t x = 0; x < n_expert; x++) count[x + 1] += count[x];
+    /* fill from the starts, then shift back: count[x] ends at expert x + 1's start */
+    for (int32_t i = 0; i < n * n_used; i++) dv->moe_list[count[dv->moe_sel[i]]++] = i;
+    for (int32_t x = n_expert; x > 0; x--) count[x] = count[x - 1];
+    count[0] = 0;
+}
+
+/* Each selected expert once: its tokens' rows gathered, its gate and up rows (the
+ * device's units) over them, the activation, its down columns, the weighted rows added
+ * to their tokens' output. A token's experts are summed in expert order. */
+static void cpu_moe_experts(struct exec *e, const struct layer_step *s, float *out,
+                            const float *in) {
+    struct device *dv = e->impl;
+    const struct engine_hparams *hp = &e->ctx->model->hp;
+    const struct dev_layer *dl = &e->layer[s->il];
+    const int64_t dim = hp->n_embd;
+    const int32_t n = s->n, n_used = (int32_t)hp->n_expert_used, n_expert = (int32_t)hp->n_expert;
+    float *acc = dv->moe_acc; /* (out may be in: written at the end) */
+    memset(acc, 0, (size_t)n * dim * sizeof *acc);
+    moe_group(dv, n, n_used, n_expert);
+    for (int32_t x = 0; x < n_expert; x++) {
+        const int32_t *list = dv->moe_list + dv->moe_count[x];
+        const int32_t m = dv->moe_count[x + 1] - dv->moe_count[x];
+        if (m == 0 || dl->n_fe == 0) continue;
+        for (int32_t j = 0; j < m; j++)
+            memcpy(dv->moe_x + (size_t)j * dim, in + (size_t)(list[j] / n_used) * dim,
+                   (size_t)dim * sizeof *in);
+        const struct engine_weight gate = engine_weight_expert(&dl->w.exp_gate, x),
+                                   up = engine_weight_expert(&dl->w.exp_up, x),
+                                   down = engine_weight_expert(&dl->w.exp_down, x);
+        cpu_matmul(e, dv->moe_h, &gate, dv->moe_x, m);
+        cpu_matmul(e, dv->moe_h2, &up, dv->moe_x, m);
+        cpu_glu(e, dv->moe_h, dv->moe_h, dv->moe_h2, m * dl->n_fe, hp->ffn_act);
+        cpu_matmul(e, dv->moe_y, &down, dv->moe_h, m);
+        for (int32_t j = 0; j < m; j++) {
+            float *y = acc + (size_t)(list[j] / n_used) * dim;
+            const float *r = dv->moe_y + (size_t)j * dim, w = dv->moe_wt[list[j]];
+            for (int64_t i = 0; i < dim; i++) y[i] += w * r[i];
+        }
+    }
+    memcpy(out, acc, (size_t)n * dim * sizeof *out);
+}
+
+static void cpu_add_gated(struct exec *e, float *y, const float *x, const float *g, int64_t width,
+                          int64_t n_rows) {
+    (void)e;
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float s = 1.0f / (1.0f + expf(-g[r]));
+        for (int64_t i = 0; i < width; i++) y[r * width + i] += s * x[r * width + i];
+    }
+}
+
 static const float *cpu_input(struct exec *e, const float *x, int64_t n) {
     (void)e, (void)n;
     return x;
@@ -378,6 +450,9 @@ const struct exec_ops exec_cpu_ops = {
     .dn_conv = cpu_dn_conv,
     .dn_delta = cpu_dn_delta,
     .dn_gated_norm = cpu_dn_gated_norm,
+    .moe_route = cpu_moe_route,
+    .moe_experts = cpu_moe_experts,
+    .add_gated = cpu_add_gated,
     .gather = cpu_gather,
     .input = cpu_input,
     .output = cpu_output,

@@ -95,6 +95,23 @@ struct exec_ops {
     void (*dn_gated_norm)(struct exec *e, float *y, const float *x, const float *z,
                           const struct engine_weight *w, int64_t n_rows, int64_t width,
                           float eps);
+    /* Mixture of experts (notes/hybrid.md §A.7, §C; engine/moe.h). NULL where the device
+     * has none (CUDA: engine/gpu.c refuses such models).
+     * moe_route: each of the n tokens' n_expert_used experts and their weights from its
+     * router logits (n, n_expert), as the model's gating says; kept by the executor for
+     * the step's moe_experts */
+    void (*moe_route)(struct exec *e, const float *logits, int32_t n);
+    /* out (n, n_embd) = Σ over each token's experts of weight · W_down_e[:, its units] ·
+     * (act(W_gate_e · in) ⊙ (W_up_e · in)) over the executor's hidden units of every
+     * expert of layer s->il (zeros where it holds none): the step's tokens grouped by
+     * expert, so each selected expert's rows are read once a step and the others not at
+     * all. in and out may be the same rows (in is read before out is written); hb and hb2
+     * are left as they are. */
+    void (*moe_experts)(struct exec *e, const struct layer_step *s, float *out, const float *in);
+    /* y[r] += sigmoid(g[r]) · x[r] for n_rows rows of width values: a shared expert's
+     * output gated by its logit (one a row) */
+    void (*add_gated)(struct exec *e, float *y, const float *x, const float *g, int64_t width,
+                      int64_t n_rows);
     /* The rows of x that want logits (batch order) into y: *ret_n_out rows */
     void (*gather)(struct exec *e, const struct layer_step *s, float *y, const float *x,
                    int32_t *ret_n_out);

@@ -20,6 +20,10 @@
  * state per sequence sits beside the KV cache, and attention whose output is gated by
  * sigmoid(gate), the gate rows interleaved with the query's in attn_q.
  *
+ * Mixture-of-experts models (qwen3moe, qwen35moe: notes/hybrid.md §A.7, §C) have an FFN
+ * kind of their own: a router picks each token's experts, whose gated FFNs are summed with
+ * the router's weights, plus a shared expert where the layer has one.
+ *
  * Embedding models (../shared/models/embed/README.md) add, where theirs say so: learned
  * positions, token type 0 and a LayerNorm at the embedding step (bert), LayerNorm as the
  * arch's norm, the norm of the residual stream after each block instead of before it
@@ -240,6 +244,35 @@ static bool ffn_plain(struct exec *e, const struct layer_step *s, const float *i
     return true;
 }
 
+/* A mixture-of-experts FFN (notes/hybrid.md §A.7, §C) over the executor's share of every
+ * expert's hidden units: the router's logits (n, n_expert) = W_router · in; each token's
+ * n_expert_used experts and their weights (moe_route: qwen's softmax over all experts, top
+ * k, renormalised); out = Σ_k w_k · W_down_e · (SiLU(W_gate_e · in) ⊙ (W_up_e · in)), the
+ * step's tokens grouped by expert (moe_experts); then, where the layer has one, the shared
+ * expert's dense FFN × sigmoid(w_sh · in). */
+static bool ffn_moe(struct exec *e, const struct layer_step *s, const float *in, float *out) {
+    const struct exec_ops *op = e->ops;
+    const struct engine_hparams *hp = &e->ctx->model->hp;
+    const struct dev_layer *dl = &e->layer[s->il];
+    const struct engine_layer *w = &dl->w;
+    const int32_t n = s->n;
+    if (dl->n_fe == 0 && dl->n_fs == 0) return false;
+    op->matmul(e, e->hb, &w->moe_router, in, n); /* (n, n_expert) */
+    op->moe_route(e, e->hb, n);
+    /* the shared expert first (out may be in): hb2 (n, n_embd) = its FFN over its units,
+     * hb (n) its gate logit */
+    if (dl->n_fs > 0) {
+        op->matmul(e, e->hb, &w->sh_gate, in, n);
+        op->matmul(e, e->hb2, &w->sh_up, in, n);
+        op->glu(e, e->hb, e->hb, e->hb2, n * dl->n_fs, hp->ffn_act);
+        op->matmul(e, e->hb2, &w->sh_down, e->hb, n);
+        op->matmul(e, e->hb, &w->sh_gate_inp, in, n);
+    }
+    op->moe_experts(e, s, out, in);
+    if (dl->n_fs > 0) op->add_gated(e, out, e->hb2, e->hb, hp->n_embd, n);
+    return true;
+}
+
 struct layer_kind {
     const char *name;
     kind_fn run;
@@ -256,6 +289,7 @@ static const struct layer_kind mixer_kinds[ENGINE_MIXER_KIND_COUNT] = {
 static const struct layer_kind ffn_kinds[ENGINE_FFN_KIND_COUNT] = {
     [ENGINE_FFN_DENSE_GATED] = {"dense gated FFN", ffn_dense},
     [ENGINE_FFN_DENSE] = {"dense FFN", ffn_plain},
+    [ENGINE_FFN_MOE] = {"mixture of experts", ffn_moe},
 };
 
 /* ---- the recipe ------------------------------------------------------------------------ */

@@ -172,6 +172,10 @@ static int model_check(const struct engine_model *m, uint32_t l0, const char *de
         return err_set(d, ERR_UNSUPPORTED, "device %s: %s models (Gated DeltaNet layers, gated "
                        "attention) run on the CPU only: the CUDA backend has no kernels for "
                        "them yet", dev, m->arch_name);
+    if (hp->n_expert > 0)
+        return err_set(d, ERR_UNSUPPORTED, "device %s: %s models (mixture of experts: %u experts, "
+                       "%u a token) run on the CPU only: the CUDA backend has no router or "
+                       "expert kernels yet", dev, m->arch_name, hp->n_expert, hp->n_expert_used);
     if (hp->n_embd % 32)
         return err_set(d, ERR_UNSUPPORTED, "device %s: n_embd %u is not a multiple of 32", dev,
                        hp->n_embd);

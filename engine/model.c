@@ -360,6 +360,39 @@ static int hp_recurrent(const struct gguf_file *f, const char *a, uint32_t n_all
     return 0;
 }
 
+/* A mixture-of-experts arch's keys (notes/hybrid.md §A.2, §C.2), with llama.cpp's
+ * defaults: experts required (its loaders throw without them), the expert FFN width
+ * n_ff / n_expert_used and the shared one n_ff when the file does not say. */
+static int hp_moe(const struct gguf_file *f, const struct arch_desc *ad, struct engine_hparams *hp,
+                  struct err_detail *d) {
+    const char *a = ad->name;
+    int r;
+    if (hp->n_expert == 0)
+        return err_set(d, ERR_MODEL_HPARAM, "%s.expert_count is missing or 0: a %s model's FFNs "
+                       "are mixtures of experts", a, a);
+    if (hp->n_expert > ENGINE_MAX_EXPERTS)
+        return err_set(d, ERR_MODEL_HPARAM, "%s.expert_count %u: at most %d experts", a,
+                       hp->n_expert, ENGINE_MAX_EXPERTS);
+    if ((r = hp_u32(f, a, "expert_used_count", true, 0, 1, hp->n_expert, &hp->n_expert_used,
+                    d)) < 0 ||
+        (r = hp_u32(f, a, "expert_feed_forward_length", false, hp->n_ff / hp->n_expert_used, 1,
+                    1u << 24, &hp->n_ff_exp, d)) < 0 ||
+        (r = hp_u32(f, a, "expert_shared_feed_forward_length", false, hp->n_ff, 1, 1u << 24,
+                    &hp->n_ff_shexp, d)) < 0)
+        return r;
+    if (hp->n_ff_exp == 0)
+        return err_set(d, ERR_MODEL_HPARAM, "%s.expert_feed_forward_length is missing and "
+                       "feed_forward_length %u / expert_used_count %u is 0", a, hp->n_ff,
+                       hp->n_expert_used);
+    hp->moe_gating = ad->moe.gating;
+    hp->moe_norm_w = ad->moe.norm_w;
+    if (ad->moe.scale_key && (r = hp_f32(f, a, "expert_weights_scale", false, 0, 0, 1e6f,
+                                         &hp->moe_w_scale, d)) < 0)
+        return r;
+    hp->max_n_ff = MAX(hp->max_n_ff, MAX(hp->n_ff_exp, hp->n_ff_shexp));
+    return 0;
+}
+
 static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct engine_hparams *hp,
                         struct err_detail *d) {
     const struct arch_desc *ad = &engine_arch_rows[arch];
@@ -367,15 +400,15 @@ static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct
     int r;
     memset(hp, 0, sizeof *hp);
     hp->rope_kind = engine_arch_rows[arch].rope_kind;
-    /* The mixture-of-experts variants of these archs have their own tensors. */
-    uint32_t n_expert = 0;
-    if ((r = hp_u32(f, a, "expert_count", false, 0, 0, UINT32_MAX, &n_expert, d)) < 0) return r;
-    if (n_expert > 0 && ad->moe_refusal)
-        return err_set(d, ERR_MODEL_ARCH, "%s.expert_count = %u: %s", a, n_expert,
-                       ad->moe_refusal);
-    if (n_expert > 0)
-        return err_set(d, ERR_MODEL_ARCH, "%s.expert_count = %u: mixture-of-experts models are "
-                       "not supported", a, n_expert);
+    /* The mixture-of-experts variants of the other archs have their own tensors. */
+    if ((r = hp_u32(f, a, "expert_count", false, 0, 0, UINT32_MAX, &hp->n_expert, d)) < 0)
+        return r;
+    if (hp->n_expert > 0 && !ad->moe.on)
+        return err_set(d, ERR_MODEL_ARCH, "%s.expert_count = %u: %s", a, hp->n_expert,
+                       ad->moe_refusal ? ad->moe_refusal
+                                       : "mixture-of-experts models of this architecture are "
+                                         "not supported (its router and expert tensors are "
+                                         "not in the engine's recipe)");
 
     if ((r = hp_u32(f, a, "context_length", true, 0, 1, UINT32_MAX, &hp->n_ctx_train, d)) < 0 ||
         (r = hp_u32(f, a, "embedding_length", true, 0, 1, 1u << 20, &hp->n_embd, d)) < 0 ||
@@ -469,8 +502,11 @@ static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct
                    : !hp->causal               ? ENGINE_MIXER_ATTENTION_BIDIR
                    : l->swa                    ? ENGINE_MIXER_ATTENTION_SWA
                                                : ENGINE_MIXER_ATTENTION;
-        l->ffn = ad->ffn_plain ? ENGINE_FFN_DENSE : ENGINE_FFN_DENSE_GATED;
+        l->ffn = ad->moe.on     ? ENGINE_FFN_MOE
+                 : ad->ffn_plain ? ENGINE_FFN_DENSE
+                                 : ENGINE_FFN_DENSE_GATED;
     }
+    if (ad->moe.on && (r = hp_moe(f, ad, hp, d)) < 0) return r;
     hp->norm = ad->norm;
     hp->ffn_act = ad->ffn_act;
     const char *eps_key = hp->norm == ENGINE_NORM_LAYER ? "attention.layer_norm_epsilon"
@@ -555,6 +591,9 @@ static int64_t dim_value(const struct engine_hparams *hp, int il, enum spec_dim 
     case DIM_SSM_INNER: return (int64_t)hp->ssm_n_head_v * hp->ssm_head_dim_v;
     case DIM_SSM_HEADS: return hp->ssm_n_head_v;
     case DIM_SSM_HEAD_V: return hp->ssm_head_dim_v;
+    case DIM_EXPERTS: return hp->n_expert;
+    case DIM_FF_EXP: return hp->n_ff_exp;
+    case DIM_FF_SHEXP: return hp->n_ff_shexp;
     case DIM_COUNT: break;
     }
     return -1;
@@ -564,8 +603,10 @@ static int64_t dim_value(const struct engine_hparams *hp, int il, enum spec_dim 
  * tensors are absent from its recurrent layers, its recurrent tensors from the others. */
 static enum spec_use use_resolve(const struct engine_hparams *hp, int il,
                                  const struct tensor_spec *s, enum spec_use use) {
-    if (il >= 0 && s->layers != SPEC_ANY_LAYER &&
-        (s->layers == SPEC_REC_LAYER) != (hp->layer[il].mixer == ENGINE_MIXER_GATED_DELTANET))
+    const bool rec = il >= 0 && hp->layer[il].mixer == ENGINE_MIXER_GATED_DELTANET;
+    const bool moe = il >= 0 && hp->layer[il].ffn == ENGINE_FFN_MOE;
+    if (il >= 0 && ((s->layers == SPEC_ATTN_LAYER && rec) || (s->layers == SPEC_REC_LAYER && !rec) ||
+                    (s->layers == SPEC_DENSE_FFN && moe) || (s->layers == SPEC_MOE_FFN && !moe)))
         return USE_NO;
     if (use == USE_OWN)
         return il >= 0 && hp->layer[il].kv_source != il ? USE_OPT : USE_REQ;
@@ -620,11 +661,18 @@ static int tensor_bind(const struct gguf_file *f, const struct engine_hparams *h
     }
     if (!kind_accepts(s->kind, t->type)) return type_refuse(s->kind, name, t->type, d);
     int64_t ne0 = dim_value(hp, il, s->ne0), ne1 = dim_value(hp, il, s->ne1);
+    int64_t ne2 = dim_value(hp, il, s->ne2); /* an experts' stack: n_expert matrices */
     /* a part of the fused QKV: the file's rows are Q, K, V; this spec's start at row0 */
     int64_t q = dim_value(hp, il, DIM_Q), k = dim_value(hp, il, DIM_K);
     int64_t row0 = !fused || s->part == PART_QKV_Q ? 0 : s->part == PART_QKV_K ? q : q + k;
     int64_t ne1_file = fused ? q + k + dim_value(hp, il, DIM_V) : ne1;
-    bool ok = t->ne[0] == ne0 && t->ne[1] == ne1_file && t->ne[2] == 1 && t->ne[3] == 1;
+    bool ok = t->ne[0] == ne0 && t->ne[1] == ne1_file && t->ne[2] == ne2 && t->ne[3] == 1;
+    if (!ok && ne2 > 1)
+        return err_set(d, ERR_MODEL_TENSOR_SHAPE,
+                       "tensor '%s': shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld] "
+                       "(%lld experts)", name, (long long)t->ne[0], (long long)t->ne[1],
+                       (long long)t->ne[2], (long long)t->ne[3], (long long)ne0,
+                       (long long)ne1_file, (long long)ne2, (long long)ne2);
     if (!ok)
         return err_set(d, ERR_MODEL_TENSOR_SHAPE,
                        "tensor '%s': shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", name,
@@ -637,6 +685,10 @@ static int tensor_bind(const struct gguf_file *f, const struct engine_hparams *h
     if (w->row_bytes == 0)
         return err_set(d, ERR_MODEL_TENSOR_SHAPE, "tensor '%s': %lld values per row is not a "
                        "multiple of the %s block", name, (long long)ne0, kern_type_name(t->type));
+    if (s->ne2 != DIM_ONE) {
+        w->n_expert = ne2;
+        w->expert_bytes = (size_t)ne1 * w->row_bytes;
+    }
     /* (no data in a file opened for its metadata) */
     w->data = t->data ? (const char *)t->data + (size_t)row0 * w->row_bytes : NULL;
     return 0;
@@ -783,16 +835,25 @@ static int vectors_convert(struct engine_model *m) {
     return 0;
 }
 
-static uint64_t weight_bytes_per_token(const struct engine_model *m) {
-    uint64_t n = (uint64_t)m->output.row_bytes * (uint64_t)m->output.n_out;
+/* The matrices' bytes (the classifier's and every layer's); *ret_active: those one token
+ * reads, n_expert_used of each experts' stack. */
+static uint64_t weight_bytes_per_token(const struct engine_model *m, uint64_t *ret_active) {
+    uint64_t n = (uint64_t)m->output.row_bytes * (uint64_t)m->output.n_out, idle = 0;
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         const struct engine_layer *l = &m->layers[il];
-        const struct engine_weight *ws[] = {&l->wq,     &l->wk,      &l->wv,        &l->wo,
-                                            &l->w_gate, &l->w_up,    &l->w_down,    &l->ssm_qkv,
-                                            &l->ssm_z,  &l->ssm_out, &l->ssm_alpha, &l->ssm_beta};
-        for (size_t i = 0; i < ARRAY_SIZE(ws); i++)
-            n += (uint64_t)ws[i]->row_bytes * (uint64_t)ws[i]->n_out;
+        const struct engine_weight *ws[] = {
+            &l->wq,        &l->wk,       &l->wv,        &l->wo,         &l->w_gate,
+            &l->w_up,      &l->w_down,   &l->ssm_qkv,   &l->ssm_z,      &l->ssm_out,
+            &l->ssm_alpha, &l->ssm_beta, &l->moe_router, &l->exp_gate,  &l->exp_up,
+            &l->exp_down,  &l->sh_gate,  &l->sh_up,     &l->sh_down};
+        for (size_t i = 0; i < ARRAY_SIZE(ws); i++) {
+            const uint64_t one = (uint64_t)ws[i]->row_bytes * (uint64_t)ws[i]->n_out;
+            n += one * (uint64_t)MAX(ws[i]->n_expert, 1);
+            if (ws[i]->n_expert > 0)
+                idle += one * (uint64_t)(ws[i]->n_expert - m->hp.n_expert_used);
+        }
     }
+    *ret_active = n - idle;
     return n;
 }
 
@@ -803,6 +864,14 @@ void engine_model_free(struct engine_model *m) {
     gguf_close(m->file);
     free(m);
 }
+
+/* Architectures the engine knows it lacks, and what it lacks for each (notes/hybrid.md §C). */
+static const struct {
+    const char *name, *missing;
+} arch_missing[] = {
+    {"gpt-oss", "attention sinks, its router (top-k of logits + bias, softmax over the k), "
+                "expert biases with the clamped SWIGLU_OAI activation, and MXFP4 experts"},
+};
 
 /* The architecture, hparams and tensors of m->file into m: everything the loader checks,
  * without reading tensor data. */
@@ -823,6 +892,12 @@ static int model_bind(struct engine_model *m, struct err_detail *d) {
     r = ERR_MODEL_ARCH;
     for (int a = 0; a < ENGINE_ARCH_COUNT; a++)
         if (gguf_str_eq(arch, engine_arch_rows[a].name)) r = a;
+    for (size_t i = 0; r < 0 && i < ARRAY_SIZE(arch_missing); i++)
+        if (gguf_str_eq(arch, arch_missing[i].name)) {
+            err_set(d, r, "architecture '%s' is not supported yet: %s", arch_missing[i].name,
+                    arch_missing[i].missing);
+            goto fail;
+        }
     if (r < 0) {
         err_set(d, r, "key 'general.architecture' at offset %llu: unknown architecture '%.*s'",
                 (unsigned long long)kv->offset, (int)MIN(arch.len, 64), arch.ptr);
@@ -877,7 +952,7 @@ int engine_model_load_gguf(struct gguf_file *f, const struct engine_model_params
     }
     if ((r = model_bind(m, d)) < 0) goto fail;
     if ((r = vectors_convert(m)) < 0) goto fail;
-    m->weight_bytes = weight_bytes_per_token(m);
+    m->weight_bytes = weight_bytes_per_token(m, &m->active_bytes);
     if (params && params->fingerprint)
         m->fingerprint = *params->fingerprint;
     else

@@ -20,6 +20,7 @@
 #include "kernels/types.h"
 
 #define ENGINE_MAX_LAYERS 512 /* as llama.cpp's LLAMA_MAX_LAYERS */
+#define ENGINE_MAX_EXPERTS 512 /* as llama.cpp's LLAMA_MAX_EXPERTS */
 
 enum engine_arch {
     ENGINE_ARCH_LLAMA,
@@ -31,6 +32,8 @@ enum engine_arch {
     ENGINE_ARCH_NOMIC_BERT,
     ENGINE_ARCH_GEMMA_EMBEDDING,
     ENGINE_ARCH_QWEN35, /* Qwen3.5/3.6 dense: Gated DeltaNet + gated attention (notes/hybrid.md) */
+    ENGINE_ARCH_QWEN3MOE,  /* Qwen3-30B-A3B: qwen3's attention, MoE FFN (notes/hybrid.md §C.2) */
+    ENGINE_ARCH_QWEN35MOE, /* Qwen3.5/3.6 MoE: qwen35's trunk, MoE FFN + shared expert (§A.7) */
     ENGINE_ARCH_COUNT
 };
 
@@ -93,7 +96,22 @@ enum engine_mixer_kind {
 enum engine_ffn_kind {
     ENGINE_FFN_DENSE_GATED, /* W_down · (act(W_gate · x) ⊙ (W_up · x)) */
     ENGINE_FFN_DENSE,       /* W_down · act(W_up · x + b_up): bert (b_down after the sum) */
+    /* mixture of experts (notes/hybrid.md §A.7, §C): a router picks n_expert_used of
+     * n_expert gated FFNs per token (engine_moe_gating), their outputs weighted and summed;
+     * plus a shared expert where the layer has one */
+    ENGINE_FFN_MOE,
     ENGINE_FFN_KIND_COUNT
+};
+
+/* How a MoE router's logits become each token's experts and their weights
+ * (llama.cpp's expert gating functions, notes/hybrid.md §A.7, §C.3). */
+enum engine_moe_gating {
+    /* softmax over all experts, the top n_used probabilities (qwen3moe, qwen35moe, gemma4;
+     * renormalised to sum 1 where moe_norm_w) */
+    ENGINE_MOE_SOFTMAX,
+    /* the top n_used logits, softmax over those only (gpt-oss) */
+    ENGINE_MOE_SOFTMAX_TOPK,
+    ENGINE_MOE_GATING_COUNT
 };
 
 /* What a layer is, where it differs from other layers (notes/gemma.md): gemma layers are
@@ -171,6 +189,15 @@ struct engine_hparams {
      * value head h reads key head h mod H_k (the converter's tiled order, §A.4) */
     uint32_t n_layer_rec;
     uint32_t ssm_n_kernel, ssm_n_head_k, ssm_n_head_v, ssm_head_dim_k, ssm_head_dim_v;
+    /* mixture of experts (ENGINE_FFN_MOE layers; 0 experts: none): <arch>.expert_count,
+     * expert_used_count, expert_feed_forward_length (default n_ff / n_expert_used, as
+     * llama.cpp), expert_shared_feed_forward_length (default n_ff; the shared expert's
+     * hidden units where the layer has one); the gating, whether the selected weights are
+     * renormalised to sum 1 and their scale (0: none) */
+    uint32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
+    enum engine_moe_gating moe_gating;
+    bool moe_norm_w;
+    float moe_w_scale;
     /* the largest per-layer values, for sizing scratch: */
     uint32_t max_n_ff, max_head_dim_k, max_head_dim_v, max_n_embd_k, max_n_embd_v, max_n_rot;
     struct engine_layer_hparams layer[ENGINE_MAX_LAYERS];
@@ -178,14 +205,27 @@ struct engine_hparams {
 
 /* A weight: n_out rows of n_in values of `type` (kern_matmul's layout; GGUF ne[0] = n_in,
  * ne[1] = n_out). A 1-D tensor has n_out = 1 and is always f32 here. data == NULL: absent
- * (an optional tensor the file does not have). */
+ * (an optional tensor the file does not have).
+ * A stack of experts' matrices (GGUF ne[2] = n_expert > 0): expert e's n_out rows start
+ * at data + e · expert_bytes, a slice of the stack read in place (engine_weight_expert). */
 struct engine_weight {
     const void *data;
     enum kern_type type;
     enum kern_layout layout; /* the file's rows, or a device's repacked copy (device.c) */
     int64_t n_in, n_out;
     size_t row_bytes;
+    int64_t n_expert;    /* 0: one matrix */
+    size_t expert_bytes; /* from one expert's rows to the next's */
 };
+
+/* Expert e's matrix of a stack w: a view, valid as long as w's data. */
+static inline struct engine_weight engine_weight_expert(const struct engine_weight *w, int64_t e) {
+    struct engine_weight v = *w;
+    v.data = (const char *)w->data + (size_t)e * w->expert_bytes;
+    v.n_expert = 0;
+    v.expert_bytes = 0;
+    return v;
+}
 
 struct engine_layer {
     struct engine_weight attn_norm;        /* (n_embd) */
@@ -218,6 +258,14 @@ struct engine_layer {
     struct engine_weight ssm_dt, ssm_a;    /* (H_v) dt bias; ssm_a = −exp(A_log) */
     struct engine_weight ssm_norm;         /* (d_v) shared by the heads */
     struct engine_weight ssm_out;          /* (n_embd, H_v·d_v) */
+    /* a mixture-of-experts FFN (notes/hybrid.md §A.3, §C.1): the router, the experts'
+     * stacks (n_expert matrices each), the shared expert and its gate (qwen35moe) */
+    struct engine_weight moe_router;       /* (n_expert, n_embd) ffn_gate_inp */
+    struct engine_weight exp_gate, exp_up; /* n_expert × (n_ff_exp, n_embd) */
+    struct engine_weight exp_down;         /* n_expert × (n_embd, n_ff_exp) */
+    struct engine_weight sh_gate_inp;      /* (n_embd) the shared expert's gate logit */
+    struct engine_weight sh_gate, sh_up;   /* (n_ff_shexp, n_embd) */
+    struct engine_weight sh_down;          /* (n_embd, n_ff_shexp) */
 };
 
 struct engine_model {
@@ -250,6 +298,9 @@ struct engine_model {
     bool own_copy, repacked;
     float *vec_arena;       /* owned: the f32 copies of 1-D tensors */
     uint64_t weight_bytes;  /* bytes of all weights, for bandwidth estimates */
+    /* bytes one token's decode reads: weight_bytes less the experts it does not use
+     * (n_expert_used of n_expert); = weight_bytes without experts */
+    uint64_t active_bytes;
 };
 
 struct engine_model_params {
