@@ -18,6 +18,7 @@ void engine_context_params_default(struct engine_context_params *p) {
         .kv_rotation = true,
         .swa_chunk = ENGINE_CHUNK_TOKENS,
         .swa_full = false,
+        .n_rs_snapshots = 2,
     };
 }
 
@@ -160,10 +161,10 @@ static int context_new(const struct engine_model *m, struct engine_context_param
     if (p.n_outputs == 0) p.n_outputs = p.n_seq;
     if (p.n_threads <= 0) p.n_threads = 1;
     if (p.n_ctx > INT32_MAX || p.n_seq > (1u << 16) || p.n_batch > (1u << 20) ||
-        p.n_outputs > (1u << 20) || p.n_threads > 1024)
+        p.n_outputs > (1u << 20) || p.n_threads > 1024 || p.n_rs_snapshots > 64)
         return err_set(d, ERR_INVALID, "context parameters out of range (n_ctx %u, n_seq %u, "
-                       "n_batch %u, n_outputs %u, threads %d)", p.n_ctx, p.n_seq, p.n_batch,
-                       p.n_outputs, p.n_threads);
+                       "n_batch %u, n_outputs %u, threads %d, recurrent snapshots %u)", p.n_ctx,
+                       p.n_seq, p.n_batch, p.n_outputs, p.n_threads, p.n_rs_snapshots);
     int r = embeddings_check(m, &p, d);
     if (r < 0) return r;
 
@@ -181,7 +182,8 @@ static int context_new(const struct engine_model *m, struct engine_context_param
     if (p.device == ENGINE_DEVICE_CUDA && (r = gpu_open(ctx, p.device_index, d)) < 0) goto fail;
     const struct kv_mem *mem = ctx->gpu ? gpu_kv_mem(ctx) : ctx->split_gpu ? gpu_parts_kv_mem(ctx) : NULL;
     r = kv_cache_init(&ctx->kv, m, p.type_k, p.type_v, p.n_seq, p.n_ctx, p.kv_rotation,
-                      ring_extra, mem, ctx->split_gpu ? 0 : ctx->n_layer_host, d);
+                      ring_extra, mem, ctx->split_gpu ? 0 : ctx->n_layer_host,
+                      p.n_rs_snapshots, d);
     if (r < 0) goto fail;
     /* global layers: the file's RoPE (scaling, factors); gemma's SWA layers: their own
      * base, scale 1, and no frequency factors (gemma4's proportional RoPE is global-only) */
@@ -288,9 +290,9 @@ static int batch_check(struct engine_context *ctx, const struct engine_batch *b,
                            "%u cached positions of sequence %d", i, pos, kv->seq_len[seq], seq);
         if (expect < 0 && !kv_rs_can_resume(kv, seq, (uint32_t)pos))
             return err_set(d, ERR_INVALID, "batch token %d: sequence %d cannot continue at "
-                           "position %d: its recurrent state holds only the end of its %u "
-                           "positions (no snapshots yet): continue at %u or restart at 0", i,
-                           seq, pos, kv->seq_len[seq], kv->seq_len[seq]);
+                           "position %d: its recurrent state is held there neither live nor "
+                           "as a snapshot (the latest before it: position %u)", i, seq, pos,
+                           engine_kv_seq_resume_pos(ctx, seq, (uint32_t)pos));
         if (expect < 0 && !kv_can_resume(kv, seq, (uint32_t)pos))
             return err_set(d, ERR_INVALID, "batch token %d: sequence %d cannot continue at "
                            "position %d: its sliding-window cache no longer holds the %u "
@@ -339,8 +341,10 @@ int engine_context_decode(struct engine_context *ctx, const struct engine_batch 
     for (int32_t i = 0; i < b->n_tok; i++)
         *kv_tok(&ctx->kv, b->seq ? b->seq[i] : 0, b->pos[i]) = b->token[i];
     for (uint32_t s = 0; s < ctx->kv.n_seq; s++)
-        if (ctx->seq_next[s] >= 0)
+        if (ctx->seq_next[s] >= 0) {
             kv_written(&ctx->kv, (int32_t)s, ctx->kv.seq_len[s], (uint32_t)ctx->seq_next[s]);
+            kv_rs_advanced(&ctx->kv, (int32_t)s, (uint32_t)ctx->seq_next[s]);
+        }
     return 0;
 }
 

@@ -86,6 +86,11 @@ struct engine_context_params {
      * device = auto falls back to the CPU). The cache types apply: f32 K/V give
      * llama.cpp's numbers, f16 moves them by about 1e-4. */
     bool embeddings;
+    /* Models with recurrent layers (hybrids): snapshots of the recurrent state kept per
+     * sequence (engine_kv_snapshot), each as large as the state (notes/hybrid.md §A.10:
+     * the KV of 1.6k-3.2k tokens). Default 2; 0 = none (a sequence then continues only at
+     * its end or at 0). */
+    uint32_t n_rs_snapshots;
 };
 
 /* The defaults above (f16 cache, kv_rotation on). */
@@ -216,15 +221,26 @@ int engine_context_embeddings_token(struct engine_context *ctx, int32_t i, float
 /* Positions cached for seq (its length); 0 for an unknown seq. */
 uint32_t engine_kv_seq_len(const struct engine_context *ctx, int32_t seq);
 /* Drops positions >= p0 of seq (p0 = 0 clears it). -ENODATA (nothing changed) when the
- * model's sliding-window ring no longer holds the window before p0, or when the model has
- * recurrent layers and 0 < p0 < the length (their state holds only the last position: no
- * snapshots yet), so the sequence cannot continue there (truncate to 0 or import state
- * instead). */
+ * sequence cannot continue at p0: the model's sliding-window ring no longer holds the
+ * window before p0, or the model has recurrent layers and the state after [0, p0) is
+ * neither the live one nor a snapshot (engine_kv_snapshot); truncate to
+ * engine_kv_seq_resume_pos() instead, or import state. The snapshots past p0 are
+ * dropped. */
 int engine_kv_seq_rm(struct engine_context *ctx, int32_t seq, uint32_t p0);
 /* Makes dst a copy of positions [0, p1) of src (p1 is clamped to src's length), with its
- * recurrent state; -ENODATA as engine_kv_seq_rm() when an SWA ring or the recurrent state
- * cannot continue at p1. */
+ * recurrent state and snapshots up to p1; -ENODATA as engine_kv_seq_rm() when an SWA ring
+ * or the recurrent state cannot continue at p1. */
 int engine_kv_seq_cp(struct engine_context *ctx, int32_t src, int32_t dst, uint32_t p1);
+/* The largest position <= p (and <= the length) at which seq can continue (so
+ * engine_kv_seq_rm() to it succeeds): p itself for a plain model, the latest snapshot or
+ * live state at or before p for a model with recurrent layers; 0 when there is none. */
+uint32_t engine_kv_seq_resume_pos(const struct engine_context *ctx, int32_t seq, uint32_t p);
+/* Keeps a snapshot of seq's recurrent state at its length (so a later truncation, export
+ * or copy can use that position), replacing the snapshot at the lowest position when all
+ * n_rs_snapshots are taken. 0 and nothing kept for a model without recurrent layers, an
+ * empty sequence or n_rs_snapshots = 0; ERR_INVALID when the live state is behind the
+ * length (rows imported without a snapshot). Costs a copy of the state (memcpy). */
+int engine_kv_snapshot(struct engine_context *ctx, int32_t seq, struct err_detail *d);
 /* Context shift: drops positions [p0, p0 + n_discard) of seq and moves the later cells
  * down by n_discard, re-applying RoPE to their cached K (for every K type: dequantize the
  * whole row, un-rotate when the cache is rotated, RoPE by -n_discard, rotate, quantize).
@@ -247,21 +263,46 @@ struct engine_kv_info {
     int n_rot_k, n_rot_v;
     uint32_t n_cache;
     struct engine_kv_cache_info cache[2];
+    /* recurrent layers (0 without) and the bytes of one whole state of a sequence (what a
+     * snapshot costs in RAM and in a blob) */
+    uint32_t n_layer_rs;
+    size_t rs_state_bytes;
 };
 void engine_context_kv_info(const struct engine_context *ctx, struct engine_kv_info *ret);
 
 /* ---- KV state blobs (DESIGN.md 3.5) -------------------------------------------------- */
 
 /* The blob format, field by field, and its version policy: engine/kv-state.c. */
-#define ENGINE_KV_STATE_VERSION 2
+#define ENGINE_KV_STATE_VERSION 3
+
+/* A blob of a model with recurrent layers (a hybrid) holds the attention rows of its range
+ * and, optionally, a snapshot of the recurrent state at its end (DESIGN.md 3.6): without
+ * one, the rows serve only to reach a later blob that has one. (Ignored for other
+ * models.) */
+enum engine_kv_snap {
+    /* export: the state at p1 when the context holds it (the live state or a snapshot);
+     * import: the blob's snapshot when it has one, else the rows only (the sequence then
+     * continues only at an earlier state: engine_kv_seq_resume_pos()) */
+    ENGINE_KV_SNAP_AUTO,
+    ENGINE_KV_SNAP_NONE, /* export: the rows only */
+    /* export: -ENODATA when the context holds no state at p1; import: a blob without a
+     * snapshot is refused (ERR_STATE_LAYOUT, "... no recurrent snapshot ...") */
+    ENGINE_KV_SNAP_NEED,
+    ENGINE_KV_SNAP_COUNT
+};
 
 /* Writes the KV state of positions [p0, p1) of seq (0 <= p0 < p1 <= its length) as a blob
- * into buf. ERR_UNSUPPORTED for a model with recurrent layers (a hybrid): this format has
- * no recurrent state; engine_kv_import() refuses them likewise. With buf == NULL only *ret_size is set (the bytes the blob needs: call this
- * first); ERR_TOO_LARGE when cap is smaller than that. *ret_size on success only. The
- * blob depends only on the cache's contents: exporting twice gives the same bytes. */
+ * into buf; for a hybrid with the recurrent snapshot at p1 when the context holds it
+ * (engine_kv_export_snap() with ENGINE_KV_SNAP_AUTO). With buf == NULL only *ret_size is
+ * set (the bytes the blob needs: call this first); ERR_TOO_LARGE when cap is smaller than
+ * that. *ret_size on success only. The blob depends only on the cache's contents:
+ * exporting twice gives the same bytes. */
 int engine_kv_export(const struct engine_context *ctx, int32_t seq, uint32_t p0, uint32_t p1,
                      void *buf, size_t cap, size_t *ret_size, struct err_detail *d);
+/* engine_kv_export() saying whether a hybrid's blob carries the recurrent snapshot. */
+int engine_kv_export_snap(const struct engine_context *ctx, int32_t seq, uint32_t p0,
+                          uint32_t p1, enum engine_kv_snap snap, void *buf, size_t cap,
+                          size_t *ret_size, struct err_detail *d);
 
 /* Restores a blob of positions [p0, p1) into seq. The sequence must hold at least p0
  * positions; it is truncated to p0 and the blob's [p0, p1) written after it (so a chain
@@ -279,9 +320,29 @@ int engine_kv_export(const struct engine_context *ctx, int32_t seq, uint32_t p0,
  * "token mismatch at position P (blob X, expected Y)"), checksums (ERR_STATE_CHECKSUM).
  * A failed import leaves the sequence exactly as it was. *ret_p1 (may be NULL) = p1 on
  * success. */
+/* For a hybrid: the blob must carry a recurrent snapshot at p1 (ENGINE_KV_SNAP_NEED), which
+ * becomes the sequence's live state; the recurrent layers' ABI is checked with the
+ * layout (ERR_STATE_LAYOUT). */
 int engine_kv_import(struct engine_context *ctx, int32_t seq, const void *blob, size_t n,
                      const int32_t *tokens, size_t n_tokens, uint32_t *ret_p1,
                      struct err_detail *d);
+/* engine_kv_import() saying what a hybrid's blob must carry: with ENGINE_KV_SNAP_AUTO a
+ * blob without a snapshot is taken too (a chain of chunk records up to one that has it);
+ * the sequence's state then stays where it was, or goes back to its latest snapshot at or
+ * before p0 (else to 0) when it was past p0. */
+int engine_kv_import_snap(struct engine_context *ctx, int32_t seq, const void *blob, size_t n,
+                          const int32_t *tokens, size_t n_tokens, enum engine_kv_snap snap,
+                          uint32_t *ret_p1, struct err_detail *d);
+
+/* What a blob holds, after the checks engine_kv_blob_range() makes. */
+struct engine_kv_blob_info {
+    uint32_t p0, p1;
+    uint32_t n_layer_rs;   /* recurrent layers of its model (0: not a hybrid) */
+    bool snapshot;         /* it carries the recurrent state at p1 */
+    size_t snapshot_bytes; /* of which bytes (0 without) */
+};
+int engine_kv_blob_info(const void *blob, size_t n, struct engine_kv_blob_info *ret,
+                        struct err_detail *d);
 
 /* The range [*ret_p0, *ret_p1) a blob covers, after the checks that need no context
  * (magic, size, version, structure; ERR_STATE_BAD / ERR_STATE_VERSION as above). The

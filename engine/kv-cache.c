@@ -102,13 +102,16 @@ static int store_shape(struct kv_store *st, const struct engine_layer_hparams *l
 
 /* The recurrent layers' state (kv_rstate), zeroed, on the host. */
 static int rstate_init(struct kv_rstate *rs, const struct engine_model *m, uint32_t n_seq,
-                       struct err_detail *d) {
+                       uint32_t n_snap, struct err_detail *d) {
     const struct engine_hparams *hp = &m->hp;
     if (!(rs->slot = calloc_array(hp->n_layer, sizeof *rs->slot))) return -ENOMEM;
     for (uint32_t il = 0; il < hp->n_layer; il++)
         rs->slot[il] =
             hp->layer[il].mixer == ENGINE_MIXER_GATED_DELTANET ? (int32_t)rs->n_layer_rs++ : -1;
     if (rs->n_layer_rs == 0) return 0;
+    if (!(rs->layers = calloc_array(rs->n_layer_rs, sizeof *rs->layers))) return -ENOMEM;
+    for (uint32_t il = 0; il < hp->n_layer; il++)
+        if (rs->slot[il] >= 0) rs->layers[rs->slot[il]] = (int32_t)il;
     rs->shape = (struct kern_dn_shape){
         .n_head_k = hp->ssm_n_head_k, .n_head_v = hp->ssm_n_head_v,
         .head_dim_k = hp->ssm_head_dim_k, .head_dim_v = hp->ssm_head_dim_v,
@@ -133,6 +136,19 @@ static int rstate_init(struct kv_rstate *rs, const struct engine_model *m, uint3
         rs->ssm[i] = kv_alloc(sb);
         if (!rs->conv[i] || !rs->ssm[i]) return -ENOMEM;
     }
+    /* snapshots: n_snap whole states per sequence, allocated (untouched) now */
+    rs->state_floats = rs->n_layer_rs * (rs->conv_floats + rs->ssm_floats);
+    rs->n_snap = n_snap;
+    size_t n_slots, snap_bytes;
+    if (!size_mul(n_seq, n_snap, &n_slots) ||
+        !size_mul(n_slots, rs->state_floats * sizeof(float), &snap_bytes))
+        return err_set(d, ERR_OVERFLOW, "%u recurrent snapshots of %u sequences overflow",
+                       n_snap, n_seq);
+    rs->live = calloc_array(n_seq, sizeof *rs->live);
+    rs->snap_pos = malloc_array(n_slots ? n_slots : 1, sizeof *rs->snap_pos);
+    rs->snap = n_slots ? malloc(snap_bytes) : NULL;
+    if (!rs->live || !rs->snap_pos || (n_slots && !rs->snap)) return -ENOMEM;
+    for (size_t i = 0; i < n_slots; i++) rs->snap_pos[i] = KV_NO_SNAP;
     return 0;
 }
 
@@ -144,20 +160,47 @@ static void rstate_done(struct kv_rstate *rs) {
     free(rs->conv);
     free(rs->ssm);
     free(rs->slot);
+    free(rs->layers);
+    free(rs->live);
+    free(rs->snap_pos);
+    free(rs->snap);
 }
 
-/* seq's recurrent state back to zero: a sequence that starts again */
+/* seq's live recurrent state back to zero: a sequence that starts again */
 static void rstate_clear(struct kv_rstate *rs, int32_t seq) {
     for (uint32_t i = 0; i < rs->n_layer_rs; i++) {
         memset(rs->conv[i] + (size_t)seq * rs->conv_floats, 0, rs->conv_floats * sizeof(float));
         memset(rs->ssm[i] + (size_t)seq * rs->ssm_floats, 0, rs->ssm_floats * sizeof(float));
+    }
+    if (rs->n_layer_rs) rs->live[seq] = 0;
+}
+
+/* The snapshot slot of seq at position p, or -1. */
+static int snap_find(const struct kv_rstate *rs, int32_t seq, uint32_t p) {
+    const uint32_t *pos = rs->snap_pos + (size_t)seq * rs->n_snap;
+    for (uint32_t i = 0; i < rs->n_snap; i++)
+        if (pos[i] == p) return (int)i;
+    return -1;
+}
+
+static float *snap_data(const struct kv_rstate *rs, int32_t seq, uint32_t i) {
+    return rs->snap + ((size_t)seq * rs->n_snap + i) * rs->state_floats;
+}
+
+/* seq's live state as a whole state into dst (conv then S per layer, in slot order). */
+static void live_get(const struct kv_rstate *rs, int32_t seq, uint8_t *dst) {
+    for (uint32_t i = 0; i < rs->n_layer_rs; i++) {
+        memcpy(dst, rs->conv[i] + (size_t)seq * rs->conv_floats, rs->conv_floats * sizeof(float));
+        dst += rs->conv_floats * sizeof(float);
+        memcpy(dst, rs->ssm[i] + (size_t)seq * rs->ssm_floats, rs->ssm_floats * sizeof(float));
+        dst += rs->ssm_floats * sizeof(float);
     }
 }
 
 int kv_cache_init(struct kv_cache *kv, const struct engine_model *m, enum kern_type type_k,
                   enum kern_type type_v, uint32_t n_seq, uint32_t n_ctx, bool rotation,
                   uint32_t ring_extra, const struct kv_mem *mem, uint32_t dev_layer0,
-                  struct err_detail *d) {
+                  uint32_t n_snap, struct err_detail *d) {
     memset(kv, 0, sizeof *kv);
     kv->mem = mem;
     const struct engine_hparams *hp = &m->hp;
@@ -256,7 +299,7 @@ int kv_cache_init(struct kv_cache *kv, const struct engine_model *m, enum kern_t
     }
     kv->tok = calloc_array(cells, sizeof *kv->tok);
     if (!kv->tok) goto nomem;
-    if ((r = rstate_init(&kv->rs, m, n_seq, d)) < 0) {
+    if ((r = rstate_init(&kv->rs, m, n_seq, n_snap, d)) < 0) {
         kv_cache_done(kv);
         return r == -ENOMEM ? err_set(d, r, "cannot allocate the recurrent state (%u sequences)",
                                       n_seq)
@@ -305,8 +348,8 @@ size_t kv_cache_bytes(const struct kv_cache *kv) {
         n += (size_t)st->n_layer_kv * kv->n_seq * st->n_cells * (st->ring ? 2 : 1) *
              (st->k_row_bytes + st->v_row_bytes);
     }
-    return n + (size_t)kv->rs.n_layer_rs * kv->n_seq * (kv->rs.conv_floats + kv->rs.ssm_floats) *
-                   sizeof(float);
+    /* the live states and the snapshots */
+    return n + (size_t)kv->n_seq * (1 + kv->rs.n_snap) * kv_rs_state_bytes(kv);
 }
 
 void kv_row_store(void *dst, const float *src, enum kern_type t, int64_t n) {
@@ -430,7 +473,89 @@ uint32_t engine_kv_seq_len(const struct engine_context *ctx, int32_t seq) {
 /* Can seq continue at position p (after truncation to p): does the SWA ring still hold
  * the rows of [p - W + 1, p)? Always true without a ring. */
 bool kv_rs_can_resume(const struct kv_cache *kv, int32_t seq, uint32_t p) {
-    return kv->rs.n_layer_rs == 0 || p == 0 || p == kv->seq_len[seq];
+    const struct kv_rstate *rs = &kv->rs;
+    if (rs->n_layer_rs == 0 || p == 0) return true;
+    return p <= kv->seq_len[seq] && (p == rs->live[seq] || snap_find(rs, seq, p) >= 0);
+}
+
+bool kv_rs_get(const struct kv_cache *kv, int32_t seq, uint32_t p, void *dst) {
+    const struct kv_rstate *rs = &kv->rs;
+    if (rs->n_layer_rs == 0 || p == 0 || p > kv->seq_len[seq]) return false;
+    if (p == rs->live[seq]) {
+        if (dst) live_get(rs, seq, dst);
+        return true;
+    }
+    int i = snap_find(rs, seq, p);
+    if (i < 0) return false;
+    if (dst) memcpy(dst, snap_data(rs, seq, (uint32_t)i), rs->state_floats * sizeof(float));
+    return true;
+}
+
+void kv_rs_load(struct kv_cache *kv, int32_t seq, const void *src, uint32_t p) {
+    const struct kv_rstate *rs = &kv->rs;
+    const uint8_t *q = src;
+    for (uint32_t i = 0; i < rs->n_layer_rs; i++) {
+        memcpy(rs->conv[i] + (size_t)seq * rs->conv_floats, q, rs->conv_floats * sizeof(float));
+        q += rs->conv_floats * sizeof(float);
+        memcpy(rs->ssm[i] + (size_t)seq * rs->ssm_floats, q, rs->ssm_floats * sizeof(float));
+        q += rs->ssm_floats * sizeof(float);
+    }
+    rs->live[seq] = p;
+}
+
+void kv_rs_cut(struct kv_cache *kv, int32_t seq, uint32_t p) {
+    struct kv_rstate *rs = &kv->rs;
+    if (rs->n_layer_rs == 0) return;
+    uint32_t *pos = rs->snap_pos + (size_t)seq * rs->n_snap;
+    int best = -1;
+    for (uint32_t i = 0; i < rs->n_snap; i++) {
+        if (pos[i] != KV_NO_SNAP && pos[i] > p) pos[i] = KV_NO_SNAP;
+        if (pos[i] != KV_NO_SNAP && (best < 0 || pos[i] > pos[best])) best = (int)i;
+    }
+    if (rs->live[seq] <= p) return;
+    if (best >= 0) kv_rs_load(kv, seq, snap_data(rs, seq, (uint32_t)best), pos[best]);
+    else rstate_clear(rs, seq);
+}
+
+int engine_kv_snapshot(struct engine_context *ctx, int32_t seq, struct err_detail *d) {
+    struct kv_cache *kv = &ctx->kv;
+    struct kv_rstate *rs = &kv->rs;
+    if (seq < 0 || (uint32_t)seq >= kv->n_seq)
+        return err_set(d, ERR_INVALID, "sequence %d is not in [0, %u)", seq, kv->n_seq);
+    if (rs->n_layer_rs == 0) return 0;
+    const uint32_t p = kv->seq_len[seq];
+    if (rs->live[seq] != p)
+        return err_set(d, ERR_INVALID, "sequence %d: its recurrent state is at position %u, "
+                       "behind its %u positions (rows imported without a snapshot)", seq,
+                       rs->live[seq], p);
+    if (p == 0 || rs->n_snap == 0) return 0;
+    /* the slot already at p, else a free one, else the one at the lowest position: the
+     * newest snapshots are the ones a next turn resumes from */
+    int i = snap_find(rs, seq, p);
+    uint32_t *pos = rs->snap_pos + (size_t)seq * rs->n_snap;
+    for (uint32_t k = 0; i < 0 && k < rs->n_snap; k++)
+        if (pos[k] == KV_NO_SNAP) i = (int)k;
+    if (i < 0) {
+        i = 0;
+        for (uint32_t k = 1; k < rs->n_snap; k++)
+            if (pos[k] < pos[i]) i = (int)k;
+    }
+    live_get(rs, seq, (uint8_t *)snap_data(rs, seq, (uint32_t)i));
+    pos[i] = p;
+    return 0;
+}
+
+uint32_t engine_kv_seq_resume_pos(const struct engine_context *ctx, int32_t seq, uint32_t p) {
+    const struct kv_cache *kv = &ctx->kv;
+    const struct kv_rstate *rs = &kv->rs;
+    if (seq < 0 || (uint32_t)seq >= kv->n_seq) return 0;
+    p = MIN(p, kv->seq_len[seq]);
+    if (rs->n_layer_rs == 0) return kv_can_resume(kv, seq, p) ? p : 0;
+    uint32_t best = rs->live[seq] <= p ? rs->live[seq] : 0;
+    const uint32_t *pos = rs->snap_pos + (size_t)seq * rs->n_snap;
+    for (uint32_t i = 0; i < rs->n_snap; i++)
+        if (pos[i] != KV_NO_SNAP && pos[i] <= p && pos[i] > best) best = pos[i];
+    return kv_can_resume(kv, seq, best) ? best : 0;
 }
 
 bool kv_can_resume(const struct kv_cache *kv, int32_t seq, uint32_t p) {
@@ -448,6 +573,8 @@ int engine_kv_seq_rm(struct engine_context *ctx, int32_t seq, uint32_t p0) {
     /* an SWA ring that no longer holds the window before p0 cannot continue there */
     if (!kv_can_resume(kv, seq, p0)) return -ENODATA;
     if (p0 == 0) rstate_clear(&kv->rs, seq);
+    /* the state at p0: the live one, or a snapshot (kv_can_resume said which exists) */
+    kv_rs_cut(kv, seq, p0);
     kv->seq_len[seq] = p0;
     kv->swa_lo[seq] = MIN(kv->swa_lo[seq], p0);
     return 0;
@@ -472,18 +599,38 @@ int engine_kv_seq_cp(struct engine_context *ctx, int32_t src, int32_t dst, uint3
                     return r;
             }
         }
-        /* the state after p1 (its length, or 0: a fresh one) */
-        const struct kv_rstate *rs = &kv->rs;
-        for (uint32_t i = 0; i < rs->n_layer_rs && p1 > 0; i++) {
-            memcpy(rs->conv[i] + (size_t)dst * rs->conv_floats,
-                   rs->conv[i] + (size_t)src * rs->conv_floats, rs->conv_floats * sizeof(float));
-            memcpy(rs->ssm[i] + (size_t)dst * rs->ssm_floats,
-                   rs->ssm[i] + (size_t)src * rs->ssm_floats, rs->ssm_floats * sizeof(float));
+        /* the state after p1 (the live one or a snapshot; at 0 a fresh one), and the
+         * snapshots at or before p1 */
+        struct kv_rstate *rs = &kv->rs;
+        if (rs->n_layer_rs && p1 > 0) {
+            const int i = snap_find(rs, src, p1);
+            const size_t n = rs->state_floats * sizeof(float);
+            if (p1 == rs->live[src]) {
+                for (uint32_t l = 0; l < rs->n_layer_rs; l++) {
+                    memcpy(rs->conv[l] + (size_t)dst * rs->conv_floats,
+                           rs->conv[l] + (size_t)src * rs->conv_floats, rs->conv_floats * sizeof(float));
+                    memcpy(rs->ssm[l] + (size_t)dst * rs->ssm_floats,
+                           rs->ssm[l] + (size_t)src * rs->ssm_floats, rs->ssm_floats * sizeof(float));
+                }
+                rs->live[dst] = p1;
+            } else {
+                kv_rs_load(kv, dst, snap_data(rs, src, (uint32_t)i), p1);
+            }
+            for (uint32_t k = 0; k < rs->n_snap; k++) {
+                uint32_t at = rs->snap_pos[(size_t)src * rs->n_snap + k];
+                rs->snap_pos[(size_t)dst * rs->n_snap + k] = at <= p1 ? at : KV_NO_SNAP;
+                if (at <= p1) memcpy(snap_data(rs, dst, k), snap_data(rs, src, k), n);
+            }
         }
         size_t so = (size_t)src * kv->n_ctx, dO = (size_t)dst * kv->n_ctx;
         memcpy(kv->tok + dO, kv->tok + so, (size_t)p1 * sizeof *kv->tok);
+    } else {
+        kv_rs_cut(kv, dst, p1);
     }
-    if (p1 == 0) rstate_clear(&kv->rs, dst);
+    if (p1 == 0) {
+        rstate_clear(&kv->rs, dst);
+        kv_rs_cut(kv, dst, 0);
+    }
     kv->seq_len[dst] = p1;
     kv->swa_lo[dst] = MIN(kv->swa_lo[src], p1);
     return 0;
@@ -586,6 +733,8 @@ void engine_context_kv_info(const struct engine_context *ctx, struct engine_kv_i
         .n_rot_k = kv->store[0].n_layer_kv ? kv->store[0].n_rot_k : kv->store[1].n_rot_k,
         .n_rot_v = kv->store[0].n_layer_kv ? kv->store[0].n_rot_v : kv->store[1].n_rot_v,
         .n_cache = kv->n_store,
+        .n_layer_rs = kv->rs.n_layer_rs,
+        .rs_state_bytes = kv_rs_state_bytes(kv),
     };
     for (uint32_t s = 0; s < kv->n_store; s++) {
         const struct kv_store *st = &kv->store[s];

@@ -26,10 +26,14 @@
  *
  * Recurrent state (hybrids, notes/hybrid.md §A.9): a Gated DeltaNet layer owns no KV but a
  * fixed-size state per sequence (struct kv_rstate): its conv state and its S matrices,
- * f32, always those after the sequence's last cached position. So a sequence can continue
- * only at its length or restart at 0: truncating it anywhere else is refused (-ENODATA,
- * as an SWA ring that lost its window), since no earlier state is kept (no snapshots
- * yet), and its state is not in the blobs (engine_kv_export refuses a hybrid). */
+ * f32. The live state of a sequence is the one after positions [0, live): normally its
+ * length, less after an import of attention rows without a snapshot (the rows run ahead
+ * of the state, DESIGN.md 3.6). A state cannot be rolled back, so besides the live one a
+ * sequence keeps up to n_snap snapshots, copies of the state at chosen positions
+ * (engine_kv_snapshot). A sequence can continue at position p only when p is 0 (a fresh
+ * state), live, or a snapshot's position; truncating it anywhere else is refused
+ * (-ENODATA, as an SWA ring that lost its window). A truncation to p drops the snapshots
+ * past p. State blobs (kv-state.c, version 3) carry a state at their end. */
 #pragma once
 
 #include "engine/model.h"
@@ -77,13 +81,23 @@ struct kv_mem {
 
 /* The recurrent layers' state, per layer and sequence (kernels/deltanet.h layouts):
  * conv (K − 1, conv_dim) time-major, S (H_v, d_v, d_k); zero for an empty sequence. */
+#define KV_NO_SNAP UINT32_MAX /* an empty snapshot slot's position */
+
 struct kv_rstate {
     uint32_t n_layer_rs;       /* recurrent layers, 0 without */
     int32_t *slot;             /* (n_layer) a recurrent layer's slot, else -1 */
+    int32_t *layers;           /* (n_layer_rs) the model layer of each slot */
     struct kern_dn_shape shape; /* every recurrent layer's */
     int64_t n_chan, n_kernel;  /* conv_dim, K */
     size_t conv_floats, ssm_floats; /* per layer and sequence */
     float **conv, **ssm;       /* (n_layer_rs) n_seq × conv_floats, n_seq × ssm_floats */
+    uint32_t *live;            /* (n_seq) the live state is the one after [0, live) */
+    /* A whole state (every recurrent layer's conv then S, in slot order: state_floats)
+     * is what a snapshot and a blob hold. */
+    size_t state_floats;
+    uint32_t n_snap;           /* snapshots per sequence */
+    uint32_t *snap_pos;        /* (n_seq × n_snap) their positions, KV_NO_SNAP = empty */
+    float *snap;               /* (n_seq × n_snap × state_floats) */
 };
 
 struct kv_cache {
@@ -119,10 +133,12 @@ int kv_rot_size_v(enum kern_type t, int64_t head_dim, bool rotation);
  * holds every position, as a full one). */
 /* mem, dev_layer0: the slots of owning layers >= dev_layer0 live in mem's device memory
  * (mem NULL: all on the host). */
+/* n_snap: recurrent snapshots kept per sequence (hybrids; ignored without recurrent
+ * layers). */
 int kv_cache_init(struct kv_cache *kv, const struct engine_model *m, enum kern_type type_k,
                   enum kern_type type_v, uint32_t n_seq, uint32_t n_ctx, bool rotation,
                   uint32_t ring_extra, const struct kv_mem *mem, uint32_t dev_layer0,
-                  struct err_detail *d);
+                  uint32_t n_snap, struct err_detail *d);
 void kv_cache_done(struct kv_cache *kv);
 size_t kv_cache_bytes(const struct kv_cache *kv);
 
@@ -187,9 +203,27 @@ static inline float *kv_rs_conv(const struct kv_cache *kv, int il, int32_t seq) 
 static inline float *kv_rs_ssm(const struct kv_cache *kv, int il, int32_t seq) {
     return kv->rs.ssm[kv->rs.slot[il]] + (size_t)seq * kv->rs.ssm_floats;
 }
-/* Can seq's recurrent state continue at position p: p is 0 (a fresh state) or its length
- * (always true without recurrent layers). */
+/* Can seq's recurrent state continue at position p <= its length: p is 0 (a fresh
+ * state), the live state's position or a snapshot's (always true without recurrent
+ * layers). */
 bool kv_rs_can_resume(const struct kv_cache *kv, int32_t seq, uint32_t p);
+/* Does the cache hold seq's state after [0, p) (the live state or a snapshot; p > 0)?
+ * When it does and dst is not NULL, copies it there as a whole state (kv_rstate; dst
+ * need not be aligned). */
+bool kv_rs_get(const struct kv_cache *kv, int32_t seq, uint32_t p, void *dst);
+/* Makes src (a whole state, need not be aligned) seq's live state, after [0, p). */
+void kv_rs_load(struct kv_cache *kv, int32_t seq, const void *src, uint32_t p);
+/* The decode moved seq's live state to p (its new length). */
+static inline void kv_rs_advanced(struct kv_cache *kv, int32_t seq, uint32_t p) {
+    if (kv->rs.n_layer_rs) kv->rs.live[seq] = p;
+}
+/* Bytes of a whole recurrent state (0 without recurrent layers). */
+static inline size_t kv_rs_state_bytes(const struct kv_cache *kv) {
+    return kv->rs.state_floats * sizeof(float);
+}
+/* Drops seq's snapshots past p; a live state past p goes back to the latest snapshot at
+ * or before p, else to a fresh one at 0 (what an import of rows from p on does). */
+void kv_rs_cut(struct kv_cache *kv, int32_t seq, uint32_t p);
 /* Can seq continue at position p: does the SWA ring still hold the rows of [p - W + 1, p),
  * and can its recurrent state (kv_rs_can_resume)? (Always true without either.) */
 bool kv_can_resume(const struct kv_cache *kv, int32_t seq, uint32_t p);

@@ -214,7 +214,7 @@ class CacheTest(DaemonTest):
         self.assertEqual((s.store_tokens, s.evaluated_tokens), (0, len(P)), s)
         self.assertGreaterEqual(len(s.rejected), 1, s)
         self.assertEqual(s.rejected[0].reason, "state_version")
-        self.assertIn("incompatible state version (blob 1, runtime 2)", s.rejected[0].message)
+        self.assertIn("incompatible state version (blob 1, runtime 3)", s.rejected[0].message)
         d = self.restart(d)
         ids, s = self.gen(d, P)
         self.assertEqual(ids, want)

@@ -5,7 +5,7 @@
  * small batches; through warm-run --logits too. Then the two caches' state blobs
  * (format 2): a chain of chunk exports imported into a fresh context continues exactly as
  * the context that computed them, a chunk alone after a prefix RAM holds does too, a
- * version-1 blob is refused with "incompatible state version (blob 1, runtime 2)". And
+ * version-1 blob is refused with "incompatible state version (blob 1, runtime 3)". And
  * the load-time refusals: a gemma4 MoE file, a shared-KV layer without an owner of its
  * kind. */
 #include "test.h"
@@ -342,7 +342,7 @@ static void check_chain(const char *file, enum kern_type t) {
     struct engine_context *e = ctx_new(m, 8, C, false, t);
     memset(&d, 0, sizeof d);
     ASSERT_ERR(engine_kv_import(e, 0, old, sizes[0], NULL, 0, &p1, &d), ERR_STATE_VERSION);
-    ASSERT_STREQ(d.msg, "incompatible state version (blob 1, runtime 2)");
+    ASSERT_STREQ(d.msg, "incompatible state version (blob 1, runtime 3)");
     engine_context_free(e);
     free(old);
 

@@ -77,7 +77,7 @@ static void move_cache(struct engine_context *ctx, struct host_space *h, uint32_
     kv_cache_done(&ctx->kv);
     struct err_detail d = {0};
     ASSERT_OK_D(kv_cache_init(&ctx->kv, ctx->model, p->type_k, p->type_v, p->n_seq, p->n_ctx, p->kv_rotation,
-                              ring_extra, &h->mem, l0, &d), &d);
+                              ring_extra, &h->mem, l0, p->n_rs_snapshots, &d), &d);
 }
 
 static void decode(struct engine_context *ctx, const int32_t *tok, int32_t p0, int32_t n) {

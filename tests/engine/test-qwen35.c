@@ -5,9 +5,13 @@
  * prefilled in steps of 8 (the per-token recurrence), 64 (the chunked form) and whole gives
  * the same; two sequences decoded in one interleaved batch equal each alone. Then the
  * recurrent state's rules: a sequence truncated to 0 starts fresh, truncation elsewhere
- * inside it and a batch that rewrites its tail are refused, a copy carries the state, state
- * blobs and a tensor split are refused with a message. (qwen35moe-tiny needs MoE: not
- * here.) */
+ * inside it and a batch that rewrites its tail are refused, a copy carries the state, a
+ * context shift and a tensor split are refused with a message. And resuming in the middle
+ * of P3 (DESIGN.md 3.6, blob format 3): a snapshot at 256 in RAM, a blob of [0, 256) with
+ * its snapshot into a fresh context, and a chain of a rows-only blob and one with the
+ * snapshot, each continuing 256..799 with the reference's prompt logits; a rows-only blob
+ * where a snapshot is needed, a version-2 blob and corrupt blobs are refused and change
+ * nothing. (qwen35moe-tiny needs MoE: not here.) */
 #include "test.h"
 
 #include "engine/engine.h"
@@ -376,10 +380,7 @@ TEST(state_rules) {
     ASSERT_OK(greedy(ctx, 1, np + 1, 0, V, got, gen));
     ASSERT_TRUE(memcmp(gen, r.gen + 1, (N_STEPS - 1) * sizeof *gen) == 0);
     ASSERT_TRUE(max_diff(got, r.logits + V, (size_t)(N_STEPS - 1) * V) <= TOL_F32);
-    /* blobs, context shift */
-    size_t size = 0;
-    ASSERT_ERR(engine_kv_export(ctx, 1, 0, np, NULL, 0, &size, &d), ERR_UNSUPPORTED);
-    printf("  export refused: %s\n", d.msg);
+    /* context shift */
     ASSERT_ERR(engine_kv_seq_shift(ctx, 1, 0, 4, &d), ERR_UNSUPPORTED);
     engine_context_free(ctx);
     /* two CPU partitions */
@@ -396,4 +397,178 @@ TEST(state_rules) {
     engine_model_free(m);
 }
 
-TEST_MAIN(T(qwen35_f32), T(qwen35_f16), T(two_sequences), T(state_rules))
+/* ---- resuming in the middle (blob format 3) -------------------------------------------- */
+
+#define RESUME_AT 256
+
+/* A fingerprint of seq 0's state: length, resume point, the live recurrent state. */
+static uint64_t seq_hash(const struct engine_context *ctx) {
+    const struct kv_cache *kv = &ctx->kv;
+    uint64_t h = engine_kv_seq_len(ctx, 0) * 1000003ull + engine_kv_seq_resume_pos(ctx, 0, ~0u);
+    for (uint32_t i = 0; i < kv->rs.n_layer_rs; i++)
+        h ^= hash64(kv->rs.conv[i], kv->rs.conv_floats * sizeof(float)) +
+             hash64(kv->rs.ssm[i], kv->rs.ssm_floats * sizeof(float)) * (i + 1);
+    return h;
+}
+
+/* Positions [RESUME_AT, np) of P3 on ctx (whose seq 0 holds [0, RESUME_AT)) against the
+ * reference's logits of every prompt position. */
+static double continue_p3(struct engine_context *ctx, const struct reference *r, const float *pl,
+                          float *all, uint32_t V) {
+    const uint32_t np = (uint32_t)r->n_prompt;
+    if (decode_range(ctx, 0, r->prompt, RESUME_AT, np, 64, all, V) < 0) return 1e9;
+    return max_diff(all, pl + (size_t)RESUME_AT * V, (size_t)(np - RESUME_AT) * V);
+}
+
+static uint8_t *export_new(const struct engine_context *ctx, uint32_t p0, uint32_t p1,
+                           enum engine_kv_snap snap, size_t *ret_size) {
+    size_t n = 0;
+    struct err_detail d = {0};
+    int r = engine_kv_export_snap(ctx, 0, p0, p1, snap, NULL, 0, &n, &d);
+    uint8_t *b = r < 0 ? NULL : malloc(n);
+    if (b && (r = engine_kv_export_snap(ctx, 0, p0, p1, snap, b, n, ret_size, &d)) < 0)
+        free(b), b = NULL;
+    if (!b) fprintf(stderr, "export [%u, %u): %s\n", p0, p1, err_msg(&d, r));
+    return b;
+}
+
+TEST(resume_mid_prompt) {
+    struct engine_model *m = model_open("qwen35-tiny");
+    if (!m) SKIP("../shared/models/hybrid/qwen35-tiny.gguf is absent");
+    struct reference r = {0};
+    uint32_t pv = 0, rows = 0, pn = 0, fp = 1;
+    float *pl = logits_read("hybrid/qwen35-tiny-P3.prompt-logits", &pv, &rows, &pn, &fp);
+    if (!pl || !reference_load("qwen35-tiny", "P3", &r)) {
+        free(pl), free(r.logits);
+        engine_model_free(m);
+        SKIP("the qwen35-tiny P3 references are absent");
+    }
+    const uint32_t V = m->hp.n_vocab, np = (uint32_t)r.n_prompt;
+    ASSERT_TRUE(pv == V && rows == np);
+    float *all = malloc((size_t)np * V * sizeof *all);
+    ASSERT_TRUE(all);
+    struct err_detail d = {0};
+
+    /* in RAM: prefill [0, 256), keep a snapshot, go on to the end; back to 256 (the
+     * snapshot), and 256..799 again */
+    struct engine_context *a = ctx_new(m, 1, 1024, 2);
+    ASSERT_TRUE(a != NULL);
+    ASSERT_OK(decode_range(a, 0, r.prompt, 0, RESUME_AT, RESUME_AT, NULL, V));
+    ASSERT_OK_D(engine_kv_snapshot(a, 0, &d), &d);
+    double d_live = continue_p3(a, &r, pl, all, V);
+    ASSERT_EQ(engine_kv_seq_resume_pos(a, 0, np - 3), RESUME_AT);
+    ASSERT_EQ(engine_kv_seq_rm(a, 0, RESUME_AT + 1), -ENODATA);
+    ASSERT_OK(engine_kv_seq_rm(a, 0, RESUME_AT));
+    double d_ram = continue_p3(a, &r, pl, all, V);
+    printf("  P3 256..799 after prefilling 0..255: max |dlogit| %.3g; again from the RAM "
+           "snapshot at 256: %.3g\n", d_live, d_ram);
+    ASSERT_TRUE(d_live <= TOL_F32);
+    ASSERT_TRUE(d_ram <= TOL_F32);
+
+    /* bytes: [0, 256) with the snapshot at 256 (held), into a fresh context */
+    ASSERT_OK(engine_kv_seq_rm(a, 0, RESUME_AT));
+    size_t n_full = 0, n_rows = 0, n_a = 0, n_b = 0;
+    uint8_t *full = export_new(a, 0, RESUME_AT, ENGINE_KV_SNAP_NEED, &n_full);
+    uint8_t *rows_only = export_new(a, 0, RESUME_AT, ENGINE_KV_SNAP_NONE, &n_rows);
+    uint8_t *first = export_new(a, 0, 128, ENGINE_KV_SNAP_AUTO, &n_a); /* no state at 128 */
+    uint8_t *second = export_new(a, 128, RESUME_AT, ENGINE_KV_SNAP_NEED, &n_b);
+    ASSERT_TRUE(full && rows_only && first && second);
+    struct engine_kv_info ki;
+    engine_context_kv_info(a, &ki);
+    struct engine_kv_blob_info bi;
+    ASSERT_OK(engine_kv_blob_info(full, n_full, &bi, NULL));
+    ASSERT_TRUE(bi.p0 == 0 && bi.p1 == RESUME_AT && bi.n_layer_rs == 6 && bi.snapshot);
+    ASSERT_EQ(bi.snapshot_bytes, ki.rs_state_bytes);
+    ASSERT_EQ(n_full, n_rows + ki.rs_state_bytes);
+    ASSERT_OK(engine_kv_blob_info(first, n_a, &bi, NULL));
+    ASSERT_TRUE(!bi.snapshot && bi.snapshot_bytes == 0);
+    printf("  blob of [0, %d): %zu bytes, of which the recurrent snapshot %zu (%u layers)\n",
+           RESUME_AT, n_full, ki.rs_state_bytes, ki.n_layer_rs);
+    ASSERT_EQ(engine_kv_export_snap(a, 0, 0, 100, ENGINE_KV_SNAP_NEED, NULL, 0, &n_a, &d),
+              -ENODATA);
+    printf("  no state at 100: %s\n", d.msg);
+    engine_context_free(a);
+
+    struct engine_context *b = ctx_new(m, 1, 1024, 2);
+    ASSERT_TRUE(b != NULL);
+    uint32_t p1 = 0;
+    ASSERT_OK_D(engine_kv_import(b, 0, full, n_full, r.prompt, np, &p1, &d), &d);
+    ASSERT_EQ(p1, RESUME_AT);
+    double d_blob = continue_p3(b, &r, pl, all, V);
+    /* the chain: [0, 128) rows only, then [128, 256) with the snapshot */
+    ASSERT_OK(engine_kv_seq_rm(b, 0, 0));
+    ASSERT_ERR(engine_kv_import(b, 0, first, n_a, r.prompt, np, NULL, &d), ERR_STATE_LAYOUT);
+    printf("  rows only where a snapshot is needed: %s\n", d.msg);
+    ASSERT_TRUE(strstr(d.msg, "no recurrent snapshot at position 128") != NULL);
+    ASSERT_EQ(engine_kv_seq_len(b, 0), 0);
+    ASSERT_OK_D(engine_kv_import_snap(b, 0, first, n_a, r.prompt, np, ENGINE_KV_SNAP_AUTO, NULL,
+                                      &d), &d);
+    ASSERT_EQ(engine_kv_seq_len(b, 0), 128);
+    ASSERT_EQ(engine_kv_seq_resume_pos(b, 0, 128), 0); /* rows ahead of the state */
+    int32_t p128 = 128;
+    struct engine_batch at128 = {.n_tok = 1, .token = &r.prompt[128], .pos = &p128};
+    ASSERT_ERR(engine_context_decode(b, &at128, &d), ERR_INVALID);
+    ASSERT_OK_D(engine_kv_import_snap(b, 0, second, n_b, r.prompt, np, ENGINE_KV_SNAP_AUTO,
+                                      &p1, &d), &d);
+    ASSERT_EQ(engine_kv_seq_resume_pos(b, 0, RESUME_AT), RESUME_AT);
+    double d_chain = continue_p3(b, &r, pl, all, V);
+    printf("  P3 256..799 after importing [0, 256): max |dlogit| %.3g; after the chain [0, 128) "
+           "rows only + [128, 256) with the snapshot: %.3g\n", d_blob, d_chain);
+    ASSERT_TRUE(d_blob <= TOL_F32);
+    ASSERT_TRUE(d_chain <= TOL_F32);
+
+    /* refusals leave the sequence as it was: rows only where needed, version 2, corrupt
+     * bytes (truncations, bit flips in the header and the recurrent record, anywhere) */
+    ASSERT_OK(engine_kv_seq_rm(b, 0, 0));
+    ASSERT_OK(decode_range(b, 0, r.prompt, 0, 5, 5, NULL, V));
+    const uint64_t before = seq_hash(b);
+    ASSERT_ERR(engine_kv_import(b, 0, rows_only, n_rows, NULL, 0, NULL, &d), ERR_STATE_LAYOUT);
+    uint8_t *copy = malloc(n_full);
+    ASSERT_TRUE(copy);
+    memcpy(copy, full, n_full);
+    copy[4] = 2;
+    ASSERT_ERR(engine_kv_import(b, 0, copy, n_full, NULL, 0, NULL, &d), ERR_STATE_VERSION);
+    ASSERT_STREQ(d.msg, "incompatible state version (blob 2, runtime 3)");
+    ASSERT_TRUE(seq_hash(b) == before);
+    const size_t header = rd32(full + 8) + 8 + 4 * RESUME_AT + 24;
+    uint64_t x = 7;
+    int n_bad = 0;
+    for (int i = 0; i < 400; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        memcpy(copy, full, n_full);
+        size_t len = n_full;
+        if (i < 100) {
+            len = (size_t)(x >> 20) % n_full; /* truncated */
+        } else {
+            size_t at = (size_t)(x >> 20) % (i % 2 ? n_full : header);
+            copy[at] ^= (uint8_t)(1u << ((x >> 8) & 7));
+        }
+        int e = engine_kv_import(b, 0, copy, len, r.prompt, np, NULL, &d);
+        if (e >= 0 || (e != ERR_STATE_BAD && e != ERR_STATE_VERSION && e != ERR_STATE_MODEL &&
+                       e != ERR_STATE_LAYOUT && e != ERR_STATE_TOKENS && e != ERR_STATE_CHECKSUM &&
+                       e != ERR_STATE_KEY_TYPE && e != ERR_STATE_VALUE_TYPE &&
+                       e != ERR_STATE_KEY_ROT && e != ERR_STATE_VALUE_ROT))
+            TEST_FAIL_("corrupt blob %d (length %zu of %zu): %s", i, len, n_full, err_name(e));
+        ASSERT_TRUE(seq_hash(b) == before);
+        n_bad++;
+    }
+    printf("  %d truncated or flipped blobs refused, the sequence unchanged\n", n_bad);
+    /* the recurrent record's fields: the V-head order, a layer of the list */
+    const size_t rs_at = rd32(full + 8) - (48 + 4 * 6);
+    memcpy(copy, full, n_full);
+    copy[rs_at + 32] = 1; /* grouped: a qwen3next blob */
+    ASSERT_ERR(engine_kv_import(b, 0, copy, n_full, NULL, 0, NULL, &d), ERR_STATE_LAYOUT);
+    printf("  %s\n", d.msg);
+    ASSERT_STREQ(d.msg, "incompatible cache layout: recurrent V-head order (blob 1, runtime 0)");
+    memcpy(copy, full, n_full);
+    copy[rs_at + 48] = 3; /* layer 3 is an attention layer */
+    ASSERT_ERR(engine_kv_import(b, 0, copy, n_full, NULL, 0, NULL, &d), ERR_STATE_BAD);
+    printf("  %s\n", d.msg);
+    ASSERT_TRUE(seq_hash(b) == before);
+    engine_context_free(b);
+    free(copy), free(full), free(rows_only), free(first), free(second);
+    free(all), free(pl), free(r.logits);
+    engine_model_free(m);
+}
+
+TEST_MAIN(T(qwen35_f32), T(qwen35_f16), T(two_sequences), T(state_rules), T(resume_mid_prompt))

@@ -24,6 +24,42 @@ struct matrix_stats {
 
 static const int32_t matrix_prompt[PROMPT] = {1, 260, 275, 281, 263, 290, 266, 270, 284, 261, 299, 272};
 
+/* A hybrid's refusals on b (empty): blob (of [0, EXPORT_AT), with its snapshot) as version
+ * 2, and [0, EXPORT_AT) of r (which holds no state at EXPORT_AT any more) without one. */
+static bool hybrid_refusals(struct engine_context *b, const uint8_t *blob, size_t size,
+                            const struct engine_context *r, char *why, size_t why_n) {
+    struct err_detail d = {0};
+    uint8_t *v2 = malloc(size), *rows = NULL;
+    size_t n = 0;
+    bool ok = false;
+    if (!v2) return false;
+    memcpy(v2, blob, size);
+    v2[4] = 2;
+    int e = engine_kv_import(b, 0, v2, size, NULL, 0, NULL, &d);
+    if (e != ERR_STATE_VERSION || strcmp(d.msg, "incompatible state version (blob 2, runtime 3)")) {
+        snprintf(why, why_n, "version 2: %.100s", e < 0 ? d.msg : "accepted");
+        goto out;
+    }
+    if (engine_kv_export_snap(r, 0, 0, EXPORT_AT, ENGINE_KV_SNAP_NEED, NULL, 0, &n, NULL) != -ENODATA ||
+        engine_kv_export_snap(r, 0, 0, EXPORT_AT, ENGINE_KV_SNAP_AUTO, NULL, 0, &n, NULL) < 0 ||
+        !(rows = malloc(n)) ||
+        engine_kv_export_snap(r, 0, 0, EXPORT_AT, ENGINE_KV_SNAP_AUTO, rows, n, &n, NULL) < 0) {
+        snprintf(why, why_n, "a blob without the snapshot: export");
+        goto out;
+    }
+    e = engine_kv_import(b, 0, rows, n, NULL, 0, NULL, &d);
+    if (e != ERR_STATE_LAYOUT || !strstr(d.msg, "no recurrent snapshot at position 7") ||
+        engine_kv_seq_len(b, 0) != 0) {
+        snprintf(why, why_n, "without the snapshot: %.100s", e < 0 ? d.msg : "accepted");
+        goto out;
+    }
+    ok = true;
+out:
+    free(v2);
+    free(rows);
+    return ok;
+}
+
 /* One case: R decodes [0, EXPORT_AT), exports it, decodes the rest of the prompt and
  * generates GEN tokens (the uninterrupted, in-memory run); B imports the blob into a
  * fresh context, decodes the same rest and generates: the tokens must be equal (exactly,
@@ -53,6 +89,11 @@ static bool matrix_case(const struct engine_model *m, enum kern_type tk, enum ke
     }
     if (kvt_decode(r, matrix_prompt, EXPORT_AT, PROMPT) < 0 || kvt_greedy(r, PROMPT, GEN, ref) < 0)
         goto out;
+    /* a hybrid (blob format 3): a version-2 blob and one without the recurrent snapshot
+     * are refused, each with its message, and change nothing */
+    struct engine_kv_info ih;
+    engine_context_kv_info(b, &ih);
+    if (ih.n_layer_rs && !hybrid_refusals(b, blob, size, r, why, why_n)) goto out;
     uint32_t p1 = 0;
     if ((e = engine_kv_import(b, 0, blob, size, matrix_prompt, PROMPT, &p1, &d)) < 0) {
         snprintf(why, why_n, "import: %s", err_msg(&d, e));
@@ -166,7 +207,7 @@ static void matrix_model(const char *name, const char *path, const int (*pairs)[
 }
 
 struct matrix_model {
-    const char *name, *shape; /* shape NULL: stories260K from ../shared/models */
+    const char *name, *shape; /* shape NULL: ../shared/models/<name>.gguf */
 };
 
 static const struct matrix_model matrix_models[] = {
@@ -179,6 +220,10 @@ static const struct matrix_model matrix_models[] = {
     {"qwen3-h128", "--arch qwen3 --n-embd 128 --n-layer 2 --n-head 2 --n-head-kv 1 --head-dim 128 --n-ff 128 --n-vocab 300 --seed 16"},
     {"qwen3-h32", "--arch qwen3 --n-embd 128 --n-layer 2 --n-head 4 --n-head-kv 2 --head-dim 32 --n-ff 128 --n-vocab 300 --seed 17"},
     {"shared-kv", "--arch qwen3 --n-embd 128 --n-layer 3 --n-head 2 --head-dim 64 --n-ff 128 --n-vocab 300 --shared-kv-layers 1 --seed 18"},
+    /* a mixture of experts (attention only: its KV is a dense model's) */
+    {"qwen3moe", "--arch qwen3moe --n-embd 128 --n-layer 2 --n-head 2 --head-dim 64 --n-ff 128 --n-vocab 300 --experts 4 --experts-used 2 --n-ff-exp 64 --seed 22"},
+    /* a hybrid: 6 Gated DeltaNet layers, 2 attention layers (blob format 3) */
+    {"hybrid/qwen35-tiny", NULL},
     /* window 8: the export point (7) is inside the first window, the rest of the prompt
      * and the generation run far past it, through the SWA ring */
     {"gemma3", "--arch gemma3 --n-embd 128 --n-layer 4 --n-head 2 --n-head-kv 1 --head-dim 64 --n-ff 128 --n-vocab 300 --window 8 --swa-pattern 2 --seed 19"},
@@ -203,11 +248,14 @@ TEST(state_matrix) {
     for (int i = 0; i < N_TYPES; i++) some[4 + i][0] = some[4 + i][1] = i;
     for (size_t i = 0; i < ARRAY_SIZE(matrix_models); i++) {
         const struct matrix_model *mm = &matrix_models[i];
+        char file[64];
+        snprintf(file, sizeof file, "%s.gguf", mm->name);
         const char *path = mm->shape ? test_mkmodel(mm->name, "%s", mm->shape)
-                                     : test_shared_path("stories260K.gguf");
+                                     : test_shared_path(file);
         if (!path) {
-            printf("  %-12s skipped: %s\n", mm->name, mm->shape ? "warm-mkmodel unavailable"
-                                                              : "stories260K.gguf is absent");
+            printf("  %-12s skipped: %s%s\n", mm->name, mm->shape ? "warm-mkmodel unavailable"
+                                                                : file,
+                   mm->shape ? "" : " is absent");
             continue;
         }
         bool full = !MATRIX_FULL_ONLY_SOME || strcmp(mm->name, "llama-h64") == 0 ||
@@ -333,9 +381,9 @@ TEST(bad_blobs) {
         const char *msg; /* prefix of the message, NULL: any */
     } fields[] = {
         {0, 0x53564b57 ^ 1, ERR_STATE_BAD, "not a state blob"},          /* magic */
-        {4, 1, ERR_STATE_VERSION, "incompatible state version (blob 1, runtime 2)"},
-        {4, 3, ERR_STATE_VERSION, "incompatible state version (blob 3, runtime 2)"},
-        {4, 0, ERR_STATE_VERSION, "incompatible state version (blob 0, runtime 2)"},
+        {4, 1, ERR_STATE_VERSION, "incompatible state version (blob 1, runtime 3)"},
+        {4, 2, ERR_STATE_VERSION, "incompatible state version (blob 2, runtime 3)"},
+        {4, 0, ERR_STATE_VERSION, "incompatible state version (blob 0, runtime 3)"},
         {8, 0xfffffff0u, ERR_STATE_BAD, NULL},                            /* header_bytes */
         {12, 1, ERR_STATE_BAD, NULL},                                     /* flags */
         {36, 1000000, ERR_STATE_BAD, NULL},                               /* n_cache */
