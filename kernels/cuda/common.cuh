@@ -81,13 +81,20 @@ __device__ __forceinline__ uint32_t ld32(const uint8_t *p) {
 
 __constant__ static const int8_t d_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                                 1,    13,   25,  38,  53,  69,  89,  113};
+/* kern_mxfp4_values: E2M1 doubled */
+__constant__ static const int8_t d_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* kern_e8m0_half: 2^(e-128), the subnormals 2^-128 and 2^-127 for e = 0, 1 */
+__device__ __forceinline__ float d_e8m0_half(uint8_t e) {
+    return __uint_as_float(e >= 2 ? (uint32_t)(e - 1) << 23 : 0x00200000u << e);
+}
 
 /* ---- type facts (host and device) ---------------------------------------------------- */
 
 /* The decoders work in units of 32 values: a block of the 32-value types, 8 of them in a
  * k-quant super-block. */
 static_assert(QK8_0 == 32 && QK4_0 == 32 && QK4_1 == 32 && QK5_0 == 32 && QK5_1 == 32 &&
-                  QK4_NL == 32, "a block is 32 values");
+                  QK4_NL == 32 && QK_MXFP4 == 32, "a block is 32 values");
 static_assert(QK_K == 8 * 32, "a k-quant super-block is 8 units of 32 values");
 
 /* Bytes per block and values per block of the types the CUDA tier knows (the block
@@ -108,6 +115,7 @@ __host__ __device__ static constexpr int type_block_bytes(int t) {
     case KERN_TYPE_Q2_K: return sizeof(struct block_q2_K);
     case KERN_TYPE_Q3_K: return sizeof(struct block_q3_K);
     case KERN_TYPE_IQ4_XS: return sizeof(struct block_iq4_xs);
+    case KERN_TYPE_MXFP4: return sizeof(struct block_mxfp4);
     default: return 0;
     }
 }
@@ -271,6 +279,18 @@ template <> __device__ __forceinline__ void deq32<KERN_TYPE_IQ4_NL>(const uint8_
         }
     }
 }
+/* mxfp4: 17-byte blocks, so byte loads (a block may start at any address); q4_0's nibble
+ * order, x = 2^(e-128)·d_mxfp4[q] (as the reference: the code's value times the scale) */
+template <> __device__ __forceinline__ void deq32<KERN_TYPE_MXFP4>(const uint8_t *row, int64_t u, float *v) {
+    const uint8_t *b = row + u * type_block_bytes(KERN_TYPE_MXFP4);
+    const float d = d_e8m0_half(b[0]);
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        const int q = b[1 + j];
+        v[j] = (float)d_mxfp4[q & 0x0f] * d;
+        v[j + 16] = (float)d_mxfp4[q >> 4] * d;
+    }
+}
 /* q4_K: x = d·sc·q - dmin·m; sub-block j: 32-byte group j/2 of qs, low nibbles for even j */
 template <> __device__ __forceinline__ void deq32<KERN_TYPE_Q4_K>(const uint8_t *row, int64_t u, float *v) {
     const uint8_t *b = row + (u / 8) * type_block_bytes(KERN_TYPE_Q4_K);
@@ -383,6 +403,7 @@ template <typename F> static inline int type_dispatch(int t, F &&f) {
     case KERN_TYPE_Q2_K: return f.template operator()<KERN_TYPE_Q2_K>();
     case KERN_TYPE_Q3_K: return f.template operator()<KERN_TYPE_Q3_K>();
     case KERN_TYPE_IQ4_XS: return f.template operator()<KERN_TYPE_IQ4_XS>();
+    case KERN_TYPE_MXFP4: return f.template operator()<KERN_TYPE_MXFP4>();
     default: return -EOPNOTSUPP;
     }
 }

@@ -85,7 +85,8 @@ int kern_cuda_copy(struct kern_cuda_ctx *ctx, void *dst, const void *src, size_t
 size_t kern_cuda_matmul_scratch_bytes(int64_t n_in, int64_t n_out, int64_t n_tok);
 /* y (n_tok, n_out) f32 = x (n_tok, n_in) f32 · Wᵀ, W n_out rows of type wt (every type
  * kern_matmul() supports: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_K,
- * q5_K, q6_K), row stride kern_row_size(wt, n_in). All pointers are device addresses;
+ * q5_K, q6_K, q2_K, q3_K, iq4_xs, mxfp4; the GEMM path's f16 copy of W needs mxfp4 scales
+ * within f16's range, as every real model's are), row stride kern_row_size(wt, n_in). All pointers are device addresses;
  * scratch holds kern_cuda_matmul_scratch_bytes() bytes. As on the CPU, activations of
  * quantized weight types are first rounded to q8 blocks (x' = fp16(d)·q, d = amax/127),
  * so results equal kern_matmul()'s up to float summation order (and, on the GEMM path,

@@ -428,7 +428,8 @@ extern "C" int kern_cuda_kv_store(struct kern_cuda_ctx *ctx, void *dst, size_t d
     cudaStream_t s = ctx->stream;
     return type_dispatch(t, [&]<int T>() {
         if constexpr (T == KERN_TYPE_Q4_K || T == KERN_TYPE_Q5_K || T == KERN_TYPE_Q6_K ||
-                      T == KERN_TYPE_Q2_K || T == KERN_TYPE_Q3_K || T == KERN_TYPE_IQ4_XS) {
+                      T == KERN_TYPE_Q2_K || T == KERN_TYPE_Q3_K || T == KERN_TYPE_IQ4_XS ||
+                      T == KERN_TYPE_MXFP4) { /* weight types, not KV types (type_is_kv) */
             return -EOPNOTSUPP;
         } else {
             kv_store_kernel<T><<<(unsigned)n_tok, 256, (size_t)n * sizeof(float), s>>>((uint8_t *)dst, dst_stride,
