@@ -287,6 +287,19 @@ typedef void (*warm_progress_fn)(const struct warm_progress *p, void *userdata);
  * returns -WARM_CANCELLED). */
 typedef int (*warm_token_fn)(int32_t id, const char *text, size_t len, void *userdata);
 
+/* A piece of a tool call as the answer streams it (warm.proto's ToolCallDelta): the
+ * first piece of call index has its id and name (non-NULL); the next ones NULL there and
+ * the next len bytes of its arguments' JSON text. The pieces of a call concatenate to its
+ * arguments as the model wrote them; every call warm_summary.tool_calls lists has come this
+ * way first, with the same index and id. The strings live until the callback returns. */
+struct warm_tool_call_delta {
+    uint32_t index;
+    const char *id, *name;
+    const char *arguments;
+    size_t len;
+};
+typedef int (*warm_tool_call_fn)(const struct warm_tool_call_delta *delta, void *userdata);
+
 /* warm_gen_params.tool_choice (warm.proto's ToolChoice). */
 enum warm_tool_choice {
     WARM_TOOLS_AUTO = 0,        /* the model decides (the default) */
@@ -299,6 +312,11 @@ enum warm_think {
     WARM_THINK_DEFAULT = 0,     /* the family's default (qwen3, qwen35 think) */
     WARM_THINK_ON = 1,
     WARM_THINK_OFF = 2,
+    /* thinking with an effort: gpt-oss (harmony) writes it into its system message; other
+     * thinking families take it as WARM_THINK_ON, the others ignore it (warm.proto's Think) */
+    WARM_THINK_LOW = 3,
+    WARM_THINK_MEDIUM = 4,
+    WARM_THINK_HIGH = 5,
 };
 
 /* What generate and chat have in common. Zero-initialize, then set what you need. */
@@ -348,6 +366,10 @@ struct warm_gen_params {
      * on_token is called for the same token with its answer text; NULL = the reasoning is
      * not delivered. Same contract as on_token (non-zero cancels). */
     warm_token_fn on_reasoning;
+    /* warm_chat with tools: called with each piece of a tool call as it streams (see
+     * struct warm_tool_call_delta); NULL = the calls come in the summary only. Non-zero
+     * cancels, as on_token. */
+    warm_tool_call_fn on_tool_call;
 };
 
 /* warm_gen_params.json_schema for JSON mode: any JSON object. */

@@ -149,6 +149,17 @@ struct gen_job {
     bool tools;                 /* the answer is searched for tool calls */
     uint32_t max_calls;         /* 0 = any number */
     bool in_calls;              /* "<tool_call>" was seen: the rest of the answer is held */
+    bool no_calls;              /* llama31: the answer began as text, so it is no call */
+    bool sent;                  /* some answer text was sent */
+    const struct engine_vocab *vocab; /* harmony: its control tokens are read as text */
+    /* The held calls read as they stream (engine_chat_scan_*): held[0..n_scanned) was
+     * scanned; the first n_started calls have had their first piece (id, name) sent, and
+     * args_sent[i] says whether any of call i's arguments were. */
+    struct engine_chat_scan scan;
+    size_t n_scanned;
+    unsigned n_started;
+    bool args_sent[TOOL_CALLS_MAX];
+    char ids[TOOL_CALLS_MAX][32];
     char *held;                 /* answer text held back: a tool call or its possible start */
     size_t n_held, cap_held;
     char *scratch;              /* the split's output: reasoning, then answer */
@@ -219,6 +230,18 @@ static size_t hold_calls(struct gen_job *j, const char *a, size_t n, int *err) {
     static const char open[] = "<tool_call>";
     *err = buf_append(&j->held, &j->n_held, &j->cap_held, a, n);
     if (*err < 0 || j->in_calls) return 0;
+    if (j->fam == ENGINE_CHAT_LLAMA31 && !j->no_calls) {
+        /* Llama 3.x: a call is the whole answer, a JSON object from its first byte on */
+        size_t k = 0;
+        while (k < j->n_held && is_ws(j->held[k])) k++;
+        if (k == j->n_held) return 0;
+        if (!j->sent && j->held[k] == '{') {
+            j->in_calls = true;
+            return 0;
+        }
+        j->no_calls = true;
+    }
+    if (j->fam == ENGINE_CHAT_LLAMA31) return j->n_held;
     const char *hit = j->n_held ? memmem(j->held, j->n_held, open, sizeof open - 1) : NULL;
     size_t keep;
     if (hit) {
@@ -234,18 +257,21 @@ static size_t hold_calls(struct gen_job *j, const char *a, size_t n, int *err) {
     return keep;
 }
 
+static int scan_held(struct gen_job *j, int32_t tok);
+
 /* Sends text the stop strings let through: split into reasoning and answer, the answer's
- * tool calls held back. */
+ * tool calls held back (and sent piece by piece as they stream, scan_held). */
 static int send_text(struct gen_job *j, int32_t id, const char *text, size_t len) {
     if (!j->split && !j->tools) return send_event(j, id, text, len, "", 0);
-    size_t need = 2 * (len + 32), nr = 0, na = len;
+    /* each of the split's outputs takes up to 2 * len + ENGINE_CHAT_SPLIT_EXTRA bytes */
+    size_t half = 2 * len + ENGINE_CHAT_SPLIT_EXTRA, need = 2 * half, nr = 0, na = len;
     if (need > j->cap_scratch) {
         char *p = realloc(j->scratch, need);
         if (!p) return -ENOMEM;
         j->scratch = p;
         j->cap_scratch = need;
     }
-    char *r = j->scratch, *a = j->scratch + len + 32;
+    char *r = j->scratch, *a = j->scratch + half;
     if (j->split) engine_chat_think_split(&j->think, text, len, r, &nr, a, &na);
     else if (len) memcpy(a, text, len);
     if (!j->tools) return send_event(j, id, a, na, r, nr);
@@ -253,8 +279,10 @@ static int send_text(struct gen_job *j, int32_t id, const char *text, size_t len
     size_t out = hold_calls(j, a, na, &e);
     if (e < 0) return e;
     e = send_event(j, id, j->held, out, r, nr);
+    j->sent = j->sent || out > 0;
     if (out) memmove(j->held, j->held + out, j->n_held - out);
     j->n_held -= out;
+    if (e >= 0 && j->in_calls) e = scan_held(j, id);
     return e;
 }
 
@@ -270,6 +298,79 @@ static void call_id(char out[32]) {
     out[5 + sizeof b] = 0;
 }
 
+/* One piece of tool call index (ToolCallDelta): its id and name (the first piece), or
+ * len bytes of its arguments. */
+static int send_delta(struct gen_job *j, int32_t tok, unsigned index, const char *name,
+                      const char *args, size_t len) {
+    char *a = dup_text(args, len);
+    if (!a) return -ENOMEM;
+    Warm__V1__ToolCallDelta tc = WARM__V1__TOOL_CALL_DELTA__INIT;
+    tc.index = index;
+    tc.id = name ? j->ids[index] : "";
+    tc.name = name ? (char *)name : "";
+    tc.arguments = a;
+    Warm__V1__TokenEvent t = WARM__V1__TOKEN_EVENT__INIT;
+    t.id = tok;
+    t.tool_call = &tc;
+    Warm__V1__GenerateEvent ev = WARM__V1__GENERATE_EVENT__INIT;
+    ev.event_case = WARM__V1__GENERATE_EVENT__EVENT_TOKEN;
+    ev.token = &t;
+    int e = rpc_call_send(j->call, &ev.base);
+    free(a);
+    return e;
+}
+
+/* Scans the held calls' new bytes: a call's name is sent when whole, its arguments as they
+ * come (one piece per run of them). */
+static int scan_held(struct gen_job *j, int32_t tok) {
+    int e = 0;
+    size_t run = 0, k = j->n_scanned; /* the arguments' bytes [run, k) are not sent yet */
+    bool in_run = false;
+    for (; k < j->n_held && e >= 0 && !j->scan.failed; k++) {
+        enum engine_chat_scan_event ev = engine_chat_scan_byte(&j->scan, j->held[k]);
+        if (ev == ENGINE_CHAT_SCAN_ARG) {
+            if (!in_run) run = k, in_run = true;
+            continue;
+        }
+        if (in_run && j->n_started) {
+            e = send_delta(j, tok, j->n_started - 1, NULL, j->held + run, k - run);
+            j->args_sent[j->n_started - 1] = true;
+        }
+        in_run = false;
+        if (ev == ENGINE_CHAT_SCAN_NAME && e >= 0) {
+            if (j->n_started == TOOL_CALLS_MAX || (j->max_calls && j->n_started >= j->max_calls)) {
+                j->scan.failed = true; /* no more calls are reported */
+                break;
+            }
+            call_id(j->ids[j->n_started]);
+            e = send_delta(j, tok, j->n_started++, j->scan.name, "", 0);
+        }
+    }
+    if (in_run && e >= 0 && j->n_started) {
+        e = send_delta(j, tok, j->n_started - 1, NULL, j->held + run, k - run);
+        j->args_sent[j->n_started - 1] = true;
+    }
+    j->n_scanned = j->n_held;
+    return e;
+}
+
+/* The parsed calls' pieces not sent while they streamed: a call not seen then whole, one
+ * whose arguments were not (qwen35's XML) its arguments as parsed. */
+static int finish_deltas(struct gen_job *j, const struct engine_chat_parsed_call *calls,
+                         size_t n) {
+    int e = 0;
+    for (unsigned i = 0; i < n && e >= 0; i++) {
+        if (i >= j->n_started) {
+            call_id(j->ids[i]);
+            e = send_delta(j, -1, i, calls[i].name, "", 0);
+            j->n_started = i + 1;
+        }
+        if (e >= 0 && !j->args_sent[i])
+            e = send_delta(j, -1, i, NULL, calls[i].arguments, strlen(calls[i].arguments));
+    }
+    return e;
+}
+
 /* The end of a chat answer: what the split held back, then the held tool calls parsed
  * (*ret_n of them into calls), the text before them (or all of it, when nothing parses)
  * released with id -1. */
@@ -277,12 +378,13 @@ static int finish_answer(struct gen_job *j, struct engine_chat_parsed_call *call
                          size_t *ret_n) {
     *ret_n = 0;
     if (!j->split && !j->tools) return 0;
-    char r[64], a[64];
+    char r[ENGINE_CHAT_SPLIT_EXTRA], a[ENGINE_CHAT_SPLIT_EXTRA];
     size_t nr = 0, na = 0;
     if (j->split) engine_chat_think_end(&j->think, r, &nr, a, &na);
     if (!j->tools) return nr || na ? send_event(j, -1, a, na, r, nr) : 0;
     int e = buf_append(&j->held, &j->n_held, &j->cap_held, a, na);
     if (e < 0) return e;
+    if (j->in_calls && (e = scan_held(j, -1)) < 0) return e;
     size_t content = j->n_held;
     if (j->in_calls) {
         size_t cap = j->max_calls ? MIN(j->max_calls, TOOL_CALLS_MAX) : TOOL_CALLS_MAX;
@@ -303,6 +405,13 @@ static size_t partial_stop(const char *s, size_t n, const char *stop) {
 
 static bool job_token(struct runner_job *b, int32_t id, const char *text, size_t len) {
     struct gen_job *j = (struct gen_job *)b;
+    if (j->vocab && !len && id >= 0 &&
+        engine_vocab_token_type(j->vocab, id) == ENGINE_TOKEN_TYPE_CONTROL) {
+        /* harmony's <|channel|>, <|message|>, <|end|>, ... carry its structure */
+        const char *p = engine_vocab_piece_view(j->vocab, id, ENGINE_PIECE_SPECIAL, &len);
+        text = p ? p : "";
+        if (!p) len = 0;
+    }
     size_t need;
     if (!size_add(j->n_pending, len, &need)) return false;
     if (need > j->cap_pending) {
@@ -404,13 +513,13 @@ static void job_done(struct runner_job *b, const struct runner_result *res, int 
         if (j->n_pending) send_text(j, -1, j->pending, j->n_pending);
         struct engine_chat_parsed_call calls[TOOL_CALLS_MAX];
         size_t n_calls = 0;
-        (void)finish_answer(j, calls, &n_calls); /* a client gone is seen by the finish */
+        /* a client gone is seen by the finish */
+        if (finish_answer(j, calls, &n_calls) >= 0) (void)finish_deltas(j, calls, n_calls);
         Warm__V1__ToolCall tc[TOOL_CALLS_MAX], *tcp[TOOL_CALLS_MAX];
-        char ids[TOOL_CALLS_MAX][32];
         for (size_t i = 0; i < n_calls; i++) {
             warm__v1__tool_call__init(&tc[i]);
-            call_id(ids[i]);
-            tc[i].id = ids[i];
+            if (i >= j->n_started) call_id(j->ids[i]); /* finish_deltas did not get there */
+            tc[i].id = j->ids[i];
             tc[i].name = calls[i].name;
             tc[i].arguments = calls[i].arguments;
             tcp[i] = &tc[i];
@@ -624,17 +733,27 @@ static int chat_prompt_tokens(struct rpc_call *c, const Warm__V1__ChatRequest *q
     if (use_tools && !engine_chat_has_tools(fam) && strcmp(q->tools_json, "[]") != 0) {
         rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT,
                       "model %s does not support tools: its %s chat template has no tool format "
-                      "(tools work with the chatml, qwen3 and qwen35 families)",
+                      "(tools work with the chatml, qwen3, qwen35, llama31 and harmony families)",
                       res->name, engine_chat_family_name(fam));
         return -EINVAL;
     }
-    if (q->think == WARM__V1__THINK__THINK_ON && !engine_chat_thinks(fam)) {
+    /* THINK_LOW..HIGH: an effort where the family has levels, thinking on where it thinks,
+     * nothing where it does not (OpenAI clients send an effort to every model) */
+    bool level = q->think == WARM__V1__THINK__THINK_LOW ||
+                 q->think == WARM__V1__THINK__THINK_MEDIUM || q->think == WARM__V1__THINK__THINK_HIGH;
+    bool think_on = q->think == WARM__V1__THINK__THINK_ON || (level && engine_chat_thinks(fam));
+    if (think_on && !engine_chat_thinks(fam)) {
         rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT,
                       "model %s does not support thinking: its %s chat template has no "
-                      "reasoning block (thinking works with the qwen3 and qwen35 families)",
+                      "reasoning block (thinking works with the qwen3, qwen35 and harmony "
+                      "families)",
                       res->name, engine_chat_family_name(fam));
         return -EINVAL;
     }
+    struct engine_chat_opts opts = {0};
+    if (q->think == WARM__V1__THINK__THINK_LOW) opts.effort = ENGINE_CHAT_EFFORT_LOW;
+    if (q->think == WARM__V1__THINK__THINK_MEDIUM) opts.effort = ENGINE_CHAT_EFFORT_MEDIUM;
+    if (q->think == WARM__V1__THINK__THINK_HIGH) opts.effort = ENGINE_CHAT_EFFORT_HIGH;
     if (forced && q->think == WARM__V1__THINK__THINK_ON) {
         rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT,
                       "think: on cannot be used with a forced tool call (tool_choice required "
@@ -650,12 +769,12 @@ static int chat_prompt_tokens(struct rpc_call *c, const Warm__V1__ChatRequest *q
     }
     unsigned flags = q->continue_last ? ENGINE_CHAT_CONTINUE_LAST : ENGINE_CHAT_ADD_GENERATION_PROMPT;
     if (q->think == WARM__V1__THINK__THINK_OFF || forced) flags |= ENGINE_CHAT_NO_THINKING;
-    const struct engine_chat_tools tools = {.json = use_tools ? q->tools_json : NULL,
+    opts.tools = (struct engine_chat_tools){.json = use_tools ? q->tools_json : NULL,
                                             .len = use_tools ? strlen(q->tools_json) : 0};
     struct err_detail e = {0};
     size_t n = 0;
-    int r = engine_chat_tokenize_tools(fam, v, msgs, q->n_messages, &tools, flags, &j->prompt, &n,
-                                       &e);
+    int r = engine_chat_tokenize_opts(fam, v, msgs, q->n_messages, &opts, flags, &j->prompt, &n,
+                                      &e);
     free(msgs);
     free(calls);
     if (r < 0) {
@@ -677,7 +796,9 @@ static int chat_prompt_tokens(struct rpc_call *c, const Warm__V1__ChatRequest *q
     /* A continued message may be anywhere in its think block: it is all answer then. */
     j->split = engine_chat_thinks(fam) && !q->continue_last;
     engine_chat_think_begin(&j->think, fam, flags);
+    engine_chat_scan_begin(&j->scan, fam);
     j->tools = use_tools && engine_chat_has_tools(fam);
+    if (engine_chat_has_effort(fam)) j->vocab = v; /* harmony reads its control tokens */
     j->max_calls = q->tool_choice == WARM__V1__TOOL_CHOICE__TOOL_CHOICE_FUNCTION ? 1
                                                                              : q->max_tool_calls;
     *ret_n = n;
@@ -959,7 +1080,7 @@ void rpc_generate_chat(struct rpc_call *c, const ProtobufCMessage *req) {
     const char *bad = NULL;
     if ((unsigned)q->tool_choice > WARM__V1__TOOL_CHOICE__TOOL_CHOICE_FUNCTION)
         bad = "tool_choice: unknown value";
-    else if ((unsigned)q->think > WARM__V1__THINK__THINK_OFF)
+    else if ((unsigned)q->think > WARM__V1__THINK__THINK_HIGH)
         bad = "think: unknown value";
     else if (forced && (!tools_len || strcmp(q->tools_json, "[]") == 0))
         bad = "tool_choice: a required or named tool call needs tools_json";

@@ -1,5 +1,6 @@
 /* chat — built-in chat templates (see chat.h for the formats and why no Jinja runs). */
 #include "engine/chat.h"
+#include "engine/chat-impl.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -7,44 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* How a special string of a template is tokenized when the vocabulary is asked for it. */
-enum chat_special_kind {
-    SPECIAL_REQUIRED, /* the vocabulary must have it as one token (else ERR_VOCAB) */
-    SPECIAL_TEXT_OK,  /* a token if the vocabulary has one, else plain text ("[INST]" v1) */
-    SPECIAL_BOS,      /* that token, else the vocabulary's BOS, else nothing */
-    SPECIAL_EOS,      /* that token, else the vocabulary's EOS */
-};
-
-struct chat_special {
-    const char *text;
-    enum chat_special_kind kind;
-};
-
-#define CHAT_MAX_SPECIALS 8
-
-struct chat_family {
-    const char *name;
-    const char *marker;       /* detection: the template contains this */
-    const char *bos;          /* rendered once first; NULL = none */
-    /* Per role: the text before and after the content. prefix[SYSTEM] NULL: the family
-     * has no system turn; the system content goes before the first user content with
-     * system_sep after it. */
-    const char *prefix[ENGINE_CHAT_ROLE_COUNT];
-    const char *suffix[ENGINE_CHAT_ROLE_COUNT];
-    const char *system_sep;
-    const char *gen_prompt;   /* "" = none */
-    const char *end_of_turn;
-    bool alternate;           /* user, assistant, user, ... after the system message */
-    bool trim;                /* contents are whitespace-trimmed (Jinja "| trim") */
-    /* Thinking (chat.h's qwen3 and qwen35): how assistant turns carry their reasoning, and
-     * what follows the generation prompt with thinking on and off */
-    enum chat_think { THINK_NONE, THINK_QWEN3, THINK_QWEN35 } think;
-    /* Tools (chat.h): Qwen2.5's and Qwen3's Hermes JSON in <tool_call>, or Qwen3.5's XML */
-    enum chat_tools { TOOLS_NONE, TOOLS_HERMES, TOOLS_QWEN35 } tools;
-    const char *gen_think_on, *gen_think_off;
-    struct chat_special specials[CHAT_MAX_SPECIALS];
-};
 
 static const struct chat_family families[ENGINE_CHAT_FAMILY_COUNT] = {
     [ENGINE_CHAT_CHATML] = {
@@ -109,21 +72,43 @@ static const struct chat_family families[ENGINE_CHAT_FAMILY_COUNT] = {
                      {"<tool_call>", SPECIAL_TEXT_OK}, {"</tool_call>", SPECIAL_TEXT_OK},
                      {"<tool_response>", SPECIAL_TEXT_OK}, {"</tool_response>", SPECIAL_TEXT_OK}},
     },
+    [ENGINE_CHAT_LLAMA31] = {
+        .name = "llama31", .marker = "Cutting Knowledge Date:", .bos = "<|begin_of_text|>",
+        .end_of_turn = "<|eot_id|>", .tools = TOOLS_LLAMA31, .walk = chat_walk_llama31,
+        .specials = {{"<|begin_of_text|>", SPECIAL_BOS}, {"<|start_header_id|>", SPECIAL_REQUIRED},
+                     {"<|end_header_id|>", SPECIAL_REQUIRED}, {"<|eot_id|>", SPECIAL_REQUIRED}},
+    },
+    [ENGINE_CHAT_HARMONY] = {
+        .name = "harmony", .marker = "<|channel|>", .end_of_turn = "<|return|>",
+        .think = THINK_HARMONY, .tools = TOOLS_HARMONY, .walk = chat_walk_harmony,
+        .specials = {{"<|start|>", SPECIAL_REQUIRED}, {"<|message|>", SPECIAL_REQUIRED},
+                     {"<|end|>", SPECIAL_REQUIRED}, {"<|channel|>", SPECIAL_REQUIRED},
+                     {"<|call|>", SPECIAL_REQUIRED}, {"<|return|>", SPECIAL_REQUIRED},
+                     {"<|constrain|>", SPECIAL_TEXT_OK}},
+    },
     [ENGINE_CHAT_GEMMA4] = {
         .name = "gemma4", .marker = "<|turn>", .bos = "<bos>",
         .prefix = {"<|turn>system\n", "<|turn>user\n", "<|turn>model\n"},
         .suffix = {"<turn|>\n", "<turn|>\n", "<turn|>\n"},
         .gen_prompt = "<|turn>model\n", .end_of_turn = "<turn|>", .trim = true,
+        .tools = TOOLS_GEMMA4, .tools_walk = chat_walk_gemma4,
         .specials = {{"<bos>", SPECIAL_BOS}, {"<|turn>", SPECIAL_REQUIRED},
-                     {"<turn|>", SPECIAL_REQUIRED}},
+                     {"<turn|>", SPECIAL_REQUIRED}, {"<|tool>", SPECIAL_TEXT_OK},
+                     {"<tool|>", SPECIAL_TEXT_OK}, {"<|tool_call>", SPECIAL_TEXT_OK},
+                     {"<tool_call|>", SPECIAL_TEXT_OK}, {"<|tool_response>", SPECIAL_TEXT_OK},
+                     {"<tool_response|>", SPECIAL_TEXT_OK}, {"<|\"|>", SPECIAL_TEXT_OK},
+                     {"<|channel>", SPECIAL_TEXT_OK}, {"<channel|>", SPECIAL_TEXT_OK}},
     },
 };
 
-/* Detection order: gemma4 before gemma (a Gemma 4 template may mention <start_of_turn>);
- * the thinking chatml families before chatml, each also needing chatml's marker. */
+/* Detection order: harmony first (its template names no other family's marker, but says
+ * "<|channel|>" only itself); gemma4 before gemma (a Gemma 4 template may mention
+ * <start_of_turn>); the thinking chatml families before chatml, each also needing chatml's
+ * marker; Llama 3.1/3.2 (their date header) before Llama 3. */
 static const enum engine_chat_family detect_order[ENGINE_CHAT_FAMILY_COUNT] = {
-    ENGINE_CHAT_QWEN35, ENGINE_CHAT_QWEN3,  ENGINE_CHAT_CHATML,  ENGINE_CHAT_LLAMA3,
-    ENGINE_CHAT_GEMMA4, ENGINE_CHAT_GEMMA,  ENGINE_CHAT_MISTRAL,
+    ENGINE_CHAT_HARMONY, ENGINE_CHAT_QWEN35, ENGINE_CHAT_QWEN3, ENGINE_CHAT_CHATML,
+    ENGINE_CHAT_LLAMA31, ENGINE_CHAT_LLAMA3, ENGINE_CHAT_GEMMA4, ENGINE_CHAT_GEMMA,
+    ENGINE_CHAT_MISTRAL,
 };
 
 static const char *const role_names[ENGINE_CHAT_ROLE_COUNT] = {"system", "user", "assistant",
@@ -140,7 +125,7 @@ enum engine_chat_family engine_chat_detect(const char *tmpl, size_t len) {
         const char *m = families[f].marker;
         if (!memmem(tmpl, len, m, strlen(m))) continue;
         /* Qwen3.5 writes XML tool calls and thinks; Qwen3-Coder writes them and does not */
-        if (families[f].think != THINK_NONE &&
+        if ((families[f].think == THINK_QWEN3 || families[f].think == THINK_QWEN35) &&
             (!memmem(tmpl, len, "<|im_start|>", 12) || !memmem(tmpl, len, "<think>", 7)))
             continue;
         if (f == ENGINE_CHAT_MISTRAL && memmem(tmpl, len, llama2, sizeof llama2 - 1)) break;
@@ -165,11 +150,15 @@ const char *engine_chat_end_of_turn(enum engine_chat_family fam) {
 }
 
 const char *engine_chat_family_list(void) {
-    return "chatml, llama3, gemma, mistral, gemma4, qwen3, qwen35";
+    return "chatml, llama3, gemma, mistral, gemma4, qwen3, qwen35, llama31, harmony";
 }
 
 bool engine_chat_has_tools(enum engine_chat_family fam) {
     return (unsigned)fam < ENGINE_CHAT_FAMILY_COUNT && families[fam].tools != TOOLS_NONE;
+}
+
+bool engine_chat_has_effort(enum engine_chat_family fam) {
+    return (unsigned)fam < ENGINE_CHAT_FAMILY_COUNT && families[fam].think == THINK_HARMONY;
 }
 
 bool engine_chat_thinks(enum engine_chat_family fam) {
@@ -186,22 +175,6 @@ int engine_chat_role_parse(const char *name, enum engine_chat_role *ret) {
 }
 
 /* ---- the emitter: one walk over the conversation, to text or to tokens -------------- */
-
-struct chat_out {
-    const struct chat_family *fam;
-    json_t *tools;                    /* the parsed tool list, NULL: none */
-    const struct engine_vocab *vocab; /* NULL: render text */
-    struct err_detail *d;
-    int err;
-    /* text mode */
-    char *buf;
-    size_t cap, len;
-    /* token mode: plain text waiting to be tokenized, and the ids so far */
-    char *run;
-    size_t n_run, cap_run;
-    int32_t *ids;
-    size_t n_ids, cap_ids;
-};
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return 0;
@@ -245,7 +218,7 @@ static void out_flush(struct chat_out *o) {
 }
 
 /* Plain text: appended to the rendering, or to the run to be tokenized without specials. */
-static void out_text(struct chat_out *o, const char *s, size_t n) {
+void chat_out_text(struct chat_out *o, const char *s, size_t n) {
     if (o->err < 0 || !n) return;
     if (!o->vocab) {
         if (o->len < o->cap) memcpy(o->buf + o->len, s, MIN(n, o->cap - o->len));
@@ -270,7 +243,7 @@ static void out_text(struct chat_out *o, const char *s, size_t n) {
 static void out_special(struct chat_out *o, const struct chat_special *sp) {
     size_t n = strlen(sp->text);
     if (!o->vocab) {
-        out_text(o, sp->text, n);
+        chat_out_text(o, sp->text, n);
         return;
     }
     int32_t id = engine_vocab_find(o->vocab, sp->text, n);
@@ -282,7 +255,7 @@ static void out_special(struct chat_out *o, const struct chat_special *sp) {
         switch (sp->kind) {
         case SPECIAL_BOS: id = engine_vocab_bos(o->vocab); break;
         case SPECIAL_EOS: id = engine_vocab_eos(o->vocab); break;
-        case SPECIAL_TEXT_OK: out_text(o, sp->text, n); return;
+        case SPECIAL_TEXT_OK: chat_out_text(o, sp->text, n); return;
         case SPECIAL_REQUIRED: break;
         }
         if (id < 0 && sp->kind != SPECIAL_BOS) {
@@ -299,7 +272,7 @@ static void out_special(struct chat_out *o, const struct chat_special *sp) {
 }
 
 /* Template text: its special strings become tokens, the rest plain text. */
-static void out_template(struct chat_out *o, const char *s) {
+void chat_out_template(struct chat_out *o, const char *s) {
     size_t n = strlen(s);
     while (n && o->err == 0) {
         const char *best = NULL;
@@ -310,10 +283,10 @@ static void out_template(struct chat_out *o, const char *s) {
             if (hit && (!best || hit < best)) best = hit, bsp = sp;
         }
         if (!best) {
-            out_text(o, s, n);
+            chat_out_text(o, s, n);
             return;
         }
-        out_text(o, s, (size_t)(best - s));
+        chat_out_text(o, s, (size_t)(best - s));
         out_special(o, bsp);
         size_t skip = (size_t)(best - s) + strlen(bsp->text);
         s += skip;
@@ -321,15 +294,15 @@ static void out_template(struct chat_out *o, const char *s) {
     }
 }
 
-static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+bool chat_is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 /* Message content: always plain text, never special tokens. */
 static void out_content(struct chat_out *o, const char *s, size_t n) {
     if (o->fam->trim) {
-        while (n && is_space(*s)) s++, n--;
-        while (n && is_space(s[n - 1])) n--;
+        while (n && chat_is_space(*s)) s++, n--;
+        while (n && chat_is_space(s[n - 1])) n--;
     }
-    out_text(o, s, n);
+    chat_out_text(o, s, n);
 }
 
 /* Checks the conversation against the family's rules (see chat.h). */
@@ -393,9 +366,9 @@ static void strip_nl(const char **s, size_t *n, bool left, bool right) {
     while (right && *n && (*s)[*n - 1] == '\n') (*n)--;
 }
 
-static void strip_space(const char **s, size_t *n) {
-    while (*n && is_space(**s)) (*s)++, (*n)--;
-    while (*n && is_space((*s)[*n - 1])) (*n)--;
+void chat_strip_space(const char **s, size_t *n) {
+    while (*n && chat_is_space(**s)) (*s)++, (*n)--;
+    while (*n && chat_is_space((*s)[*n - 1])) (*n)--;
 }
 
 /* An assistant turn's text cut as the Qwen templates cut it: the reasoning is what comes
@@ -425,22 +398,25 @@ static bool think_cut(const char *s, size_t n, const char **r, size_t *rn, const
 
 /* JSON as Python's json.dumps(x, ensure_ascii=False) writes it (the templates' tojson):
  * ", " and ": " separators, keys in their order, UTF-8 kept. NULL: out of memory. */
-static char *py_json(const json_t *x) {
+char *chat_py_json(const json_t *x) {
     return json_dumps(x, JSON_ENCODE_ANY | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
 }
 
-static void out_json(struct chat_out *o, const json_t *x) {
-    char *t = py_json(x);
+void chat_out_json(struct chat_out *o, const json_t *x) { chat_out_json_indent(o, x, 0); }
+
+void chat_out_json_indent(struct chat_out *o, const json_t *x, int indent) {
+    char *t = json_dumps(x, JSON_ENCODE_ANY | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17) |
+                                JSON_INDENT(indent));
     if (!t) {
         if (o->err == 0) o->err = -ENOMEM;
         return;
     }
-    out_text(o, t, strlen(t));
+    chat_out_text(o, t, strlen(t));
     free(t);
 }
 
 /* A tool call's arguments parsed (an object; a non-object or broken JSON is refused). */
-static json_t *call_args(struct chat_out *o, const struct engine_chat_tool_call *c, size_t i,
+json_t *chat_call_args(struct chat_out *o, const struct engine_chat_tool_call *c, size_t i,
                          size_t k) {
     json_error_t je;
     json_t *a = json_loadb(c->arguments ? c->arguments : "{}", c->arguments ? c->arguments_len : 2,
@@ -456,20 +432,20 @@ static json_t *call_args(struct chat_out *o, const struct engine_chat_tool_call 
 }
 
 /* Python's str() of a JSON scalar, as Jinja's |string writes a tool argument (Qwen3.5) */
-static void out_py_scalar(struct chat_out *o, const json_t *v) {
+void chat_out_py_scalar(struct chat_out *o, const json_t *v) {
     char num[40];
     switch (json_typeof(v)) {
     case JSON_STRING:
-        out_text(o, json_string_value(v), json_string_length(v));
+        chat_out_text(o, json_string_value(v), json_string_length(v));
         return;
     case JSON_TRUE:
-        out_text(o, "True", 4);
+        chat_out_text(o, "True", 4);
         return;
     case JSON_FALSE:
-        out_text(o, "False", 5);
+        chat_out_text(o, "False", 5);
         return;
     case JSON_NULL:
-        out_text(o, "None", 4);
+        chat_out_text(o, "None", 4);
         return;
     case JSON_INTEGER:
         snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
@@ -484,10 +460,10 @@ static void out_py_scalar(struct chat_out *o, const json_t *v) {
         break;
     }
     default:
-        out_json(o, v);
+        chat_out_json(o, v);
         return;
     }
-    out_text(o, num, strlen(num));
+    chat_out_text(o, num, strlen(num));
 }
 
 /* The tool calls of message i after its content (non-empty: has_content) */
@@ -496,35 +472,35 @@ static void out_tool_calls(struct chat_out *o, const struct engine_chat_msg *m, 
     const struct chat_family *f = o->fam;
     for (size_t k = 0; k < m->n_tool_calls && o->err == 0; k++) {
         const struct engine_chat_tool_call *c = &m->tool_calls[k];
-        json_t *args = call_args(o, c, i, k);
+        json_t *args = chat_call_args(o, c, i, k);
         if (!args) return;
         if (f->tools == TOOLS_HERMES) {
             /* Qwen2.5: each call on a new line; Qwen3: a new line after content or a call */
-            if (f->think == THINK_NONE || k > 0 || has_content) out_text(o, "\n", 1);
-            out_template(o, "<tool_call>\n{\"name\": \"");
-            out_text(o, c->name, c->name_len);
-            out_text(o, "\", \"arguments\": ", 16);
-            out_json(o, args);
-            out_template(o, "}\n</tool_call>");
+            if (f->think == THINK_NONE || k > 0 || has_content) chat_out_text(o, "\n", 1);
+            chat_out_template(o, "<tool_call>\n{\"name\": \"");
+            chat_out_text(o, c->name, c->name_len);
+            chat_out_text(o, "\", \"arguments\": ", 16);
+            chat_out_json(o, args);
+            chat_out_template(o, "}\n</tool_call>");
         } else {
-            out_template(o, k > 0         ? "\n<tool_call>\n<function="
+            chat_out_template(o, k > 0         ? "\n<tool_call>\n<function="
                             : has_content ? "\n\n<tool_call>\n<function="
                                           : "<tool_call>\n<function=");
-            out_text(o, c->name, c->name_len);
-            out_text(o, ">\n", 2);
+            chat_out_text(o, c->name, c->name_len);
+            chat_out_text(o, ">\n", 2);
             const char *key;
             json_t *v;
             json_object_foreach(args, key, v) {
-                out_text(o, "<parameter=", 11);
-                out_text(o, key, strlen(key));
-                out_text(o, ">\n", 2);
+                chat_out_text(o, "<parameter=", 11);
+                chat_out_text(o, key, strlen(key));
+                chat_out_text(o, ">\n", 2);
                 if (json_is_object(v) || json_is_array(v))
-                    out_json(o, v);
+                    chat_out_json(o, v);
                 else
-                    out_py_scalar(o, v);
-                out_text(o, "\n</parameter>\n", 14);
+                    chat_out_py_scalar(o, v);
+                chat_out_text(o, "\n</parameter>\n", 14);
             }
-            out_template(o, "</function>\n</tool_call>");
+            chat_out_template(o, "</function>\n</tool_call>");
         }
         json_decref(args);
     }
@@ -554,29 +530,29 @@ static void out_tools_system(struct chat_out *o, const struct engine_chat_msg *s
         "language BEFORE the function call, but NOT after\n- If there is no function call "
         "available, answer the question like normal with your current knowledge and do not tell "
         "the user about function calls\n</IMPORTANT>";
-    out_template(o, f->prefix[ENGINE_CHAT_SYSTEM]);
+    chat_out_template(o, f->prefix[ENGINE_CHAT_SYSTEM]);
     if (f->tools == TOOLS_HERMES && sys) {
-        out_text(o, sys->content, sys->len);
-        out_text(o, "\n\n", 2);
+        chat_out_text(o, sys->content, sys->len);
+        chat_out_text(o, "\n\n", 2);
     }
-    out_template(o, f->tools == TOOLS_HERMES ? hermes_head : q35_head);
+    chat_out_template(o, f->tools == TOOLS_HERMES ? hermes_head : q35_head);
     size_t i;
     json_t *t;
     json_array_foreach(o->tools, i, t) {
-        out_text(o, "\n", 1);
-        out_json(o, t);
+        chat_out_text(o, "\n", 1);
+        chat_out_json(o, t);
     }
-    out_template(o, f->tools == TOOLS_HERMES ? hermes_tail : q35_tail);
+    chat_out_template(o, f->tools == TOOLS_HERMES ? hermes_tail : q35_tail);
     if (f->tools == TOOLS_QWEN35 && sys) {
         const char *c = sys->content;
         size_t cn = sys->len;
-        strip_space(&c, &cn);
+        chat_strip_space(&c, &cn);
         if (cn) {
-            out_text(o, "\n\n", 2);
-            out_text(o, c, cn);
+            chat_out_text(o, "\n\n", 2);
+            chat_out_text(o, c, cn);
         }
     }
-    out_template(o, f->suffix[ENGINE_CHAT_SYSTEM]);
+    chat_out_template(o, f->suffix[ENGINE_CHAT_SYSTEM]);
 }
 
 /* Message i, a tool result: a run of them is one user turn of <tool_response> blocks. */
@@ -584,12 +560,12 @@ static void out_tool_result(struct chat_out *o, const struct engine_chat_msg *m,
                             size_t n) {
     const char *c = m[i].content;
     size_t cn = m[i].len;
-    if (o->fam->tools == TOOLS_QWEN35) strip_space(&c, &cn);
-    if (m[i - 1].role != ENGINE_CHAT_TOOL) out_template(o, "<|im_start|>user");
-    out_template(o, "\n<tool_response>\n");
-    out_text(o, c, cn);
-    out_template(o, "\n</tool_response>");
-    if (i + 1 == n || m[i + 1].role != ENGINE_CHAT_TOOL) out_template(o, "<|im_end|>\n");
+    if (o->fam->tools == TOOLS_QWEN35) chat_strip_space(&c, &cn);
+    if (m[i - 1].role != ENGINE_CHAT_TOOL) chat_out_template(o, "<|im_start|>user");
+    chat_out_template(o, "\n<tool_response>\n");
+    chat_out_text(o, c, cn);
+    chat_out_template(o, "\n</tool_response>");
+    if (i + 1 == n || m[i + 1].role != ENGINE_CHAT_TOOL) chat_out_template(o, "<|im_end|>\n");
 }
 
 /* An assistant turn of a thinking family: after the last user message (`after`) with its
@@ -600,34 +576,34 @@ static void out_assistant_think(struct chat_out *o, const struct engine_chat_msg
     const struct chat_family *f = o->fam;
     const char *c = m->content, *r = m->reasoning ? m->reasoning : "";
     size_t cn = m->len, rn = m->reasoning ? m->reasoning_len : 0;
-    if (f->think == THINK_QWEN35) strip_space(&c, &cn);
+    if (f->think == THINK_QWEN35) chat_strip_space(&c, &cn);
     if (!m->reasoning) think_cut(c, cn, &r, &rn, &c, &cn);
-    if (f->think == THINK_QWEN35) strip_space(&r, &rn);
+    if (f->think == THINK_QWEN35) chat_strip_space(&r, &rn);
     const char *tc = c; /* what the templates test for content before the calls */
     size_t tcn = cn;
-    if (f->think == THINK_QWEN35) strip_space(&tc, &tcn);
-    out_template(o, f->prefix[ENGINE_CHAT_ASSISTANT]);
+    if (f->think == THINK_QWEN35) chat_strip_space(&tc, &tcn);
+    chat_out_template(o, f->prefix[ENGINE_CHAT_ASSISTANT]);
     if (!after || (f->think == THINK_QWEN3 && !last && rn == 0)) {
-        out_text(o, c, cn);
+        chat_out_text(o, c, cn);
     } else {
         if (f->think == THINK_QWEN3) {
             strip_nl(&r, &rn, true, true);
             strip_nl(&c, &cn, true, false);
         }
-        out_template(o, "<think>\n");
-        out_text(o, r, rn);
-        out_template(o, "\n</think>\n\n");
-        out_text(o, c, cn);
+        chat_out_template(o, "<think>\n");
+        chat_out_text(o, r, rn);
+        chat_out_template(o, "\n</think>\n\n");
+        chat_out_text(o, c, cn);
     }
     out_tool_calls(o, m, i, tcn > 0);
 }
 
 /* Qwen2.5's assistant turn with tool calls: its content on a line of its own, if any. */
 static void out_assistant_calls(struct chat_out *o, const struct engine_chat_msg *m, size_t i) {
-    out_template(o, "<|im_start|>assistant");
+    chat_out_template(o, "<|im_start|>assistant");
     if (m->len) {
-        out_text(o, "\n", 1);
-        out_text(o, m->content, m->len);
+        chat_out_text(o, "\n", 1);
+        chat_out_text(o, m->content, m->len);
     }
     out_tool_calls(o, m, i, m->len > 0);
 }
@@ -638,7 +614,7 @@ static bool is_query(const struct engine_chat_msg *m, bool trim) {
     const char *c = m->content;
     size_t cn = m->len;
     if (m->role != ENGINE_CHAT_USER) return false;
-    if (trim) strip_space(&c, &cn);
+    if (trim) chat_strip_space(&c, &cn);
     return !(cn >= sizeof open - 1 + sizeof close - 1 && !memcmp(c, open, sizeof open - 1) &&
              !memcmp(c + cn - (sizeof close - 1), close, sizeof close - 1));
 }
@@ -651,6 +627,16 @@ static int chat_walk(enum engine_chat_family fam, const struct engine_chat_msg *
     const struct chat_family *f = o->fam = &families[fam];
     int r = chat_check(f, m, n, flags, o->d);
     if (r < 0) return r;
+    bool tooled = o->tools && json_array_size(o->tools) > 0;
+    for (size_t i = 0; i < n && !tooled; i++)
+        tooled = m[i].role == ENGINE_CHAT_TOOL || m[i].n_tool_calls > 0;
+    int (*walk)(struct chat_out *, const struct engine_chat_msg *, size_t, unsigned) =
+        tooled && f->tools_walk ? f->tools_walk : f->walk;
+    if (walk) {
+        r = walk(o, m, n, flags);
+        if (o->vocab) out_flush(o);
+        return r < 0 ? r : o->err;
+    }
     bool merge = !f->prefix[ENGINE_CHAT_SYSTEM] && m[0].role == ENGINE_CHAT_SYSTEM;
     /* thinking families: the last user message (the query the reasoning after it answers) */
     size_t last_query = n - 1;
@@ -661,7 +647,7 @@ static int chat_walk(enum engine_chat_family fam, const struct engine_chat_msg *
             return err_set(o->d, -EINVAL, "chat: the %s template needs a user message", f->name);
         if (q > 0) last_query = q - 1;
     }
-    if (f->bos) out_template(o, f->bos);
+    if (f->bos) chat_out_template(o, f->bos);
     else if (o->vocab && engine_vocab_add_bos(o->vocab) && engine_vocab_bos(o->vocab) >= 0)
         out_id(o, engine_vocab_bos(o->vocab));
     size_t i0 = merge ? 1 : 0;
@@ -682,23 +668,23 @@ static int chat_walk(enum engine_chat_family fam, const struct engine_chat_msg *
             else
                 out_assistant_calls(o, &m[i], i);
             if (i + 1 == n && (flags & ENGINE_CHAT_CONTINUE_LAST)) break;
-            out_template(o, f->suffix[role]);
+            chat_out_template(o, f->suffix[role]);
             continue;
         }
-        out_template(o, f->prefix[role]);
+        chat_out_template(o, f->prefix[role]);
         if (merge && i == 1) {
             /* the system text as the first user message's start, untrimmed (Gemma 3) */
-            out_text(o, m[0].content, m[0].len);
-            out_text(o, f->system_sep, strlen(f->system_sep));
+            chat_out_text(o, m[0].content, m[0].len);
+            chat_out_text(o, f->system_sep, strlen(f->system_sep));
         }
         out_content(o, m[i].content, m[i].len);
         if (i + 1 == n && (flags & ENGINE_CHAT_CONTINUE_LAST)) break;
-        out_template(o, f->suffix[role]);
+        chat_out_template(o, f->suffix[role]);
     }
     if (flags & ENGINE_CHAT_ADD_GENERATION_PROMPT) {
-        out_template(o, f->gen_prompt);
+        chat_out_template(o, f->gen_prompt);
         if (f->think != THINK_NONE)
-            out_template(o, (flags & ENGINE_CHAT_NO_THINKING) ? f->gen_think_off : f->gen_think_on);
+            chat_out_template(o, (flags & ENGINE_CHAT_NO_THINKING) ? f->gen_think_off : f->gen_think_on);
     }
     if (o->vocab) out_flush(o);
     return o->err;
@@ -724,11 +710,13 @@ static int tools_parse(struct chat_out *o, enum engine_chat_family fam,
     return 0;
 }
 
-int engine_chat_render_tools(enum engine_chat_family fam, const struct engine_chat_msg *msgs,
-                             size_t n, const struct engine_chat_tools *tools, unsigned flags,
-                             char *buf, size_t cap, size_t *ret_len, struct err_detail *d) {
-    struct chat_out o = {.d = d, .buf = buf, .cap = buf ? cap : 0};
-    int r = tools_parse(&o, fam, tools);
+static const struct engine_chat_opts no_opts;
+
+int engine_chat_render_opts(enum engine_chat_family fam, const struct engine_chat_msg *msgs,
+                            size_t n, const struct engine_chat_opts *opts, unsigned flags,
+                            char *buf, size_t cap, size_t *ret_len, struct err_detail *d) {
+    struct chat_out o = {.d = d, .buf = buf, .cap = buf ? cap : 0, .opts = opts ? opts : &no_opts};
+    int r = tools_parse(&o, fam, &o.opts->tools);
     if (r == 0) r = chat_walk(fam, msgs, n, flags, &o);
     json_decref(o.tools);
     if (r < 0) return r;
@@ -736,18 +724,25 @@ int engine_chat_render_tools(enum engine_chat_family fam, const struct engine_ch
     return o.len > o.cap ? -ENOSPC : 0;
 }
 
+int engine_chat_render_tools(enum engine_chat_family fam, const struct engine_chat_msg *msgs,
+                             size_t n, const struct engine_chat_tools *tools, unsigned flags,
+                             char *buf, size_t cap, size_t *ret_len, struct err_detail *d) {
+    struct engine_chat_opts opts = {.tools = tools ? *tools : (struct engine_chat_tools){0}};
+    return engine_chat_render_opts(fam, msgs, n, &opts, flags, buf, cap, ret_len, d);
+}
+
 int engine_chat_render(enum engine_chat_family fam, const struct engine_chat_msg *msgs, size_t n,
                        unsigned flags, char *buf, size_t cap, size_t *ret_len,
                        struct err_detail *d) {
-    return engine_chat_render_tools(fam, msgs, n, NULL, flags, buf, cap, ret_len, d);
+    return engine_chat_render_opts(fam, msgs, n, NULL, flags, buf, cap, ret_len, d);
 }
 
-int engine_chat_tokenize_tools(enum engine_chat_family fam, const struct engine_vocab *v,
-                               const struct engine_chat_msg *msgs, size_t n,
-                               const struct engine_chat_tools *tools, unsigned flags, int32_t **ret,
-                               size_t *ret_n, struct err_detail *d) {
-    struct chat_out o = {.d = d, .vocab = v};
-    int r = tools_parse(&o, fam, tools);
+int engine_chat_tokenize_opts(enum engine_chat_family fam, const struct engine_vocab *v,
+                              const struct engine_chat_msg *msgs, size_t n,
+                              const struct engine_chat_opts *opts, unsigned flags, int32_t **ret,
+                              size_t *ret_n, struct err_detail *d) {
+    struct chat_out o = {.d = d, .vocab = v, .opts = opts ? opts : &no_opts};
+    int r = tools_parse(&o, fam, &o.opts->tools);
     if (r == 0) r = chat_walk(fam, msgs, n, flags, &o);
     json_decref(o.tools);
     free(o.run);
@@ -762,15 +757,23 @@ int engine_chat_tokenize_tools(enum engine_chat_family fam, const struct engine_
     return 0;
 }
 
+int engine_chat_tokenize_tools(enum engine_chat_family fam, const struct engine_vocab *v,
+                               const struct engine_chat_msg *msgs, size_t n,
+                               const struct engine_chat_tools *tools, unsigned flags, int32_t **ret,
+                               size_t *ret_n, struct err_detail *d) {
+    struct engine_chat_opts opts = {.tools = tools ? *tools : (struct engine_chat_tools){0}};
+    return engine_chat_tokenize_opts(fam, v, msgs, n, &opts, flags, ret, ret_n, d);
+}
+
 int engine_chat_tokenize(enum engine_chat_family fam, const struct engine_vocab *v,
                          const struct engine_chat_msg *msgs, size_t n, unsigned flags,
                          int32_t **ret, size_t *ret_n, struct err_detail *d) {
-    return engine_chat_tokenize_tools(fam, v, msgs, n, NULL, flags, ret, ret_n, d);
+    return engine_chat_tokenize_opts(fam, v, msgs, n, NULL, flags, ret, ret_n, d);
 }
 
 /* ---- tool calls in an answer -------------------------------------------------------- */
 
-static char *dup_n(const char *s, size_t n) {
+char *chat_dup_n(const char *s, size_t n) {
     char *t = malloc(n + 1);
     if (t) {
         memcpy(t, s, n);
@@ -800,14 +803,14 @@ static int parse_qwen35(const char *s, size_t n, struct engine_chat_parsed_call 
     static const char fo[] = "<function=", fc[] = "</function>",
                       po[] = "<parameter=", pc[] = "</parameter>";
     const char *e = s + n;
-    while (s < e && is_space(*s)) s++;
+    while (s < e && chat_is_space(*s)) s++;
     if ((size_t)(e - s) < sizeof fo - 1 || memcmp(s, fo, sizeof fo - 1)) return -EINVAL;
     s += sizeof fo - 1;
     const char *gt = memchr(s, '>', (size_t)(e - s));
     const char *end = memmem(s, (size_t)(e - s), fc, sizeof fc - 1);
     if (!gt || !end || gt > end) return -EINVAL;
     json_t *args = json_object();
-    c->name = dup_n(s, (size_t)(gt - s));
+    c->name = chat_dup_n(s, (size_t)(gt - s));
     for (const char *p = gt + 1; args && c->name;) {
         const char *o = memmem(p, (size_t)(end - p), po, sizeof po - 1);
         if (!o) break;
@@ -818,7 +821,7 @@ static int parse_qwen35(const char *s, size_t n, struct engine_chat_parsed_call 
         if (v0 < v1 && *v0 == '\n') v0++;
         size_t vn = (size_t)(v1 - v0);
         if (vn && v0[vn - 1] == '\n') vn--;
-        char *key = dup_n(k0, (size_t)(k1 - k0));
+        char *key = chat_dup_n(k0, (size_t)(k1 - k0));
         json_error_t je;
         json_t *v = json_loadb(v0, vn, JSON_DECODE_ANY, &je);
         if (!v) v = json_stringn(v0, vn);
@@ -841,13 +844,17 @@ int engine_chat_parse_tool_calls(enum engine_chat_family fam, const char *text, 
     *ret_n = 0;
     *ret_content_len = len;
     if ((unsigned)fam >= ENGINE_CHAT_FAMILY_COUNT || families[fam].tools == TOOLS_NONE) return 0;
+    if (families[fam].tools == TOOLS_LLAMA31)
+        return chat_parse_llama31(text, len, calls, cap, ret_n, ret_content_len);
+    if (families[fam].tools == TOOLS_GEMMA4)
+        return chat_parse_gemma4(text, len, calls, cap, ret_n, ret_content_len);
     const char *p = text, *e = text + len;
     for (const char *o; *ret_n < cap && (o = memmem(p, (size_t)(e - p), open, sizeof open - 1));) {
         const char *b = o + sizeof open - 1,
                    *c = memmem(b, (size_t)(e - b), close, sizeof close - 1);
         if (!c) break; /* not closed: text */
         struct engine_chat_parsed_call pc = {0};
-        int r = families[fam].tools == TOOLS_HERMES ? parse_hermes(b, (size_t)(c - b), &pc)
+        int r = families[fam].tools != TOOLS_QWEN35 ? parse_hermes(b, (size_t)(c - b), &pc)
                                                     : parse_qwen35(b, (size_t)(c - b), &pc);
         if (r < 0) {
             free(pc.name);
@@ -857,7 +864,7 @@ int engine_chat_parse_tool_calls(enum engine_chat_family fam, const char *text, 
         }
         if (*ret_n == 0) {
             size_t cl = (size_t)(o - text);
-            while (cl && is_space(text[cl - 1])) cl--;
+            while (cl && chat_is_space(text[cl - 1])) cl--;
             *ret_content_len = cl;
         }
         calls[(*ret_n)++] = pc;
@@ -880,27 +887,27 @@ enum { TS_BEFORE, TS_THINK_START, TS_THINK, TS_ANSWER_START, TS_ANSWER };
 void engine_chat_think_begin(struct engine_chat_think *t, enum engine_chat_family fam,
                              unsigned flags) {
     memset(t, 0, sizeof *t);
+    t->harmony = engine_chat_thinks(fam) && families[fam].think == THINK_HARMONY;
+    if (t->harmony) return; /* reads its headers, thinking or not (the effort is its switch) */
     if (!engine_chat_thinks(fam) || (flags & ENGINE_CHAT_NO_THINKING))
         t->state = TS_ANSWER;
     else /* Qwen3.5's generation prompt opened the block; Qwen3's model opens it */
         t->state = families[fam].think == THINK_QWEN35 ? TS_THINK_START : TS_BEFORE;
 }
 
-struct split_out {
-    char *r, *a;
-    size_t nr, na;
-};
-
-static void put(struct split_out *so, bool reasoning, const char *s, size_t n) {
+void chat_split_put(struct chat_split_out *so, bool reasoning, const char *s, size_t n) {
+    if (!n) return;
     memcpy(reasoning ? so->r + so->nr : so->a + so->na, s, n);
     *(reasoning ? &so->nr : &so->na) += n;
 }
 
-static void think_byte(struct engine_chat_think *t, char c, struct split_out *so) {
+#define put chat_split_put
+
+static void think_byte(struct engine_chat_think *t, char c, struct chat_split_out *so) {
     static const char open[] = "<think>", close[] = "</think>";
     switch (t->state) {
     case TS_BEFORE: /* whitespace, then <think> or the answer */
-        if (t->n_tag == 0 && is_space(c)) return;
+        if (t->n_tag == 0 && chat_is_space(c)) return;
         if (c == open[t->n_tag]) {
             t->tag[t->n_tag++] = c;
             if (t->n_tag == sizeof open - 1) t->n_tag = 0, t->state = TS_THINK_START;
@@ -913,7 +920,7 @@ static void think_byte(struct engine_chat_think *t, char c, struct split_out *so
         return;
     case TS_THINK_START:
     case TS_ANSWER_START:
-        if (is_space(c)) return;
+        if (chat_is_space(c)) return;
         t->state = t->state == TS_THINK_START ? TS_THINK : TS_ANSWER;
         think_byte(t, c, so);
         return;
@@ -930,7 +937,7 @@ static void think_byte(struct engine_chat_think *t, char c, struct split_out *so
             think_byte(t, c, so);
             return;
         }
-        if (is_space(c)) { /* whitespace before </think> is dropped, elsewhere kept */
+        if (chat_is_space(c)) { /* whitespace before </think> is dropped, elsewhere kept */
             if (t->n_ws == sizeof t->ws) put(so, true, t->ws, t->n_ws), t->n_ws = 0;
             t->ws[t->n_ws++] = c;
             return;
@@ -946,16 +953,19 @@ static void think_byte(struct engine_chat_think *t, char c, struct split_out *so
 
 void engine_chat_think_split(struct engine_chat_think *t, const char *text, size_t len,
                              char *reasoning, size_t *ret_r, char *answer, size_t *ret_a) {
-    struct split_out so = {.r = reasoning, .a = answer};
-    for (size_t i = 0; i < len; i++) think_byte(t, text[i], &so);
+    struct chat_split_out so = {.r = reasoning, .a = answer};
+    for (size_t i = 0; i < len; i++)
+        if (t->harmony) chat_harmony_byte(t, text[i], &so);
+        else think_byte(t, text[i], &so);
     *ret_r = so.nr;
     *ret_a = so.na;
 }
 
 void engine_chat_think_end(struct engine_chat_think *t, char *reasoning, size_t *ret_r,
                            char *answer, size_t *ret_a) {
-    struct split_out so = {.r = reasoning, .a = answer};
-    if (t->state == TS_THINK) { /* the block never closed: what is held was reasoning */
+    struct chat_split_out so = {.r = reasoning, .a = answer};
+    if (t->harmony) chat_harmony_end(t, &so);
+    else if (t->state == TS_THINK) { /* the block never closed: what is held was reasoning */
         put(&so, true, t->ws, t->n_ws);
         put(&so, true, t->tag, t->n_tag);
     }

@@ -33,11 +33,43 @@
  *                                   generation prompt opens <think>\n (thinking on) or
  *                                   closes an empty one (off); a conversation needs a user
  *                                   message
+ *   llama31  "Cutting Knowledge      Llama 3.1 and 3.2: <|begin_of_text|>, then always a system turn
+ *            Date:"                 "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024
+ *                                   \n\n" + the system text (trimmed); with tools
+ *                                   "Environment: ipython\n" before it, and the tool list (each
+ *                                   tool as JSON with indent 4) in the first user turn after the
+ *                                   template's instructions; an assistant tool call is the turn
+ *                                   {"name": "NAME", "parameters": ARGS} (one per message); a tool
+ *                                   result an ipython turn holding the result as a JSON string;
+ *                                   otherwise as llama3. The date is the templates' own default:
+ *                                   Llama 3.2's template would print today's date when the
+ *                                   renderer offers strftime_now, but a date that changes every
+ *                                   day would change the first turn of every conversation at
+ *                                   midnight and so void its whole cached prefix, and the same
+ *                                   request would not render the same tokens twice.
+ *   harmony  "<|channel|>"          gpt-oss: <|start|>system<|message|>{identity, knowledge
+ *                                   cutoff, "Current date: " opts.date, "Reasoning: " effort,
+ *                                   valid channels}<|end|>, then a developer message with the
+ *                                   system text ("# Instructions") and the tools as a TypeScript
+ *                                   namespace; user <|start|>user<|message|>..<|end|>; an
+ *                                   assistant turn <|start|>assistant<|channel|>final<|message|>
+ *                                   ..<|end|> (reasoning of earlier turns dropped; a tool call's
+ *                                   reasoning kept until a final answer follows), a call
+ *                                   <|start|>assistant to=functions.NAME<|channel|>commentary
+ *                                   json<|message|>ARGS<|call|>, a result <|start|>functions.NAME
+ *                                   to=assistant<|channel|>commentary<|message|>"JSON string"
+ *                                   <|end|>; generation prompt <|start|>assistant
  *   gemma4   "<|turn>"              <bos> once, then <|turn>{role}\n{content|trim}<turn|>\n,
  *                                   assistant as "model", a system turn of its own
  *                                   (<|turn>system\n); generation prompt <|turn>model\n
  *                                   (Gemma 4's template without thinking; checked before
- *                                   gemma: some Gemma 4 templates mention <start_of_turn>)
+ *                                   gemma: some Gemma 4 templates mention <start_of_turn>).
+ *                                   With tools, tool calls or results, exactly as
+ *                                   google-gemma-4-31B-it.jinja (engine/chat-gemma4.c): the
+ *                                   declarations in the system turn, calls
+ *                                   <|tool_call>call:NAME{key:value}<tool_call|>, results in the
+ *                                   same model turn, and the generation prompt's empty thought
+ *                                   channel <|channel>thought\n<channel|>
  *
  * Messages: a system message may only come first; gemma and mistral need user and
  * assistant turns to alternate starting with user, and a generation prompt only after a
@@ -64,6 +96,8 @@ enum engine_chat_family {
     ENGINE_CHAT_GEMMA4,
     ENGINE_CHAT_QWEN3,  /* chatml with Qwen3's thinking */
     ENGINE_CHAT_QWEN35, /* chatml with Qwen3.5's thinking */
+    ENGINE_CHAT_LLAMA31, /* Llama 3.1/3.2: a date header, JSON tool calls, ipython results */
+    ENGINE_CHAT_HARMONY, /* gpt-oss: channels, reasoning effort, to=functions.NAME calls */
     ENGINE_CHAT_FAMILY_COUNT,
     ENGINE_CHAT_NONE = ENGINE_CHAT_FAMILY_COUNT, /* absent or not recognised */
 };
@@ -97,6 +131,10 @@ struct engine_chat_msg {
     /* An assistant turn's tool calls (families with tools only). */
     const struct engine_chat_tool_call *tool_calls;
     size_t n_tool_calls;
+    /* A tool result: the function it answers (tool_name_len bytes; NULL: not known).
+     * gemma4 writes it ("response:NAME{...}", "unknown" without one). */
+    const char *tool_name;
+    size_t tool_name_len;
 };
 
 /* The tools a conversation may call: a JSON array of OpenAI-shaped tools
@@ -107,6 +145,28 @@ struct engine_chat_tools {
     const char *json;
     size_t len;
 };
+
+/* gpt-oss's reasoning effort ("Reasoning: low|medium|high" in its system message). */
+enum engine_chat_effort {
+    ENGINE_CHAT_EFFORT_DEFAULT, /* the family's default (harmony: medium) */
+    ENGINE_CHAT_EFFORT_LOW,
+    ENGINE_CHAT_EFFORT_MEDIUM,
+    ENGINE_CHAT_EFFORT_HIGH,
+    ENGINE_CHAT_EFFORT_COUNT
+};
+
+/* What a rendering takes besides the messages; all optional (zero: none / the default). */
+struct engine_chat_opts {
+    struct engine_chat_tools tools;
+    /* harmony's "Current date: YYYY-MM-DD" (10 bytes); NULL: today's date (UTC) */
+    const char *date;
+    enum engine_chat_effort effort;
+};
+
+/* "low", "medium", "high" to an effort; -EINVAL otherwise. */
+int engine_chat_effort_parse(const char *name, enum engine_chat_effort *ret);
+/* Whether the family has reasoning levels (harmony). */
+bool engine_chat_has_effort(enum engine_chat_family fam);
 
 enum engine_chat_flags {
     /* End with the opening of an assistant turn (the usual way to ask for a reply). */
@@ -123,7 +183,8 @@ enum engine_chat_flags {
 enum engine_chat_family engine_chat_detect(const char *tmpl, size_t len);
 /* The family of f's tokenizer.chat_template (ENGINE_CHAT_NONE when absent or not a string). */
 enum engine_chat_family engine_chat_detect_gguf(const struct gguf_file *f);
-/* "chatml", "llama3", "gemma", "mistral", "gemma4", "qwen3", "qwen35"; "none" otherwise. */
+/* "chatml", "llama3", "gemma", "mistral", "gemma4", "qwen3", "qwen35", "llama31",
+ * "harmony"; "none" otherwise. */
 const char *engine_chat_family_name(enum engine_chat_family fam);
 /* The family's end-of-turn token text ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "</s>"). */
 const char *engine_chat_end_of_turn(enum engine_chat_family fam);
@@ -156,7 +217,9 @@ int engine_chat_tokenize_tools(enum engine_chat_family fam, const struct engine_
 
 /* Tool calls in a finished answer of a family with tools (Hermes: <tool_call>{"name": ...,
  * "arguments": {...}}</tool_call>; qwen35: <tool_call><function=NAME><parameter=P>VALUE
- * </parameter></function></tool_call>). Each call's name and arguments (a JSON object) are
+ * </parameter></function></tool_call>; llama31: the answer is {"name": NAME, "parameters":
+ * {...}}; harmony: the answer as engine_chat_think_split() writes it, Hermes calls).
+ * Each call's name and arguments (a JSON object) are
  * written, NUL-terminated, to calls[i] (malloc'd strings the caller frees); *ret_n calls (at
  * most cap); *ret_content_len = the bytes of text before the first call (the answer's
  * content). A call that does not parse ends the list there (its text stays content). */
@@ -167,6 +230,34 @@ int engine_chat_parse_tool_calls(enum engine_chat_family fam, const char *text, 
                                  struct engine_chat_parsed_call *calls, size_t cap, size_t *ret_n,
                                  size_t *ret_content_len);
 void engine_chat_parsed_calls_free(struct engine_chat_parsed_call *calls, size_t n);
+
+/* ---- tool calls as they stream (engine/chat-scan.c) -------------------------------------
+ * A family's calls read one byte at a time from where they may start (the text the caller
+ * holds back from "<tool_call>" on; llama31: the whole answer), so a call's name can be sent
+ * as soon as it is whole and its JSON arguments as they come (OpenAI's streamed tool-call
+ * deltas). Hermes families and harmony (as engine_chat_think_split writes its calls) and
+ * llama31 report their arguments byte by byte; qwen35's are XML and come whole with the
+ * parsed call. Text that does not follow the form ends the scan (ENGINE_CHAT_SCAN_FAIL from
+ * then on); engine_chat_parse_tool_calls() stays the judge of what the finished answer
+ * holds. A plain value, no resources. */
+enum engine_chat_scan_event {
+    ENGINE_CHAT_SCAN_NONE, /* part of the call's frame */
+    ENGINE_CHAT_SCAN_NAME, /* a call's name is whole: s->name */
+    ENGINE_CHAT_SCAN_ARG,  /* the byte belongs to the call's arguments (JSON text) */
+    ENGINE_CHAT_SCAN_END,  /* the call is over (s->n_calls counts it) */
+    ENGINE_CHAT_SCAN_FAIL, /* not (or no longer) the family's call form */
+};
+struct engine_chat_scan {
+    int form, step, sub, depth;
+    bool in_str, esc, failed, done;
+    char name[128]; /* NUL-terminated after ENGINE_CHAT_SCAN_NAME */
+    size_t n_name;
+    char key[12];
+    size_t n_key;
+    unsigned n_calls;
+};
+void engine_chat_scan_begin(struct engine_chat_scan *s, enum engine_chat_family fam);
+enum engine_chat_scan_event engine_chat_scan_byte(struct engine_chat_scan *s, char c);
 
 /* Grammar text (engine/grammar.h, start rule root) that makes an answer of family fam tool
  * calls of tools (a JSON array of OpenAI-shaped tools, as engine_chat_tokenize_tools takes):
@@ -185,6 +276,16 @@ int engine_chat_tool_grammar(enum engine_chat_family fam, const char *tools, siz
                              const char *name, unsigned max_calls, char **ret_text,
                              struct err_detail *d);
 
+/* engine_chat_render_tools() and engine_chat_tokenize_tools() with all the options (opts
+ * NULL: none). -EINVAL (with d) also for a date that is not YYYY-MM-DD. */
+int engine_chat_render_opts(enum engine_chat_family fam, const struct engine_chat_msg *msgs,
+                            size_t n, const struct engine_chat_opts *opts, unsigned flags,
+                            char *buf, size_t cap, size_t *ret_len, struct err_detail *d);
+int engine_chat_tokenize_opts(enum engine_chat_family fam, const struct engine_vocab *v,
+                              const struct engine_chat_msg *msgs, size_t n,
+                              const struct engine_chat_opts *opts, unsigned flags, int32_t **ret,
+                              size_t *ret_n, struct err_detail *d);
+
 /* The same conversation as token ids for vocabulary v: the template's special tokens by id
  * (BOS as the vocabulary's BOS; chatml adds BOS only where the vocabulary asks for it),
  * every other run of text, message contents included, tokenized without special-token
@@ -202,22 +303,35 @@ int engine_chat_tokenize(enum engine_chat_family fam, const struct engine_vocab 
  * which are the answer: the tags are dropped, and so is the whitespace that separates them
  * from the text. A tag cut between two pieces is held back until it is whole, so a piece
  * may return less than it was given (the rest comes with the next piece or with
- * engine_chat_think_end()). Families that do not think pass everything through as answer. */
+ * engine_chat_think_end()). Families that do not think pass everything through as answer.
+ * harmony (gpt-oss) is read by its channels: the caller passes the text of control tokens
+ * (<|channel|>, <|message|>, <|end|>, ...) too; analysis is reasoning, final and commentary
+ * without a recipient the answer, and a message to=functions.NAME a tool call, which goes to
+ * the answer written as a Hermes call (<tool_call>\n{"name": "NAME", "arguments": ARGS}\n
+ * </tool_call>) for engine_chat_parse_tool_calls(). */
 struct engine_chat_think {
     int state;     /* before the block, at its start, in it, at the answer's start, in it */
-    char tag[8];   /* the start of <think> or </think>, not yet known to be text */
+    char tag[16];  /* the start of <think> or </think> (harmony: of an end tag), not yet known
+                    * to be text */
     size_t n_tag;
     char ws[16];   /* reasoning whitespace that may turn out to end the block */
     size_t n_ws;
+    /* harmony: the header of the message being read, and what its body is */
+    bool harmony;
+    int kind;
+    char hdr[192];
+    size_t n_hdr;
 };
 /* Starts a split for a generation of family fam rendered with flags (engine_chat_flags:
  * ENGINE_CHAT_NO_THINKING means the model answers at once). */
 void engine_chat_think_begin(struct engine_chat_think *t, enum engine_chat_family fam,
                              unsigned flags);
-/* Appends the reasoning bytes of text[0..len) to reasoning (up to len + 24 bytes) and the
- * answer bytes to answer (likewise); *ret_r and *ret_a are their lengths. */
+/* Appends the reasoning bytes of text[0..len) to reasoning and the answer bytes to answer
+ * (each up to 2 * len + ENGINE_CHAT_SPLIT_EXTRA bytes); *ret_r and *ret_a are their lengths. */
+#define ENGINE_CHAT_SPLIT_EXTRA 512
 void engine_chat_think_split(struct engine_chat_think *t, const char *text, size_t len,
                              char *reasoning, size_t *ret_r, char *answer, size_t *ret_a);
-/* At the end of the generation: what was held back (at most 24 bytes each). */
+/* At the end of the generation: what was held back (at most ENGINE_CHAT_SPLIT_EXTRA bytes
+ * each). */
 void engine_chat_think_end(struct engine_chat_think *t, char *reasoning, size_t *ret_r,
                            char *answer, size_t *ret_a);

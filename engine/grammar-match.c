@@ -170,6 +170,15 @@ int engine_grammar_vocab_new(const struct engine_vocab *v, struct engine_grammar
     for (int32_t i = 0; i < n; i++) {
         piece[i] = engine_vocab_piece_view(v, i, 0, &len[i]);
         if (!piece[i]) len[i] = 0;
+        if (!len[i] && engine_vocab_token_type(v, i) == ENGINE_TOKEN_TYPE_CONTROL) {
+            /* <|name|> control tokens by their text (grammar.h) */
+            size_t sn;
+            const char *sp = engine_vocab_piece_view(v, i, ENGINE_PIECE_SPECIAL, &sn);
+            if (sp && sn > 4 && !memcmp(sp, "<|", 2) && !memcmp(sp + sn - 2, "|>", 2)) {
+                piece[i] = sp;
+                len[i] = sn;
+            }
+        }
         if (engine_vocab_is_eog(v, i)) eog[n_eog++] = i;
     }
     return engine_grammar_vocab_new_pieces(n, piece, len, eog, n_eog, ret);

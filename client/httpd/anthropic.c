@@ -24,8 +24,8 @@
  * counts them, input_tokens are the prompt tokens warmd computed and cache_read_input_tokens
  * those it took from RAM or its prompt cache (their sum is the prompt). Streamed (SSE with
  * event lines): message_start, ping, then per block content_block_start, its deltas
- * (thinking_delta, text_delta; a tool call, which warmd hands over whole at the end, in one
- * input_json_delta) and content_block_stop, then message_delta {stop_reason,
+ * (thinking_delta, text_delta; a tool call's input as input_json_delta events, as the
+ * model writes it) and content_block_stop, then message_delta {stop_reason,
  * stop_sequence, usage} and message_stop. message_start's usage says 0 input tokens (the
  * count comes with warmd's summary, at the end): message_delta's usage has them all.
  *
@@ -635,6 +635,25 @@ static int stream_thinking(struct gen_job *j, const char *text, size_t len) {
     return stream_delta(j, BLOCK_THINKING, text, len);
 }
 
+/* A piece of a tool call: a call's first piece opens its tool_use block, the arguments'
+ * fragments are its input_json_delta events. */
+static int stream_tool_call(struct gen_job *j, const struct warm_tool_call_delta *d) {
+    int r = stream_head(j);
+    if (r >= 0 && d->name) {
+        r = block_stop(j);
+        if (r >= 0)
+            r = block_start(j, BLOCK_TOOL_USE, json_pack("{s:s,s:s,s:s,s:{}}", "type", "tool_use",
+                                                     "id", d->id ? d->id : "", "name", d->name,
+                                                     "input"));
+    }
+    if (r >= 0 && d->len && j->block_open == BLOCK_TOOL_USE)
+        r = emit_event(j, "content_block_delta", json_pack(
+            "{s:s,s:i,s:{s:s,s:o}}", "type", "content_block_delta", "index", j->block_index,
+            "delta", "type", "input_json_delta", "partial_json",
+            json_text(d->arguments, d->len)));
+    return r;
+}
+
 static int stream_end(struct gen_job *j) {
     const struct warm_summary *s = &j->summary;
     int r = stream_head(j);
@@ -642,7 +661,8 @@ static int stream_end(struct gen_job *j) {
     if (r >= 0 && j->block_index == 0 && j->block_open == BLOCK_NONE && !s->n_tool_calls)
         r = block_start(j, BLOCK_TEXT, json_pack("{s:s,s:s}", "type", "text", "text", ""));
     if (r >= 0) r = block_stop(j);
-    for (size_t i = 0; r >= 0 && i < s->n_tool_calls; i++) {
+    /* the calls that did not stream come whole */
+    for (size_t i = j->n_calls_streamed; r >= 0 && i < s->n_tool_calls; i++) {
         const struct warm_tool_call *c = &s->tool_calls[i];
         r = block_start(j, BLOCK_TOOL_USE, json_pack("{s:s,s:s,s:s,s:{}}", "type", "tool_use", "id",
                                                  c->id, "name", c->name, "input"));
@@ -672,8 +692,8 @@ static int stream_error(struct gen_job *j) {
 
 static const struct gen_ops messages_ops = {
     .content_type = "text/event-stream",
-    .piece = stream_piece, .thinking = stream_thinking, .end = stream_end,
-    .error = stream_error, .whole = messages_whole,
+    .piece = stream_piece, .thinking = stream_thinking, .tool_call = stream_tool_call,
+    .end = stream_end, .error = stream_error, .whole = messages_whole,
 };
 
 /* ---- handlers ----------------------------------------------------------------------------- */

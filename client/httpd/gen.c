@@ -88,6 +88,7 @@ void gen_job_free(struct gen_job *j) {
     free(j->tokens);
     free(j->text);
     free(j->reasoning);
+    free(j->call_args);
     free(j->calls);
     free(j->out);
     pthread_cond_destroy(&j->cond);
@@ -186,6 +187,34 @@ static int on_token(int32_t id, const char *text, size_t len, void *userdata) {
     return stop;
 }
 
+/* A piece of a tool call: the API streams it, then j keeps the call's id, name and
+ * arguments so far (so when a call's first piece comes, j still describes the one before,
+ * for the APIs that close it with its whole arguments). */
+static int on_tool_call(const struct warm_tool_call_delta *d, void *userdata) {
+    struct gen_job *j = userdata;
+    pthread_mutex_lock(&j->lock);
+    int r = j->ops->tool_call(j, d);
+    if (r >= 0 && d->name) {
+        snprintf(j->call_id, sizeof j->call_id, "%s", d->id ? d->id : "");
+        snprintf(j->call_name, sizeof j->call_name, "%s", d->name);
+        j->call_args_len = 0;
+        j->n_calls_streamed = d->index + 1;
+    }
+    if (r >= 0) r = grow(&j->call_args, &j->call_args_cap, j->call_args_len + d->len + 1);
+    if (r >= 0) {
+        memcpy(j->call_args + j->call_args_len, d->arguments, d->len);
+        j->call_args_len += d->len;
+        j->call_args[j->call_args_len] = '\0';
+    }
+    while (r >= 0 && !j->cancel && j->out_len - j->out_off > OUT_MAX)
+        pthread_cond_wait(&j->cond, &j->lock);
+    j->started = true;
+    pthread_cond_broadcast(&j->cond);
+    bool stop = j->cancel || r < 0;
+    pthread_mutex_unlock(&j->lock);
+    return stop;
+}
+
 /* One call as the job asks for it: chat, or generate (also a chat refused for want of a
  * template, when plain_fallback allows it), with the job's params except max_tokens. */
 static int call_once(struct gen_job *j, uint32_t max_tokens, warm_token_fn on, void *userdata,
@@ -193,6 +222,7 @@ static int call_once(struct gen_job *j, uint32_t max_tokens, warm_token_fn on, v
     struct warm_client *c = client_ref_client(j->client);
     struct warm_gen_params p = j->params;
     p.max_tokens = max_tokens;
+    if (j->stream && j->ops->tool_call && on) p.on_tool_call = on_tool_call;
     if (j->chat) {
         int r = warm_chat(c, &p, j->msgs, j->n_msgs, 0, on, userdata, ret, &j->err);
         /* A base model has no chat template: Ollama's /api/generate then completes the

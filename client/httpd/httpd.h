@@ -214,6 +214,8 @@ struct request {
     struct conn_info *ci;
     const struct route *route;
     enum api api;                   /* the error shape */
+    bool ai_sdk;                    /* a Vercel AI SDK client (its User-Agent): Ollama errors
+                                       in OpenAI's object shape, which it reads (server.c) */
     const char *url;
     char *body;
     size_t body_len, body_cap;
@@ -271,6 +273,9 @@ struct gen_ops {
     int (*piece)(struct gen_job *j, const char *text, size_t len);
     /* Reasoning of a thinking family as it streams (NULL: not streamed). */
     int (*thinking)(struct gen_job *j, const char *text, size_t len);
+    /* A piece of a tool call as it streams (NULL: calls come whole from the summary, at
+     * the end). end then writes only the summary's calls from j->n_calls_streamed on. */
+    int (*tool_call)(struct gen_job *j, const struct warm_tool_call_delta *d);
     int (*end)(struct gen_job *j);
     int (*error)(struct gen_job *j);
     json_t *(*whole)(struct gen_job *j);
@@ -317,6 +322,13 @@ struct gen_job {
     size_t reasoning_len, reasoning_cap;
     struct warm_tool_call *calls;   /* the tool calls of assistant messages (owned) */
     size_t n_calls;
+    /* Tool calls as they stream (ops->tool_call): how many have begun, and the last one's
+     * id, name and arguments so far (for the APIs that repeat them when it ends); updated
+     * after ops->tool_call returns. */
+    unsigned n_calls_streamed;
+    char call_id[48], call_name[128];
+    char *call_args;
+    size_t call_args_len, call_args_cap;
     /* The hand-over between the generation thread and the connection's thread. */
     pthread_mutex_t lock;
     pthread_cond_t cond;

@@ -7,7 +7,9 @@
  * duration ("5m", "1h30m", or a number of seconds), 0 = end it (the model goes once no
  * request uses it and no other user's lease holds it), negative = as long as warmd allows
  * (its max_keep_alive caps every value), absent = warm-httpd's keep_alive setting (5m, as
- * Ollama's default), never what an earlier request asked for. An empty prompt (no
+ * Ollama's default), never what an earlier request asked for. temperature, top_p and
+ * max_output_tokens beside options (the AI SDK's Ollama provider sends them there) count
+ * as those options where options leaves them unset. An empty prompt (no
  * messages) loads the model ("done_reason": "load"), or with keep_alive 0 ends the user's
  * lease without loading anything ("unload"). suffix fills in the middle with the
  * vocabulary's FIM tokens; raw sends the prompt without the template. Calls that manage
@@ -203,13 +205,19 @@ static const struct {
                 "prompt cache"},
 };
 
-/* think: true or "low", "medium", "high" (on), false (off). */
+/* think: true (on), "low", "medium", "high" (on with that effort: gpt-oss's levels; the
+ * other thinking families have none), false (off). */
 static int parse_think(struct field_ctx *f, json_t *v, struct gen_job *j) {
     if (!v || json_is_null(v)) return 0;
     const char *s = json_string_value(v);
-    if (json_is_true(v) || (s && (strcmp(s, "low") == 0 || strcmp(s, "medium") == 0 ||
-                                  strcmp(s, "high") == 0)))
+    if (json_is_true(v))
         j->params.think = WARM_THINK_ON;
+    else if (s && strcmp(s, "low") == 0)
+        j->params.think = WARM_THINK_LOW;
+    else if (s && strcmp(s, "medium") == 0)
+        j->params.think = WARM_THINK_MEDIUM;
+    else if (s && strcmp(s, "high") == 0)
+        j->params.think = WARM_THINK_HIGH;
     else if (json_is_false(v))
         j->params.think = WARM_THINK_OFF;
     else {
@@ -259,7 +267,23 @@ static int check_common(struct field_ctx *f, json_t *b, struct gen_job *j) {
     if (field_bool(f, b, "stream", &j->stream) < 0) return -EINVAL;
     if (parse_keep_alive(f, json_object_get(b, "keep_alive"), &j->params) < 0)
         return -EINVAL;
-    return parse_options(f, json_object_get(b, "options"), j);
+    /* The Vercel AI SDK's Ollama provider (ollama-ai-provider-v2) sends temperature, top_p
+     * and max_output_tokens beside options, where Ollama ignores them: taken as the options
+     * temperature, top_p and num_predict where options does not set those. */
+    static const char *const top[][2] = {{"temperature", "temperature"}, {"top_p", "top_p"},
+                                         {"max_output_tokens", "num_predict"}};
+    json_t *opts = json_object_get(b, "options"), *merged = NULL;
+    for (size_t i = 0; i < ARRAY_SIZE(top); i++) {
+        json_t *v = json_object_get(b, top[i][0]);
+        if (!v || json_is_null(v) || (json_is_object(opts) && json_object_get(opts, top[i][1])))
+            continue;
+        if (!merged) merged = json_is_object(opts) ? json_copy(opts) : json_object();
+        if (!merged || (opts && !json_is_object(opts))) break; /* parse_options says why */
+        json_object_set(merged, top[i][1], v);
+    }
+    int r = parse_options(f, merged ? merged : opts, j);
+    json_decref(merged);
+    return r;
 }
 
 /* ---- replies -------------------------------------------------------------------------------- */

@@ -11,14 +11,15 @@
  * {"name"}}) and parallel_tool_calls (false: at most one call) go to warmd, which writes
  * them into the model's template and parses the answer's calls: message.tool_calls
  * [{id, type "function", function {name, arguments as JSON text}}] with content null when
- * there is none, finish_reason "tool_calls"; streamed, each call as OpenAI streams it (a
- * chunk with index, id, type and the name with empty arguments, then one with the
- * arguments) after the content. Messages carry tool_calls and role "tool" with
+ * there is none, finish_reason "tool_calls"; streamed, each call as OpenAI streams it, as
+ * the model writes it (a chunk with index, id, type and the name with empty arguments,
+ * then the arguments' fragments) after the content. Messages carry tool_calls and role "tool" with
  * tool_call_id. A model whose template has no tool format answers 400 naming it.
  * Reasoning: a thinking family's reasoning is reasoning_content in the message and in
  * deltas (as llama-server and DeepSeek write it), and assistant messages may send it back;
  * reasoning_effort "none" or "minimal" turns thinking off (the Qwen templates have only on
- * and off), "low", "medium", "high" keep the model's default; llama-server's
+ * and off), "low", "medium", "high" ("xhigh" as high) are gpt-oss's effort and turn the
+ * Qwen templates' thinking on (models that do not think ignore them); llama-server's
  * chat_template_kwargs.enable_thinking false does the same as "none". Fields that only tune
  * delivery or bookkeeping (user, store, metadata, service_tier) are ignored. Errors have
  * OpenAI's shape: {"error": {"message", "type", "param", "code"}}. */
@@ -385,10 +386,29 @@ static json_t *tool_call_doc(const struct warm_tool_call *c, json_t *index, cons
     return d;
 }
 
+/* A piece of a tool call as OpenAI streams one: the first with index, id, type and the
+ * name (arguments ""), then the arguments' fragments. */
+static int chat_tool_call(struct gen_job *j, const struct warm_tool_call_delta *d) {
+    int r = chat_head(j);
+    if (r >= 0 && d->name) {
+        const struct warm_tool_call c = {.id = d->id ? d->id : "", .name = d->name};
+        r = emit_chunk(j, "chat.completion.chunk", json_pack(
+            "{s:i,s:{s:[o]},s:n,s:n}", "index", 0, "delta", "tool_calls",
+            tool_call_doc(&c, json_integer(d->index), ""), "logprobs", "finish_reason"));
+    }
+    if (r >= 0 && d->len)
+        r = emit_chunk(j, "chat.completion.chunk", json_pack(
+            "{s:i,s:{s:[{s:I,s:{s:o}}]},s:n,s:n}", "index", 0, "delta", "tool_calls", "index",
+            (json_int_t)d->index, "function", "arguments", json_text(d->arguments, d->len),
+            "logprobs", "finish_reason"));
+    return r;
+}
+
 static int chat_end(struct gen_job *j) {
     int r = chat_head(j);
     const struct warm_summary *s = &j->summary;
-    for (size_t i = 0; r >= 0 && i < s->n_tool_calls; i++) {
+    /* the calls that did not stream (a daemon that does not send them) come whole */
+    for (size_t i = j->n_calls_streamed; r >= 0 && i < s->n_tool_calls; i++) {
         /* the name first, then the arguments, as OpenAI streams a call */
         r = emit_chunk(j, "chat.completion.chunk", json_pack(
             "{s:i,s:{s:[o]},s:n,s:n}", "index", 0, "delta", "tool_calls",
@@ -437,8 +457,8 @@ static json_t *chat_whole(struct gen_job *j) {
 
 static const struct gen_ops chat_ops = {
     .content_type = "text/event-stream",
-    .piece = chat_piece, .thinking = chat_thinking, .end = chat_end, .error = emit_error,
-    .whole = chat_whole,
+    .piece = chat_piece, .thinking = chat_thinking, .tool_call = chat_tool_call,
+    .end = chat_end, .error = emit_error, .whole = chat_whole,
 };
 
 /* ---- tools and reasoning ---------------------------------------------------------------- */
@@ -481,6 +501,8 @@ int field_tool_choice(struct field_ctx *f, struct gen_job *j, json_t *tc) {
         const char *s = json_string_value(tc);
         json_t *fn = json_object_get(tc, "function");
         const char *name = json_string_value(json_object_get(fn, "name"));
+        /* Responses' {"type": "function", "name"} (the AI SDK's Ollama provider sends it) */
+        if (!fn && json_is_object(tc)) name = json_string_value(json_object_get(tc, "name"));
         if (s && strcmp(s, "auto") == 0) j->params.tool_choice = WARM_TOOLS_AUTO;
         else if (s && strcmp(s, "none") == 0) j->params.tool_choice = WARM_TOOLS_NONE;
         else if (s && strcmp(s, "required") == 0) j->params.tool_choice = WARM_TOOLS_REQUIRED;
@@ -516,6 +538,10 @@ static int parse_tool_fields(struct field_ctx *f, json_t *b, struct gen_job *j) 
             return field_fail(f, "reasoning_effort", "must be none, minimal, low, medium or high");
         if (strcmp(effort, "none") == 0 || strcmp(effort, "minimal") == 0)
             j->params.think = WARM_THINK_OFF;
+        else
+            j->params.think = strcmp(effort, "low") == 0      ? WARM_THINK_LOW
+                              : strcmp(effort, "medium") == 0 ? WARM_THINK_MEDIUM
+                                                              : WARM_THINK_HIGH;
     }
     json_t *enable = json_object_get(json_object_get(b, "chat_template_kwargs"), "enable_thinking");
     if (json_is_false(enable)) j->params.think = WARM_THINK_OFF;

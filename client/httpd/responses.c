@@ -35,8 +35,8 @@
  * response.in_progress, then per output item response.output_item.added, its parts and
  * deltas (reasoning: response.content_part.added, response.reasoning_text.delta / .done,
  * response.content_part.done; message: response.content_part.added,
- * response.output_text.delta / .done, response.content_part.done; a function call, which
- * warmd hands over whole at the end: one response.function_call_arguments.delta and its
+ * response.output_text.delta / .done, response.content_part.done; a function call: its
+ * response.function_call_arguments.delta events as the model writes the arguments, and
  * .done) and response.output_item.done; last response.completed (response.incomplete when
  * the status is incomplete) with the whole response. An error after the stream started is
  * an error event {type "error", code, message, param}.
@@ -366,8 +366,9 @@ static int parse_tool_choice(struct field_ctx *f, struct gen_job *j, json_t *tc)
     return 0;
 }
 
-/* reasoning {effort, summary}: effort "none" or "minimal" turns thinking off (the thinking
- * templates have only on and off); the others keep the model's default. */
+/* reasoning {effort, summary}: effort "none" or "minimal" turns thinking off; "low",
+ * "medium", "high" ("xhigh" as high) are gpt-oss's effort and turn the Qwen templates'
+ * thinking on (models that do not think ignore them). */
 static int parse_reasoning(struct field_ctx *f, struct gen_job *j, json_t *rs) {
     if (!rs || json_is_null(rs)) return 0;
     if (!json_is_object(rs)) return fail(f, "reasoning", "must be an object {effort, summary}");
@@ -381,6 +382,10 @@ static int parse_reasoning(struct field_ctx *f, struct gen_job *j, json_t *rs) {
     if (!ok) return fail(f, "reasoning.effort", "must be none, minimal, low, medium or high");
     if (strcmp(effort, "none") == 0 || strcmp(effort, "minimal") == 0)
         j->params.think = WARM_THINK_OFF;
+    else
+        j->params.think = strcmp(effort, "low") == 0      ? WARM_THINK_LOW
+                          : strcmp(effort, "medium") == 0 ? WARM_THINK_MEDIUM
+                                                          : WARM_THINK_HIGH;
     return 0;
 }
 
@@ -560,7 +565,7 @@ static json_t *response_whole(struct gen_job *j) {
 /* j->block_open is the kind of the output item being streamed, j->block_index its
  * output_index (or the next item's); j->seq the next sequence_number. While streaming, the
  * texts gather in j->text and j->reasoning for the .done events and the final response. */
-enum item { ITEM_NONE, ITEM_REASONING, ITEM_MESSAGE };
+enum item { ITEM_NONE, ITEM_REASONING, ITEM_MESSAGE, ITEM_CALL };
 
 /* "event: TYPE\ndata: {type, sequence_number, ...doc}\n\n"; steals doc. */
 static int emit_event(struct gen_job *j, const char *type, json_t *doc) {
@@ -620,8 +625,36 @@ static json_t *part_at(const struct gen_job *j, json_t *doc) {
     return doc;
 }
 
+/* A function_call item of call k (call_id, name) as it streams. */
+static json_t *streamed_call_doc(const struct gen_job *j, unsigned k, const char *call_id,
+                                 const char *name, const char *args, const char *status) {
+    char id[64];
+    item_id(j, id, sizeof id, "fc_", (int)k);
+    return json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "type", "function_call", "id", id, "call_id",
+                     call_id, "name", name, "arguments", args, "status", status);
+}
+
+/* The streamed call that is open (gen.c's j->call_*) is over. */
+static int call_close(struct gen_job *j) {
+    const char *args = j->call_args ? j->call_args : "";
+    unsigned k = j->n_calls_streamed - 1;
+    char id[64];
+    item_id(j, id, sizeof id, "fc_", (int)k);
+    int r = emit_event(j, "response.function_call_arguments.done", json_pack(
+        "{s:s,s:i,s:s,s:s}", "item_id", id, "output_index", j->block_index, "name", j->call_name,
+        "arguments", args));
+    if (r >= 0)
+        r = emit_event(j, "response.output_item.done", json_pack(
+            "{s:i,s:o}", "output_index", j->block_index, "item",
+            streamed_call_doc(j, k, j->call_id, j->call_name, args, "completed")));
+    j->block_open = ITEM_NONE;
+    j->block_index++;
+    return r;
+}
+
 static int item_close(struct gen_job *j) {
     if (j->block_open == ITEM_NONE) return 0;
+    if (j->block_open == ITEM_CALL) return call_close(j);
     bool reasoning = j->block_open == ITEM_REASONING;
     const char *text = reasoning ? j->reasoning : j->text;
     size_t len = reasoning ? j->reasoning_len : j->text_len;
@@ -693,6 +726,28 @@ static int stream_thinking(struct gen_job *j, const char *text, size_t len) {
     return stream_delta(j, ITEM_REASONING, text, len);
 }
 
+/* A piece of a tool call: a call's first piece adds its function_call item, the
+ * arguments' fragments are its response.function_call_arguments.delta events. */
+static int stream_tool_call(struct gen_job *j, const struct warm_tool_call_delta *d) {
+    int r = stream_head(j);
+    if (r >= 0 && d->name) {
+        r = item_close(j); /* the text, reasoning or call before (j still describes it) */
+        if (r >= 0)
+            r = emit_event(j, "response.output_item.added", json_pack(
+                "{s:i,s:o}", "output_index", j->block_index, "item",
+                streamed_call_doc(j, d->index, d->id ? d->id : "", d->name, "", "in_progress")));
+        j->block_open = ITEM_CALL;
+    }
+    if (r >= 0 && d->len && j->block_open == ITEM_CALL) {
+        char id[64];
+        item_id(j, id, sizeof id, "fc_", (int)d->index);
+        r = emit_event(j, "response.function_call_arguments.delta", json_pack(
+            "{s:s,s:i,s:o}", "item_id", id, "output_index", j->block_index, "delta",
+            json_text(d->arguments, d->len)));
+    }
+    return r;
+}
+
 static int stream_end(struct gen_job *j) {
     const struct warm_summary *s = &j->summary;
     int r = stream_head(j);
@@ -700,7 +755,8 @@ static int stream_end(struct gen_job *j) {
     if (r >= 0 && j->block_index == 0 && j->block_open == ITEM_NONE && !s->n_tool_calls)
         r = item_open(j, ITEM_MESSAGE);
     if (r >= 0) r = item_close(j);
-    for (size_t i = 0; r >= 0 && i < s->n_tool_calls; i++) {
+    /* the calls that did not stream come whole */
+    for (size_t i = j->n_calls_streamed; r >= 0 && i < s->n_tool_calls; i++) {
         const char *args = call_args(&s->tool_calls[i]);
         char id[64];
         item_id(j, id, sizeof id, "fc_", (int)i);
@@ -736,8 +792,8 @@ static int stream_error(struct gen_job *j) {
 
 static const struct gen_ops responses_ops = {
     .content_type = "text/event-stream",
-    .piece = stream_piece, .thinking = stream_thinking, .end = stream_end,
-    .error = stream_error, .whole = response_whole,
+    .piece = stream_piece, .thinking = stream_thinking, .tool_call = stream_tool_call,
+    .end = stream_end, .error = stream_error, .whole = response_whole,
 };
 
 /* ---- the handler ---------------------------------------------------------------------------- */

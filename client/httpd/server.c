@@ -178,9 +178,14 @@ enum MHD_Result reply_text(struct request *r, unsigned status, const char *conte
  * ollama packages read the string), OpenAI's {"error": {message, type, param, code}},
  * Anthropic's {"type": "error", "error": {type, message}}. A
  * message that echoes bytes of the request need not be UTF-8: never a reply-less NULL. */
-static json_t *error_doc(enum api api, unsigned status, const char *param, const char *msg) {
+/* The error in the shape the API's clients parse: Ollama's {"error": "..."}, except for the
+ * Vercel AI SDK's Ollama provider (ollama-ai-provider-v2), which reads only OpenAI's
+ * {"error": {"message", ...}} and otherwise shows the status line's "Bad Request"
+ * (ai_sdk: its User-Agent names ai-sdk/); Anthropic's; OpenAI's. */
+static json_t *error_doc(enum api api, bool ai_sdk, unsigned status, const char *param,
+                         const char *msg) {
     json_t *m = json_text(msg, strlen(msg));
-    if (api == API_OLLAMA) return json_pack("{s:o}", "error", m);
+    if (api == API_OLLAMA && !ai_sdk) return json_pack("{s:o}", "error", m);
     if (api == API_ANTHROPIC)
         return json_pack("{s:s,s:{s:s,s:o}}", "type", "error", "error", "type",
                          anthropic_error_type(status), "message", m);
@@ -198,7 +203,7 @@ enum MHD_Result reply_error(struct request *r, unsigned status, const char *para
     va_end(ap);
     if (status >= 500 && log_burst_take(&error_burst))
         log_msg(LOG_LEVEL_WARN, "%s: %u: %s", r->url, status, msg);
-    return reply_json(r, status, error_doc(r->api, status, param, msg));
+    return reply_json(r, status, error_doc(r->api, r->ai_sdk, status, param, msg));
 }
 
 enum MHD_Result reply_warm_error(struct request *r, const struct warm_error *e) {
@@ -418,6 +423,8 @@ static enum MHD_Result admit(struct request *r, const char *method, const char *
     r->api = strncmp(r->url, "/api/", 5) == 0            ? API_OLLAMA
              : strncmp(r->url, "/v1/messages", 12) == 0 ? API_ANTHROPIC
                                                         : API_OPENAI;
+    const char *ua = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "User-Agent");
+    r->ai_sdk = ua && strstr(ua, "ai-sdk/") != NULL;
     r->refused = true;          /* until every check passed */
     if (!r->ci) return reply_error(r, 503, NULL, "out of memory for this connection");
     const char *framing = header_framing_error(r->conn, method, version);

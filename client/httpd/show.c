@@ -49,6 +49,16 @@ static const struct family_row family_rows[] = {
      "<|begin_of_text|>{{- range .Messages }}<|start_header_id|>{{ .Role }}<|end_header_id|>"
      "\n\n{{ .Content }}<|eot_id|>{{ end }}<|start_header_id|>assistant<|end_header_id|>\n\n",
      {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}, false, false},
+    {"llama31",
+     "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: "
+     "December 2023\nToday Date: 26 Jul 2024\n\n{{ .System }}<|eot_id|>{{- range .Messages }}"
+     "<|start_header_id|>{{ .Role }}<|end_header_id|>\n\n{{ .Content }}<|eot_id|>{{ end }}"
+     "<|start_header_id|>assistant<|end_header_id|>\n\n",
+     {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}, true, false},
+    {"harmony",
+     "<|start|>system<|message|>Reasoning: medium<|end|>{{- range .Messages }}<|start|>"
+     "{{ .Role }}<|message|>{{ .Content }}<|end|>{{ end }}<|start|>assistant",
+     {"<|start|>", "<|end|>", "<|return|>", "<|call|>"}, true, true},
     {"gemma",
      "<bos>{{- range .Messages }}<start_of_turn>{{ if eq .Role \"assistant\" }}model"
      "{{ else }}user{{ end }}\n{{ .Content }}<end_of_turn>\n{{ end }}<start_of_turn>model\n",

@@ -389,6 +389,7 @@ static int gen_parts_init(struct gen_parts *p, const struct warm_gen_params *par
 struct stream_ctx {
     warm_token_fn on_token;
     warm_token_fn on_reasoning;
+    warm_tool_call_fn on_tool_call;
     warm_progress_fn on_progress;
     void *userdata;
     struct warm_summary summary;
@@ -400,6 +401,17 @@ static int on_event(const ProtobufCMessage *msg, void *userdata) {
     struct stream_ctx *x = userdata;
     const Warm__V1__GenerateEvent *ev = (const Warm__V1__GenerateEvent *)msg;
     if (ev->event_case == WARM__V1__GENERATE_EVENT__EVENT_TOKEN && ev->token) {
+        const Warm__V1__ToolCallDelta *tc = ev->token->tool_call;
+        if (tc) { /* a piece of a tool call, not text */
+            const char *args = tc->arguments ? tc->arguments : "";
+            const struct warm_tool_call_delta d = {
+                .index = tc->index,
+                .id = tc->id && *tc->id ? tc->id : NULL,
+                .name = tc->name && *tc->name ? tc->name : NULL,
+                .arguments = args,
+                .len = strlen(args)};
+            return x->on_tool_call ? x->on_tool_call(&d, x->userdata) : 0;
+        }
         const char *text = ev->token->text ? ev->token->text : "";
         const char *reasoning = ev->token->reasoning ? ev->token->reasoning : "";
         if (*reasoning && x->on_reasoning &&
@@ -494,6 +506,7 @@ static int stream_run(struct warm_client *c, const char *method, const ProtobufC
                       const struct warm_gen_params *params, warm_token_fn on_token, void *userdata,
                       struct warm_summary *ret_summary, struct warm_error *err) {
     struct stream_ctx x = {.on_token = on_token, .on_reasoning = params->on_reasoning,
+                           .on_tool_call = params->on_tool_call,
                            .on_progress = params->on_progress, .userdata = userdata};
     int r = lw_call_stream(c, method, req, &warm__v1__generate_event__descriptor, on_event, &x,
                            params->cancel, err);
@@ -544,7 +557,7 @@ WARM_API int warm_chat(struct warm_client *c, const struct warm_gen_params *para
     struct gen_parts parts;
     int r = gen_parts_init(&parts, params, err);
     if (r < 0) return r;
-    if ((unsigned)params->tool_choice > WARM_TOOLS_FUNCTION || (unsigned)params->think > WARM_THINK_OFF)
+    if ((unsigned)params->tool_choice > WARM_TOOLS_FUNCTION || (unsigned)params->think > WARM_THINK_HIGH)
         return lw_fail(err, WARM_BAD_REQUEST, "tool_choice or think: not a known value");
     size_t n_calls = 0;
     for (size_t i = 0; i < n_messages; i++) {

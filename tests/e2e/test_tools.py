@@ -8,7 +8,8 @@ as the engine's template does (prompt tokens equal warm-chat-render's text, toke
 way the engine tokenizes; greedy output equals Generate on those tokens). Thinking off
 renders the empty think block; reasoning streams apart from the answer (a grammar forces
 "<think>...</think>answer"); text before a call streams and the call is parsed with
-tool_choice AUTO. Refusals: tools for a family without them naming the model, think on for
+tool_choice AUTO; a call streams as pieces (its id and name, then its arguments as the
+model writes them) before the summary lists it. Refusals: tools for a family without them naming the model, think on for
 a family that does not think, a forced call with an output format, an unknown function."""
 
 import json
@@ -55,11 +56,16 @@ def valid(tool, args):
     return True
 
 
-def drain(stream):
-    """(token ids, answer text, reasoning text, summary)."""
+def drain(stream, pieces=None):
+    """(token ids, answer text, reasoning text, summary); the tool-call pieces that stream
+    (index, id, name, arguments) appended to pieces."""
     ids, text, reasoning, summary = [], "", "", None
     for ev in stream:
-        if ev.HasField("token"):
+        if ev.HasField("token") and ev.token.HasField("tool_call"):
+            t = ev.token.tool_call
+            if pieces is not None:
+                pieces.append((t.index, t.id, t.name, t.arguments))
+        elif ev.HasField("token"):
             if ev.token.id >= 0:
                 ids.append(ev.token.id)
             text += ev.token.text
@@ -90,7 +96,24 @@ class ToolsTest(DaemonTest):
     def chat(self, model, msgs, **kw):
         kw.setdefault("sampling", GREEDY)
         kw.setdefault("max_tokens", 200)
-        return drain(self.st.Chat(pb.ChatRequest(model=model, messages=msgs, **kw)))
+        self.pieces = []
+        return drain(self.st.Chat(pb.ChatRequest(model=model, messages=msgs, **kw)), self.pieces)
+
+    def assertPieces(self, s):
+        """The calls streamed piece by piece before the summary: each call's first piece has
+        its index, id and name, the rest concatenate to its arguments. Returns the number of
+        argument pieces per call."""
+        n_args = []
+        for i, c in enumerate(s.tool_calls):
+            mine = [p for p in self.pieces if p[0] == i]
+            self.assertTrue(mine, f"call {i} never streamed")
+            self.assertEqual(mine[0][1:3], (c.id, c.name))
+            self.assertTrue(all(not p[1] and not p[2] for p in mine[1:]), mine)
+            args = "".join(p[3] for p in mine)
+            self.assertEqual(json.loads(args), json.loads(c.arguments), args)
+            n_args.append(sum(1 for p in mine if p[3]))
+        self.assertEqual({p[0] for p in self.pieces}, set(range(len(s.tool_calls))))
+        return n_args
 
     def engine_tokens(self, model, family, msgs, tools=None, flags=()):
         """The prompt as the engine renders it (warm-chat-render), tokenized as the engine
@@ -140,6 +163,8 @@ class ToolsTest(DaemonTest):
                                           sampling=sp)
                 self.assertCall(s, text, ("get_weather", "get_time"), n=1)
                 self.assertEqual(r, "")  # a forced call turns thinking off
+                # the arguments stream as the model writes them, token by token
+                self.assertGreater(self.assertPieces(s)[0], 1, self.pieces)
             _, text, _, s = self.chat(model, user, tools_json=json.dumps(TOOLS),
                                       tool_choice=pb.TOOL_CHOICE_FUNCTION,
                                       tool_choice_name="get_time", max_tool_calls=1)
@@ -149,6 +174,7 @@ class ToolsTest(DaemonTest):
                                       sampling=pb.Sampling(temperature=1.0, seed=5))
             if s.stop_reason != pb.STOP_REASON_MAX_TOKENS:  # one or more calls
                 self.assertCall(s, text, ("get_weather", "get_time"))
+                self.assertPieces(s)
         # Qwen3.5's XML calls (an enum parameter: a random model cannot end free text)
         for sp in (GREEDY, pb.Sampling(temperature=1.0, seed=3)):
             _, text, r, s = self.chat("q35", user, tools_json=json.dumps(TOOLS),
@@ -156,6 +182,8 @@ class ToolsTest(DaemonTest):
                                       tool_choice_name="get_time", sampling=sp)
             self.assertCall(s, text, ("get_time",), n=1)
             self.assertEqual(r, "")
+            # XML arguments come whole, after the name that streamed
+            self.assertEqual(self.assertPieces(s), [1])
 
     def test_round_trip_renders_like_the_engine(self):
         tools = json.dumps(TOOLS)

@@ -56,12 +56,23 @@ static struct engine_grammar *grammar(enum engine_chat_family fam, const char *n
     return g;
 }
 
-/* text parses back into calls named names[0..n) */
+/* text parses back into calls named names[0..n) (harmony's after its split, as the daemon
+ * reads it) */
 static bool parses(enum engine_chat_family fam, const char *text, const char *const *names,
                    size_t n) {
     struct engine_chat_parsed_call calls[4];
-    size_t got, content;
-    if (engine_chat_parse_tool_calls(fam, text, strlen(text), calls, 4, &got, &content) < 0)
+    size_t got, content, len = strlen(text);
+    static char r[4096], a[4096];
+    if (fam == ENGINE_CHAT_HARMONY) {
+        struct engine_chat_think t;
+        size_t nr, na, nr2, na2;
+        engine_chat_think_begin(&t, fam, 0);
+        engine_chat_think_split(&t, text, len, r, &nr, a, &na);
+        engine_chat_think_end(&t, r + nr, &nr2, a + na, &na2);
+        text = a;
+        len = na + na2;
+    }
+    if (engine_chat_parse_tool_calls(fam, text, len, calls, 4, &got, &content) < 0)
         return false;
     bool ok = got == n && content == 0;
     for (size_t i = 0; ok && i < n; i++) ok = strcmp(calls[i].name, names[i]) == 0;
@@ -122,6 +133,45 @@ TEST(qwen35_xml) {
     engine_grammar_free(g);
 }
 
+TEST(llama31) {
+    struct engine_grammar *any = grammar(ENGINE_CHAT_LLAMA31, NULL, 0),
+                          *named = grammar(ENGINE_CHAT_LLAMA31, "ping", 1);
+    ASSERT_TRUE(any && named);
+    const char one[] = "{\"name\": \"get_weather\", \"parameters\": {\"city\":\"Oslo\",\"days\":1}}";
+    const char ping[] = "{\"name\": \"ping\", \"parameters\": {}}";
+    ASSERT_TRUE(accepts(any, one) && accepts(any, ping) && accepts(named, ping));
+    ASSERT_TRUE(!accepts(named, one));
+    /* one call however many are allowed: Llama 3.x writes one per turn */
+    char two[256];
+    snprintf(two, sizeof two, "%s\n%s", one, ping);
+    ASSERT_TRUE(!accepts(any, two));
+    ASSERT_TRUE(!accepts(any, "{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Oslo\",\"days\":1}}"));
+    const char *const names[] = {"get_weather"};
+    ASSERT_TRUE(parses(ENGINE_CHAT_LLAMA31, one, names, 1));
+    engine_grammar_free(any);
+    engine_grammar_free(named);
+}
+
+TEST(harmony) {
+    struct engine_grammar *any = grammar(ENGINE_CHAT_HARMONY, NULL, 0);
+    ASSERT_TRUE(any != NULL);
+    const char one[] = "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+                       "{\"city\": \"Oslo\", \"days\": 3}";
+    ASSERT_TRUE(accepts(any, one));
+    ASSERT_TRUE(accepts(any, "<|channel|>commentary to=functions.ping <|constrain|>json<|message|>{}"));
+    ASSERT_TRUE(!accepts(any, "<|channel|>commentary to=functions.nope <|constrain|>json<|message|>{}"));
+    ASSERT_TRUE(!accepts(any, "<|channel|>analysis<|message|>hm"));
+    const char *const names[] = {"get_weather"};
+    ASSERT_TRUE(parses(ENGINE_CHAT_HARMONY, one, names, 1));
+    engine_grammar_free(any);
+    char *text = NULL;
+    struct err_detail d = {0};
+    static const char odd[] = "[{\"type\": \"function\", \"function\": {\"name\": \"a b\"}}]";
+    ASSERT_ERR(engine_chat_tool_grammar(ENGINE_CHAT_HARMONY, odd, strlen(odd), NULL, 1, &text, &d),
+               -EINVAL);
+    ASSERT_TRUE(strstr(d.msg, "tools[0]") && strstr(d.msg, "harmony"));
+}
+
 TEST(refused) {
     char *text = NULL;
     struct err_detail d = {0};
@@ -139,4 +189,4 @@ TEST(refused) {
     ASSERT_TRUE(text == NULL);
 }
 
-TEST_MAIN(T(hermes), T(qwen35_xml), T(refused))
+TEST_MAIN(T(hermes), T(qwen35_xml), T(llama31), T(harmony), T(refused))

@@ -1,6 +1,7 @@
 // Tools and reasoning through the official `openai` npm package (pinned by test_httpd.py):
 // tool_choice required (parallel_tool_calls false) whole and streamed (the SDK's stream
-// helper accumulates the tool_calls deltas into message.tool_calls), a named function, the
+// helper accumulates the tool_calls deltas, the name then the arguments' fragments, into
+// message.tool_calls), a named function, the
 // tool's result sent back (role "tool") and answered; reasoning_content whole and streamed
 // from a thinking model, reasoning_effort "none"; tools refused for a model without a tool
 // format. argv[2]: {"base", "model", "think_model", "no_tools_model", "tools"}. Prints one

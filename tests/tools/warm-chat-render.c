@@ -1,16 +1,21 @@
 /* warm-chat-render — a conversation rendered by a built-in chat family (engine/chat.h), for
  * tests that compare it with the official template rendered by Jinja.
  *
- *   warm-chat-render FAMILY [--generation-prompt] [--no-thinking] [--continue] < messages.json
+ *   warm-chat-render FAMILY [--generation-prompt] [--no-thinking] [--continue]
+ *                    [--date YYYY-MM-DD] [--effort low|medium|high] < messages.json
  *   warm-chat-render --detect < template.jinja       (prints the family warmd detects)
  *
  * messages.json: [{"role": "system"|"user"|"assistant"|"tool", "content": "...",
- * "reasoning_content": "...", "tool_calls": [{"function": {"name": "f", "arguments": {...}}}]},
- * ...] (reasoning_content and tool_calls optional), or {"messages": [...], "tools": [...]}.
+ * "reasoning_content": "...", "tool_calls": [{"id": "...", "function": {"name": "f",
+ * "arguments": {...}}}], "name": "f", "tool_call_id": "..."}, ...] (all but role and
+ * content optional; a tool result's function is its name, else that of the call its
+ * tool_call_id names), or {"messages": [...], "tools": [...]}.
  * Writes the rendering to stdout, exactly (no newline added).
  *   warm-chat-render FAMILY --parse < answer.txt
  * prints the tool calls engine_chat_parse_tool_calls() finds in a generated answer, as JSON:
- * {"content": "...", "tool_calls": [{"name": "...", "arguments": {...}}]}. Exit 1 with the engine's
+ * {"content": "...", "reasoning": "...", "tool_calls": [{"name": "...", "arguments": {...}}]};
+ * harmony's output is split first (engine_chat_think_split, as the daemon does: its
+ * channels, the control tokens written as text; other families' text is the answer). Exit 1 with the engine's
  * message for a conversation the family refuses, 2 for bad usage or input. */
 #include "engine/engine.h"
 
@@ -24,6 +29,7 @@
 int main(int argc, char **argv) {
     unsigned flags = 0;
     int fam = -1;
+    struct engine_chat_opts opts = {0};
     bool parse = false;
     if (argc == 2 && !strcmp(argv[1], "--detect")) {
         static char tmpl[1 << 20];
@@ -40,6 +46,14 @@ int main(int argc, char **argv) {
             flags |= ENGINE_CHAT_CONTINUE_LAST;
         else if (!strcmp(argv[i], "--parse"))
             parse = true;
+        else if (!strcmp(argv[i], "--date") && i + 1 < argc)
+            opts.date = argv[++i];
+        else if (!strcmp(argv[i], "--effort") && i + 1 < argc) {
+            if (engine_chat_effort_parse(argv[++i], &opts.effort) < 0) {
+                fprintf(stderr, "warm-chat-render: --effort: low, medium or high\n");
+                return 2;
+            }
+        }
         else
             for (int f = 0; f < ENGINE_CHAT_FAMILY_COUNT; f++)
                 if (!strcmp(argv[i], engine_chat_family_name((enum engine_chat_family)f))) fam = f;
@@ -52,14 +66,24 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (parse) {
-        static char text[1 << 20];
-        size_t n = fread(text, 1, sizeof text, stdin), n_calls, content;
+        static char raw[1 << 20], text[(2 << 20) + 2 * ENGINE_CHAT_SPLIT_EXTRA],
+            reasoning[(2 << 20) + 2 * ENGINE_CHAT_SPLIT_EXTRA];
+        size_t n = fread(raw, 1, sizeof raw, stdin), n_calls, content, nr = n, na = n;
+        struct engine_chat_think th;
+        engine_chat_think_begin(&th, fam == ENGINE_CHAT_HARMONY ? ENGINE_CHAT_HARMONY
+                                                                 : ENGINE_CHAT_NONE, flags);
+        engine_chat_think_split(&th, raw, n, reasoning, &nr, text, &na);
+        size_t nr2, na2;
+        engine_chat_think_end(&th, reasoning + nr, &nr2, text + na, &na2);
+        n = na + na2;
+        nr += nr2;
         struct engine_chat_parsed_call calls[16];
         if (engine_chat_parse_tool_calls((enum engine_chat_family)fam, text, n, calls, 16, &n_calls,
                                          &content) < 0)
             return 1;
         json_t *out = json_object(), *arr = json_array();
         json_object_set_new(out, "content", json_stringn(text, content));
+        json_object_set_new(out, "reasoning", json_stringn(reasoning, nr));
         for (size_t i = 0; i < n_calls; i++) {
             json_error_t je;
             json_t *c = json_object();
@@ -89,6 +113,7 @@ int main(int argc, char **argv) {
     struct engine_chat_msg *m = calloc(n ? n : 1, sizeof *m);
     for (size_t i = 0; i < n; i++) {
         json_t *msg = json_array_get(root, i), *r = json_object_get(msg, "reasoning_content");
+        if (!r) r = json_object_get(msg, "thinking"); /* gpt-oss's name for it */
         const char *role = json_string_value(json_object_get(msg, "role"));
         json_t *c = json_object_get(msg, "content");
         if (!m || !role || engine_chat_role_parse(role, &m[i].role) < 0 || !json_is_string(c)) {
@@ -118,18 +143,42 @@ int main(int argc, char **argv) {
         }
         m[i].tool_calls = calls;
         m[i].n_tool_calls = nc;
+        /* a tool result's function, as Gemma 4's template finds it: its "name", replaced by
+         * that of the last call of the assistant message before whose id equals its
+         * tool_call_id (both absent counts as equal) */
+        const char *tname = json_string_value(json_object_get(msg, "name"));
+        const char *tcid = json_string_value(json_object_get(msg, "tool_call_id"));
+        size_t j = i;
+        for (const char *r0; j > 0; j--) {
+            r0 = json_string_value(json_object_get(json_array_get(root, j - 1), "role"));
+            if (!r0 || strcmp(r0, "tool") != 0) break;
+        }
+        if (j > 0) {
+            json_t *pc = json_object_get(json_array_get(root, j - 1), "tool_calls"), *c1;
+            size_t k;
+            json_array_foreach(pc, k, c1) {
+                const char *id = json_string_value(json_object_get(c1, "id"));
+                json_t *f1 = json_object_get(c1, "function");
+                if (f1 && ((!id && !tcid) || (id && tcid && !strcmp(id, tcid))))
+                    tname = json_string_value(json_object_get(f1, "name"));
+            }
+        }
+        if (m[i].role == ENGINE_CHAT_TOOL && tname) {
+            m[i].tool_name = tname;
+            m[i].tool_name_len = strlen(tname);
+        }
     }
     char *tools_text = tools_json ? json_dumps(tools_json, JSON_PRESERVE_ORDER) : NULL;
-    struct engine_chat_tools tools = {.json = tools_text,
-                                      .len = tools_text ? strlen(tools_text) : 0};
+    opts.tools = (struct engine_chat_tools){.json = tools_text,
+                                            .len = tools_text ? strlen(tools_text) : 0};
     struct err_detail d = {0};
     size_t len = 0;
-    int r = engine_chat_render_tools((enum engine_chat_family)fam, m, n, &tools, flags, NULL, 0,
-                                     &len, &d);
+    int r = engine_chat_render_opts((enum engine_chat_family)fam, m, n, &opts, flags, NULL, 0,
+                                    &len, &d);
     char *buf = r == -ENOSPC || r == 0 ? malloc(len ? len : 1) : NULL;
     if (buf)
-        r = engine_chat_render_tools((enum engine_chat_family)fam, m, n, &tools, flags, buf, len,
-                                     &len, &d);
+        r = engine_chat_render_opts((enum engine_chat_family)fam, m, n, &opts, flags, buf, len,
+                                    &len, &d);
     if (r < 0)
         fprintf(stderr, "warm-chat-render: %s\n", err_msg(&d, r));
     else

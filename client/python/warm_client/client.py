@@ -89,8 +89,9 @@ class Stream:
     arrive (a chat's answer); `tokens` collects (id, text) pairs, `reasoning` the reasoning
     of a thinking model (apart from the answer), `summary` is set at the end (a
     warm.v1.Summary message) and `tool_calls` then holds the answer's tool calls as dicts
-    {"id", "name", "arguments"} (arguments parsed from its JSON). cancel() stops the
-    stream."""
+    {"id", "name", "arguments"} (arguments parsed from its JSON); `tool_call_pieces` the
+    calls as they streamed, (index, id, name, arguments piece) tuples (id and name in a
+    call's first piece only). cancel() stops the stream."""
 
     def __init__(self, client, call):
         self._client = client
@@ -98,6 +99,7 @@ class Stream:
         self.tokens = []
         self.reasoning = ""
         self.summary = None
+        self.tool_call_pieces = []
 
     @property
     def tool_calls(self):
@@ -109,7 +111,10 @@ class Stream:
     def __iter__(self):
         try:
             for ev in self._call:
-                if ev.HasField("token"):
+                if ev.HasField("token") and ev.token.HasField("tool_call"):
+                    t = ev.token.tool_call
+                    self.tool_call_pieces.append((t.index, t.id, t.name, t.arguments))
+                elif ev.HasField("token"):
                     self.tokens.append((ev.token.id, ev.token.text))
                     self.reasoning += ev.token.reasoning
                     yield ev.token.text
