@@ -24,6 +24,26 @@
  * between steps, so even a big model on a CPU stays well inside WatchdogSec. */
 #define PREFILL_STEP 64
 
+/* Recurrent snapshots of a hybrid (qwen35; DESIGN.md 3.6): where a job keeps one, in RAM
+ * (engine_kv_snapshot) and in the store (the record ending there carries it).
+ *   - At the end of the prompt minus the generation prompt: the last message start (the
+ *     model's turn-start token, e.g. <|im_start|>) or, without a chat template,
+ *     SNAP_GEN_PROMPT tokens before the end (llama-server's "4 before the end"). The next
+ *     turn of a chat diverges just after it (its template drops this turn's thinking),
+ *     and a resend of the prompt recomputes only the generation prompt.
+ *   - At message starts inside the computed part, at least msg_gap apart (one chunk, or
+ *     the state's size in tokens of KV when larger, so such snapshots cost at most as much
+ *     as the rows between them): the points a later conversation sharing the system
+ *     prompt or an edited last message resumes at.
+ *   - Sparsely along a long prompt: every snap_every tokens, the chunk multiple nearest
+ *     above SNAP_SPARSE_KV × the state's size in tokens of KV (notes/hybrid.md §A.10: a
+ *     state costs the KV of 1.6k-3.2k tokens), so sparse snapshots add at most ~1/4 to the
+ *     attention rows stored and a resume recomputes at most snap_every tokens from one.
+ * A job plans at most SLOT_MAX_PLAN points. */
+#define SNAP_GEN_PROMPT 4
+#define SNAP_SPARSE_KV 4
+#define SLOT_MAX_PLAN 32
+
 enum slot_state { SLOT_FREE, SLOT_PREFILL, SLOT_DECODE };
 
 struct slot {
@@ -38,6 +58,8 @@ struct slot {
     struct engine_grammar_matcher *matcher; /* the job's grammar, or NULL */
     struct engine_detok dt;
     uint32_t stored_chunks;     /* leading chunks of the sequence known to be stored */
+    uint32_t plan[SLOT_MAX_PLAN];   /* hybrid: the job's snapshot positions, ascending */
+    uint32_t n_plan, next_plan; /* planned, and the next not reached yet */
     char ns[128];               /* the namespace of the job whose tokens are cached */
     struct runner_result res;
     uint64_t start_usec, prefill_end_usec, last_used_usec;
@@ -61,6 +83,11 @@ struct runner {
     struct cache_writer *writer;
     uint32_t chunk_tokens;      /* C: a chunk record's tokens */
     uint32_t restore_min_tokens;    /* fewer tokens past RAM: the store is not asked */
+    /* A hybrid (recurrent layers): its snapshot policy (PREFILL_STEP's comment) */
+    bool hybrid;
+    uint32_t snap_every;        /* sparse snapshots: tokens between them */
+    uint32_t msg_gap;           /* snapshots at message starts: at least this far apart */
+    int32_t turn_tok;           /* the chat template's turn-start token, -1 none */
     uint8_t fingerprint[16];
     uint32_t type_k, type_v;
     struct notify *notify;
@@ -176,8 +203,23 @@ static void reject(struct slot *s, uint32_t position, int code, const char *msg)
     snprintf(x->msg, sizeof x->msg, "%s", msg);
 }
 
+/* A hybrid's records: the index of the last one ending past keep that carries a
+ * recurrent snapshot (n_recs when none does): the furthest the prompt can resume at. */
+static size_t last_snapshot(const struct store_match *m, uint32_t keep) {
+    size_t n_recs = m->n_chunks + (m->has_tail ? 1 : 0), last = n_recs;
+    for (size_t i = 0; i < n_recs; i++) {
+        const struct store_rec *rec = i < m->n_chunks ? &m->chunks[i] : &m->tail;
+        struct engine_kv_blob_info bi;
+        if (rec->p0 + rec->n_tokens > keep &&
+            engine_kv_blob_info(rec->blob, rec->blob_bytes, &bi, NULL) >= 0 && bi.snapshot)
+            last = i;
+    }
+    return last;
+}
+
 /* Imports the stored records of the prompt past the keep positions RAM already has;
- * returns the new number of cached positions. */
+ * returns the new number of cached positions. A hybrid imports the records up to the last
+ * one with a recurrent snapshot (the rows before it, then the state) and resumes there. */
 static uint32_t slot_restore(struct runner *r, struct slot *s, const struct runner_job *j,
                              uint32_t keep) {
     struct store_chain chain;
@@ -187,17 +229,39 @@ static uint32_t slot_restore(struct runner *r, struct slot *s, const struct runn
     uint64_t t0 = time_now_usec();
     struct store_match m = {0};
     struct err_detail d = {0};
-    if (store_lookup(txn, &chain, j->prompt, j->n_prompt - 1, &m, &d) >= 0) {
-        int32_t seq = (int32_t)(s - r->slots);
+    size_t n_look = j->n_prompt - 1;
+    int32_t seq = (int32_t)(s - r->slots);
+    int e_look = store_lookup(txn, &chain, j->prompt, n_look, &m, &d);
+    /* A hybrid whose walk ended on chunks without a snapshot: the snapshot tail of an
+     * earlier turn may hang from the chunk before the last one (the prompts diverge just
+     * past a chunk boundary); look once more without that chunk. */
+    if (e_look >= 0 && r->hybrid && m.n_chunks && !m.has_tail &&
+        last_snapshot(&m, keep) != m.n_chunks - 1) {
+        struct store_match m2 = {0};
+        n_look = (size_t)m.chunks[m.n_chunks - 1].p0 + r->chunk_tokens - 1;
+        if (store_lookup(txn, &chain, j->prompt, n_look, &m2, &d) >= 0) {
+            if (m2.has_tail && last_snapshot(&m2, keep) == m2.n_chunks) {
+                store_match_done(&m);
+                m = m2;
+            } else {
+                store_match_done(&m2);
+            }
+        }
+    }
+    if (e_look >= 0) {
         size_t n_recs = m.n_chunks + (m.has_tail ? 1 : 0);
+        if (r->hybrid) {
+            size_t last = last_snapshot(&m, keep);
+            n_recs = last == n_recs ? 0 : last + 1;
+        }
         s->stored_chunks = MAX(s->stored_chunks, (uint32_t)m.n_chunks);
         for (size_t i = 0; i < n_recs; i++) {
             const struct store_rec *rec = i < m.n_chunks ? &m.chunks[i] : &m.tail;
             if (rec->p0 + rec->n_tokens <= keep) continue;
             struct err_detail id = {0};
             uint32_t p1 = 0;
-            int e = engine_kv_import(r->ctx, seq, rec->blob, rec->blob_bytes, j->prompt,
-                                     j->n_prompt, &p1, &id);
+            int e = engine_kv_import_snap(r->ctx, seq, rec->blob, rec->blob_bytes, j->prompt,
+                                          j->n_prompt, ENGINE_KV_SNAP_AUTO, &p1, &id);
             if (e < 0) {
                 /* Refused (another rotation, version, ...): reported, recomputed, and
                  * overwritten by this job's save. */
@@ -223,22 +287,32 @@ static uint32_t slot_restore(struct runner *r, struct slot *s, const struct runn
         store_match_done(&m);
     }
     store_txn_abort(txn);
+    /* a hybrid continues where its state is: the last snapshot imported (or what RAM had,
+     * unless a partial chain of rows overwrote it) */
+    if (r->hybrid) {
+        keep = engine_kv_seq_resume_pos(r->ctx, seq, keep);
+        if (engine_kv_seq_rm(r->ctx, seq, keep) < 0) keep = 0, engine_kv_seq_rm(r->ctx, seq, 0);
+        s->res.ram_tokens = MIN(s->res.ram_tokens, keep);
+    }
     s->res.restore_usec = time_now_usec() - t0;
     return keep;
 }
 
-/* Exports positions [p0, p0 + n) of the slot's sequence and queues the record. */
+/* Exports positions [p0, p0 + n) of the slot's sequence (a hybrid's with or without the
+ * recurrent snapshot at its end: snap) and queues the record. */
 static void queue_record(struct runner *r, struct slot *s, const struct store_chain *chain,
-                         enum store_kind kind, struct hash128 parent, uint32_t p0, uint32_t n) {
+                         enum store_kind kind, struct hash128 parent, uint32_t p0, uint32_t n,
+                         enum engine_kv_snap snap) {
     int32_t seq = (int32_t)(s - r->slots);
     size_t size = 0;
-    if (engine_kv_export(r->ctx, seq, p0, p0 + n, NULL, 0, &size, NULL) < 0) return;
+    if (engine_kv_export_snap(r->ctx, seq, p0, p0 + n, snap, NULL, 0, &size, NULL) < 0) return;
     struct cache_write *w = calloc(1, sizeof *w);
     if (!w) return;
     w->blob = malloc(size);
     w->tokens = malloc_array(n, sizeof *w->tokens);
     if (!w->blob || !w->tokens ||
-        engine_kv_export(r->ctx, seq, p0, p0 + n, w->blob, size, &w->blob_bytes, NULL) < 0) {
+        engine_kv_export_snap(r->ctx, seq, p0, p0 + n, snap, w->blob, size, &w->blob_bytes,
+                              NULL) < 0) {
         cache_write_free(w);
         return;
     }
@@ -255,14 +329,23 @@ static void queue_record(struct runner *r, struct slot *s, const struct store_ch
  * layer keeps a chunk's rows only for a while, DESIGN.md 3.6), and a tail ending at each of
  * the positions tail_end[0 … n_tail): the end of the prompt and one before it (which a
  * resend of the same prompt looks up), or the end of the sequence. A tail covers
- * [floor(end / C) × C, end) and hangs from the chain hash of the chunks before it. */
-static void slot_save(struct runner *r, struct slot *s, const uint32_t *tail_end, size_t n_tail) {
+ * [floor(end / C) × C, end) and hangs from the chain hash of the chunks before it.
+ * A hybrid's records carry no recurrent snapshot, except at snap_at (> 0: where the job
+ * just kept one): the chunk ending there (written again when it was stored without), else
+ * a tail ending there; its other tails would be rows no resume can use, and are not
+ * written. */
+static void slot_save(struct runner *r, struct slot *s, const uint32_t *tail_end, size_t n_tail,
+                      uint32_t snap_at) {
     const struct runner_job *j = s->job;
     struct store_chain chain;
     if (!r->store || !r->writer || j->cache == RUNNER_CACHE_SKIP || s->n_cached == 0)
         return;
     uint32_t c = r->chunk_tokens, n_full = s->n_cached / c;
-    if (n_full <= s->stored_chunks && n_tail == 0) return;
+    if (r->hybrid) {
+        tail_end = snap_at % c ? &snap_at : NULL;
+        n_tail = snap_at % c ? 1 : 0;
+    }
+    if (n_full <= s->stored_chunks && n_tail == 0 && !(snap_at && snap_at % c == 0)) return;
     if (chain_init(r, j, &chain) < 0) return;
     struct hash128 h = chain.h0;
     for (uint32_t i = 0; i <= n_full; i++) {
@@ -271,11 +354,16 @@ static void slot_save(struct runner *r, struct slot *s, const uint32_t *tail_end
             bool dup = false;
             for (size_t q = 0; q < k; q++) dup = dup || tail_end[q] == end;
             if (!dup && end / c == i && end % c && end <= s->n_cached)
-                queue_record(r, s, &chain, STORE_KIND_TAIL, h, i * c, end - i * c);
+                queue_record(r, s, &chain, STORE_KIND_TAIL, h, i * c, end - i * c,
+                             r->hybrid ? ENGINE_KV_SNAP_NEED : ENGINE_KV_SNAP_AUTO);
         }
         if (i == n_full) break;
         struct hash128 next = store_chain_next(h, s->cached + (size_t)i * c, c);
-        if (i >= s->stored_chunks) queue_record(r, s, &chain, STORE_KIND_CHUNK, h, i * c, c);
+        bool snap = r->hybrid && snap_at == (i + 1) * c;
+        if (i >= s->stored_chunks || snap)
+            queue_record(r, s, &chain, STORE_KIND_CHUNK, h, i * c, c,
+                         snap ? ENGINE_KV_SNAP_NEED : r->hybrid ? ENGINE_KV_SNAP_NONE
+                                                             : ENGINE_KV_SNAP_AUTO);
         h = next;
     }
     s->stored_chunks = MAX(s->stored_chunks, n_full);
@@ -286,7 +374,7 @@ static void slot_save(struct runner *r, struct slot *s, const uint32_t *tail_end
 /* Ends the slot's job: done() with the outcome, the slot is free again. */
 static void slot_finish(struct runner *r, struct slot *s, int err, const char *msg) {
     struct runner_job *j = s->job;
-    if (err == 0) slot_save(r, s, &s->n_cached, 1);
+    if (err == 0) slot_save(r, s, &s->n_cached, 1, 0);
     if (s->state == SLOT_DECODE || s->prefill_end_usec)
         s->res.decode_usec = time_now_usec() - (s->prefill_end_usec ? s->prefill_end_usec : s->start_usec);
     engine_sampler_free(s->sampler);
@@ -305,6 +393,28 @@ static void slot_finish(struct runner *r, struct slot *s, int err, const char *m
     pthread_mutex_lock(&r->lock);
     r->n_jobs--;
     pthread_mutex_unlock(&r->lock);
+}
+
+/* A hybrid job's snapshot positions past from (PREFILL_STEP's comment), ascending. */
+static void slot_plan(struct runner *r, struct slot *s, const struct runner_job *j,
+                      uint32_t from) {
+    s->n_plan = s->next_plan = 0;
+    if (!r->hybrid) return;
+    const uint32_t n = (uint32_t)j->n_prompt, c = r->chunk_tokens;
+    uint32_t end = 0;
+    for (uint32_t i = n; r->turn_tok >= 0 && i-- > 0;)
+        if (j->prompt[i] == r->turn_tok) {
+            end = i;
+            break;
+        }
+    if (end == 0) end = n > SNAP_GEN_PROMPT ? n - SNAP_GEN_PROMPT : 0;
+    if (end <= from) return;
+    uint32_t last = from;
+    for (uint32_t p = from + 1; p + c <= end && s->n_plan + 1 < SLOT_MAX_PLAN; p++) {
+        bool turn = r->turn_tok >= 0 && j->prompt[p] == r->turn_tok && p - last >= r->msg_gap;
+        if ((turn || p % r->snap_every == 0) && p - last >= c) s->plan[s->n_plan++] = last = p;
+    }
+    s->plan[s->n_plan++] = end;
 }
 
 /* Prompt tokens of j already in slot s (never the last: its logits are needed). */
@@ -387,8 +497,10 @@ static void slot_start(struct runner *r, struct slot *s, struct runner_job *j) {
         slot_finish(r, s, ERR_CTX_FULL, msg);
         return;
     }
-    /* refresh recomputes the whole prompt (and so rewrites every record of it) */
+    /* refresh recomputes the whole prompt (and so rewrites every record of it); a hybrid
+     * keeps what it can continue from: its state there, live or a snapshot */
     uint32_t keep = j->cache == RUNNER_CACHE_REFRESH ? 0 : common_prefix(s, j);
+    if (r->hybrid) keep = engine_kv_seq_resume_pos(r->ctx, seq, keep);
     int e = engine_kv_seq_rm(r->ctx, seq, keep);
     if (e < 0) keep = 0, e = engine_kv_seq_rm(r->ctx, seq, 0);
     if (e < 0) {
@@ -409,6 +521,7 @@ static void slot_start(struct runner *r, struct slot *s, struct runner_job *j) {
            (keep - s->res.ram_tokens) * sizeof(int32_t));
     s->n_cached = s->n_prefilled = keep;
     s->res.store_tokens = keep - s->res.ram_tokens;
+    slot_plan(r, s, j, keep);
     s->res.evaluated_tokens = (uint32_t)j->n_prompt - keep;
     e = engine_sampler_new(&j->sampling, engine_vocab_n_tokens(r->vocab), &s->sampler);
     if (e < 0) {
@@ -507,6 +620,8 @@ static void step(struct runner *r) {
         if (s->state != SLOT_PREFILL) continue;
         uint32_t left = (uint32_t)s->job->n_prompt - s->n_prefilled;
         uint32_t take = MIN(left, budget);
+        /* a hybrid's step ends at its next snapshot position */
+        if (s->next_plan < s->n_plan) take = MIN(take, s->plan[s->next_plan] - s->n_prefilled);
         for (uint32_t k = 0; k < take; k++) {
             uint32_t p = s->n_prefilled + k;
             r->b_token[n] = s->job->prompt[p];
@@ -540,18 +655,24 @@ static void step(struct runner *r) {
         struct slot *s = &r->slots[i];
         if (s->state == SLOT_DECODE) {
             s->cached[s->n_cached++] = s->next;
-            if (s->n_cached % r->chunk_tokens == 0) slot_save(r, s, NULL, 0);
+            if (s->n_cached % r->chunk_tokens == 0) slot_save(r, s, NULL, 0, 0);
         }
         else if (s->state == SLOT_PREFILL && n_take[i]) {
             memcpy(s->cached + s->n_prefilled, s->job->prompt + s->n_prefilled,
                    n_take[i] * sizeof(int32_t));
             s->n_prefilled += n_take[i];
             s->n_cached = s->n_prefilled;
+            /* a hybrid at a planned position keeps its state there, in RAM and stored */
+            uint32_t snap_at = 0;
+            if (s->next_plan < s->n_plan && s->n_prefilled == s->plan[s->next_plan]) {
+                s->next_plan++;
+                if (engine_kv_snapshot(r->ctx, (int32_t)i, NULL) >= 0) snap_at = s->n_prefilled;
+            }
             if (s->n_prefilled == s->job->n_prompt) {
                 uint32_t ends[2] = {s->n_prefilled - 1, s->n_prefilled};
-                slot_save(r, s, ends, 2);
+                slot_save(r, s, ends, 2, snap_at);
             } else {
-                slot_save(r, s, NULL, 0);
+                slot_save(r, s, NULL, 0, snap_at);
             }
             if (s->n_prefilled == s->job->n_prompt) {
                 s->prefill_end_usec = time_now_usec();
@@ -662,7 +783,7 @@ static size_t chunk_record_bytes(const struct engine_model *m, const struct engi
     size_t n = 0;
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         const struct engine_layer_hparams *l = &m->hp.layer[il];
-        if (l->kv_source != (int32_t)il) continue;
+        if (l->kv_source != (int32_t)il || l->mixer == ENGINE_MIXER_GATED_DELTANET) continue;
         size_t rows = l->swa ? MIN(c, m->hp.swa_window - 1) : c;
         n += rows * (kern_row_size(kvi->type_k, (int64_t)l->n_head_kv * l->head_dim_k) +
                      kern_row_size(kvi->type_v, (int64_t)l->n_head_kv * l->head_dim_v));
@@ -671,6 +792,41 @@ static size_t chunk_record_bytes(const struct engine_model *m, const struct engi
 }
 
 /* ---- lifecycle ----------------------------------------------------------------------- */
+
+/* The turn-start text of each chat family (engine/chat.h): where a message begins. */
+static const char *const turn_start[ENGINE_CHAT_FAMILY_COUNT] = {
+    [ENGINE_CHAT_CHATML] = "<|im_start|>",
+    [ENGINE_CHAT_LLAMA3] = "<|start_header_id|>",
+    [ENGINE_CHAT_GEMMA] = "<start_of_turn>",
+    [ENGINE_CHAT_MISTRAL] = "[INST]",
+    [ENGINE_CHAT_GEMMA4] = "<|turn>",
+    [ENGINE_CHAT_QWEN3] = "<|im_start|>",
+    [ENGINE_CHAT_QWEN35] = "<|im_start|>",
+};
+
+/* A hybrid's snapshot policy: the sparse spacing (the chunk multiple at or above
+ * SNAP_SPARSE_KV × the state's bytes in tokens of KV) and the turn-start token. */
+static void runner_hybrid_init(struct runner *r, const struct engine_kv_info *kvi) {
+    r->hybrid = kvi->n_layer_rs > 0;
+    r->turn_tok = -1;
+    if (!r->hybrid) return;
+    const uint32_t c = r->chunk_tokens;
+    size_t kv_chunk = MAX(chunk_record_bytes(r->model, kvi, c), (size_t)1);
+    uint64_t state_tokens = MIN((uint64_t)kvi->rs_state_bytes * c / kv_chunk, (uint64_t)1 << 28);
+    uint64_t sparse = SNAP_SPARSE_KV * state_tokens;
+    r->snap_every = (uint32_t)MAX((sparse + c - 1) / c * c, (uint64_t)c);
+    r->msg_gap = (uint32_t)MAX(state_tokens, (uint64_t)c);
+    enum engine_chat_family fam = engine_chat_detect_gguf(engine_model_gguf(r->model));
+    const char *t = fam < ENGINE_CHAT_FAMILY_COUNT ? turn_start[fam] : NULL;
+    int32_t id = t ? engine_vocab_find(r->vocab, t, strlen(t)) : -1;
+    r->turn_tok = id >= 0 ? id : -1;
+    log_info("model '%s': %u recurrent layers, a state of %zu bytes (the KV of %llu tokens): "
+             "snapshots at the end of each prompt minus its generation prompt%s, at message "
+             "starts %u apart, and every %u tokens", r->name, kvi->n_layer_rs,
+             kvi->rs_state_bytes, (unsigned long long)state_tokens,
+             r->turn_tok >= 0 ? "" : " (no chat template: 4 tokens before the end)",
+             r->msg_gap, r->snap_every);
+}
 
 /* An embedding model's context: an embeddings one whose batch holds a whole input of up to
  * n_ctx tokens (the engine takes an input in one step), min(parallel, 8) inputs a pass
@@ -777,6 +933,7 @@ int runner_new(const char *name, int fd, const struct runner_params *p, struct r
         r->chunk_tokens /= 2;
     r->type_k = (uint32_t)kvi.type_k;
     r->type_v = (uint32_t)kvi.type_v;
+    runner_hybrid_init(r, &kvi);
     hash128_to_bytes(r->model->fingerprint, r->fingerprint);
     r->store = p->store;
     r->writer = p->writer;

@@ -105,10 +105,11 @@
  *
  * ## Checks on import, in order (nothing is written before all pass)
  * magic and size (ERR_STATE_BAD), version, structure (lengths, counts, known types,
- * payload size = the ABI's; ERR_STATE_BAD), model fingerprint and arch, layout (layers,
- * source map, head sizes, RoPE, the recurrent ABI), K type, V type, K rotation, V
- * rotation, the recurrent snapshot where one is needed (ERR_STATE_LAYOUT), destination
- * (sequence, positions), tokens, header checksum, payload checksum. */
+ * payload size = the ABI's; ERR_STATE_BAD), model fingerprint and arch, per cache layout
+ * (layers, source map, head sizes, RoPE), K type, V type, K rotation, V rotation; then the
+ * recurrent ABI (layers, shape, V-head order, state type and layouts) and the recurrent
+ * snapshot where one is needed (both ERR_STATE_LAYOUT), destination (sequence,
+ * positions), tokens, header checksum, payload checksum. */
 #include "engine/forward.h"
 
 #include <errno.h>

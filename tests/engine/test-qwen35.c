@@ -397,6 +397,64 @@ TEST(state_rules) {
     engine_model_free(m);
 }
 
+/* Snapshots in RAM (engine_kv_snapshot): two per sequence by default, the lowest position
+ * replaced; truncation goes to one, a copy takes the one at its end, and both continue as
+ * the uninterrupted sequence does (P2 in the reference). */
+TEST(snapshots) {
+    struct engine_model *m = model_open("qwen35-tiny");
+    if (!m) SKIP("../shared/models/hybrid/qwen35-tiny.gguf is absent");
+    struct reference r = {0};
+    if (!reference_load("qwen35-tiny", "P2", &r)) {
+        free(r.logits);
+        engine_model_free(m);
+        SKIP("the qwen35-tiny P2 reference is absent");
+    }
+    const uint32_t V = m->hp.n_vocab, np = (uint32_t)r.n_prompt;
+    struct engine_context *ctx = ctx_new(m, 2, 64, 1);
+    float *got = malloc((size_t)N_STEPS * V * sizeof *got);
+    ASSERT_TRUE(ctx && got);
+    struct err_detail d = {0};
+    for (uint32_t at = 10; at <= 30; at += 10) {
+        ASSERT_OK(decode_range(ctx, 0, r.prompt, engine_kv_seq_len(ctx, 0), at, 10, NULL, V));
+        ASSERT_OK_D(engine_kv_snapshot(ctx, 0, &d), &d);
+    }
+    ASSERT_OK(decode_range(ctx, 0, r.prompt, 30, 40, 10, NULL, V));
+    ASSERT_EQ(engine_kv_seq_resume_pos(ctx, 0, 15), 0);  /* 10 was replaced by 30 */
+    ASSERT_EQ(engine_kv_seq_resume_pos(ctx, 0, 29), 20);
+    ASSERT_EQ(engine_kv_seq_resume_pos(ctx, 0, 39), 30);
+    ASSERT_EQ(engine_kv_seq_resume_pos(ctx, 0, 99), 40);  /* the live state */
+    ASSERT_EQ(engine_kv_seq_rm(ctx, 0, 10), -ENODATA);
+    ASSERT_EQ(engine_kv_seq_cp(ctx, 0, 1, 25), -ENODATA);
+    ASSERT_OK(engine_kv_seq_cp(ctx, 0, 1, 20));           /* seq 1: [0, 20) from the snapshot */
+    ASSERT_OK(engine_kv_seq_rm(ctx, 0, 30));              /* seq 0: back to 30 */
+    ASSERT_EQ(engine_kv_seq_resume_pos(ctx, 0, 99), 30);
+    ASSERT_EQ(engine_kv_seq_resume_pos(ctx, 1, 99), 20);
+    for (int32_t seq = 0; seq < 2; seq++) {
+        int32_t gen[N_STEPS];
+        ASSERT_OK(decode_range(ctx, seq, r.prompt, engine_kv_seq_len(ctx, seq), np, 64, NULL, V));
+        ASSERT_OK(greedy(ctx, seq, np, 0, V, got, gen));
+        double dd = max_diff(got, r.logits, (size_t)N_STEPS * V);
+        printf("  sequence %d resumed at %s: P2's greedy steps max |dlogit| %.3g\n", seq,
+               seq ? "the snapshot at 20 (a copy)" : "the snapshot at 30", dd);
+        ASSERT_TRUE(memcmp(gen, r.gen, sizeof gen) == 0);
+        ASSERT_TRUE(dd <= TOL_F32);
+    }
+    engine_context_free(ctx);
+    /* none kept: a context without snapshots continues only at its end or at 0 */
+    struct engine_context_params p;
+    engine_context_params_default(&p);
+    p.n_ctx = 64;
+    p.n_rs_snapshots = 0;
+    ASSERT_OK(engine_context_new(m, &p, &ctx, &d));
+    ASSERT_OK(decode_range(ctx, 0, r.prompt, 0, 10, 10, NULL, V));
+    ASSERT_OK(engine_kv_snapshot(ctx, 0, &d));
+    ASSERT_OK(decode_range(ctx, 0, r.prompt, 10, 20, 10, NULL, V));
+    ASSERT_EQ(engine_kv_seq_resume_pos(ctx, 0, 15), 0);
+    engine_context_free(ctx);
+    free(got), free(r.logits);
+    engine_model_free(m);
+}
+
 /* ---- resuming in the middle (blob format 3) -------------------------------------------- */
 
 #define RESUME_AT 256
@@ -571,4 +629,5 @@ TEST(resume_mid_prompt) {
     engine_model_free(m);
 }
 
-TEST_MAIN(T(qwen35_f32), T(qwen35_f16), T(two_sequences), T(state_rules), T(resume_mid_prompt))
+TEST_MAIN(T(qwen35_f32), T(qwen35_f16), T(two_sequences), T(state_rules), T(snapshots),
+          T(resume_mid_prompt))
