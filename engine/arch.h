@@ -198,8 +198,15 @@ enum spec_part {
     PART_QKV_Q, /* rows [0, DIM_Q) */
     PART_QKV_K, /* rows [DIM_Q, DIM_Q + DIM_K) */
     PART_QKV_V, /* rows [DIM_Q + DIM_K, DIM_Q + DIM_K + DIM_V) */
+    /* an experts' gate or up stack, which a file may fuse into one ffn_gate_up_exps
+     * (ne[1] = 2 · DIM_FF_EXP: each expert's gate rows, then its up rows; llama.cpp's
+     * create_tensor_gate_up_exps): the spec's stack is then a view of its half of every
+     * expert, expert_bytes the fused expert's */
+    PART_GATE_UP_GATE,
+    PART_GATE_UP_UP,
 };
 #define SPEC_QKV_FUSED_NAME "attn_qkv.weight"
+#define SPEC_GATE_UP_FUSED_NAME "ffn_gate_up_exps.weight"
 
 struct tensor_spec {
     const char *name; /* global name, or the suffix after "blk.N." */

@@ -571,9 +571,19 @@ static int device_scratch(struct engine_context *ctx, struct device *de, struct 
     const size_t hb = MAX((size_t)ff, moe ? hp->n_expert : 1),
                  hb2 = MAX((size_t)ff, moe ? hp->n_embd : 1);
     int64_t fe = 1;
-    for (uint32_t il = 0; il < hp->n_layer; il++) fe = MAX(fe, de->layer[il].n_fe);
+    size_t few = 0; /* a few tokens' matmul scratch, a thread */
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        const struct dev_layer *dl = &de->layer[il];
+        const struct engine_weight *ws[] = {&dl->w.exp_gate, &dl->w.exp_up, &dl->w.exp_down};
+        fe = MAX(fe, dl->n_fe);
+        for (size_t i = 0; i < ARRAY_SIZE(ws); i++)
+            if (ws[i]->data) few = MAX(few, kern_matmul_scratch_bytes(ws[i]->type, ws[i]->n_in, 1));
+    }
+    const size_t row = ((size_t)hp->n_embd * sizeof(float) + 63) / 64 * 64;
+    de->moe_few_bytes = moe ? row + (few + 63) / 64 * 64 : 0;
+    /* (a few tokens' expert pairs may outnumber n_batch rows) */
     const size_t sel = moe ? nb * hp->n_expert_used : 1, xy = moe ? nb * hp->n_embd : 1,
-                 h = moe ? nb * (size_t)fe : 1;
+                 h = moe ? MAX(nb, (size_t)MOE_FEW_TOKENS * hp->n_expert_used) * (size_t)fe : 1;
     size_t floats[] = {nb * (size_t)q, nb * (size_t)k, nb * (size_t)v, nb * (size_t)att,
                        nb * hb, nb * hb2, nb * hp->n_embd,
                        ctx->n_out_step * (size_t)MAX(de->n_vocab, 1),
@@ -601,8 +611,10 @@ static int device_scratch(struct engine_context *ctx, struct device *de, struct 
             return err_set(d, -ENOMEM, "cannot allocate %s's scratch", de->name);
         de->scratch_bytes += ints[i] * sizeof(int32_t);
     }
-    if (!(de->mm_scratch = malloc(mm ? mm : 1)))
+    if (!(de->mm_scratch = malloc(mm ? mm : 1)) ||
+        !(de->moe_few = malloc_array_aligned((size_t)de->n_threads, MAX(de->moe_few_bytes, 1))))
         return err_set(d, -ENOMEM, "cannot allocate %s's scratch", de->name);
+    de->scratch_bytes += (size_t)de->n_threads * de->moe_few_bytes;
     /* its KV heads of every owning layer */
     for (uint32_t s = 0; s < kv->n_store; s++) {
         const struct kv_store *st = &kv->store[s];
@@ -713,7 +725,7 @@ void devices_done(struct engine_context *ctx) {
                         de->gate,   de->dn_qkv, de->dn_z,    de->dn_g,    de->dn_beta,
                         de->dn_o,   de->dn_scratch, de->moe_sel, de->moe_wt, de->moe_list,
                         de->moe_count, de->moe_x, de->moe_y, de->moe_h, de->moe_h2,
-                        de->moe_acc};
+                        de->moe_acc, de->moe_few};
         for (size_t j = 0; j < ARRAY_SIZE(bufs); j++) free(bufs[j]);
         free(de->mm_scratch);
     }

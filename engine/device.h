@@ -81,6 +81,10 @@ struct device {
      * rows (n_batch, n_embd), its hidden units' (n_batch, n_fe); the sum (n_batch, n_embd) */
     int32_t *moe_sel, *moe_list, *moe_count;
     float *moe_wt, *moe_x, *moe_y, *moe_h, *moe_h2, *moe_acc;
+    /* a few tokens' experts (MOE_FEW_TOKENS): each thread's row of n_embd floats (on 64
+     * bytes) then its matmul scratch, moe_few_bytes apart */
+    void *moe_few;
+    size_t moe_few_bytes;
 
     struct gpu *gpu;          /* a partition of a split over GPUs (engine/gpu.h), else NULL */
     /* its executor (engine/exec.h): &cpu.e, or a GPU partition's */

@@ -374,9 +374,73 @@ static void moe_group(struct device *dv, int32_t n, int32_t n_used, int32_t n_ex
     count[0] = 0;
 }
 
+/* A few tokens' experts in two passes of the threads, each thread over its share of the
+ * rows of every selected expert (pool wake-ups: two, not three per expert):
+ *   pass 0: h (pair, n_fe) = act(W_gate_e · x_t) ⊙ (W_up_e · x_t), thread ith its units;
+ *   pass 1: acc[t] = Σ_slots w · W_down_e · h, thread ith its output rows, a token's
+ *           experts added in expert order (as the grouped path adds them).
+ * Each product is one row range's, so the bits do not depend on the threads. */
+struct moe_few_args {
+    struct device *dv;
+    const struct dev_layer *dl;
+    const float *in;
+    int32_t n, n_used;
+    int64_t dim;
+    enum engine_ffn_act act;
+    int pass;
+};
+
+static void moe_few_task(void *arg, int ith, int nth) {
+    const struct moe_few_args *a = arg;
+    struct device *dv = a->dv;
+    const struct engine_layer *w = &a->dl->w;
+    float *row = (float *)((char *)dv->moe_few + (size_t)ith * dv->moe_few_bytes);
+    void *mine = (char *)row + ((size_t)a->dim * sizeof *row + 63) / 64 * 64; /* scratch */
+    const int64_t n_fe = a->dl->n_fe, rows = a->pass == 0 ? n_fe : a->dim;
+    const int64_t r0 = rows * ith / nth, r1 = rows * (ith + 1) / nth;
+    if (r0 == r1) return;
+    for (int32_t t = 0; t < a->n; t++) {
+        /* the token's slots in expert order */
+        int32_t slot[ENGINE_MAX_EXPERTS], k = a->n_used;
+        for (int32_t j = 0; j < k; j++) {
+            int32_t q = j;
+            for (; q > 0 && dv->moe_sel[t * k + slot[q - 1]] > dv->moe_sel[t * k + j]; q--)
+                slot[q] = slot[q - 1];
+            slot[q] = j;
+        }
+        float *acc = dv->moe_acc + (size_t)t * a->dim;
+        if (a->pass == 1) memset(acc + r0, 0, (size_t)(r1 - r0) * sizeof *acc);
+        for (int32_t j = 0; j < k; j++) {
+            const int32_t i = t * k + slot[j], x = dv->moe_sel[i];
+            float *h = dv->moe_h + (size_t)i * n_fe;
+            if (a->pass == 0) {
+                const struct engine_weight g = engine_weight_expert(&w->exp_gate, x),
+                                           u = engine_weight_expert(&w->exp_up, x);
+                const float *xt = a->in + (size_t)t * a->dim;
+                float *h2 = dv->moe_h2 + (size_t)i * n_fe;
+                kern_matmul_layout(NULL, h + r0, (const char *)g.data + (size_t)r0 * g.row_bytes,
+                                   g.type, g.layout, xt, g.n_in, r1 - r0, 1, mine);
+                kern_matmul_layout(NULL, h2 + r0, (const char *)u.data + (size_t)r0 * u.row_bytes,
+                                   u.type, u.layout, xt, u.n_in, r1 - r0, 1, mine);
+                if (a->act == ENGINE_FFN_GELU)
+                    kern_gelu_mul(h + r0, h + r0, h2 + r0, r1 - r0);
+                else
+                    kern_silu_mul(h + r0, h + r0, h2 + r0, r1 - r0);
+            } else {
+                const struct engine_weight dn = engine_weight_expert(&w->exp_down, x);
+                kern_matmul_layout(NULL, row, (const char *)dn.data + (size_t)r0 * dn.row_bytes,
+                                   dn.type, dn.layout, h, dn.n_in, r1 - r0, 1, mine);
+                const float wt = dv->moe_wt[i];
+                for (int64_t r = 0; r < r1 - r0; r++) acc[r0 + r] += wt * row[r];
+            }
+        }
+    }
+}
+
 /* Each selected expert once: its tokens' rows gathered, its gate and up rows (the
  * device's units) over them, the activation, its down columns, the weighted rows added
- * to their tokens' output. A token's experts are summed in expert order. */
+ * to their tokens' output. A token's experts are summed in expert order. A step of a few
+ * tokens runs moe_few_task instead. */
 static void cpu_moe_experts(struct exec *e, const struct layer_step *s, float *out,
                             const float *in) {
     struct device *dv = e->impl;
@@ -385,6 +449,16 @@ static void cpu_moe_experts(struct exec *e, const struct layer_step *s, float *o
     const int64_t dim = hp->n_embd;
     const int32_t n = s->n, n_used = (int32_t)hp->n_expert_used, n_expert = (int32_t)hp->n_expert;
     float *acc = dv->moe_acc; /* (out may be in: written at the end) */
+    if (n <= MOE_FEW_TOKENS && dl->n_fe > 0) {
+        struct moe_few_args a = {.dv = dv, .dl = dl, .in = in, .n = n, .n_used = n_used,
+                                 .dim = dim, .act = hp->ffn_act};
+        const int64_t work = (int64_t)n * n_used * dl->n_fe * dim;
+        pool_run(cpu_of(e)->pool, moe_few_task, &a, 2 * work);
+        a.pass = 1;
+        pool_run(cpu_of(e)->pool, moe_few_task, &a, work);
+        memcpy(out, acc, (size_t)n * dim * sizeof *out);
+        return;
+    }
     memset(acc, 0, (size_t)n * dim * sizeof *acc);
     moe_group(dv, n, n_used, n_expert);
     for (int32_t x = 0; x < n_expert; x++) {

@@ -6,6 +6,11 @@
 
 struct kern_pool;
 
+/* A mixture of experts' step of at most this many tokens (decode) runs every selected
+ * expert in one pass of the threads, each over its rows of all of them, rather than one
+ * product of the grouped tokens per expert (exec-cpu.c cpu_moe_experts). */
+#define MOE_FEW_TOKENS 4
+
 struct exec_cpu {
     struct exec e; /* first: the ops cast back to this */
     struct kern_pool *pool;

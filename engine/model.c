@@ -540,9 +540,14 @@ static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct
 
 /* ---- tensors ------------------------------------------------------------------------- */
 
+static bool spec_gate_up(const struct tensor_spec *s) {
+    return s->part == PART_GATE_UP_GATE || s->part == PART_GATE_UP_UP;
+}
+
 /* Does m's arch take spec s from its part of the fused QKV tensor? */
 static bool spec_fused(const struct engine_model *m, const struct tensor_spec *s) {
-    return s->part != PART_WHOLE && engine_arch_rows[m->arch].use[FEAT_QKV_FUSED] != USE_NO;
+    return s->part != PART_WHOLE && !spec_gate_up(s) &&
+           engine_arch_rows[m->arch].use[FEAT_QKV_FUSED] != USE_NO;
 }
 
 /* How m's arch uses the tensor of spec s (its row's entry for the spec's feature, or for
@@ -605,8 +610,9 @@ static enum spec_use use_resolve(const struct engine_hparams *hp, int il,
                                  const struct tensor_spec *s, enum spec_use use) {
     const bool rec = il >= 0 && hp->layer[il].mixer == ENGINE_MIXER_GATED_DELTANET;
     const bool moe = il >= 0 && hp->layer[il].ffn == ENGINE_FFN_MOE;
-    if (il >= 0 && ((s->layers == SPEC_ATTN_LAYER && rec) || (s->layers == SPEC_REC_LAYER && !rec) ||
-                    (s->layers == SPEC_DENSE_FFN && moe) || (s->layers == SPEC_MOE_FFN && !moe)))
+    if (il >= 0 &&
+        ((s->layers == SPEC_ATTN_LAYER && rec) || (s->layers == SPEC_REC_LAYER && !rec) ||
+         (s->layers == SPEC_DENSE_FFN && moe) || (s->layers == SPEC_MOE_FFN && !moe)))
         return USE_NO;
     if (use == USE_OWN)
         return il >= 0 && hp->layer[il].kv_source != il ? USE_OPT : USE_REQ;
@@ -662,10 +668,15 @@ static int tensor_bind(const struct gguf_file *f, const struct engine_hparams *h
     if (!kind_accepts(s->kind, t->type)) return type_refuse(s->kind, name, t->type, d);
     int64_t ne0 = dim_value(hp, il, s->ne0), ne1 = dim_value(hp, il, s->ne1);
     int64_t ne2 = dim_value(hp, il, s->ne2); /* an experts' stack: n_expert matrices */
-    /* a part of the fused QKV: the file's rows are Q, K, V; this spec's start at row0 */
+    /* a part of the fused QKV: the file's rows are Q, K, V; this spec's start at row0; a
+     * half of each expert of a fused gate_up stack: its gate rows, then its up rows */
     int64_t q = dim_value(hp, il, DIM_Q), k = dim_value(hp, il, DIM_K);
     int64_t row0 = !fused || s->part == PART_QKV_Q ? 0 : s->part == PART_QKV_K ? q : q + k;
     int64_t ne1_file = fused ? q + k + dim_value(hp, il, DIM_V) : ne1;
+    if (fused && spec_gate_up(s)) {
+        row0 = s->part == PART_GATE_UP_UP ? ne1 : 0;
+        ne1_file = 2 * ne1;
+    }
     bool ok = t->ne[0] == ne0 && t->ne[1] == ne1_file && t->ne[2] == ne2 && t->ne[3] == 1;
     if (!ok && ne2 > 1)
         return err_set(d, ERR_MODEL_TENSOR_SHAPE,
@@ -687,7 +698,7 @@ static int tensor_bind(const struct gguf_file *f, const struct engine_hparams *h
                        "multiple of the %s block", name, (long long)ne0, kern_type_name(t->type));
     if (s->ne2 != DIM_ONE) {
         w->n_expert = ne2;
-        w->expert_bytes = (size_t)ne1 * w->row_bytes;
+        w->expert_bytes = (size_t)ne1_file * w->row_bytes;
     }
     /* (no data in a file opened for its metadata) */
     w->data = t->data ? (const char *)t->data + (size_t)row0 * w->row_bytes : NULL;
@@ -718,11 +729,19 @@ static bool tensor_expected(const struct engine_model *m, const char *name) {
     char canon[GGUF_MAX_NAME + 8];
     snprintf(canon, sizeof canon, "blk.%u.", il);
     if (strncmp(name, canon, strlen(canon)) != 0) return false; /* "blk.01." is not "blk.1." */
-    for (size_t i = 0; i < engine_n_layer_specs; i++)
-        if (use_resolve(&m->hp, (int)il, &engine_layer_specs[i],
-                        spec_use_of(m, &engine_layer_specs[i])) != USE_NO &&
-            strcmp(name + n, spec_name(m, &engine_layer_specs[i])) == 0)
-            return true;
+    for (size_t i = 0; i < engine_n_layer_specs; i++) {
+        const struct tensor_spec *s = &engine_layer_specs[i];
+        if (use_resolve(&m->hp, (int)il, s, spec_use_of(m, s)) == USE_NO) continue;
+        if (spec_gate_up(s)) { /* the fused stack, or else the two (not both) */
+            char fused[GGUF_MAX_NAME + 16];
+            snprintf(fused, sizeof fused, "blk.%u.%s", il, SPEC_GATE_UP_FUSED_NAME);
+            if (gguf_find_tensor(m->file, fused)) {
+                if (strcmp(name, fused) == 0) return true;
+                continue;
+            }
+        }
+        if (strcmp(name + n, spec_name(m, s)) == 0) return true;
+    }
     return false;
 }
 
@@ -753,9 +772,12 @@ static int tensors_bind(struct engine_model *m, struct err_detail *d) {
     for (uint32_t il = 0; il < m->hp.n_layer; il++)
         for (size_t i = 0; i < engine_n_layer_specs; i++) {
             const struct tensor_spec *s = &engine_layer_specs[i];
-            snprintf(name, sizeof name, "blk.%u.%s", il, spec_name(m, s));
-            if ((r = tensor_bind(f, &m->hp, s, (int)il, name, spec_use_of(m, s), spec_fused(m, s),
-                                 spec_weight(m, s, (int)il), d)) < 0)
+            /* an experts' gate and up stacks: the halves of a fused one where the file has it */
+            snprintf(name, sizeof name, "blk.%u.%s", il, SPEC_GATE_UP_FUSED_NAME);
+            const bool gate_up = spec_gate_up(s) && gguf_find_tensor(f, name);
+            if (!gate_up) snprintf(name, sizeof name, "blk.%u.%s", il, spec_name(m, s));
+            if ((r = tensor_bind(f, &m->hp, s, (int)il, name, spec_use_of(m, s),
+                                 spec_fused(m, s) || gate_up, spec_weight(m, s, (int)il), d)) < 0)
                 return r;
         }
     for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {

@@ -400,6 +400,101 @@ TEST(split) {
     engine_model_free(m);
 }
 
+/* ---- a fused gate_up stack ------------------------------------------------------------ */
+
+/* qwen3moe-tiny rewritten with each layer's ffn_gate_exps and ffn_up_exps fused into one
+ * ffn_gate_up_exps {n_embd, 2 n_ff_exp, n_expert} (each expert's gate rows, then its up
+ * rows: llama.cpp's --fuse-gate-up-exps) into path; with_separate keeps the two as well. */
+static int write_fused(const char *path, bool with_separate) {
+    const char *src_path = test_shared_path("hybrid/qwen3moe-tiny.gguf");
+    struct gguf_file *src = NULL;
+    struct gguf_writer *w = NULL;
+    struct err_detail d = {0};
+    int r = src_path ? gguf_open(src_path, &src, &d) : ERR_NOT_FOUND;
+    if (r < 0) return r;
+    if ((r = gguf_writer_new(&w)) < 0) goto out;
+    for (uint64_t i = 0; r >= 0 && i < gguf_n_kv(src); i++)
+        r = gguf_writer_add_kv(w, gguf_kv_at(src, i));
+    for (uint64_t i = 0; r >= 0 && i < gguf_n_tensors(src); i++) {
+        const struct gguf_tensor *t = gguf_tensor_at(src, i);
+        char name[GGUF_MAX_NAME + 1], gate[GGUF_MAX_NAME + 1];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        unsigned il;
+        const bool is_gate = strstr(name, ".ffn_gate_exps.") != NULL,
+                   is_up = strstr(name, ".ffn_up_exps.") != NULL;
+        if ((!is_gate && !is_up) || with_separate)
+            r = gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data);
+        if (r < 0 || !is_up || sscanf(name, "blk.%u.", &il) != 1) continue;
+        snprintf(gate, sizeof gate, "blk.%u.ffn_gate_exps.weight", il);
+        const struct gguf_tensor *g = gguf_find_tensor(src, gate);
+        const size_t half = (size_t)t->ne[0] * (size_t)t->ne[1] * sizeof(float); /* f32 */
+        char *fused = malloc(2 * half * (size_t)t->ne[2]);
+        if (!g || !fused) {
+            free(fused);
+            r = ERR_INVALID;
+            break;
+        }
+        for (int64_t e = 0; e < t->ne[2]; e++) {
+            memcpy(fused + (size_t)e * 2 * half, (const char *)g->data + (size_t)e * half, half);
+            memcpy(fused + (size_t)e * 2 * half + half, (const char *)t->data + (size_t)e * half,
+                   half);
+        }
+        snprintf(name, sizeof name, "blk.%u.ffn_gate_up_exps.weight", il);
+        r = gguf_writer_add_tensor(w, name, t->type, 3,
+                                   (const int64_t[]){t->ne[0], 2 * t->ne[1], t->ne[2], 1}, fused);
+        free(fused);
+    }
+    if (r >= 0) r = gguf_writer_save(w, path);
+out:
+    gguf_writer_free(w);
+    gguf_close(src);
+    return r;
+}
+
+/* The fused file gives the separate file's bits, on one device and on two partitions
+ * (each holding its rows of both halves); a file with both forms is refused, as
+ * llama.cpp counts the separate ones as unused. */
+TEST(fused_gate_up) {
+    struct engine_model *m = model_open("qwen3moe-tiny");
+    struct reference ref = {0};
+    if (!m || !reference_load("qwen3moe-tiny", "P2", &ref)) {
+        free(ref.logits);
+        engine_model_free(m);
+        SKIP("qwen3moe-tiny or its P2 reference is absent");
+    }
+    char path[600];
+    snprintf(path, sizeof path, "%s/fused.gguf", test_tmpdir());
+    ASSERT_OK(write_fused(path, false));
+    struct engine_model *f = model_load(path);
+    ASSERT_TRUE(f != NULL);
+    ASSERT_EQ(f->layers[0].exp_gate.expert_bytes, 2 * m->layers[0].exp_gate.expert_bytes);
+    ASSERT_EQ(f->weight_bytes, m->weight_bytes);
+    ASSERT_EQ(f->active_bytes, m->active_bytes);
+    const uint32_t V = m->hp.n_vocab;
+    const size_t rows = ref.n_prompt + N_STEPS;
+    float *a = malloc(rows * V * sizeof *a), *b = malloc(rows * V * sizeof *b);
+    ASSERT_TRUE(a && b);
+    int32_t ga[N_STEPS], gb[N_STEPS];
+    uint64_t wa, wb;
+    ASSERT_OK(split_run(m, &ref, 1, a, ga, &wa));
+    for (uint32_t n_dev = 1; n_dev <= 2; n_dev++) {
+        ASSERT_OK(split_run(f, &ref, n_dev, b, gb, &wb));
+        const double d = max_diff(a, b, rows * V);
+        printf("  fused gate_up on %u device(s) vs separate on one: max |dlogit| %.3g\n", n_dev, d);
+        ASSERT_TRUE(memcmp(ga, gb, sizeof ga) == 0);
+        ASSERT_TRUE(n_dev == 1 ? d == 0 : test_nmse(b, a, rows * V) <= NMSE_SPLIT);
+        ASSERT_EQ(wa, wb);
+    }
+    engine_model_free(f);
+    ASSERT_OK(write_fused(path, true));
+    struct err_detail d = {0};
+    f = NULL;
+    ASSERT_ERR(engine_model_load(path, NULL, &f, &d), ERR_MODEL_TENSOR_UNUSED);
+    printf("  both forms: %s\n", d.msg);
+    free(a), free(b), free(ref.logits);
+    engine_model_free(m);
+}
+
 /* ---- warm-mkmodel --------------------------------------------------------------------- */
 
 /* A prompt of n made-up ids, N_STEPS greedy steps after it on n_dev partitions; the ids
@@ -419,7 +514,8 @@ static int mk_generate(const struct engine_model *m, uint32_t n_dev, int n_threa
 
 /* warm-mkmodel's MoE files (its --arch qwen3moe, qwen35moe, and the dense qwen35) load
  * with llama.cpp's key and tensor names and generate deterministically: the same ids and
- * bits from a second context, from the prompt in steps of 8 and on 1 thread; qwen3moe with
+ * bits from a second context, the same ids from the prompt in steps of 3 (each step's
+ * experts run row-parallel, not grouped) on 1 thread (2 before); qwen3moe with
  * q8_0 experts also on 2 partitions (cut at q8_0 blocks), within the split tolerance. */
 TEST(mkmodel_files) {
     static const struct {
@@ -427,7 +523,7 @@ TEST(mkmodel_files) {
         uint32_t n_dev; /* > 1: also a split */
     } cases[] = {
         {"mk-qwen3moe", "--arch qwen3moe --n-embd 128 --n-layer 3 --n-head 4 --n-head-kv 2 "
-                        "--head-dim 32 --experts 16 --experts-used 4 --n-ff-exp 64 --type f32", 1},
+                        "--head-dim 32 --experts 16 --experts-used 4 --n-ff-exp 128 --type f32", 1},
         {"mk-qwen3moe-q8", "--arch qwen3moe --n-embd 128 --n-layer 2 --n-head 4 --n-head-kv 2 "
                            "--head-dim 32 --experts 6 --experts-used 2 --n-ff-exp 64 "
                            "--type q8_0", 2},
@@ -443,7 +539,8 @@ TEST(mkmodel_files) {
         struct engine_model *m = model_load(path);
         ASSERT_TRUE(m != NULL);
         const uint32_t V = m->hp.n_vocab;
-        float *a = malloc((size_t)N_STEPS * V * sizeof *a), *b = malloc((size_t)N_STEPS * V * sizeof *b);
+        float *a = malloc((size_t)N_STEPS * V * sizeof *a);
+        float *b = malloc((size_t)N_STEPS * V * sizeof *b);
         ASSERT_TRUE(a && b);
         int32_t ga[N_STEPS], gb[N_STEPS];
         ASSERT_OK(mk_generate(m, 1, 2, 64, ga, a));
@@ -455,9 +552,10 @@ TEST(mkmodel_files) {
         ASSERT_TRUE(distinct > 0);
         ASSERT_OK(mk_generate(m, 1, 2, 64, gb, b));
         ASSERT_TRUE(memcmp(ga, gb, sizeof ga) == 0 && max_diff(a, b, (size_t)N_STEPS * V) == 0);
-        ASSERT_OK(mk_generate(m, 1, 1, 8, gb, b));
+        /* steps of 3: the few-token path (MOE_FEW_TOKENS) against the grouped one */
+        ASSERT_OK(mk_generate(m, 1, 1, 3, gb, b));
         double d = max_diff(a, b, (size_t)N_STEPS * V);
-        printf("    prompt in steps of 8 on 1 thread: max |dlogit| %.3g\n", d);
+        printf("    prompt in steps of 3 on 1 thread: max |dlogit| %.3g\n", d);
         ASSERT_TRUE(memcmp(ga, gb, sizeof ga) == 0 && d <= TOL_BATCHING);
         if (cases[c].n_dev > 1) {
             ASSERT_OK(mk_generate(m, cases[c].n_dev, 2, 64, gb, b));
@@ -468,6 +566,91 @@ TEST(mkmodel_files) {
         free(a), free(b);
         engine_model_free(m);
     }
+}
+
+/* ---- refusals ------------------------------------------------------------------------- */
+
+/* Loads a copy of hybrid/qwen3moe-tiny.gguf with key `key` set to u32 (key NULL: none
+ * changed) and without the tensor `drop` (NULL: all kept); r < 0 and d say why not. */
+static int load_variant(const char *key, uint32_t u32, const char *drop, struct err_detail *d) {
+    const char *path = test_shared_path("hybrid/qwen3moe-tiny.gguf");
+    struct gguf_file *src = NULL;
+    struct gguf_writer *w = NULL;
+    int r = path ? gguf_open(path, &src, d) : 1;
+    if (r) return r;
+    if ((r = gguf_writer_new(&w)) < 0) goto out;
+    for (uint64_t i = 0; r >= 0 && i < gguf_n_kv(src); i++) {
+        const struct gguf_kv *kv = gguf_kv_at(src, i);
+        if (!key || !gguf_str_eq(kv->key, key)) r = gguf_writer_add_kv(w, kv);
+    }
+    if (r >= 0 && key) r = gguf_writer_add_u32(w, key, u32);
+    for (uint64_t i = 0; r >= 0 && i < gguf_n_tensors(src); i++) {
+        const struct gguf_tensor *t = gguf_tensor_at(src, i);
+        char name[GGUF_MAX_NAME + 1];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        if (!drop || strcmp(name, drop))
+            r = gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data);
+    }
+    char out[600];
+    snprintf(out, sizeof out, "%s/variant.gguf", test_tmpdir());
+    if (r >= 0) r = gguf_writer_save(w, out);
+    if (r >= 0) {
+        struct engine_model *m = NULL;
+        memset(d, 0, sizeof *d);
+        r = engine_model_load(out, NULL, &m, d);
+        engine_model_free(m);
+    }
+out:
+    gguf_writer_free(w);
+    gguf_close(src);
+    return r;
+}
+
+/* Bad MoE files name the key or tensor; the MoE archs not supported yet (gpt-oss, Gemma 4's
+ * 26B-A4B) name what is missing; a CUDA context refuses a MoE model. */
+TEST(refusals) {
+    if (!test_shared_path("hybrid/qwen3moe-tiny.gguf")) SKIP("qwen3moe-tiny.gguf is absent");
+    struct err_detail d = {0};
+    ASSERT_OK_D(load_variant(NULL, 0, NULL, &d), &d);
+    ASSERT_ERR(load_variant("qwen3moe.expert_used_count", 9, NULL, &d), ERR_MODEL_HPARAM);
+    printf("  %s\n", d.msg);
+    ASSERT_TRUE(strstr(d.msg, "qwen3moe.expert_used_count") != NULL);
+    ASSERT_ERR(load_variant("qwen3moe.expert_count", 0, NULL, &d), ERR_MODEL_HPARAM);
+    printf("  %s\n", d.msg);
+    ASSERT_TRUE(strstr(d.msg, "expert_count") != NULL);
+    /* 4 experts: the stacks of 8 no longer fit */
+    ASSERT_ERR(load_variant("qwen3moe.expert_count", 4, NULL, &d), ERR_MODEL_TENSOR_SHAPE);
+    printf("  %s\n", d.msg);
+    ASSERT_TRUE(strstr(d.msg, "blk.0.ffn_gate_inp.weight") || strstr(d.msg, "_exps.weight"));
+    ASSERT_ERR(load_variant(NULL, 0, "blk.2.ffn_down_exps.weight", &d), ERR_MODEL_TENSOR_MISSING);
+    printf("  %s\n", d.msg);
+    ASSERT_TRUE(strstr(d.msg, "blk.2.ffn_down_exps.weight") != NULL);
+    /* gpt-oss: not an arch yet, and why */
+    const char *oss = test_shared_path("hybrid/gpt-oss-tiny.gguf");
+    struct engine_model *m = NULL;
+    if (oss) {
+        ASSERT_ERR(engine_model_load(oss, NULL, &m, &d), ERR_MODEL_ARCH);
+        printf("  %s\n", d.msg);
+        ASSERT_TRUE(strstr(d.msg, "gpt-oss") && strstr(d.msg, "attention sinks") &&
+                    strstr(d.msg, "MXFP4"));
+    }
+    const char *g4 = test_shared_path("hybrid/gemma4moe-tiny.gguf");
+    if (g4) {
+        ASSERT_ERR(engine_model_load(g4, NULL, &m, &d), ERR_MODEL_ARCH);
+        printf("  %s\n", d.msg);
+        ASSERT_TRUE(strstr(d.msg, "26B-A4B") && strstr(d.msg, "ffn_gate_up_exps"));
+    }
+    /* CUDA: the CPU only (without a GPU or a CUDA build the device is refused first) */
+    m = model_open("qwen3moe-tiny");
+    ASSERT_TRUE(m != NULL);
+    struct engine_context_params p;
+    engine_context_params_default(&p);
+    p.n_ctx = 64;
+    p.device = ENGINE_DEVICE_CUDA;
+    struct engine_context *ctx = NULL;
+    ASSERT_ERR(engine_context_new(m, &p, &ctx, &d), ERR_UNSUPPORTED);
+    printf("  cuda:0: %s\n", d.msg);
+    engine_model_free(m);
 }
 
 /* warm-run (tests/tools/warm-run.c) on P2 of each f32 file: its greedy ids and --logits
@@ -516,4 +699,5 @@ TEST(warm_run) {
     }
 }
 
-TEST_MAIN(T(routing), T(qwen3moe_f32), T(qwen35moe_f32), T(qwen35moe_f16), T(split), T(mkmodel_files), T(warm_run))
+TEST_MAIN(T(routing), T(qwen3moe_f32), T(qwen35moe_f32), T(qwen35moe_f16), T(split),
+          T(fused_gate_up), T(mkmodel_files), T(refusals), T(warm_run))

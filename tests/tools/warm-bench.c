@@ -11,7 +11,9 @@
  *   -d DEPTH: both start after DEPTH tokens already in the cache (llama-bench's -d),
  *            prefilled once, untimed, so attention reads DEPTH more keys per token;
  *   bandwidth: reading a 1 GiB buffer with the same threads, GB/s (best of the repeats);
- *   bound:   bandwidth / bytes of weights read per decoded token; decode as % of it.
+ *   bound:   bandwidth / bytes of weights read per decoded token; decode as % of it (a
+ *            mixture of experts reads its active bytes: the selected experts' rows and
+ *            the weights outside the experts, engine_model.active_bytes).
  * First the CPU's features, the kernel level (WARM_KERNELS caps it) and, per weight type
  * of the model's matrices, the level and path its decode and prefill take (rows8,
  * rows16, interleaved, rows, reference: kern_matmul_path).
@@ -399,8 +401,13 @@ int main(int argc, char **argv) {
            "weights %s (token_embd %s)\n", path, m->arch_name, hp->n_layer, hp->n_embd,
            hp->n_head, hp->n_head_kv, hp->head_dim_k, hp->n_ff, hp->n_vocab,
            kern_type_name(m->layers[0].wq.type), kern_type_name(m->tok_embd.type));
+    if (hp->n_expert > 0) /* a token reads its n_expert_used experts of each layer */
+        printf("mixture of experts: %u experts, %u a token of %u hidden units; weights %.1f "
+               "MiB, of which active a token %.1f MiB\n", hp->n_expert, hp->n_expert_used,
+               hp->n_ff_exp, (double)m->weight_bytes / (1 << 20),
+               (double)m->active_bytes / (1 << 20));
     printf("weights read per decoded token: %.1f MiB; KV cache %s; depth %d; kernels %s\n",
-           (double)m->weight_bytes / (1 << 20), cache, depth, kern_cpu()->level);
+           (double)m->active_bytes / (1 << 20), cache, depth, kern_cpu()->level);
     kernels_print(m, n_prompt);
     double load[3] = {0};
     if (getloadavg(load, 3) > 0) printf("load average %.2f %.2f %.2f\n", load[0], load[1], load[2]);
@@ -412,7 +419,7 @@ int main(int argc, char **argv) {
         r = bench(m, list[k], n_prompt, n_gen, depth, repeats, (enum kern_type)kv_type, buf,
                   buf_bytes, &res);
         if (r < 0) break;
-        double bound = res.bw / (double)m->weight_bytes;
+        double bound = res.bw / (double)m->active_bytes;
         printf("%7d %12.1f %12.1f %10.2f %10.1f %7.1f%% %12.1f %12.1f\n", list[k], res.prefill,
                res.decode, res.bw / 1e9, bound, 100.0 * res.decode / bound, res.prefill_cpu,
                res.decode_cpu);

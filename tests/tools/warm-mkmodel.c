@@ -1,9 +1,9 @@
 /* warm-mkmodel: writes a GGUF model with deterministic random weights that llama.cpp and
  * warmd can load: hparam keys and tensor names exactly as llama.cpp's converter writes
- * them, for the llama, qwen2, qwen3, gemma3, gemma4 and nomic-bert architectures, any
- * shape, any weight type the kernels can quantize to.
+ * them, for the llama, qwen2, qwen3, gemma3, gemma4, nomic-bert, qwen3moe, qwen35 and
+ * qwen35moe architectures, any shape, any weight type the kernels can quantize to.
  *
- *   warm-mkmodel --arch llama|qwen2|qwen3|gemma3|gemma4|nomic-bert
+ *   warm-mkmodel --arch llama|qwen2|qwen3|gemma3|gemma4|nomic-bert|qwen3moe|qwen35|qwen35moe
  *                [--n-embd N] [--n-layer N] [--n-head N]
  *                [--n-head-kv N] [--head-dim N] [--n-ff N] [--n-vocab N] [--ctx N]
  *                [--type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|q2_K|q3_K|q4_K|q5_K|
@@ -12,7 +12,24 @@
  *                [--shared-kv-layers N] [--name S]
  *                [--chat-template chatml|qwen3|qwen35|gemma|gemma4]
  *                [--window N] [--swa-pattern P|FLAGS] [--head-dim-swa N] [--n-head-kv-swa N]
- *                [--ple N] [--eot-scale X] -o FILE
+ *                [--ple N] [--eot-scale X]
+ *                [--experts N] [--experts-used K] [--n-ff-exp N] [--n-ff-shexp N]
+ *                [--ssm-groups N] [--ssm-heads N] [--ssm-head-dim N] [--ssm-conv N]
+ *                [--full-attn-interval N] [--n-rot N] -o FILE
+ *
+ * Mixture of experts (notes/hybrid.md §A.3, §C): qwen3moe (Qwen3-30B-A3B's layout) and
+ * qwen35moe write a router ffn_gate_inp (F32, as llama.cpp's quantizer keeps it; logits of
+ * std about 3) and the stacks ffn_{gate,up,down}_exps of --experts matrices; qwen35moe also
+ * the shared expert ffn_{gate,up,down}_shexp and its gate ffn_gate_inp_shexp (1-D F32). Keys:
+ * expert_count, expert_used_count, expert_feed_forward_length (and
+ * expert_shared_feed_forward_length).
+ *
+ * qwen35 and qwen35moe (notes/hybrid.md §A): every --full-attn-interval-th layer is gated
+ * attention (attn_q holds each head's query and output gate), the others Gated DeltaNet
+ * (attn_qkv, attn_gate, ssm_beta, ssm_alpha, ssm_conv1d (F32), ssm_dt.bias, ssm_a = -A
+ * with A in [0.05, 1], ssm_norm, ssm_out); the pre-FFN norm is post_attention_norm; RoPE
+ * on --n-rot dims with rope.dimension_sections; keys ssm.conv_kernel, state_size,
+ * group_count, time_step_rank, inner_size and full_attention_interval.
  *
  * Gemma (notes/gemma.md §A, §B.3): post-attention and post-FFN norms, per-head Q/K norms,
  * a tied output, attention.sliding_window = --window (0: none). The SWA layout: gemma3
@@ -68,15 +85,23 @@ struct arch_row {
     bool free_head_dim;  /* head_dim may differ from n_embd / n_head (llama.cpp's qwen2
                           * sizes wq as n_embd x n_embd, so it may not) */
     int gemma;           /* 3 or 4: Gemma's norms, SWA keys and tied output; 0 otherwise */
+    /* Qwen3.5 (notes/hybrid.md §A): Gated DeltaNet layers beside gated attention (attn_q
+     * holds each head's query and output gate), post_attention_norm as the pre-FFN norm,
+     * partial RoPE with dimension_sections */
+    bool hybrid;
+    enum { FFN_DENSE, FFN_MOE, FFN_MOE_SHARED } ffn; /* experts (+ a sigmoid-gated shared one) */
 };
 
 static const struct arch_row arch_rows[] = {
-    {"llama", 10000.0f, 1e-5f, false, false, true, 0},
-    {"qwen2", 1000000.0f, 1e-6f, true, false, false, 0},
-    {"qwen3", 1000000.0f, 1e-6f, false, true, true, 0},
-    {"gemma3", 1000000.0f, 1e-6f, false, true, true, 3},
-    {"gemma4", 1000000.0f, 1e-6f, false, true, true, 4},
-    {"nomic-bert", 1000.0f, 1e-12f, false, false, false, 0}, /* is_bert(): own paths */
+    {"llama", 10000.0f, 1e-5f, false, false, true, 0, false, FFN_DENSE},
+    {"qwen2", 1000000.0f, 1e-6f, true, false, false, 0, false, FFN_DENSE},
+    {"qwen3", 1000000.0f, 1e-6f, false, true, true, 0, false, FFN_DENSE},
+    {"gemma3", 1000000.0f, 1e-6f, false, true, true, 3, false, FFN_DENSE},
+    {"gemma4", 1000000.0f, 1e-6f, false, true, true, 4, false, FFN_DENSE},
+    {"nomic-bert", 1000.0f, 1e-12f, false, false, false, 0, false, FFN_DENSE}, /* is_bert() */
+    {"qwen3moe", 1000000.0f, 1e-6f, false, true, true, 0, false, FFN_MOE},
+    {"qwen35", 10000000.0f, 1e-6f, false, true, true, 0, true, FFN_DENSE},
+    {"qwen35moe", 10000000.0f, 1e-6f, false, true, true, 0, true, FFN_MOE_SHARED},
 };
 
 /* nomic-bert: its own tensors, keys and vocabulary (add_bert_*). */
@@ -100,6 +125,10 @@ struct opts {
     int64_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, ctx;
     int64_t shared_kv_layers;
     int64_t window, swa_period, head_dim_swa, n_head_kv_swa, ple; /* gemma */
+    int64_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp;       /* MoE */
+    /* qwen35: Gated DeltaNet shape (key heads H_k, value heads H_v, head size, conv taps),
+     * every full_attn_interval-th layer attention, RoPE on n_rot dims of a head */
+    int64_t ssm_groups, ssm_heads, ssm_head_dim, ssm_conv, full_attn_interval, n_rot;
     const char *swa_flags; /* --swa-pattern as 0/1 per layer (gemma4) */
     float eot_scale;       /* --eot-scale: see add_tensor */
     bool swa[4096];        /* per layer, from the pattern */
@@ -178,32 +207,48 @@ static struct rng rng_for(uint64_t seed, const char *name) {
  * std 0.05: so that the tied embedding does not dominate the residual stream and greedy
  * output is not one token repeated. */
 enum init { INIT_MATRIX, INIT_EMBED, INIT_NORM, INIT_BIAS, INIT_POST_NORM, INIT_QK_NORM,
-            INIT_OUT_NORM };
+            INIT_OUT_NORM,
+            INIT_ROUTER, /* a MoE router: F32 (llama.cpp's quantizer keeps it so), logits of
+                          * std about 3 so that routing is decisive */
+            INIT_VEC,    /* a 1-D F32 vector dotted with the input: std 1/sqrt(n) */
+            INIT_CONV,   /* ssm_conv1d: F32, std 1/sqrt(taps) */
+            INIT_SSM_A,  /* ssm_a = -A, A uniform in [0.05, 1]: decaying heads */
+};
 
 /* Fills n values for a tensor whose rows have n_in inputs. */
 static void init_values(const struct opts *o, float *x, int64_t n, int64_t n_in, enum init init,
                         struct rng *r) {
     int g = o->arch->gemma;
     /* uniform(-a, a) has std a / sqrt(3) */
-    float a = init == INIT_MATRIX ? sqrtf(3.0f / (float)n_in)
-              : init == INIT_EMBED ? (g ? 0.05f : 0.5f) * sqrtf(3.0f)
-              : init == INIT_BIAS  ? 0.02f * sqrtf(3.0f)
-                                   : 0.1f;
-    float base = init == INIT_MATRIX || init == INIT_EMBED || init == INIT_BIAS ? 0.0f : 1.0f;
+    float a = init == INIT_MATRIX || init == INIT_VEC || init == INIT_CONV
+                  ? sqrtf(3.0f / (float)n_in)
+              : init == INIT_ROUTER ? 3.0f * sqrtf(3.0f / (float)n_in)
+              : init == INIT_EMBED  ? (g ? 0.05f : 0.5f) * sqrtf(3.0f)
+              : init == INIT_BIAS   ? 0.02f * sqrtf(3.0f)
+              : init == INIT_SSM_A  ? 0.475f
+                                    : 0.1f;
+    float base = init == INIT_MATRIX || init == INIT_EMBED || init == INIT_BIAS ||
+                         init == INIT_ROUTER || init == INIT_VEC || init == INIT_CONV
+                     ? 0.0f
+                 : init == INIT_SSM_A ? -0.525f
+                                      : 1.0f;
     if (g && init == INIT_POST_NORM) base = 4.0f;
     if (g && init == INIT_OUT_NORM) base = 10.0f;
     if (g == 4 && init == INIT_QK_NORM) base = powf((float)n_in, -0.25f);
-    if (base != 0.0f) a *= base;
+    if (base != 0.0f && init != INIT_SSM_A) a *= base;
     for (int64_t i = 0; i < n; i++) x[i] = base + a * rng_sym(r);
 }
 
-/* Generates, converts and adds one tensor. Matrices use o->type; norms and biases F32. */
-static int add_tensor(struct gguf_writer *w, const struct opts *o, const char *name,
-                      enum init init, int64_t ne0, int64_t ne1) {
-    uint32_t n_dims = ne1 > 1 || init == INIT_MATRIX || init == INIT_EMBED ? 2 : 1;
+/* Generates, converts and adds one tensor of ne2 matrices (an experts' stack: ne2 > 1).
+ * Matrices use o->type; norms, biases, routers and the conv F32. */
+static int add_tensor3(struct gguf_writer *w, const struct opts *o, const char *name,
+                       enum init init, int64_t ne0, int64_t ne1, int64_t ne2) {
+    uint32_t n_dims = ne2 > 1                                                       ? 3
+                      : ne1 > 1 || init == INIT_MATRIX || init == INIT_EMBED ? 2
+                                                                                    : 1;
     enum kern_type type = init == INIT_MATRIX || init == INIT_EMBED ? o->type : KERN_TYPE_F32;
     const struct kern_type_traits *tr = kern_type_traits(type);
-    int64_t n = ne0 * ne1;
+    int64_t n = ne0 * ne1 * ne2;
     if (ne0 % tr->blck_size != 0) {
         fprintf(stderr, "warm-mkmodel: %s: ne[0] = %" PRId64 " is not a multiple of %s's block "
                 "size %" PRId64 "\n", name, ne0, tr->name, tr->blck_size);
@@ -224,51 +269,91 @@ static int add_tensor(struct gguf_writer *w, const struct opts *o, const char *n
     if (o->eot_scale > 0 && o->chat && strcmp(name, "token_embd.weight") == 0)
         for (int64_t i = (o->n_vocab - 1) * ne0; i < n; i++) x[i] *= o->eot_scale;
     tr->from_f32(q, x, n);
-    int rc = gguf_writer_add_tensor(w, name, type, n_dims, (int64_t[]){ne0, ne1}, q);
+    int rc = gguf_writer_add_tensor(w, name, type, n_dims, (int64_t[]){ne0, ne1, ne2}, q);
     if (rc < 0) fprintf(stderr, "warm-mkmodel: %s: %s\n", name, err_str(rc));
     free(x);
     free(q);
     return rc;
 }
 
-/* Per-layer tensors in the order they are written; `when` selects by architecture. */
+static int add_tensor(struct gguf_writer *w, const struct opts *o, const char *name,
+                      enum init init, int64_t ne0, int64_t ne1) {
+    return add_tensor3(w, o, name, init, ne0, ne1, 1);
+}
+
+/* Per-layer tensors in the order they are written; `when` selects by architecture (and,
+ * in a hybrid, by the layer's kind: the attention's tensors only in attention layers). */
 enum when {
-    ALWAYS, QKV_BIAS, QK_NORM,
+    ALWAYS,
+    ATTN,       /* an attention layer's (every layer but a hybrid's recurrent ones) */
+    QKV_BIAS, QK_NORM,
     OWN,        /* not in gemma4's shared-KV layers */
     QK_NORM_OWN,
     GEMMA,      /* post-attention / post-FFN norms */
+    PRE_FFN,    /* post_attention_norm: Gemma's post-attention norm, or qwen35's pre-FFN one */
+    NOT_HYBRID, /* ffn_norm (qwen35 names its pre-FFN norm post_attention_norm) */
     GEMMA4,     /* layer_output_scale */
     PLE,        /* gemma4 per-layer embeddings (--ple > 0) */
+    DENSE,      /* a dense FFN */
+    MOE,        /* a mixture-of-experts FFN: router and experts */
+    SHEXP,      /* its shared expert */
+    REC,        /* a hybrid's Gated DeltaNet layer */
 };
-enum dim { D_EMBD, D_Q, D_KV, D_FF, D_HEAD, D_ONE, D_PLE };
+enum dim { D_EMBD, D_Q, D_QG, D_KV, D_FF, D_HEAD, D_ONE, D_PLE, D_EXP, D_FF_EXP, D_FF_SH,
+           D_CONV, D_INNER, D_SSM_HEADS, D_SSM_HEAD, D_SSM_K };
 
 static const struct layer_row {
     const char *suffix;
     enum when when;
     enum init init;
-    enum dim ne0, ne1;
+    enum dim ne0, ne1, ne2; /* ne2: D_EXP for an experts' stack, else D_ONE */
 } layer_rows[] = {
-    {"attn_norm.weight", ALWAYS, INIT_NORM, D_EMBD, D_ONE},
-    {"attn_q.weight", ALWAYS, INIT_MATRIX, D_EMBD, D_Q},
-    {"attn_q.bias", QKV_BIAS, INIT_BIAS, D_Q, D_ONE},
-    {"attn_k.weight", OWN, INIT_MATRIX, D_EMBD, D_KV},
-    {"attn_k.bias", QKV_BIAS, INIT_BIAS, D_KV, D_ONE},
-    {"attn_v.weight", OWN, INIT_MATRIX, D_EMBD, D_KV},
-    {"attn_v.bias", QKV_BIAS, INIT_BIAS, D_KV, D_ONE},
-    {"attn_q_norm.weight", QK_NORM, INIT_QK_NORM, D_HEAD, D_ONE},
-    {"attn_k_norm.weight", QK_NORM_OWN, INIT_QK_NORM, D_HEAD, D_ONE},
-    {"attn_output.weight", ALWAYS, INIT_MATRIX, D_Q, D_EMBD},
-    {"post_attention_norm.weight", GEMMA, INIT_POST_NORM, D_EMBD, D_ONE},
-    {"ffn_norm.weight", ALWAYS, INIT_NORM, D_EMBD, D_ONE},
-    {"ffn_gate.weight", ALWAYS, INIT_MATRIX, D_EMBD, D_FF},
-    {"ffn_up.weight", ALWAYS, INIT_MATRIX, D_EMBD, D_FF},
-    {"ffn_down.weight", ALWAYS, INIT_MATRIX, D_FF, D_EMBD},
-    {"post_ffw_norm.weight", GEMMA, INIT_POST_NORM, D_EMBD, D_ONE},
-    {"inp_gate.weight", PLE, INIT_MATRIX, D_EMBD, D_PLE},
-    {"proj.weight", PLE, INIT_MATRIX, D_PLE, D_EMBD},
-    {"post_norm.weight", PLE, INIT_POST_NORM, D_EMBD, D_ONE},
-    {"layer_output_scale.weight", GEMMA4, INIT_NORM, D_ONE, D_ONE},
+    {"attn_norm.weight", ALWAYS, INIT_NORM, D_EMBD, D_ONE, D_ONE},
+    {"attn_q.weight", ATTN, INIT_MATRIX, D_EMBD, D_QG, D_ONE},
+    {"attn_q.bias", QKV_BIAS, INIT_BIAS, D_Q, D_ONE, D_ONE},
+    {"attn_k.weight", OWN, INIT_MATRIX, D_EMBD, D_KV, D_ONE},
+    {"attn_k.bias", QKV_BIAS, INIT_BIAS, D_KV, D_ONE, D_ONE},
+    {"attn_v.weight", OWN, INIT_MATRIX, D_EMBD, D_KV, D_ONE},
+    {"attn_v.bias", QKV_BIAS, INIT_BIAS, D_KV, D_ONE, D_ONE},
+    {"attn_q_norm.weight", QK_NORM, INIT_QK_NORM, D_HEAD, D_ONE, D_ONE},
+    {"attn_k_norm.weight", QK_NORM_OWN, INIT_QK_NORM, D_HEAD, D_ONE, D_ONE},
+    {"attn_output.weight", ATTN, INIT_MATRIX, D_Q, D_EMBD, D_ONE},
+    /* qwen35's Gated DeltaNet layer (notes/hybrid.md §A.3), llama.cpp's names */
+    {"attn_qkv.weight", REC, INIT_MATRIX, D_EMBD, D_CONV, D_ONE},
+    {"attn_gate.weight", REC, INIT_MATRIX, D_EMBD, D_INNER, D_ONE},
+    {"ssm_beta.weight", REC, INIT_MATRIX, D_EMBD, D_SSM_HEADS, D_ONE},
+    {"ssm_alpha.weight", REC, INIT_MATRIX, D_EMBD, D_SSM_HEADS, D_ONE},
+    {"ssm_conv1d.weight", REC, INIT_CONV, D_SSM_K, D_CONV, D_ONE},
+    {"ssm_dt.bias", REC, INIT_BIAS, D_SSM_HEADS, D_ONE, D_ONE},
+    {"ssm_a", REC, INIT_SSM_A, D_SSM_HEADS, D_ONE, D_ONE},
+    {"ssm_norm.weight", REC, INIT_NORM, D_SSM_HEAD, D_ONE, D_ONE},
+    {"ssm_out.weight", REC, INIT_MATRIX, D_INNER, D_EMBD, D_ONE},
+    {"post_attention_norm.weight", PRE_FFN, INIT_POST_NORM, D_EMBD, D_ONE, D_ONE},
+    {"ffn_norm.weight", NOT_HYBRID, INIT_NORM, D_EMBD, D_ONE, D_ONE},
+    {"ffn_gate.weight", DENSE, INIT_MATRIX, D_EMBD, D_FF, D_ONE},
+    {"ffn_up.weight", DENSE, INIT_MATRIX, D_EMBD, D_FF, D_ONE},
+    {"ffn_down.weight", DENSE, INIT_MATRIX, D_FF, D_EMBD, D_ONE},
+    /* a mixture of experts (notes/hybrid.md §A.3, §C.1): stacks of n_expert matrices */
+    {"ffn_gate_inp.weight", MOE, INIT_ROUTER, D_EMBD, D_EXP, D_ONE},
+    {"ffn_gate_exps.weight", MOE, INIT_MATRIX, D_EMBD, D_FF_EXP, D_EXP},
+    {"ffn_up_exps.weight", MOE, INIT_MATRIX, D_EMBD, D_FF_EXP, D_EXP},
+    {"ffn_down_exps.weight", MOE, INIT_MATRIX, D_FF_EXP, D_EMBD, D_EXP},
+    {"ffn_gate_inp_shexp.weight", SHEXP, INIT_VEC, D_EMBD, D_ONE, D_ONE},
+    {"ffn_gate_shexp.weight", SHEXP, INIT_MATRIX, D_EMBD, D_FF_SH, D_ONE},
+    {"ffn_up_shexp.weight", SHEXP, INIT_MATRIX, D_EMBD, D_FF_SH, D_ONE},
+    {"ffn_down_shexp.weight", SHEXP, INIT_MATRIX, D_FF_SH, D_EMBD, D_ONE},
+    {"post_ffw_norm.weight", GEMMA, INIT_POST_NORM, D_EMBD, D_ONE, D_ONE},
+    {"inp_gate.weight", PLE, INIT_MATRIX, D_EMBD, D_PLE, D_ONE},
+    {"proj.weight", PLE, INIT_MATRIX, D_PLE, D_EMBD, D_ONE},
+    {"post_norm.weight", PLE, INIT_POST_NORM, D_EMBD, D_ONE, D_ONE},
+    {"layer_output_scale.weight", GEMMA4, INIT_NORM, D_ONE, D_ONE, D_ONE},
 };
+
+/* A hybrid's layer l is recurrent unless it is every full_attn_interval-th (llama.cpp's
+ * rule for full_attention_interval: (l + 1) mod I != 0). */
+static bool layer_rec(const struct opts *o, int64_t l) {
+    return o->arch->hybrid && (l + 1) % o->full_attn_interval != 0;
+}
 
 /* Head size and KV heads of layer l: gemma4's SWA layers have their own. */
 static int64_t layer_head_dim(const struct opts *o, int64_t l) {
@@ -280,26 +365,40 @@ static int64_t layer_n_head_kv(const struct opts *o, int64_t l) {
 
 static int64_t dim_value(const struct opts *o, int64_t l, enum dim d) {
     const int64_t hd = layer_head_dim(o, l);
+    const int64_t inner = o->ssm_heads * o->ssm_head_dim;
     const int64_t v[] = {
         [D_EMBD] = o->n_embd,           [D_Q] = o->n_head * hd,
+        [D_QG] = o->n_head * hd * (o->arch->hybrid ? 2 : 1), /* with qwen35's output gate */
         [D_KV] = layer_n_head_kv(o, l) * hd, [D_FF] = o->n_ff,
         [D_HEAD] = hd,                  [D_ONE] = 1,
-        [D_PLE] = o->ple,
+        [D_PLE] = o->ple,               [D_EXP] = o->n_expert,
+        [D_FF_EXP] = o->n_ff_exp,       [D_FF_SH] = o->n_ff_shexp,
+        [D_CONV] = 2 * o->ssm_groups * o->ssm_head_dim + inner, [D_INNER] = inner,
+        [D_SSM_HEADS] = o->ssm_heads,   [D_SSM_HEAD] = o->ssm_head_dim,
+        [D_SSM_K] = o->ssm_conv,
     };
     return v[d];
 }
 
 static bool row_applies(const struct opts *o, const struct layer_row *lr, int64_t l) {
     bool own = o->arch->gemma != 4 || l < o->n_layer - o->shared_kv_layers;
+    bool attn = !layer_rec(o, l);
     switch (lr->when) { /* a mapping of selectors, not a type ladder */
     case ALWAYS: return true;
-    case QKV_BIAS: return o->arch->qkv_bias;
-    case QK_NORM: return o->arch->qk_norm;
-    case OWN: return own;
-    case QK_NORM_OWN: return o->arch->qk_norm && own;
+    case ATTN: return attn;
+    case QKV_BIAS: return o->arch->qkv_bias && attn;
+    case QK_NORM: return o->arch->qk_norm && attn;
+    case OWN: return own && attn;
+    case QK_NORM_OWN: return o->arch->qk_norm && own && attn;
     case GEMMA: return o->arch->gemma != 0;
+    case PRE_FFN: return o->arch->gemma != 0 || o->arch->hybrid;
+    case NOT_HYBRID: return !o->arch->hybrid;
     case GEMMA4: return o->arch->gemma == 4;
     case PLE: return o->arch->gemma == 4 && o->ple > 0;
+    case DENSE: return o->arch->ffn == FFN_DENSE;
+    case MOE: return o->arch->ffn != FFN_DENSE;
+    case SHEXP: return o->arch->ffn == FFN_MOE_SHARED;
+    case REC: return !attn;
     }
     return false;
 }
@@ -364,8 +463,8 @@ static int add_tensors(struct gguf_writer *w, const struct opts *o) {
             if (!row_applies(o, lr, l)) continue;
             char name[GGUF_MAX_NAME + 1];
             snprintf(name, sizeof name, "blk.%" PRId64 ".%s", l, lr->suffix);
-            r = add_tensor(w, o, name, lr->init, dim_value(o, l, lr->ne0),
-                           dim_value(o, l, lr->ne1));
+            r = add_tensor3(w, o, name, lr->init, dim_value(o, l, lr->ne0),
+                            dim_value(o, l, lr->ne1), dim_value(o, l, lr->ne2));
         }
     }
     if (r >= 0) r = add_tensor(w, o, "output_norm.weight", INIT_OUT_NORM, o->n_embd, 1);
@@ -417,6 +516,36 @@ static int add_gemma_hparams(struct gguf_writer *w, const struct opts *o) {
     return r;
 }
 
+/* A mixture of experts' keys (notes/hybrid.md §A.2, §C.2), as the converter writes them. */
+static int add_moe_hparams(struct gguf_writer *w, const struct opts *o) {
+    int r = add_arch_u32(w, o, "expert_count", o->n_expert);
+    if (r >= 0) r = add_arch_u32(w, o, "expert_used_count", o->n_expert_used);
+    if (r >= 0) r = add_arch_u32(w, o, "expert_feed_forward_length", o->n_ff_exp);
+    if (r >= 0 && o->arch->ffn == FFN_MOE_SHARED)
+        r = add_arch_u32(w, o, "expert_shared_feed_forward_length", o->n_ff_shexp);
+    return r;
+}
+
+/* qwen35's keys (notes/hybrid.md §A.2): the Gated DeltaNet shape, the attention layers'
+ * interval and the IMROPE sections (which reduce to NEOX for text). */
+static int add_hybrid_hparams(struct gguf_writer *w, const struct opts *o) {
+    int r = add_arch_u32(w, o, "ssm.conv_kernel", o->ssm_conv);
+    if (r >= 0) r = add_arch_u32(w, o, "ssm.state_size", o->ssm_head_dim);
+    if (r >= 0) r = add_arch_u32(w, o, "ssm.group_count", o->ssm_groups);
+    if (r >= 0) r = add_arch_u32(w, o, "ssm.time_step_rank", o->ssm_heads);
+    if (r >= 0) r = add_arch_u32(w, o, "ssm.inner_size", o->ssm_heads * o->ssm_head_dim);
+    if (r >= 0) r = add_arch_u32(w, o, "full_attention_interval", o->full_attn_interval);
+    if (r >= 0) {
+        /* the converter's default sections [11, 11, 10, 0] scaled to n_rot / 2 pairs */
+        const int32_t h = (int32_t)(o->n_rot / 2), a = (h * 11 + 16) / 32, b = a;
+        const int32_t sections[4] = {a, b, h - a - b, 0};
+        char k[128];
+        snprintf(k, sizeof k, "%s.rope.dimension_sections", o->arch->name);
+        r = gguf_writer_add_arr(w, k, GGUF_TYPE_INT32, sections, 4);
+    }
+    return r;
+}
+
 /* nomic-bert's keys (see the file comment), as the converter writes them. */
 static int add_bert_hparams(struct gguf_writer *w, const struct opts *o) {
     int r = add_arch_u32(w, o, "context_length", o->ctx);
@@ -454,13 +583,15 @@ static int add_hparams(struct gguf_writer *w, const struct opts *o) {
         r = add_arch_u32(w, o, "attention.head_count_kv", o->n_head_kv);
     if (r >= 0) r = add_arch_u32(w, o, "attention.key_length", o->head_dim);
     if (r >= 0) r = add_arch_u32(w, o, "attention.value_length", o->head_dim);
-    if (r >= 0) r = add_arch_u32(w, o, "rope.dimension_count", o->head_dim);
+    if (r >= 0) r = add_arch_u32(w, o, "rope.dimension_count", o->n_rot);
     if (r >= 0) r = add_arch_f32(w, o, "rope.freq_base", o->rope_base);
     if (r >= 0) r = add_arch_f32(w, o, "attention.layer_norm_rms_epsilon", o->eps);
     if (r >= 0) r = add_arch_u32(w, o, "vocab_size", o->n_vocab);
     if (r >= 0 && o->shared_kv_layers > 0)
         r = add_arch_u32(w, o, "attention.shared_kv_layers", o->shared_kv_layers);
     if (r >= 0 && o->arch->gemma) r = add_gemma_hparams(w, o);
+    if (r >= 0 && o->arch->ffn != FFN_DENSE) r = add_moe_hparams(w, o);
+    if (r >= 0 && o->arch->hybrid) r = add_hybrid_hparams(w, o);
     return r;
 }
 
@@ -644,7 +775,8 @@ static int add_vocab_from(struct gguf_writer *w, const struct gguf_file *src) {
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: warm-mkmodel --arch llama|qwen2|qwen3|gemma3|gemma4|nomic-bert -o FILE\n"
+            "usage: warm-mkmodel --arch llama|qwen2|qwen3|gemma3|gemma4|nomic-bert|qwen3moe|\n"
+            "                           qwen35|qwen35moe -o FILE\n"
             "       [options]\n"
             "  --n-embd N (128)  --n-layer N (2)  --n-head N (4)  --n-head-kv N (= n-head)\n"
             "  --head-dim N (n-embd / n-head)  --n-ff N (256)  --n-vocab N (512)  --ctx N (2048)\n"
@@ -658,7 +790,12 @@ static void usage(FILE *out) {
             "  gemma: --window N (512; 0 = no SWA)  --swa-pattern P|FLAGS (6; FLAGS: one 0/1 per\n"
             "         layer, 1 = SWA)\n"
             "         gemma4: --head-dim-swa N (= head-dim)  --n-head-kv-swa N (= n-head-kv)\n"
-            "         --ple N (0)\n");
+            "         --ple N (0)\n"
+            "  qwen3moe, qwen35moe: --experts N (8)  --experts-used K (2)  --n-ff-exp N (n-ff)\n"
+            "         qwen35moe: --n-ff-shexp N (n-ff)\n"
+            "  qwen35, qwen35moe: --ssm-groups H_k (2)  --ssm-heads H_v (2 H_k)\n"
+            "         --ssm-head-dim N (32)  --ssm-conv K (4)  --full-attn-interval I (4)\n"
+            "         --n-rot N (head-dim / 4)\n");
 }
 
 static bool parse_int(const char *s, int64_t min, int64_t max, int64_t *ret) {
@@ -673,7 +810,9 @@ static bool parse_int(const char *s, int64_t min, int64_t max, int64_t *ret) {
 static int parse_args(int argc, char **argv, struct opts *o) {
     enum { O_EMBD = 256, O_LAYER, O_HEAD, O_HEAD_KV, O_HEAD_DIM, O_FF, O_VOCAB, O_CTX, O_TYPE,
            O_TIED, O_SEED, O_VOCAB_FROM, O_ROPE, O_EPS, O_SHARED, O_NAME, O_ARCH, O_CHAT,
-           O_WINDOW, O_SWA_PATTERN, O_HEAD_DIM_SWA, O_HEAD_KV_SWA, O_PLE, O_EOT_SCALE };
+           O_WINDOW, O_SWA_PATTERN, O_HEAD_DIM_SWA, O_HEAD_KV_SWA, O_PLE, O_EOT_SCALE,
+           O_EXPERTS, O_EXPERTS_USED, O_FF_EXP, O_FF_SH, O_SSM_GROUPS, O_SSM_HEADS,
+           O_SSM_HEAD_DIM, O_SSM_CONV, O_ATTN_INTERVAL, O_N_ROT };
     static const struct option long_opts[] = {
         {"arch", 1, 0, O_ARCH},       {"n-embd", 1, 0, O_EMBD},     {"n-layer", 1, 0, O_LAYER},
         {"n-head", 1, 0, O_HEAD},     {"n-head-kv", 1, 0, O_HEAD_KV},
@@ -686,6 +825,11 @@ static int parse_args(int argc, char **argv, struct opts *o) {
         {"window", 1, 0, O_WINDOW},   {"swa-pattern", 1, 0, O_SWA_PATTERN},
         {"head-dim-swa", 1, 0, O_HEAD_DIM_SWA}, {"n-head-kv-swa", 1, 0, O_HEAD_KV_SWA},
         {"ple", 1, 0, O_PLE},         {"eot-scale", 1, 0, O_EOT_SCALE},
+        {"experts", 1, 0, O_EXPERTS}, {"experts-used", 1, 0, O_EXPERTS_USED},
+        {"n-ff-exp", 1, 0, O_FF_EXP}, {"n-ff-shexp", 1, 0, O_FF_SH},
+        {"ssm-groups", 1, 0, O_SSM_GROUPS}, {"ssm-heads", 1, 0, O_SSM_HEADS},
+        {"ssm-head-dim", 1, 0, O_SSM_HEAD_DIM}, {"ssm-conv", 1, 0, O_SSM_CONV},
+        {"full-attn-interval", 1, 0, O_ATTN_INTERVAL}, {"n-rot", 1, 0, O_N_ROT},
         {"help", 0, 0, 'h'},          {0, 0, 0, 0},
     };
     *o = (struct opts){.n_embd = 128, .n_layer = 2, .n_head = 4, .n_ff = 256, .n_vocab = 512,
@@ -744,6 +888,16 @@ static int parse_args(int argc, char **argv, struct opts *o) {
         case O_HEAD_KV_SWA: ok = parse_int(optarg, 1, 4096, &o->n_head_kv_swa); break;
         case O_PLE: ok = parse_int(optarg, 0, 1 << 16, &o->ple); break;
         case O_EOT_SCALE: o->eot_scale = strtof(optarg, NULL), ok = o->eot_scale > 0; break;
+        case O_EXPERTS: ok = parse_int(optarg, 1, 512, &o->n_expert); break;
+        case O_EXPERTS_USED: ok = parse_int(optarg, 1, 512, &o->n_expert_used); break;
+        case O_FF_EXP: ok = parse_int(optarg, 1, big, &o->n_ff_exp); break;
+        case O_FF_SH: ok = parse_int(optarg, 1, big, &o->n_ff_shexp); break;
+        case O_SSM_GROUPS: ok = parse_int(optarg, 1, 4096, &o->ssm_groups); break;
+        case O_SSM_HEADS: ok = parse_int(optarg, 1, 4096, &o->ssm_heads); break;
+        case O_SSM_HEAD_DIM: ok = parse_int(optarg, 1, 4096, &o->ssm_head_dim); break;
+        case O_SSM_CONV: ok = parse_int(optarg, 1, 64, &o->ssm_conv); break;
+        case O_ATTN_INTERVAL: ok = parse_int(optarg, 1, 4096, &o->full_attn_interval); break;
+        case O_N_ROT: ok = parse_int(optarg, 2, 4096, &o->n_rot); break;
         default: ok = false; break;
         }
         if (!ok) {
@@ -761,6 +915,17 @@ static int parse_args(int argc, char **argv, struct opts *o) {
     if (isnan(o->eps)) o->eps = o->arch->eps;
     if (o->arch->gemma) o->tied = true; /* Gemma files carry no output.weight */
     if (!o->head_dim_swa) o->head_dim_swa = o->head_dim;
+    const bool moe = o->arch->ffn != FFN_DENSE;
+    if (!o->n_expert) o->n_expert = moe ? 8 : 0;
+    if (!o->n_expert_used) o->n_expert_used = moe ? 2 : 0;
+    if (!o->n_ff_exp) o->n_ff_exp = o->n_ff;
+    if (!o->n_ff_shexp) o->n_ff_shexp = o->n_ff;
+    if (!o->ssm_groups) o->ssm_groups = 2;
+    if (!o->ssm_heads) o->ssm_heads = 2 * o->ssm_groups; /* v-head h reads k-head h mod H_k */
+    if (!o->ssm_head_dim) o->ssm_head_dim = 32;
+    if (!o->ssm_conv) o->ssm_conv = 4;
+    if (!o->full_attn_interval) o->full_attn_interval = 4;
+    if (!o->n_rot) o->n_rot = o->arch->hybrid ? o->head_dim / 4 : o->head_dim; /* 64 of 256 */
     if (!o->n_head_kv_swa) o->n_head_kv_swa = o->n_head_kv;
     /* --swa-pattern: n_layer (> 1) digits 0/1 are flags, anything else a period */
     if (o->swa_flags && !(o->n_layer > 1 && (int64_t)strlen(o->swa_flags) == o->n_layer &&
@@ -790,6 +955,15 @@ static int parse_args(int argc, char **argv, struct opts *o) {
         why = "--swa-pattern FLAGS (one 0/1 per layer): only gemma4 stores flags (gemma3: a period)";
     else if (o->head_dim_swa % 2 || o->n_head % o->n_head_kv_swa)
         why = "--head-dim-swa must be even and --n-head-kv-swa divide --n-head";
+    else if (!moe && (o->n_expert || o->n_expert_used))
+        why = "--experts and --experts-used are for qwen3moe and qwen35moe";
+    else if (o->n_expert_used > o->n_expert)
+        why = "--experts-used must be at most --experts";
+    else if (o->n_rot % 2 || o->n_rot > o->head_dim ||
+             (!o->arch->hybrid && o->n_rot != o->head_dim))
+        why = "--n-rot must be even, at most --head-dim, and equal to it but in qwen35/qwen35moe";
+    else if (o->ssm_heads % o->ssm_groups)
+        why = "--ssm-heads must be a multiple of --ssm-groups";
     if (why) {
         fprintf(stderr, "warm-mkmodel: %s\n", why);
         return ERR_INVALID;
