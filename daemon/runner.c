@@ -434,6 +434,8 @@ static struct slot *slot_pick(struct runner *r, const struct runner_job *j) {
         struct slot *s = &r->slots[i];
         if (s->state != SLOT_FREE) continue;
         uint32_t keep = j->n_prompt ? common_prefix(s, j) : 0;
+        /* a hybrid reuses only up to a recurrent state it holds */
+        if (r->hybrid) keep = engine_kv_seq_resume_pos(r->ctx, (int32_t)i, keep);
         if (!best || keep > best_keep ||
             (keep == best_keep && s->last_used_usec < best->last_used_usec)) {
             best = s;

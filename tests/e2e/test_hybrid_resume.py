@@ -210,6 +210,30 @@ class HybridResumeTest(DaemonTest):
             self.assertEqual(gs.evaluated_tokens, gs.prompt_tokens - gs.store_tokens)
         self.assertEqual(d.stop(), 0, d.text())
 
+    def test_reference_p3_resume(self):
+        """llama.cpp's greedy ids for the 800-token P3 (README of the hybrid models; f32 K/V
+        as its runs), computed whole, then again after a restart from the store: the 796
+        tokens before the last 4 come back with their recurrent snapshot, 4 are computed."""
+        ref = os.path.join(SHARED, "hybrid", "qwen35-tiny-P3.txt")
+        if not os.path.exists(ref):
+            self.skipTest("the qwen35-tiny P3 reference is absent")
+        with open(ref) as f:
+            lines = dict(line.split(": ", 1) for line in f.read().splitlines() if ": " in line)
+        prompt = [int(x) for x in lines["prompt_ids"].split()]
+        want = [int(x) for x in lines["generated_ids"].split()]
+        d = self.new_daemon("cache_type_k = f32\ncache_type_v = f32\n").start()
+        ids, s = self.gen(d, prompt)
+        self.assertEqual(ids, want[:ANSWER])
+        self.assertEqual(s.evaluated_tokens, len(prompt))
+        self.wait_written(d)
+        d = self.restart(d)
+        ids, s = self.gen(d, prompt)
+        print(f"  P3 after a restart: {s.store_tokens} from the store, {s.evaluated_tokens} "
+              f"computed, restore {s.restore_usec} us")
+        self.assertEqual(ids, want[:ANSWER])
+        self.assertEqual((s.store_tokens, s.evaluated_tokens), (len(prompt) - 4, 4), s)
+        self.assertEqual(d.stop(), 0, d.text())
+
     def test_store_records(self):
         """What a hybrid stores for a prompt of 1,004 tokens: chunk records of attention rows
         only, except the chunk ending at the sparse snapshot (512: four times the state's
