@@ -151,7 +151,7 @@ struct gen_job {
     bool in_calls;              /* "<tool_call>" was seen: the rest of the answer is held */
     bool no_calls;              /* llama31: the answer began as text, so it is no call */
     bool sent;                  /* some answer text was sent */
-    const struct engine_vocab *vocab; /* harmony: its control tokens are read as text */
+    const struct engine_vocab *vocab; /* harmony, gemma4's calls: control tokens as text */
     /* The held calls read as they stream (engine_chat_scan_*): held[0..n_scanned) was
      * scanned; the first n_started calls have had their first piece (id, name) sent, and
      * args_sent[i] says whether any of call i's arguments were. */
@@ -224,10 +224,12 @@ static int buf_append(char **buf, size_t *n, size_t *cap, const char *s, size_t 
 static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 /* Appends answer text to the held text and returns how many leading bytes of it can be
- * sent: none from "<tool_call>" on, nor a tail that may start one (with the whitespace
- * before it, which the parser drops from the content). */
+ * sent: none from the family's call opening ("<tool_call>", engine_chat_call_open) on, nor
+ * a tail that may start one (with the whitespace before it, which the parser drops from
+ * the content). */
 static size_t hold_calls(struct gen_job *j, const char *a, size_t n, int *err) {
-    static const char open[] = "<tool_call>";
+    const char *open = engine_chat_call_open(j->fam);
+    size_t open_len = strlen(open);
     *err = buf_append(&j->held, &j->n_held, &j->cap_held, a, n);
     if (*err < 0 || j->in_calls) return 0;
     if (j->fam == ENGINE_CHAT_LLAMA31 && !j->no_calls) {
@@ -242,14 +244,14 @@ static size_t hold_calls(struct gen_job *j, const char *a, size_t n, int *err) {
         j->no_calls = true;
     }
     if (j->fam == ENGINE_CHAT_LLAMA31) return j->n_held;
-    const char *hit = j->n_held ? memmem(j->held, j->n_held, open, sizeof open - 1) : NULL;
+    const char *hit = j->n_held ? memmem(j->held, j->n_held, open, open_len) : NULL;
     size_t keep;
     if (hit) {
         j->in_calls = true;
         keep = (size_t)(hit - j->held);
     } else {
         size_t part = 0;
-        for (size_t l = MIN(j->n_held, sizeof open - 2); l > 0 && !part; l--)
+        for (size_t l = MIN(j->n_held, open_len - 1); l > 0 && !part; l--)
             if (memcmp(j->held + j->n_held - l, open, l) == 0) part = l;
         keep = j->n_held - part;
     }
@@ -675,6 +677,17 @@ static int chat_messages(const Warm__V1__ChatRequest *q, struct engine_chat_msg 
         }
         msgs[i].tool_calls = m->n_tool_calls ? c : NULL;
         msgs[i].n_tool_calls = m->n_tool_calls;
+        if (!strcmp(m->role, "tool")) { /* the function it answers (gemma4 writes it) */
+            const char *name = *m->name ? m->name : NULL;
+            size_t a = i;
+            while (a > 0 && !strcmp(q->messages[a - 1]->role, "tool")) a--;
+            for (size_t k = 0; a > 0 && k < q->messages[a - 1]->n_tool_calls; k++) {
+                const Warm__V1__ToolCall *t = q->messages[a - 1]->tool_calls[k];
+                if (!strcmp(t->id, m->tool_call_id)) name = t->name;
+            }
+            msgs[i].tool_name = name;
+            msgs[i].tool_name_len = name ? strlen(name) : 0;
+        }
         for (size_t k = 0; k < m->n_tool_calls; k++, c++) {
             const Warm__V1__ToolCall *t = m->tool_calls[k];
             *c = (struct engine_chat_tool_call){
@@ -733,7 +746,8 @@ static int chat_prompt_tokens(struct rpc_call *c, const Warm__V1__ChatRequest *q
     if (use_tools && !engine_chat_has_tools(fam) && strcmp(q->tools_json, "[]") != 0) {
         rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT,
                       "model %s does not support tools: its %s chat template has no tool format "
-                      "(tools work with the chatml, qwen3, qwen35, llama31 and harmony families)",
+                      "(tools work with the chatml, qwen3, qwen35, llama31, gemma4 and harmony "
+                      "families)",
                       res->name, engine_chat_family_name(fam));
         return -EINVAL;
     }
@@ -798,7 +812,8 @@ static int chat_prompt_tokens(struct rpc_call *c, const Warm__V1__ChatRequest *q
     engine_chat_think_begin(&j->think, fam, flags);
     engine_chat_scan_begin(&j->scan, fam);
     j->tools = use_tools && engine_chat_has_tools(fam);
-    if (engine_chat_has_effort(fam)) j->vocab = v; /* harmony reads its control tokens */
+    /* harmony's channels and Gemma 4's calls are control tokens: read as their text */
+    if (engine_chat_has_effort(fam) || (j->tools && fam == ENGINE_CHAT_GEMMA4)) j->vocab = v;
     j->max_calls = q->tool_choice == WARM__V1__TOOL_CHOICE__TOOL_CHOICE_FUNCTION ? 1
                                                                              : q->max_tool_calls;
     *ret_n = n;

@@ -275,9 +275,9 @@ static int gb_gemma_object(struct gbuf *b, const json_t *sc, const char *rule, s
         char member[96];
         snprintf(member, sizeof member, "%s-m%zu", rule, i);
         /* a<i>: from member i on, none written yet; b<i>: some were (a comma first) */
-        gb_printf(b, "%s-a%zu ::= %s %s-b%zu%s%s-a%zu\n", rule, i, member, rule, i + 1,
-                  required ? "" : " | ", required ? "" : rule, required ? 0 : i + 1);
-        if (required) { /* the line above wrote "| <rule>-a0" only when optional */ }
+        gb_printf(b, "%s-a%zu ::= %s %s-b%zu", rule, i, member, rule, i + 1);
+        if (!required) gb_printf(b, " | %s-a%zu", rule, i + 1);
+        gb_str(b, "\n");
         gb_printf(b, "%s-b%zu ::= \",\" %s %s-b%zu", rule, i, member, rule, i + 1);
         if (!required) gb_printf(b, " | %s-b%zu", rule, i + 1);
         gb_str(b, "\n");

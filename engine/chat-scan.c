@@ -8,6 +8,8 @@
  *                     ws "}", once
  *   qwen35            ws "<tool_call>" ws "<function=" NAME ">" ... "</tool_call>", repeated
  *                     (its arguments are XML: they come whole with the parsed call)
+ *   gemma4            ws "<|tool_call>call:" NAME "{" ... "<tool_call|>", repeated (Gemma's
+ *                     own syntax: likewise whole)
  *
  * KEY is "arguments" (llama31: or "parameters"), ARGS a JSON object whose bytes are
  * reported as arguments, STRING the function's name (without escapes). */
@@ -21,7 +23,7 @@ enum scan_op {
     OP_NAME,    /* a JSON string: the function's name */
     OP_KEY,     /* a JSON string: "arguments" (or "parameters" where allowed) */
     OP_ARGS,    /* a JSON object: the arguments */
-    OP_XNAME,   /* bytes up to ">": the function's name */
+    OP_XNAME,   /* bytes up to the byte arg: the function's name */
     OP_SKIP,    /* anything up to and including the literal arg */
     OP_END,     /* the call is over: report it, go back to step 0 (or stop, once) */
 };
@@ -44,8 +46,11 @@ static const struct scan_step llama[] = {
     S(ARGS, 0), S(WS, 0), S(LIT, "}"), S(END, "once"),
 };
 static const struct scan_step xml[] = {
-    S(WS, 0), S(LIT, "<tool_call>"), S(WS, 0), S(LIT, "<function="), S(XNAME, 0),
+    S(WS, 0), S(LIT, "<tool_call>"), S(WS, 0), S(LIT, "<function="), S(XNAME, ">"),
     S(SKIP, "</tool_call>"), S(END, 0),
+};
+static const struct scan_step gemma4[] = {
+    S(WS, 0), S(LIT, "<|tool_call>call:"), S(XNAME, "{"), S(SKIP, "<tool_call|>"), S(END, 0),
 };
 #undef S
 
@@ -53,13 +58,17 @@ static const struct scan_step *pattern(const struct engine_chat_scan *s, size_t 
     switch (s->form) {
     case 1: *n = ARRAY_SIZE(llama); return llama;
     case 2: *n = ARRAY_SIZE(xml); return xml;
+    case 3: *n = ARRAY_SIZE(gemma4); return gemma4;
     default: *n = ARRAY_SIZE(hermes); return hermes;
     }
 }
 
 void engine_chat_scan_begin(struct engine_chat_scan *s, enum engine_chat_family fam) {
     memset(s, 0, sizeof *s);
-    s->form = fam == ENGINE_CHAT_LLAMA31 ? 1 : fam == ENGINE_CHAT_QWEN35 ? 2 : 0;
+    s->form = fam == ENGINE_CHAT_LLAMA31  ? 1
+              : fam == ENGINE_CHAT_QWEN35 ? 2
+              : fam == ENGINE_CHAT_GEMMA4 ? 3
+                                          : 0;
     s->failed = !engine_chat_has_tools(fam);
 }
 
@@ -156,7 +165,8 @@ enum engine_chat_scan_event engine_chat_scan_byte(struct engine_chat_scan *s, ch
             }
             return ENGINE_CHAT_SCAN_ARG;
         case OP_XNAME:
-            if (c == '>') {
+            if (s->sub == 0) s->n_name = 0, s->sub = 1;
+            if (c == st->arg[0]) {
                 if (!s->n_name) return fail(s);
                 s->name[s->n_name] = 0;
                 next(s);

@@ -137,8 +137,14 @@ enum engine_chat_family engine_chat_detect(const char *tmpl, size_t len) {
 enum engine_chat_family engine_chat_detect_gguf(const struct gguf_file *f) {
     struct gguf_str s;
     struct err_detail d = {0};
-    if (!f || gguf_get_str(f, "tokenizer.chat_template", &s, &d) < 0) return ENGINE_CHAT_NONE;
-    return engine_chat_detect(s.ptr, s.len);
+    if (!f) return ENGINE_CHAT_NONE;
+    enum engine_chat_family fam = gguf_get_str(f, "tokenizer.chat_template", &s, &d) < 0
+                                      ? ENGINE_CHAT_NONE : engine_chat_detect(s.ptr, s.len);
+    /* gpt-oss speaks harmony whatever its file says about a template */
+    if (fam == ENGINE_CHAT_NONE && gguf_get_str(f, "general.architecture", &s, &d) >= 0 &&
+        s.len == 7 && !memcmp(s.ptr, "gpt-oss", 7))
+        fam = ENGINE_CHAT_HARMONY;
+    return fam;
 }
 
 const char *engine_chat_family_name(enum engine_chat_family fam) {
@@ -155,6 +161,15 @@ const char *engine_chat_family_list(void) {
 
 bool engine_chat_has_tools(enum engine_chat_family fam) {
     return (unsigned)fam < ENGINE_CHAT_FAMILY_COUNT && families[fam].tools != TOOLS_NONE;
+}
+
+const char *engine_chat_call_open(enum engine_chat_family fam) {
+    if (!engine_chat_has_tools(fam)) return NULL;
+    switch (families[fam].tools) {
+    case TOOLS_LLAMA31: return "";
+    case TOOLS_GEMMA4: return "<|tool_call>";
+    default: return "<tool_call>";
+    }
 }
 
 bool engine_chat_has_effort(enum engine_chat_family fam) {

@@ -181,7 +181,8 @@ enum engine_chat_flags {
 /* The family whose marker the template text contains; ENGINE_CHAT_NONE for NULL, an empty
  * or an unknown template. Only searches for substrings: linear in len, any size. */
 enum engine_chat_family engine_chat_detect(const char *tmpl, size_t len);
-/* The family of f's tokenizer.chat_template (ENGINE_CHAT_NONE when absent or not a string). */
+/* The family of f's tokenizer.chat_template (ENGINE_CHAT_NONE when absent or not a string);
+ * without a known template, harmony for the gpt-oss architecture. */
 enum engine_chat_family engine_chat_detect_gguf(const struct gguf_file *f);
 /* "chatml", "llama3", "gemma", "mistral", "gemma4", "qwen3", "qwen35", "llama31",
  * "harmony"; "none" otherwise. */
@@ -236,8 +237,8 @@ void engine_chat_parsed_calls_free(struct engine_chat_parsed_call *calls, size_t
  * holds back from "<tool_call>" on; llama31: the whole answer), so a call's name can be sent
  * as soon as it is whole and its JSON arguments as they come (OpenAI's streamed tool-call
  * deltas). Hermes families and harmony (as engine_chat_think_split writes its calls) and
- * llama31 report their arguments byte by byte; qwen35's are XML and come whole with the
- * parsed call. Text that does not follow the form ends the scan (ENGINE_CHAT_SCAN_FAIL from
+ * llama31 report their arguments byte by byte; qwen35's (XML) and gemma4's (Gemma's own
+ * syntax) come whole with the parsed call. Text that does not follow the form ends the scan (ENGINE_CHAT_SCAN_FAIL from
  * then on); engine_chat_parse_tool_calls() stays the judge of what the finished answer
  * holds. A plain value, no resources. */
 enum engine_chat_scan_event {
@@ -257,6 +258,10 @@ struct engine_chat_scan {
     unsigned n_calls;
 };
 void engine_chat_scan_begin(struct engine_chat_scan *s, enum engine_chat_family fam);
+/* Where a family's tool calls start in an answer: "<tool_call>" (Hermes, qwen35, and
+ * harmony as its split writes calls), "<|tool_call>" (gemma4); "" for llama31, whose call is
+ * the whole answer; NULL for a family without tools. */
+const char *engine_chat_call_open(enum engine_chat_family fam);
 enum engine_chat_scan_event engine_chat_scan_byte(struct engine_chat_scan *s, char c);
 
 /* Grammar text (engine/grammar.h, start rule root) that makes an answer of family fam tool

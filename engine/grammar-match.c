@@ -171,10 +171,11 @@ int engine_grammar_vocab_new(const struct engine_vocab *v, struct engine_grammar
         piece[i] = engine_vocab_piece_view(v, i, 0, &len[i]);
         if (!piece[i]) len[i] = 0;
         if (!len[i] && engine_vocab_token_type(v, i) == ENGINE_TOKEN_TYPE_CONTROL) {
-            /* <|name|> control tokens by their text (grammar.h) */
+            /* <|name|>, <|name> and <name|> control tokens by their text (grammar.h) */
             size_t sn;
             const char *sp = engine_vocab_piece_view(v, i, ENGINE_PIECE_SPECIAL, &sn);
-            if (sp && sn > 4 && !memcmp(sp, "<|", 2) && !memcmp(sp + sn - 2, "|>", 2)) {
+            if (sp && sn > 3 && sp[0] == '<' && sp[sn - 1] == '>' &&
+                (sp[1] == '|' || sp[sn - 2] == '|')) {
                 piece[i] = sp;
                 len[i] = sn;
             }

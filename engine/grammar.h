@@ -26,9 +26,9 @@
  *
  * Matching runs on the bytes a token produces (engine_vocab_piece_view without flags), so
  * byte-level BPE and SentencePiece vocabularies behave alike and one token may end in the
- * middle of a UTF-8 character. Control tokens spelled <|name|> (gpt-oss's harmony tokens
- * <|channel|>, <|message|>, <|constrain|>; Llama 3's headers) are walked by that text, so a
- * grammar can ask for them (a forced harmony tool call); a caller that reads the output as
+ * middle of a UTF-8 character. Control tokens spelled <|name|>, <|name> or <name|> (gpt-oss's
+ * harmony tokens <|channel|>, <|message|>, <|constrain|>; Gemma 4's <|tool_call>; Llama 3's
+ * headers) are walked by that text, so a grammar can ask for them (a forced tool call); a caller that reads the output as
  * text renders them (ENGINE_DETOK_SPECIAL) where that matters. Other tokens that produce no
  * bytes (control tokens) are never allowed, except the end-of-generation tokens, which are
  * allowed exactly when the grammar is complete (the text so far is a whole sentence of the

@@ -457,6 +457,14 @@ static int load_specials(struct engine_vocab *v, const struct gguf_file *f, stru
         v->tokens[id].flags |= VOCAB_TOKEN_EOG;
         if (v->eot < 0 && i < N_EOT_TEXTS) v->eot = id;
     }
+    /* gpt-oss's harmony: <|end|> closes a message and the model goes on (<|start|>...);
+     * its turn ends with <|return|> or <|call|> (llama.cpp takes <|end|> out the same way) */
+    int32_t end = vocab_token_find(v, "<|end|>", 7);
+    if (end >= 0 && vocab_token_find(v, "<|return|>", 10) >= 0 &&
+        vocab_token_find(v, "<|call|>", 8) >= 0) {
+        v->tokens[end].flags &= ~VOCAB_TOKEN_EOG;
+        if (v->eot == end) v->eot = ENGINE_TOKEN_NONE;
+    }
     const int32_t eog_ids[] = {v->eos, v->eot, v->eom};
     for (size_t i = 0; i < ARRAY_SIZE(eog_ids); i++)
         if (eog_ids[i] >= 0) v->tokens[eog_ids[i]].flags |= VOCAB_TOKEN_EOG;

@@ -70,7 +70,7 @@ static const struct family_row family_rows[] = {
     {"gemma4",
      "<bos>{{- range .Messages }}<|turn>{{ if eq .Role \"assistant\" }}model{{ else }}"
      "{{ .Role }}{{ end }}\n{{ .Content }}<turn|>\n{{ end }}<|turn>model\n",
-     {"<|turn>", "<turn|>"}, false, false},
+     {"<|turn>", "<turn|>"}, true, false},
 };
 
 /* A model without a template warmd knows completes its prompt as it is. */

@@ -504,9 +504,11 @@ static const char chat_usage[] =
     "                           tool_calls)\n"
     "      --tool-choice auto|none|required|NAME   whether the model must call a tool (a\n"
     "                           required or named call follows the tool's parameters)\n"
-    "      --think on|off       thinking models (qwen3, qwen35): think first or answer at\n"
-    "                           once; the reasoning is shown dimmed (not a terminal: on\n"
-    "                           stderr; --json: \"reasoning\" lines)\n" GEN_OPTIONS_HELP;
+    "      --think on|off|low|medium|high   thinking models (qwen3, qwen35, gpt-oss): think\n"
+    "                           first or answer at once, or with that effort (gpt-oss's\n"
+    "                           levels; on for the others); the reasoning is shown dimmed\n"
+    "                           (not a terminal: on stderr; --json: \"reasoning\" lines)\n"
+    GEN_OPTIONS_HELP;
 
 static const char chat_help[] =
     "  /help              this list\n"
@@ -549,9 +551,13 @@ static int chat_option(struct ctl *ctl, int opt, void *data) {
                 x->params->tool_choice_name = NULL;
             }
     } else if (opt == OPT_THINK) {
-        if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0)
-            return ctl_usage_error(ctl, chat_usage, "--think: on or off, not '%s'", optarg);
-        x->params->think = strcmp(optarg, "on") == 0 ? WARM_THINK_ON : WARM_THINK_OFF;
+        static const char *const levels[] = {"", "on", "off", "low", "medium", "high"};
+        x->params->think = WARM_THINK_DEFAULT;
+        for (size_t i = 1; i < sizeof levels / sizeof levels[0]; i++)
+            if (strcmp(optarg, levels[i]) == 0) x->params->think = (enum warm_think)i;
+        if (x->params->think == WARM_THINK_DEFAULT)
+            return ctl_usage_error(ctl, chat_usage, "--think: on, off, low, medium or high, "
+                                   "not '%s'", optarg);
     } else if (opt == OPT_SYSTEM) x->system = optarg;
     else if (opt == OPT_PLAIN) x->plain = true;
     else if (opt == OPT_WAIT && ctl_parse_duration(optarg, &x->wait_usec) < 0)

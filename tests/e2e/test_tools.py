@@ -1,7 +1,8 @@
 """Tools and thinking through the daemon's Chat, with generated models (warm-mkmodel): a
 chatml one, a qwen3 one (<think> and </think> in its vocabulary), a qwen35 one (XML tool
-calls; its generation prompt opens the think block) and a gemma one (no tool format). Random weights cannot choose a tool, so tool_choice REQUIRED or FUNCTION forces the
-call with a grammar from the tools' parameter schemas: the answer is a structured call
+calls; its generation prompt opens the think block), a gemma4 one (Gemma 4's call syntax)
+and a gemma one (no tool format). Random weights cannot choose a tool, so tool_choice
+REQUIRED or FUNCTION forces the call with a grammar from the tools' parameter schemas: the answer is a structured call
 (Summary.tool_calls, stop reason TOOL_CALLS, nothing streamed as content) whose arguments
 validate. The round trip (an assistant message with tool calls, the tool's result) renders
 as the engine's template does (prompt tokens equal warm-chat-render's text, tokenized the
@@ -86,7 +87,7 @@ class ToolsTest(DaemonTest):
             self.skipTest("warm-mkmodel or warm-chat-render not built")
         self.d = self.daemon(config="threads = 1\n")
         for name, tmpl in (("chatty", "chatml"), ("qwen", "qwen3"), ("q35", "qwen35"),
-                           ("gem", "gemma")):
+                           ("gem", "gemma"), ("g4", "gemma4")):
             subprocess.run([MKMODEL, "--arch", "llama", "--chat-template", tmpl, "--seed", "7",
                             "-o", os.path.join(self.d.models, name + ".gguf")],
                            check=True, capture_output=True, timeout=120)
@@ -183,6 +184,13 @@ class ToolsTest(DaemonTest):
             self.assertCall(s, text, ("get_time",), n=1)
             self.assertEqual(r, "")
             # XML arguments come whole, after the name that streamed
+            self.assertEqual(self.assertPieces(s), [1])
+        # Gemma 4's calls (its own value syntax; the arguments come whole, as JSON)
+        for sp in (GREEDY, pb.Sampling(temperature=1.0, seed=3)):
+            _, text, _, s = self.chat("g4", user, tools_json=json.dumps(TOOLS),
+                                      tool_choice=pb.TOOL_CHOICE_FUNCTION,
+                                      tool_choice_name="get_time", sampling=sp)
+            self.assertCall(s, text, ("get_time",), n=1)
             self.assertEqual(self.assertPieces(s), [1])
 
     def test_round_trip_renders_like_the_engine(self):

@@ -172,10 +172,40 @@ TEST(harmony) {
     ASSERT_TRUE(strstr(d.msg, "tools[0]") && strstr(d.msg, "harmony"));
 }
 
+TEST(gemma4) {
+    struct engine_grammar *any = grammar(ENGINE_CHAT_GEMMA4, NULL, 1),
+                          *many = grammar(ENGINE_CHAT_GEMMA4, NULL, 0);
+    ASSERT_TRUE(any && many);
+    /* the properties sorted (city, days, unit), strings between <|"|> marks */
+    const char one[] = "<|tool_call>call:get_weather{city:<|\"|>Oslo <b>, \"x\"<|\"|>,days:3}"
+                       "<tool_call|>";
+    const char ping[] = "<|tool_call>call:ping{}<tool_call|>";
+    ASSERT_TRUE(accepts(any, one) && accepts(any, ping));
+    ASSERT_TRUE(accepts(any, "<|tool_call>call:get_weather{city:<|\"|><|\"|>,days:-2,"
+                             "unit:<|\"|>F<|\"|>}<tool_call|>"));
+    ASSERT_TRUE(accepts(any, "<|tool_call>call:ping{a:[1,<|\"|>x<|\"|>],b:{c:None}}<tool_call|>"));
+    ASSERT_TRUE(!accepts(any, "<|tool_call>call:get_weather{days:3,city:<|\"|>Oslo<|\"|>}"
+                              "<tool_call|>"));                       /* not sorted */
+    ASSERT_TRUE(!accepts(any, "<|tool_call>call:get_weather{city:<|\"|>Oslo<|\"|>}<tool_call|>"));
+    ASSERT_TRUE(!accepts(any, "<|tool_call>call:get_weather{city:<|\"|>O<|\"|>,days:1,"
+                              "unit:<|\"|>K<|\"|>}<tool_call|>"));    /* not in the enum */
+    ASSERT_TRUE(!accepts(any, "<|tool_call>call:get_weather{city:<|\"|>a<|\"|>b<|\"|>,days:1}"
+                              "<tool_call|>"));                       /* a mark in the text */
+    char two[256];
+    snprintf(two, sizeof two, "%s%s", one, ping);
+    ASSERT_TRUE(!accepts(any, two) && accepts(many, two));
+    const char *const names[] = {"get_weather", "ping"};
+    ASSERT_TRUE(parses(ENGINE_CHAT_GEMMA4, two, names, 2));
+    engine_grammar_free(any);
+    engine_grammar_free(many);
+}
+
 TEST(refused) {
     char *text = NULL;
     struct err_detail d = {0};
     ASSERT_ERR(engine_chat_tool_grammar(ENGINE_CHAT_LLAMA3, tools, strlen(tools), NULL, 1, &text,
+                                        &d), -EINVAL);
+    ASSERT_ERR(engine_chat_tool_grammar(ENGINE_CHAT_GEMMA, tools, strlen(tools), NULL, 1, &text,
                                         &d), -EINVAL);
     ASSERT_ERR(engine_chat_tool_grammar(ENGINE_CHAT_CHATML, tools, strlen(tools), "nope", 1,
                                         &text, &d), -EINVAL);
@@ -189,4 +219,4 @@ TEST(refused) {
     ASSERT_TRUE(text == NULL);
 }
 
-TEST_MAIN(T(hermes), T(qwen35_xml), T(llama31), T(harmony), T(refused))
+TEST_MAIN(T(hermes), T(qwen35_xml), T(llama31), T(harmony), T(gemma4), T(refused))

@@ -319,7 +319,8 @@ class Client:
 
     _TOOL_CHOICES = {"auto": pb.TOOL_CHOICE_AUTO, "none": pb.TOOL_CHOICE_NONE,
                      "required": pb.TOOL_CHOICE_REQUIRED}
-    _THINK = {None: pb.THINK_DEFAULT, True: pb.THINK_ON, False: pb.THINK_OFF}
+    _THINK = {None: pb.THINK_DEFAULT, True: pb.THINK_ON, False: pb.THINK_OFF,
+              "low": pb.THINK_LOW, "medium": pb.THINK_MEDIUM, "high": pb.THINK_HIGH}
 
     def chat(self, model, messages, max_tokens=0, temperature=None, seed=0, top_k=None,
              top_p=None, stop=(), cache="use", namespace="", keep_alive_s=0,
@@ -331,7 +332,8 @@ class Client:
         "none", "required" or a function's name (the call is then forced with a grammar of
         its parameters); parallel_tool_calls False: at most one call. The calls come in
         Stream.tool_calls. think: None (the model's default), True or False (thinking
-        models: qwen3, qwen35; True for another is WarmError INVALID_ARGUMENT); the
+        models: qwen3, qwen35, gpt-oss; True for another is WarmError INVALID_ARGUMENT), or
+        "low", "medium", "high" (gpt-oss's effort; True for the other thinking models); the
         reasoning comes in Stream.reasoning."""
         msgs = [self._message(m) for m in messages]
         kw = self._common(max_tokens, temperature, seed, top_k, top_p, stop, cache, namespace,
