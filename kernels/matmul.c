@@ -150,18 +150,40 @@ enum {
 static_assert(KERN_R8F_BLOCK_TOKS > 0 && KERN_R8F_BLOCK_TOKS % KERN_R8F_PANEL == 0 &&
                   KERN_R8F_BLOCK_TOKS <= KERN_TILE_TOKS,
               "f16/bf16 rows8 token blocks are whole panels within a tile's tokens");
+static_assert(KERN_R8F_BLOCK_SLOTS >=
+                  (KERN_TILE_TOKS + KERN_R8F_PANEL - 1) / KERN_R8F_PANEL * KERN_R8F_PANEL,
+              "a block of KERN_TILE_TOKS tokens in f32 panels fits its bytes");
 
-/* Bytes of one block of KERN_R8F_BLOCK_TOKS tokens' activations packed for the f16/bf16
- * rows8 tiles (kernels/ref/matmul.h), or 0 where rows are read as they are. */
+/* Bytes of one packed block of activations for the f16/bf16 rows8 tiles (any level's
+ * layout, up to KERN_TILE_TOKS tokens: kernels/ref/matmul.h), or 0 where rows are read
+ * as they are. */
 static size_t rows8_f32_block(enum kern_type wt, int64_t n_in) {
     if (wt != KERN_TYPE_F16 && wt != KERN_TYPE_BF16) return 0;
-    return (size_t)KERN_R8F_BLOCK_TOKS * (size_t)n_in * sizeof(float);
+    return (size_t)KERN_R8F_BLOCK_SLOTS * (size_t)(n_in + 1) * sizeof(float);
+}
+
+/* The packed token blocks of n_tok tokens: bt each (the level's r8f_block_toks, else
+ * KERN_R8F_BLOCK_TOKS), the last one also taking a remainder of up to KERN_TILE_TOKS - bt
+ * tokens, which as a block of its own would cost a pass over the weights for a few tokens
+ * (pp64 in blocks of 60 was 60 + 4 tokens: the 4 took 23 % of the 60's time). There are
+ * never more than ceil(n_tok / KERN_R8F_BLOCK_TOKS) (the scratch's count). */
+static int64_t r8f_n_blocks(int64_t n_tok, int64_t bt) {
+    int64_t nb = (n_tok + bt - 1) / bt;
+    if (nb > 1 && n_tok - (nb - 1) * bt <= KERN_TILE_TOKS - bt) nb--;
+    return nb;
+}
+/* Tokens [*t0, *t1) of block b of the nb blocks of n_tok. A block of one token (blocks of
+ * 64: 64k + 1 tokens) is not packed: the tiles read its f32 row, as decode's. */
+static void r8f_block(int64_t b, int64_t nb, int64_t n_tok, int64_t bt, int64_t *t0, int64_t *t1) {
+    *t0 = b * bt;
+    *t1 = b == nb - 1 ? n_tok : *t0 + bt;
 }
 
 size_t kern_matmul_scratch_bytes(enum kern_type wt, int64_t n_in, int64_t n_tok) {
     const struct kern_type_traits *tr = kern_type_traits((int)wt);
     size_t r;
     if (tr && tr->vec_dot && tr->vec_dot_type == KERN_TYPE_F32 && n_in > 0 && n_tok > 1) {
+        /* at most this many blocks, whatever the level's block size */
         const size_t b = rows8_f32_block(wt, n_in), nb = (size_t)((n_tok + KERN_R8F_BLOCK_TOKS - 1) / KERN_R8F_BLOCK_TOKS);
         return b && size_mul(b, nb, &r) ? r : b ? SIZE_MAX : 0;
     }
@@ -178,23 +200,29 @@ size_t kern_matmul_scratch_bytes(enum kern_type wt, int64_t n_in, int64_t n_tok)
  * matmul, not once per tile) or in f32 panels. */
 struct act_task {
     kern_from_f32_fn quant;
-    void (*pack)(void *dst, const float *x, int64_t n, int nt);
+    void (*pack)(void *dst, const float *x, int64_t n, int nt, int part, int n_parts);
     uint8_t *dst;
     size_t dst_stride, block_bytes;
     const float *x;
-    int64_t n_in, n_tok;
+    int64_t n_in, n_tok, block_toks;
 };
 
-static void act_pack_block(const struct act_task *q, int64_t b) {
-    const int64_t t0 = b * KERN_R8F_BLOCK_TOKS, nt = MIN((int64_t)KERN_R8F_BLOCK_TOKS, q->n_tok - t0);
+/* Part `part` of n_parts of block b's panels: every thread packs its part of every block
+ * (a matmul of 64 tokens is one block; its packing, about 3 % of a 1-thread bf16 layer,
+ * fell to one thread while the other waited). */
+static void act_pack_block(const struct act_task *q, int64_t b, int part, int n_parts) {
+    int64_t t0, t1;
+    r8f_block(b, r8f_n_blocks(q->n_tok, q->block_toks), q->n_tok, q->block_toks, &t0, &t1);
+    const int64_t nt = t1 - t0;
     if (nt == 1) return; /* the tiles read a lone token's row (mm_task_run) */
+    uint8_t *blk = q->dst + (size_t)b * q->block_bytes;
     if (q->pack) {
-        q->pack(q->dst + (size_t)b * q->block_bytes, q->x + t0 * q->n_in, q->n_in, (int)nt);
+        q->pack(blk, q->x + t0 * q->n_in, q->n_in, (int)nt, part, n_parts);
         return;
     }
-    float *blk = (float *)(q->dst + (size_t)b * q->block_bytes);
-    for (int64_t p = 0; p * KERN_R8F_PANEL < nt; p++) {
-        float *pan = blk + p * KERN_R8F_PANEL * q->n_in;
+    const int64_t np = (nt + KERN_R8F_PANEL - 1) / KERN_R8F_PANEL;
+    for (int64_t p = np * part / n_parts; p < np * (part + 1) / n_parts; p++) {
+        float *pan = (float *)blk + p * KERN_R8F_PANEL * q->n_in;
         for (int l = 0; l < KERN_R8F_PANEL; l++) {
             const int64_t t = p * KERN_R8F_PANEL + l;
             if (t < nt) {
@@ -209,11 +237,13 @@ static void act_pack_block(const struct act_task *q, int64_t b) {
 
 static void act_task_run(void *arg, int ith, int nth) {
     const struct act_task *q = arg;
-    const int64_t n = q->quant ? q->n_tok : (q->n_tok + KERN_R8F_BLOCK_TOKS - 1) / KERN_R8F_BLOCK_TOKS;
-    for (int64_t i = n * ith / nth; i < n * (ith + 1) / nth; i++) {
-        if (q->quant) q->quant(q->dst + i * q->dst_stride, q->x + i * q->n_in, q->n_in);
-        else act_pack_block(q, i);
+    if (!q->quant) {
+        const int64_t nb = r8f_n_blocks(q->n_tok, q->block_toks);
+        for (int64_t b = 0; b < nb; b++) act_pack_block(q, b, ith, nth);
+        return;
     }
+    for (int64_t i = q->n_tok * ith / nth; i < q->n_tok * (ith + 1) / nth; i++)
+        q->quant(q->dst + i * q->dst_stride, q->x + i * q->n_in, q->n_in);
 }
 
 struct mm_task {
@@ -228,7 +258,7 @@ struct mm_task {
     size_t w_stride, x_stride;
     size_t x_block; /* != 0: x holds packed token blocks of this many bytes */
     int64_t n_in, n_out, n_tok;
-    int64_t unit_rows, unit_toks, n_row_units, n_units;
+    int64_t unit_rows, unit_toks, n_row_units, n_tok_units, n_units;
     _Atomic int64_t next; /* next work unit to take */
 };
 
@@ -241,15 +271,17 @@ static void mm_task_run(void *arg, int ith, int nth) {
     for (;;) {
         int64_t u = atomic_fetch_add_explicit(&m->next, 1, memory_order_relaxed);
         if (u >= m->n_units) break;
-        int64_t r0 = u % m->n_row_units * m->unit_rows, t0 = u / m->n_row_units * m->unit_toks;
-        int64_t r1 = MIN(r0 + m->unit_rows, m->n_out), t1 = MIN(t0 + m->unit_toks, m->n_tok);
+        const int64_t tb = u / m->n_row_units, r0 = u % m->n_row_units * m->unit_rows;
+        const int64_t r1 = MIN(r0 + m->unit_rows, m->n_out);
+        int64_t t0 = tb * m->unit_toks, t1 = MIN(t0 + m->unit_toks, m->n_tok);
+        if (m->x_block) r8f_block(tb, m->n_tok_units, m->n_tok, m->unit_toks, &t0, &t1);
         if (m->rows8) { /* units are whole groups: unit_rows and n_out are multiples of 8 */
             for (int64_t r = r0; r < r1;) {
                 float *y = m->y + t0 * m->n_out + r;
                 const uint8_t *g = m->w + r * m->w_stride;
                 const uint8_t *x = !m->x_block ? m->x + t0 * m->x_stride
                                    : t1 - t0 == 1 ? (const uint8_t *)(m->xf + t0 * m->n_in)
-                                                  : m->x + t0 / m->unit_toks * m->x_block;
+                                                  : m->x + tb * m->x_block;
                 const int rows = m->tile16 && r + 16 <= r1 ? 16 : 8;
                 r += rows;
                 if (rows == 16)
@@ -336,6 +368,7 @@ void kern_matmul_layout(struct kern_pool *pool, float *y, const void *w, enum ke
         assert(scratch && q.quant);
     } else if (rows8 && m.tile8 && n_tok > 1 && rows8_f32_block(wt, n_in)) {
         q.block_bytes = rows8_f32_block(wt, n_in);
+        q.block_toks = impl.r8f_block_toks[wt] ? impl.r8f_block_toks[wt] : KERN_R8F_BLOCK_TOKS;
         q.pack = impl.r8f_pack[wt];
         assert(scratch);
     }
@@ -358,8 +391,11 @@ void kern_matmul_layout(struct kern_pool *pool, float *y, const void *w, enum ke
         m.unit_rows = MAX((int64_t)MM_UNIT_ROWS, MIN(want, (int64_t)MM_DECODE_MAX_ROWS));
     }
     m.n_row_units = (n_out + m.unit_rows - 1) / m.unit_rows;
-    m.unit_toks = m.x_block ? KERN_R8F_BLOCK_TOKS : MM_UNIT_TOKS; /* a unit is a packed block */
-    m.n_units = m.n_row_units * ((n_tok + m.unit_toks - 1) / m.unit_toks);
+    /* a unit's tokens: a packed block (r8f_block) or MM_UNIT_TOKS */
+    m.unit_toks = m.x_block ? q.block_toks : MM_UNIT_TOKS;
+    m.n_tok_units = m.x_block ? r8f_n_blocks(n_tok, q.block_toks)
+                              : (n_tok + m.unit_toks - 1) / m.unit_toks;
+    m.n_units = m.n_row_units * m.n_tok_units;
     atomic_init(&m.next, 0);
     kern_pool_run(pool, mm_task_run, &m);
 }

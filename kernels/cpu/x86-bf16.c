@@ -27,44 +27,80 @@
 
 #define BF_INLINE static inline __attribute__((always_inline))
 
-/* Values per chunk: the 16 rows' pairs (64 bytes each, 8 KiB) and a panel's (20 tokens ×
- * 4 bytes each, 10 KiB) stay in L1 while every panel meets them. A panel of 20 tokens
- * keeps 20 sums in flight (12 left no slack for VDPBF16PS's latency × throughput) in 22
- * of the 32 registers. */
-enum { BF_CHUNK = 256, BF_PAIRS = BF_CHUNK / 2, BF_PANEL = 20 };
+/* Values per chunk: the 16 rows' pairs (64 bytes each, 8 KiB) and a panel's (16 tokens ×
+ * 4 bytes each, 8 KiB) stay in L1 while every panel meets them. A panel of 16 tokens
+ * keeps 16 sums in flight (12 left no slack for VDPBF16PS's latency × throughput) in 18
+ * of the 32 registers, and blocks of 64 tokens are 4 whole panels: with panels of 20,
+ * a block's last 4 tokens ran 4 dependent chains (latency-bound), and one thread's 64-
+ * and 512-token prefill of 1024 × 1024 took 6-12 % longer. */
+enum { BF_CHUNK = 256, BF_PAIRS = BF_CHUNK / 2, BF_PANEL = 16 };
 static_assert(BF_CHUNK % 2 == 0, "chunks start on a pair");
-static_assert(KERN_R8F_BLOCK_TOKS % BF_PANEL == 0, "a token block is whole panels");
+enum { BF_BLOCK_TOKS = KERN_TILE_TOKS };
+static_assert(BF_BLOCK_TOKS >= KERN_R8F_BLOCK_TOKS && BF_BLOCK_TOKS % BF_PANEL == 0 &&
+                  BF_BLOCK_TOKS <= KERN_R8F_BLOCK_SLOTS,
+              "a block is whole panels within the packed block's bytes");
 
 /* The packed activations (r8f_pack): a block's tokens in panels of BF_PANEL, panel
  * p at p·BF_PANEL·bf_n_pairs(n) words; in a panel, token t's pair j (bf16 x_2j in
  * the low half, x_2j+1 in the high half, round to nearest even; a missing odd value or
- * token 0) is word BF_PANEL·j + t. A block of 60 tokens: 3 panels of 80 bytes per pair,
- * 120·(n + 1) bytes, within the f32 panels' 240·n. */
+ * token 0) is word BF_PANEL·j + t. Blocks of 64 tokens (r8f_block_toks; in blocks of 60,
+ * pp64's last 4 tokens cost a pass over the weights of their own): 4 panels of 64 bytes
+ * per pair, 128·(n + 1) bytes, within KERN_R8F_BLOCK_SLOTS·(n + 1) floats. */
 static int64_t bf_n_pairs(int64_t n) { return (n + 1) / 2; }
 
-static void bf_pack(void *dst, const float *x, int64_t n, int nt) {
+/* 16 pairs (32 values from k) of token row xr as 16 words; zeros past n or for a missing
+ * token (xr NULL) */
+BF_INLINE __m512i bf_pairs_x(const float *xr, int64_t n, int64_t k) {
+    if (!xr) return _mm512_setzero_si512();
+    const int64_t left = n - k;
+    const __mmask16 m0 = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
+    const __mmask16 m1 = left >= 32 ? 0xffff : left <= 16 ? 0 : (__mmask16)((1u << (left - 16)) - 1);
+    /* words 0..15 from the first 16 values, 16..31 from the next */
+    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, xr + k + 16),
+                                        _mm512_maskz_loadu_ps(m0, xr + k));
+}
+
+/* The 4×4 word transposes within each 128-bit lane of 4 vectors: afterwards v[c]'s lane L
+ * holds word 4L + c of v[0..3] (in that order). */
+BF_INLINE void bf_tr4(__m512i *v) {
+    const __m512i a = _mm512_unpacklo_epi32(v[0], v[1]), b = _mm512_unpackhi_epi32(v[0], v[1]);
+    const __m512i c = _mm512_unpacklo_epi32(v[2], v[3]), d = _mm512_unpackhi_epi32(v[2], v[3]);
+    v[0] = _mm512_unpacklo_epi64(a, c);
+    v[1] = _mm512_unpackhi_epi64(a, c);
+    v[2] = _mm512_unpacklo_epi64(b, d);
+    v[3] = _mm512_unpackhi_epi64(b, d);
+}
+
+/* Packs panel by panel, 16 pairs at a time: the 16 tokens' pairs converted, then
+ * transposed in registers (a 16 × 16 word transpose) so that each pair's 64 bytes are one
+ * store, where a word per store (a token at a time) took 2-3 times as long. */
+static void bf_pack(void *dst, const float *x, int64_t n, int nt, int part, int n_parts) {
     const int64_t np = bf_n_pairs(n);
-    uint32_t *d = dst;
-    for (int t0 = 0; t0 < nt; t0 += BF_PANEL) {
-        uint32_t *pan = d + (int64_t)t0 * np;
-        for (int l = 0; l < BF_PANEL; l++) {
-            const float *xr = x + (int64_t)(t0 + l) * n;
-            if (t0 + l >= nt) {
-                for (int64_t j = 0; j < np; j++) pan[j * BF_PANEL + l] = 0;
-                continue;
+    const int n_pan = (nt + BF_PANEL - 1) / BF_PANEL;
+    static_assert(BF_PANEL == 16, "a panel's pair is one 16-word transpose column");
+    for (int p = n_pan * part / n_parts; p < n_pan * (part + 1) / n_parts; p++) {
+        uint32_t *pan = (uint32_t *)dst + (int64_t)p * BF_PANEL * np;
+        const float *xr[BF_PANEL];
+        for (int l = 0; l < BF_PANEL; l++)
+            xr[l] = p * BF_PANEL + l < nt ? x + (int64_t)(p * BF_PANEL + l) * n : NULL;
+        for (int64_t k = 0; k < n; k += 32) {
+            __m512i v[16];
+            for (int l = 0; l < 16; l++) v[l] = bf_pairs_x(xr[l], n, k);
+            /* v[4g + c] lane L: word 4L + c of tokens 4g..4g+3; then across the groups */
+            for (int g = 0; g < 4; g++) bf_tr4(v + 4 * g);
+            __m512i o[16]; /* o[j]: pair j of the 16 tokens */
+            for (int c = 0; c < 4; c++) {
+                const __m512i a = _mm512_shuffle_i32x4(v[c], v[4 + c], 0x44);
+                const __m512i b = _mm512_shuffle_i32x4(v[c], v[4 + c], 0xee);
+                const __m512i d = _mm512_shuffle_i32x4(v[8 + c], v[12 + c], 0x44);
+                const __m512i f = _mm512_shuffle_i32x4(v[8 + c], v[12 + c], 0xee);
+                o[c] = _mm512_shuffle_i32x4(a, d, 0x88);
+                o[4 + c] = _mm512_shuffle_i32x4(a, d, 0xdd);
+                o[8 + c] = _mm512_shuffle_i32x4(b, f, 0x88);
+                o[12 + c] = _mm512_shuffle_i32x4(b, f, 0xdd);
             }
-            for (int64_t k = 0; k < n; k += 32) {
-                const int64_t left = n - k;
-                const __mmask16 m0 = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
-                const __mmask16 m1 = left >= 32 ? 0xffff : left <= 16 ? 0 : (__mmask16)((1u << (left - 16)) - 1);
-                /* words 0..15 from the first 16 values, 16..31 from the next */
-                const __m512i b = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, xr + k + 16),
-                                                               _mm512_maskz_loadu_ps(m0, xr + k));
-                _Alignas(64) uint32_t p[16];
-                _mm512_store_si512(p, b);
-                const int64_t j0 = k / 2, nj = np - j0 < 16 ? np - j0 : 16;
-                for (int64_t j = 0; j < nj; j++) pan[(j0 + j) * BF_PANEL + l] = p[j];
-            }
+            const int64_t j0 = k / 2, nj = np - j0 < 16 ? np - j0 : 16;
+            for (int64_t j = 0; j < nj; j++) _mm512_storeu_si512(pan + (j0 + j) * BF_PANEL, o[j]);
         }
     }
 }
@@ -74,7 +110,7 @@ static void bf_pack(void *dst, const float *x, int64_t n, int nt) {
  * lanes 0..7 group a, 8..15 group b; a missing odd value reads as 0. The bytes the next
  * chunk pairs (pa, pb: the next chunk's or the next 16 rows') are fetched meanwhile: the
  * panels' work on this chunk hides their latency (weights streamed from memory: with
- * the 20-token panels, 4096 × 11008 prefill went from 161 to 272 GFLOP/s). */
+ * the then 20-token panels, 4096 × 11008 prefill went from 161 to 272 GFLOP/s). */
 BF_INLINE void bf_pairs_w(uint32_t *wp, const uint8_t *ga, const uint8_t *gb, int64_t i0,
                           int64_t i1, const uint8_t *pa, const uint8_t *pb) {
     /* words 0..7: a's value k, 8..15 its k+1, 16..31 the same of b → lane r (k, k+1) */
@@ -110,16 +146,16 @@ BF_INLINE void bf_pairs_w8(uint32_t *wp, const uint8_t *g, int64_t i0, int64_t i
 BF_INLINE void bf_panel(float *y, int64_t ys, const uint32_t *wp, const uint32_t *xp, int64_t np,
                         bool add, int nv, const int NT) {
     __m512 acc[BF_PANEL];
-#pragma GCC unroll 20
+#pragma GCC unroll 16
     for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t p = 0; p < np; p++) {
         const __m512bh w = (__m512bh)_mm512_load_si512(wp + 16 * p);
         const uint32_t *xv = xp + BF_PANEL * p;
-#pragma GCC unroll 20
+#pragma GCC unroll 16
         for (int t = 0; t < NT; t++)
             acc[t] = _mm512_dpbf16_ps(acc[t], w, (__m512bh)_mm512_set1_epi32((int)xv[t]));
     }
-#pragma GCC unroll 20
+#pragma GCC unroll 16
     for (int t = 0; t < NT; t++) {
         if (t >= nv) break;
         __m512 s = acc[t];
@@ -132,16 +168,16 @@ BF_INLINE void bf_panel(float *y, int64_t ys, const uint32_t *wp, const uint32_t
 BF_INLINE void bf_panel8(float *y, int64_t ys, const uint32_t *wp, const uint32_t *xp, int64_t np,
                          bool add, int nv, const int NT) {
     __m256 acc[BF_PANEL];
-#pragma GCC unroll 20
+#pragma GCC unroll 16
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t p = 0; p < np; p++) {
         const __m256bh w = (__m256bh)_mm256_load_si256((const __m256i *)(wp + 8 * p));
         const uint32_t *xv = xp + BF_PANEL * p;
-#pragma GCC unroll 20
+#pragma GCC unroll 16
         for (int t = 0; t < NT; t++)
             acc[t] = _mm256_dpbf16_ps(acc[t], w, (__m256bh)_mm256_set1_epi32((int)xv[t]));
     }
-#pragma GCC unroll 20
+#pragma GCC unroll 16
     for (int t = 0; t < NT; t++) {
         if (t >= nv) break;
         __m256 s = acc[t];
@@ -256,6 +292,7 @@ void kern_impl_fill_avx512bf16(struct kern_impl *impl) {
     impl->tile8[KERN_TYPE_BF16] = tile8_bf16_dp;
     impl->tile16[KERN_TYPE_BF16] = tile16_bf16_dp;
     impl->r8f_pack[KERN_TYPE_BF16] = bf_pack;
+    impl->r8f_block_toks[KERN_TYPE_BF16] = BF_BLOCK_TOKS;
 }
 
 #if defined(__clang__)
