@@ -5,6 +5,21 @@
 #include <stdio.h>
 #include <xxhash.h>
 
+/* On x86-64 the library's dispatching entry points pick AVX2 or AVX-512 at run time: the
+ * same values, 2-4 times faster over a model file (its fingerprint) than the SSE2 ones
+ * the plain entry points are built with. */
+#if defined(__x86_64__) && defined(__has_include)
+#if __has_include(<xxh_x86dispatch.h>)
+#include <xxh_x86dispatch.h>
+#define hash_128 XXH3_128bits_dispatch
+#define hash_128_update XXH3_128bits_update_dispatch
+#endif
+#endif
+#ifndef hash_128
+#define hash_128 XXH3_128bits
+#define hash_128_update XXH3_128bits_update
+#endif
+
 struct hash128_state {
     XXH3_state_t *st;
 };
@@ -12,7 +27,7 @@ struct hash128_state {
 uint64_t hash64(const void *data, size_t n) { return XXH3_64bits(data, n); }
 
 struct hash128 hash128(const void *data, size_t n) {
-    XXH128_hash_t h = XXH3_128bits(data, n);
+    XXH128_hash_t h = hash_128(data, n);
     return (struct hash128){.lo = h.low64, .hi = h.high64};
 }
 
@@ -38,7 +53,7 @@ void hash128_state_free(struct hash128_state *s) {
 void hash128_state_reset(struct hash128_state *s) { XXH3_128bits_reset(s->st); }
 
 void hash128_state_update(struct hash128_state *s, const void *data, size_t n) {
-    XXH3_128bits_update(s->st, data, n);
+    hash_128_update(s->st, data, n);
 }
 
 struct hash128 hash128_state_digest(const struct hash128_state *s) {

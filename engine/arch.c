@@ -127,7 +127,8 @@ const struct arch_desc engine_arch_rows[ENGINE_ARCH_COUNT] = {
                                     [FEAT_GATE] = USE_REQ,
                                     [FEAT_K] = USE_REQ, [FEAT_V] = USE_REQ,
                                     [FEAT_Q_NORM] = USE_REQ, [FEAT_K_NORM] = USE_REQ,
-                                    [FEAT_DELTANET] = USE_REQ}},
+                                    [FEAT_DELTANET] = USE_REQ, [FEAT_DN_QKVZ] = USE_REQ,
+                                    [FEAT_DN_AB] = USE_REQ}},
     /* Qwen3 MoE (Qwen3-30B-A3B, notes/hybrid.md §C.2): qwen3's attention, every FFN a
      * mixture of experts: softmax over all experts, top-k, renormalised (llama.cpp
      * hard-codes both and reads neither expert_gating_func nor expert_weights_norm) */
@@ -153,8 +154,47 @@ const struct arch_desc engine_arch_rows[ENGINE_ARCH_COUNT] = {
                                        [FEAT_PRE_NORMS] = USE_REQ,
                                        [FEAT_K] = USE_REQ, [FEAT_V] = USE_REQ,
                                        [FEAT_Q_NORM] = USE_REQ, [FEAT_K_NORM] = USE_REQ,
-                                       [FEAT_DELTANET] = USE_REQ,
+                                       [FEAT_DELTANET] = USE_REQ, [FEAT_DN_QKVZ] = USE_REQ,
+                                       [FEAT_DN_AB] = USE_REQ,
                                        [FEAT_MOE] = USE_REQ, [FEAT_SHEXP] = USE_REQ}},
+    /* Qwen3-Next (80B-A3B, notes/hybrid.md §A.3-A.7): qwen35moe's recipe with plain NEOX
+     * RoPE, the V heads in HF's grouped order (value head h reads key head h / (H_v / H_k):
+     * not re-ordered by the converter), β and α fused in ssm_ba, and in legacy files q, k,
+     * v and z fused in ssm_in (re-laid at load, engine/model.c) */
+    [ENGINE_ARCH_QWEN3NEXT] = {.name = "qwen3next",
+                               .rope_kind = ENGINE_ROPE_NEOX,
+                               .attn_gate = true,
+                               .recurrent = true,
+                               .mtp = true,
+                               .dn_head_map = KERN_DN_HEAD_MAP_GROUPED,
+                               .moe = {.on = true, .gating = ENGINE_MOE_SOFTMAX, .norm_w = true},
+                               .rename = {{"ffn_norm.weight", "post_attention_norm.weight"}},
+                               .use = {[FEAT_BASE] = USE_REQ, [FEAT_OUTPUT] = USE_OPT,
+                                       [FEAT_PRE_NORMS] = USE_REQ,
+                                       [FEAT_K] = USE_REQ, [FEAT_V] = USE_REQ,
+                                       [FEAT_Q_NORM] = USE_REQ, [FEAT_K_NORM] = USE_REQ,
+                                       [FEAT_DELTANET] = USE_REQ, [FEAT_DN_QKVZ] = USE_OPT,
+                                       [FEAT_DN_BA] = USE_REQ, [FEAT_DN_IN] = USE_OPT,
+                                       [FEAT_MOE] = USE_REQ, [FEAT_SHEXP] = USE_REQ}},
+    /* gpt-oss (notes/hybrid.md §C.3): attention sinks, SWA on even layers (period 2, no
+     * key), the global RoPE (YaRN) on every layer, q/k/v and output biases, every FFN a
+     * mixture of experts routed by the top k logits (+ bias) then a softmax over those
+     * (not renormalised), SWIGLU_OAI experts with biases; post_attention_norm is the
+     * pre-FFN norm */
+    [ENGINE_ARCH_GPT_OSS] = {.name = "gpt-oss",
+                             .rope_kind = ENGINE_ROPE_NEOX,
+                             .swa = SWA_PERIOD,
+                             .swa_period = 2,
+                             .swa_rope_global = true,
+                             .moe = {.on = true, .gating = ENGINE_MOE_SOFTMAX_TOPK},
+                             .ffn_act = ENGINE_FFN_SWIGLU_OAI,
+                             .rename = {{"ffn_norm.weight", "post_attention_norm.weight"}},
+                             .use = {[FEAT_BASE] = USE_REQ, [FEAT_OUTPUT] = USE_REQ,
+                                     [FEAT_PRE_NORMS] = USE_REQ,
+                                     [FEAT_K] = USE_REQ, [FEAT_V] = USE_REQ,
+                                     [FEAT_QKV_BIAS] = USE_OPT, [FEAT_O_BIAS] = USE_REQ,
+                                     [FEAT_MOE] = USE_REQ, [FEAT_SINKS] = USE_REQ,
+                                     [FEAT_MOE_BIAS] = USE_REQ}},
 };
 
 int engine_arch_from_name(const char *name) {
@@ -270,25 +310,31 @@ const struct tensor_spec engine_layer_specs[] = {
      PART_WHOLE, SPEC_ANY_LAYER, DIM_ONE},
     {"layer_output_scale.weight", L(out_scale), KIND_VEC, DIM_ONE, DIM_ONE, FEAT_LAYER_SCALE,
      SPLIT_HOST, PART_WHOLE, SPEC_ANY_LAYER, DIM_ONE},
-    /* Gated DeltaNet layers: whole on their device (no split cuts them yet) */
-    {"attn_qkv.weight", L(ssm_qkv), KIND_MATMUL, DIM_EMBD, DIM_SSM_CONV, FEAT_DELTANET, SPLIT_ALL,
+    /* Gated DeltaNet layers: cut by key heads with the value heads that read them
+     * (engine/device.h); the per-head norm whole */
+    {"attn_qkv.weight", L(ssm_qkv), KIND_MATMUL, DIM_EMBD, DIM_SSM_CONV, FEAT_DN_QKVZ,
+     SPLIT_DN_CHAN, PART_WHOLE, SPEC_REC_LAYER, DIM_ONE},
+    {"attn_gate.weight", L(ssm_z), KIND_MATMUL, DIM_EMBD, DIM_SSM_INNER, FEAT_DN_QKVZ,
+     SPLIT_DN_V_ROWS, PART_WHOLE, SPEC_REC_LAYER, DIM_ONE},
+    {"ssm_alpha.weight", L(ssm_alpha), KIND_MATMUL, DIM_EMBD, DIM_SSM_HEADS, FEAT_DN_AB,
+     SPLIT_DN_V_ROWS, PART_WHOLE, SPEC_REC_LAYER, DIM_ONE},
+    {"ssm_beta.weight", L(ssm_beta), KIND_MATMUL, DIM_EMBD, DIM_SSM_HEADS, FEAT_DN_AB,
+     SPLIT_DN_V_ROWS, PART_WHOLE, SPEC_REC_LAYER, DIM_ONE},
+    /* qwen3next: ssm_ba cut by key heads (its groups of β and α); ssm_in read at load only */
+    {"ssm_ba.weight", L(ssm_ba), KIND_MATMUL, DIM_EMBD, DIM_SSM_BA, FEAT_DN_BA, SPLIT_DN_K_ROWS,
      PART_WHOLE, SPEC_REC_LAYER, DIM_ONE},
-    {"attn_gate.weight", L(ssm_z), KIND_MATMUL, DIM_EMBD, DIM_SSM_INNER, FEAT_DELTANET, SPLIT_ALL,
+    {"ssm_in.weight", L(ssm_in), KIND_MATMUL, DIM_EMBD, DIM_SSM_QKVZ, FEAT_DN_IN, SPLIT_HOST,
      PART_WHOLE, SPEC_REC_LAYER, DIM_ONE},
-    {"ssm_alpha.weight", L(ssm_alpha), KIND_MATMUL, DIM_EMBD, DIM_SSM_HEADS, FEAT_DELTANET,
-     SPLIT_ALL, PART_WHOLE, SPEC_REC_LAYER, DIM_ONE},
-    {"ssm_beta.weight", L(ssm_beta), KIND_MATMUL, DIM_EMBD, DIM_SSM_HEADS, FEAT_DELTANET,
-     SPLIT_ALL, PART_WHOLE, SPEC_REC_LAYER, DIM_ONE},
     {"ssm_conv1d.weight", L(ssm_conv), KIND_CONV, DIM_SSM_KERNEL, DIM_SSM_CONV, FEAT_DELTANET,
-     SPLIT_ALL, PART_WHOLE, SPEC_REC_LAYER, DIM_ONE},
-    {"ssm_dt.bias", L(ssm_dt), KIND_VEC, DIM_SSM_HEADS, DIM_ONE, FEAT_DELTANET, SPLIT_ALL,
+     SPLIT_DN_CHAN, PART_WHOLE, SPEC_REC_LAYER, DIM_ONE},
+    {"ssm_dt.bias", L(ssm_dt), KIND_VEC, DIM_SSM_HEADS, DIM_ONE, FEAT_DELTANET, SPLIT_DN_V_ROWS,
      PART_WHOLE, SPEC_REC_LAYER, DIM_ONE},
-    {"ssm_a", L(ssm_a), KIND_VEC, DIM_SSM_HEADS, DIM_ONE, FEAT_DELTANET, SPLIT_ALL, PART_WHOLE,
-     SPEC_REC_LAYER, DIM_ONE},
+    {"ssm_a", L(ssm_a), KIND_VEC, DIM_SSM_HEADS, DIM_ONE, FEAT_DELTANET, SPLIT_DN_V_ROWS,
+     PART_WHOLE, SPEC_REC_LAYER, DIM_ONE},
     {"ssm_norm.weight", L(ssm_norm), KIND_VEC, DIM_SSM_HEAD_V, DIM_ONE, FEAT_DELTANET, SPLIT_ALL,
      PART_WHOLE, SPEC_REC_LAYER, DIM_ONE},
-    {"ssm_out.weight", L(ssm_out), KIND_MATMUL, DIM_SSM_INNER, DIM_EMBD, FEAT_DELTANET, SPLIT_ALL,
-     PART_WHOLE, SPEC_REC_LAYER, DIM_ONE},
+    {"ssm_out.weight", L(ssm_out), KIND_MATMUL, DIM_SSM_INNER, DIM_EMBD, FEAT_DELTANET,
+     SPLIT_DN_O_COLS, PART_WHOLE, SPEC_REC_LAYER, DIM_ONE},
     /* mixture of experts: the router whole on every device (each routes the same), the
      * experts' stacks (ne[2] = n_expert) cut by each expert's hidden units */
     {"ffn_gate_inp.weight", L(moe_router), KIND_MATMUL, DIM_EMBD, DIM_EXPERTS, FEAT_MOE, SPLIT_ALL,
@@ -307,6 +353,18 @@ const struct tensor_spec engine_layer_specs[] = {
      SPLIT_SH_ROWS, PART_WHOLE, SPEC_MOE_FFN, DIM_ONE},
     {"ffn_down_shexp.weight", L(sh_down), KIND_MATMUL, DIM_FF_SHEXP, DIM_EMBD, FEAT_SHEXP,
      SPLIT_SH_COLS, PART_WHOLE, SPEC_MOE_FFN, DIM_ONE},
+    /* gpt-oss: the sinks and biases whole on every device (a device reads its heads' sinks
+     * and its units' biases by their offsets) */
+    {"attn_sinks.weight", L(attn_sinks), KIND_VEC, DIM_HEADS, DIM_ONE, FEAT_SINKS, SPLIT_ALL,
+     PART_WHOLE, SPEC_ATTN_LAYER, DIM_ONE},
+    {"ffn_gate_inp.bias", L(moe_router_b), KIND_VEC, DIM_EXPERTS, DIM_ONE, FEAT_MOE_BIAS,
+     SPLIT_ALL, PART_WHOLE, SPEC_MOE_FFN, DIM_ONE},
+    {"ffn_gate_exps.bias", L(exp_gate_b), KIND_VEC, DIM_FF_EXP, DIM_EXPERTS, FEAT_MOE_BIAS,
+     SPLIT_ALL, PART_WHOLE, SPEC_MOE_FFN, DIM_ONE},
+    {"ffn_up_exps.bias", L(exp_up_b), KIND_VEC, DIM_FF_EXP, DIM_EXPERTS, FEAT_MOE_BIAS,
+     SPLIT_ALL, PART_WHOLE, SPEC_MOE_FFN, DIM_ONE},
+    {"ffn_down_exps.bias", L(exp_down_b), KIND_VEC, DIM_EMBD, DIM_EXPERTS, FEAT_MOE_BIAS,
+     SPLIT_ALL, PART_WHOLE, SPEC_MOE_FFN, DIM_ONE},
 };
 
 #undef G

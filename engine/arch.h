@@ -56,6 +56,9 @@ enum spec_dim {
     DIM_EXPERTS,    /* n_expert: the matrices of an experts' stack (ne[2]) */
     DIM_FF_EXP,     /* n_ff_exp: an expert's hidden units */
     DIM_FF_SHEXP,   /* n_ff_shexp: the shared expert's */
+    DIM_SSM_QKVZ,   /* 2·H_k·d_k + 2·H_v·d_v: qwen3next's ssm_in (q, k, v and z) */
+    DIM_SSM_BA,     /* 2·H_v: qwen3next's ssm_ba (β and α) */
+    DIM_HEADS,      /* n_head: gpt-oss's attention sinks */
     DIM_COUNT
 };
 
@@ -105,6 +108,13 @@ enum spec_split {
     SPLIT_EXP_COLS,   /* likewise a column each */
     SPLIT_SH_ROWS,    /* the shared expert's hidden units: a row each */
     SPLIT_SH_COLS,    /* likewise a column each */
+    /* Gated DeltaNet layers, cut by key heads, each with the value heads that read it
+     * (engine/device.h): */
+    SPLIT_DN_CHAN,    /* the conv channels (q, k of its key heads, v of its value heads):
+                       * rows of attn_qkv, columns of the conv (stored tap-major) */
+    SPLIT_DN_V_ROWS,  /* its value heads: n_out / H_v rows (or values) each */
+    SPLIT_DN_K_ROWS,  /* its key heads: n_out / H_k rows each (ssm_ba, grouped per key head) */
+    SPLIT_DN_O_COLS,  /* its value heads' columns of ssm_out: d_v each */
 };
 
 /* What a weight is for beyond the plain recipe. A spec names its feature; each arch row says
@@ -135,8 +145,14 @@ enum spec_feature {
     FEAT_POS_EMBD,    /* position_embd: learned absolute positions */
     FEAT_DENSE,       /* dense_2, dense_3: projections of the pooled embedding */
     FEAT_DELTANET,    /* the Gated DeltaNet layers' tensors (notes/hybrid.md §A.3) */
+    FEAT_DN_QKVZ,     /* their attn_qkv and attn_gate (qwen3next: or a legacy ssm_in) */
+    FEAT_DN_AB,       /* their ssm_alpha and ssm_beta (qwen35) */
+    FEAT_DN_BA,       /* qwen3next's fused ssm_ba instead */
+    FEAT_DN_IN,       /* qwen3next's legacy fused ssm_in (q, k, v, z grouped per key head) */
     FEAT_MOE,         /* a mixture-of-experts FFN: the router and the experts' stacks */
     FEAT_SHEXP,       /* the shared expert and its sigmoid gate (qwen35moe) */
+    FEAT_SINKS,       /* attn_sinks: a logit per query head in the softmax's denominator */
+    FEAT_MOE_BIAS,    /* biases of the router and of every expert's gate, up and down */
     FEAT_COUNT
 };
 
@@ -146,6 +162,10 @@ struct arch_desc {
     const char *name;
     enum engine_rope_kind rope_kind;
     enum swa_layout swa;
+    uint32_t swa_period; /* SWA_PERIOD without the key: this period (0: 6, gemma's) */
+    /* SWA layers use the global layers' RoPE (scaling, YaRN; their base unless
+     * rope.freq_base_swa says otherwise), not gemma's plain RoPE of base 10000 */
+    bool swa_rope_global;
     bool swa_own_dims; /* SWA layers have their own key/value length and RoPE dims */
     enum attn_scale_rule attn_scale;
     bool gemma_io;         /* embeddings × sqrt(n_embd), GeGLU, final_logit_softcapping read */
@@ -180,6 +200,7 @@ struct arch_desc {
      * MTP layers are counted in block_count (nextn_predict_layers) and skipped; vision
      * tensors (v.*, mm.*) are skipped */
     bool attn_gate, recurrent, mtp, skip_vision;
+    enum kern_dn_head_map dn_head_map; /* its V-head order (notes/hybrid.md §A.4) */
     /* tensors the arch names its own way: the spec's name, the file's (e.g. qwen35's
      * pre-FFN norm is post_attention_norm.weight) */
     struct {

@@ -192,10 +192,12 @@ static int context_new(const struct engine_model *m, struct engine_context_param
         uint32_t n_rot = hp->n_rot;
         for (uint32_t il = 0; il < hp->n_layer; il++)
             if (hp->layer[il].swa == swa) n_rot = hp->layer[il].n_rot;
+        const float base = swa ? hp->rope_freq_base_swa : hp->rope_freq_base;
+        swa = swa && !hp->swa_rope_global; /* gpt-oss: the global RoPE but its SWA base */
         ctx->rope[s] = (struct kern_rope_params){
             .n_dims = n_rot,
             .neox = hp->rope_kind == ENGINE_ROPE_NEOX,
-            .freq_base = swa ? hp->rope_freq_base_swa : hp->rope_freq_base,
+            .freq_base = base,
             .freq_scale = swa ? 1.0f : hp->rope_freq_scale,
             .ext_factor = swa ? 0.0f : hp->yarn_ext_factor,
             .attn_factor = swa ? 1.0f : hp->yarn_attn_factor,

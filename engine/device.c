@@ -240,6 +240,229 @@ static int cols_slice(struct device *dv, const struct engine_weight *w, int64_t 
     return 0;
 }
 
+/* ---- Gated DeltaNet layers (engine/device.h) -------------------------------------------
+ * A device's heads in its local order, as runs of consecutive global indices: n items
+ * from g0 (global) at l0 (local). A tiled layer cut in parts has H_v / H_k runs of value
+ * heads (and two of q, k channels): at most DN_MAX_RUNS, else it goes whole to a device. */
+#define DN_MAX_RUNS 66
+
+struct dn_run {
+    int64_t g0, l0, n;
+};
+
+/* The global value head of a device's local value head l. */
+static int64_t dn_head_global(const struct kern_dn_shape *p, const struct dev_layer *dl,
+                              int64_t l) {
+    const int64_t r = p->n_head_v / p->n_head_k;
+    if (p->head_map == KERN_DN_HEAD_MAP_GROUPED || dl->n_dk == p->n_head_k) return dl->dk0 * r + l;
+    return l / dl->n_dk * p->n_head_k + dl->dk0 + l % dl->n_dk; /* tiled */
+}
+
+/* The global conv channel of a device's local channel c (q | k | v, each in its order). */
+static int64_t dn_chan_global(const struct kern_dn_shape *p, const struct dev_layer *dl,
+                              int64_t c) {
+    const int64_t dk = p->head_dim_k, dv = p->head_dim_v, key = p->n_head_k * dk;
+    const int64_t nkd = dl->n_dk * dk;
+    if (c < 2 * nkd) return (c < nkd ? 0 : key - nkd) + dl->dk0 * dk + c;
+    c -= 2 * nkd;
+    return 2 * key + dn_head_global(p, dl, c / dv) * dv + c % dv;
+}
+
+/* dl's value heads (in heads) or conv channels (chan) as runs into run (room for H_v / H_k
+ * + 2), adjacent ones merged; returns their count. */
+static int64_t dn_runs(const struct kern_dn_shape *p, const struct dev_layer *dl, bool chan,
+                       struct dn_run *run) {
+    const int64_t r = p->n_head_v / p->n_head_k, dk = p->head_dim_k, dv = chan ? p->head_dim_v : 1;
+    const int64_t key = p->n_head_k * dk, nkd = dl->n_dk * dk;
+    int64_t n = 0;
+    if (dl->n_dk == 0) return 0;
+    if (chan) {
+        run[n++] = (struct dn_run){dl->dk0 * dk, 0, nkd};
+        run[n++] = (struct dn_run){key + dl->dk0 * dk, nkd, nkd};
+    }
+    const int64_t base = chan ? 2 * key : 0, lbase = chan ? 2 * nkd : 0;
+    const bool tiled = p->head_map == KERN_DN_HEAD_MAP_TILED && dl->n_dk < p->n_head_k;
+    for (int64_t j = 0; j < (tiled ? r : 1); j++) {
+        const int64_t l0 = tiled ? j * dl->n_dk : 0, cnt = tiled ? dl->n_dk : dl->n_dk * r;
+        struct dn_run x = {base + dn_head_global(p, dl, l0) * dv, lbase + l0 * dv, cnt * dv};
+        if (n > 0 && run[n - 1].g0 + run[n - 1].n == x.g0 && run[n - 1].l0 + run[n - 1].n == x.l0)
+            run[n - 1].n += x.n;
+        else
+            run[n++] = x;
+    }
+    return n;
+}
+
+/* w's items of the runs into ret, `per` rows of a matrix (values of a vector, columns of
+ * the tap-major conv) an item: a view where that is one run of rows or values, else a
+ * copy the device owns. No item: an absent weight. */
+static int dn_gather(struct device *dv, const struct engine_weight *w, enum spec_kind kind,
+                     const struct dn_run *run, int64_t n_run, int64_t per,
+                     struct engine_weight *ret) {
+    int64_t total = 0;
+    for (int64_t i = 0; i < n_run; i++) total += run[i].n * per;
+    *ret = *w;
+    if (!w->data || total == 0) {
+        ret->data = NULL;
+        return 0;
+    }
+    if (n_run == 1 && kind == KIND_CONV && total == w->n_out) return 0; /* all of it */
+    if (n_run == 1 && kind != KIND_CONV) {
+        *ret = kind == KIND_VEC ? vec_view(w, run[0].g0 * per, total)
+                                : rows_view(w, run[0].g0 * per, total);
+        return 0;
+    }
+    /* a vector's values, a matrix's rows, or the conv's columns of each of its K taps */
+    const size_t item = kind == KIND_MATMUL ? w->row_bytes : sizeof(float);
+    const int64_t n_tap = kind == KIND_CONV ? w->n_in : 1, n_chan = w->n_out;
+    size_t bytes;
+    if (!size_mul((size_t)(total * n_tap), item, &bytes)) return -ENOMEM;
+    char *p = malloc(bytes ? bytes : 1);
+    if (!p) return -ENOMEM;
+    char *at = p;
+    for (int64_t t = 0; t < n_tap; t++)
+        for (int64_t i = 0; i < n_run; i++) {
+            const size_t n = (size_t)(run[i].n * per) * item;
+            const size_t from = (size_t)(t * n_chan) + (size_t)(run[i].g0 * per);
+            memcpy(at, (const char *)w->data + from * item, n);
+            at += n;
+        }
+    dv->owned[dv->n_owned++] = p;
+    dv->copied_bytes += bytes;
+    ret->data = p;
+    if (kind == KIND_VEC)
+        ret->n_in = total, ret->row_bytes = (size_t)total * sizeof(float);
+    else
+        ret->n_out = total;
+    return 0;
+}
+
+/* ssm_out's columns of the runs (d_v a value head; whole blocks, engine/device.c
+ * dn_unit): a view where that is all of w, else a copy the device owns. */
+static int dn_cols(struct device *dv, const struct engine_weight *w, const struct dn_run *run,
+                   int64_t n_run, int64_t per, struct engine_weight *ret) {
+    if (n_run <= 1) {
+        if (n_run == 0) return dn_gather(dv, w, KIND_MATMUL, run, 0, per, ret);
+        return cols_slice(dv, w, run[0].g0 * per, run[0].n * per, ret);
+    }
+    int64_t total = 0;
+    for (int64_t i = 0; i < n_run; i++) total += run[i].n * per;
+    const size_t rb = kern_row_size(w->type, total);
+    *ret = *w;
+    if (!w->data) return 0;
+    char *p = malloc_array((size_t)w->n_out, rb ? rb : 1);
+    if (!p) return -ENOMEM;
+    for (int64_t r = 0; r < w->n_out; r++) {
+        char *at = p + (size_t)r * rb;
+        for (int64_t i = 0; i < n_run; i++) {
+            const size_t off = kern_row_size(w->type, run[i].g0 * per),
+                         n = kern_row_size(w->type, run[i].n * per);
+            memcpy(at, (const char *)w->data + (size_t)r * w->row_bytes + off, n);
+            at += n;
+        }
+    }
+    dv->owned[dv->n_owned++] = p;
+    dv->copied_bytes += (uint64_t)w->n_out * rb;
+    ret->data = p;
+    ret->n_in = total;
+    ret->row_bytes = rb;
+    return 0;
+}
+
+/* A device's share of a Gated DeltaNet layer's weight of spec s (split SPLIT_DN_*), p the
+ * layer's global shape. */
+static int dn_slice(struct device *de, const struct tensor_spec *s, const struct engine_weight *w,
+                    const struct dev_layer *dl, const struct kern_dn_shape *p,
+                    struct engine_weight *out) {
+    struct dn_run run[DN_MAX_RUNS];
+    const bool chan = s->split == SPLIT_DN_CHAN;
+    if (!w->data) { /* not a recurrent layer */
+        *out = *w;
+        return 0;
+    }
+    if (s->split == SPLIT_DN_K_ROWS) {
+        const struct dn_run k = {dl->dk0, 0, dl->n_dk};
+        return dn_gather(de, w, s->kind, &k, dl->n_dk ? 1 : 0,
+                         (s->kind == KIND_VEC ? w->n_in : w->n_out) / p->n_head_k, out);
+    }
+    const int64_t n_run = dn_runs(p, dl, chan, run);
+    if (s->split == SPLIT_DN_O_COLS) return dn_cols(de, w, run, n_run, p->head_dim_v, out);
+    const int64_t per = chan ? 1 : (s->kind == KIND_VEC ? w->n_in : w->n_out) / p->n_head_v;
+    return dn_gather(de, w, s->kind, run, n_run, per, out);
+}
+
+/* The unit of a Gated DeltaNet layer's cut in key heads: the fewest whose value heads'
+ * columns of ssm_out are whole quant blocks (in the tiled order, every run of them:
+ * where H_k·d_v is not whole blocks, the layer goes whole to one device). */
+static int64_t dn_unit(const struct kern_dn_shape *p, const struct engine_weight *out) {
+    const int64_t blk = block_of(out), r = p->n_head_v / p->n_head_k;
+    const int64_t cols = p->head_dim_v * (p->head_map == KERN_DN_HEAD_MAP_TILED ? 1 : r);
+    if (p->head_map == KERN_DN_HEAD_MAP_TILED && r > 1 &&
+        ((p->n_head_k * p->head_dim_v) % blk || r + 2 > DN_MAX_RUNS))
+        return p->n_head_k;
+    return MIN(blk / gcd64(blk, cols), p->n_head_k);
+}
+
+void device_dn_conv(struct device *de, int il, float *y, float *state, const float *x,
+                    int64_t n_tok, int64_t c0, int64_t c1) {
+    const struct kv_rstate *rs = &de->cpu.e.ctx->kv.rs;
+    const struct dev_layer *dl = &de->layer[il];
+    const int64_t C = rs->n_chan, Cl = dl->n_dchan, K = rs->n_kernel;
+    const float *w = dl->w.ssm_conv.data;
+    if (Cl == C) {
+        kern_dn_conv(y, state, x, w, n_tok, C, K, c0, c1);
+        return;
+    }
+    /* its channels of the state in its order, and back: no other device holds them */
+    float *loc = de->dn_conv_state;
+    for (int64_t c = c0; c < c1; c++) {
+        const int64_t g = dn_chan_global(&rs->shape, dl, c);
+        for (int64_t t = 0; t < K - 1; t++) loc[t * Cl + c] = state[t * C + g];
+    }
+    kern_dn_conv(y, loc, x, w, n_tok, Cl, K, c0, c1);
+    for (int64_t c = c0; c < c1; c++) {
+        const int64_t g = dn_chan_global(&rs->shape, dl, c);
+        for (int64_t t = 0; t < K - 1; t++) state[t * C + g] = loc[t * Cl + c];
+    }
+}
+
+void device_dn_delta(const struct device *de, int il, float *state, const struct kern_dn_seq *s,
+                     int64_t h0, int64_t h1, void *scratch) {
+    const struct kern_dn_shape *p = &de->cpu.e.ctx->kv.rs.shape;
+    const struct dev_layer *dl = &de->layer[il];
+    const int64_t dv = p->head_dim_v, hs = p->head_dim_v * p->head_dim_k;
+    if (dl->n_dk == p->n_head_k) { /* the whole layer: its order is the global one */
+        kern_dn_delta(state, s, p, h0, h1, scratch);
+        return;
+    }
+    if (p->head_map != KERN_DN_HEAD_MAP_TILED) { /* grouped: one run from dk0·r */
+        kern_dn_delta(state + dl->dk0 * (p->n_head_v / p->n_head_k) * hs, s, &dl->dn, h0, h1,
+                      scratch);
+        return;
+    }
+    /* tiled: run j is local heads [j·n_dk, (j + 1)·n_dk), global j·H_k + dk0 + i, each
+     * reading local key head i; its g and β (a row of H_v values a token to the kernels)
+     * copied to rows of n_dk after the kernels' scratch */
+    const int64_t nk = dl->n_dk, nv = dl->n_dv, n = s->n_tok;
+    struct kern_dn_shape one = dl->dn;
+    one.n_head_v = nk;
+    float *g = (float *)((char *)scratch + de->dn_kern_bytes), *beta = g + n * nk;
+    for (int64_t j = h0 / nk; j * nk < h1; j++) {
+        const int64_t a = MAX(h0, j * nk) - j * nk, b = MIN(h1, (j + 1) * nk) - j * nk;
+        struct kern_dn_seq r = *s;
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t i = a; i < b; i++) {
+                g[t * nk + i] = s->g[t * nv + j * nk + i];
+                beta[t * nk + i] = s->beta[t * nv + j * nk + i];
+            }
+        r.v += j * nk * dv;
+        r.g = g;
+        r.beta = beta;
+        r.o += j * nk * dv;
+        kern_dn_delta(state + (j * p->n_head_k + dl->dk0) * hs, &r, &one, a, b, scratch);
+    }
+}
+
 /* A repacked copy of bytes: on 2 MiB boundaries with transparent huge pages asked for
  * where it spans one or more (best effort), as the daemon's private copy of the model
  * has them: decode streams every weight once per token, and with 4 KiB pages that is a
@@ -264,6 +487,35 @@ static void repack_in_place(const struct engine_weight *w, uint8_t *tmp) {
     }
 }
 
+/* An experts' stack (w, of the model's mw) is read in place, expert e a slice of the
+ * file's tensor: a copy of every expert would double a MoE model's bulk for the few
+ * experts a token reads. Where the model owns its weights (the daemon's private copy) the
+ * whole stack is repacked there, expert by expert (each expert's rows are whole groups of
+ * 8); a column slice the device owns likewise; a mapped file's stack stays as it is. */
+static int stack_repack(struct engine_context *ctx, struct device *dv, struct engine_weight *w,
+                        struct engine_weight *mw) {
+    struct engine_model *m = (struct engine_model *)ctx->model;
+    if (!w->data || w->layout != KERN_LAYOUT_ROWS || !kern_rows8_supported(w->type, w->n_in, w->n_out))
+        return 0;
+    bool owned = false;
+    for (size_t i = 0; i < dv->n_owned && !owned; i++) owned = dv->owned[i] == w->data;
+    const bool whole = w->data == mw->data && w->n_out == mw->n_out && w->n_in == mw->n_in;
+    if (!owned && !(m->own_copy && whole)) return 0;
+    uint8_t *tmp = malloc(8 * w->row_bytes);
+    if (!tmp) return -ENOMEM;
+    for (int64_t e = 0; e < w->n_expert; e++) {
+        const struct engine_weight x = engine_weight_expert(w, e);
+        repack_in_place(&x, tmp);
+    }
+    free(tmp);
+    if (!owned) {
+        mw->layout = KERN_LAYOUT_ROWS8;
+        m->repacked = true;
+    }
+    w->layout = KERN_LAYOUT_ROWS8;
+    return 0;
+}
+
 /* w (a device's view or copy of the model's mw) in the layout this CPU's kernels read
  * fastest (kernels/types.h rows8), where that differs from the file's:
  *   a column slice the device owns: in place;
@@ -276,9 +528,7 @@ static void repack_in_place(const struct engine_weight *w, uint8_t *tmp) {
 static int weight_repack(struct engine_context *ctx, struct device *dv, struct engine_weight *w,
                          struct engine_weight *mw) {
     struct engine_model *m = (struct engine_model *)ctx->model; /* see the in-place case */
-    /* experts' stacks are read in place, expert e a slice of the file's tensor: a copy of
-     * every expert would double the bulk of a MoE model for the few a token reads */
-    if (w->n_expert > 0) return 0;
+    if (w->n_expert > 0) return stack_repack(ctx, dv, w, mw);
     if (!w->data || w->layout != KERN_LAYOUT_ROWS || !kern_rows8_supported(w->type, w->n_in, w->n_out))
         return 0;
     size_t i = 0;
@@ -376,7 +626,7 @@ static int64_t attn_unit(const struct engine_model *m, const struct kv_cache *kv
  * dl), as the spec's split column says (engine/arch.h), into dl->w. */
 static int layer_slice(struct device *de, const struct tensor_spec *s, const struct engine_layer *l,
                        struct dev_layer *dl, int64_t group, int64_t hd_q, int64_t hd_k,
-                       int64_t hd_v) {
+                       int64_t hd_v, const struct kern_dn_shape *dn) {
     const struct engine_weight *w = spec_field_const(l, s);
     struct engine_weight *out = spec_field(&dl->w, s);
     const int64_t kv_off = dl->kv0, kv_cnt = dl->n_kv;
@@ -421,6 +671,11 @@ static int layer_slice(struct device *de, const struct tensor_spec *s, const str
         off = dl->fs0;
         cnt = dl->n_fs;
         break;
+    case SPLIT_DN_CHAN:
+    case SPLIT_DN_V_ROWS:
+    case SPLIT_DN_K_ROWS:
+    case SPLIT_DN_O_COLS:
+        return dn_slice(de, s, w, dl, dn, out);
     case SPLIT_VOCAB_ROWS:
         return ERR_INVALID; /* not a layer's */
     }
@@ -451,18 +706,27 @@ static int plan_layers(struct engine_context *ctx, const float *ratio, struct er
     int64_t ff_off[ENGINE_MAX_DEVICES], ff_cnt[ENGINE_MAX_DEVICES];
     int64_t fe_off[ENGINE_MAX_DEVICES], fe_cnt[ENGINE_MAX_DEVICES];
     int64_t fs_off[ENGINE_MAX_DEVICES], fs_cnt[ENGINE_MAX_DEVICES];
+    int64_t dk_off[ENGINE_MAX_DEVICES] = {0}, dk_cnt[ENGINE_MAX_DEVICES] = {0};
+    const struct kern_dn_shape *dn = &kv->rs.shape;
+    uint32_t n_rec = 0; /* recurrent layers before il: their rotation */
     for (int il = 0; il < (int)hp->n_layer; il++) {
         const struct engine_layer_hparams *lh = &hp->layer[il];
         const struct engine_layer *l = &m->layers[il];
         const int src = kv_source(kv, il);
-        const int64_t n_kv = kv_store_of(kv, il)->n_head_kv, group = hp->n_head / n_kv;
+        /* (a recurrent layer has no attention: no KV heads anywhere) */
+        const bool rec = lh->mixer == ENGINE_MIXER_GATED_DELTANET;
+        const int64_t n_kv = rec ? 0 : kv_store_of(kv, il)->n_head_kv;
+        const int64_t group = n_kv ? hp->n_head / n_kv : 1;
         /* the attention: the unit every layer reading src's KV needs, src's rotation */
         int64_t unit = 1;
-        for (int j = 0; j < (int)hp->n_layer; j++)
+        for (int j = 0; j < (int)hp->n_layer && !rec; j++)
             if (kv_source(kv, j) == src) unit = lcm64(unit, attn_unit(m, kv, j));
         unit = MIN(unit, n_kv);
         uint32_t rot = layer_rot(hp, ctx->params.split_own_rotation ? il : src, n);
-        split_cut(n_kv, unit, n, ratio, rot, kv_off, kv_cnt);
+        if (rec)
+            for (uint32_t dv = 0; dv < n; dv++) kv_off[dv] = kv_cnt[dv] = 0;
+        else
+            split_cut(n_kv, unit, n, ratio, rot, kv_off, kv_cnt);
         /* the FFN: its own rotation, units of whole blocks of the down projection (a
          * mixture of experts: of every expert's and of the shared expert's) */
         const bool moe = lh->ffn == ENGINE_FFN_MOE;
@@ -471,16 +735,29 @@ static int plan_layers(struct engine_context *ctx, const float *ratio, struct er
         ffn_cut(moe ? hp->n_ff_exp : 0, &l->exp_down, n, ratio, frot, fe_off, fe_cnt);
         ffn_cut(moe && l->sh_down.data ? hp->n_ff_shexp : 0, &l->sh_down, n, ratio, frot,
                 fs_off, fs_cnt);
+        /* a Gated DeltaNet layer: by key heads, rotated over the recurrent layers */
+        if (rec) split_cut(dn->n_head_k, dn_unit(dn, &l->ssm_out), n, ratio, n_rec++ % n, dk_off,
+                           dk_cnt);
         for (uint32_t dv = 0; dv < n; dv++) {
             struct device *de = &ctx->dev[dv];
             struct dev_layer *dl = &de->layer[il];
             *dl = (struct dev_layer){
                 .kv0 = kv_off[dv], .n_kv = kv_cnt[dv], .ff0 = ff_off[dv], .n_ff = ff_cnt[dv],
                 .fe0 = fe_off[dv], .n_fe = fe_cnt[dv], .fs0 = fs_off[dv], .n_fs = fs_cnt[dv]};
+            if (rec) {
+                const int64_t nk = dk_cnt[dv], r = dn->n_head_v / dn->n_head_k;
+                dl->dk0 = dk_off[dv];
+                dl->n_dk = nk;
+                dl->n_dv = nk * r;
+                dl->n_dchan = 2 * nk * dn->head_dim_k + nk * r * dn->head_dim_v;
+                dl->dn = *dn;
+                dl->dn.n_head_k = nk;
+                dl->dn.n_head_v = nk * r;
+            }
             for (size_t k = 0; k < engine_n_layer_specs; k++) {
                 const struct tensor_spec *s = &engine_layer_specs[k];
                 const int64_t hd_q = lh->head_dim_k + (hp->attn_gate ? lh->head_dim_v : 0);
-                int r = layer_slice(de, s, l, dl, group, hd_q, lh->head_dim_k, lh->head_dim_v);
+                int r = layer_slice(de, s, l, dl, group, hd_q, lh->head_dim_k, lh->head_dim_v, dn);
                 if (r < 0)
                     return err_set(d, r, "cannot cut layer %d's %s for %s", il, s->name, de->name);
                 if (spec_on_devices(s) && il < (int)ctx->n_layer_host)
@@ -529,7 +806,8 @@ static int device_scratch(struct engine_context *ctx, struct device *de, struct 
     size_t mm = kern_matmul_scratch_bytes(de->output.type, de->output.n_in, ctx->n_out_step);
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         const struct dev_layer *dl = &de->layer[il];
-        const int64_t group = hp->n_head / kv_store_of(kv, (int)il)->n_head_kv;
+        const int64_t n_kv = kv_store_of(kv, (int)il)->n_head_kv; /* (0: no attention) */
+        const int64_t group = n_kv ? hp->n_head / n_kv : 1;
         const int64_t hd_k = hp->layer[il].head_dim_k, hd_v = hp->layer[il].head_dim_v;
         max_group = MAX(max_group, group);
         q = MAX(q, dl->n_kv * group * hd_k);
@@ -560,11 +838,19 @@ static int device_scratch(struct engine_context *ctx, struct device *de, struct 
     const size_t dn_chan = dn ? (size_t)rs->n_chan : 1;
     const size_t dn_heads = dn ? (size_t)rs->shape.n_head_v : 1;
     const size_t dn_inner = dn ? (size_t)(rs->shape.n_head_v * rs->shape.head_dim_v) : 1;
+    int64_t dn_chan_dev = 1; /* its most conv channels of a layer */
+    for (uint32_t il = 0; il < hp->n_layer; il++)
+        dn_chan_dev = MAX(dn_chan_dev, de->layer[il].n_dchan);
     de->dn_scratch_bytes = dn ? kern_dn_scratch_bytes(&rs->shape) : 0;
     if (dn && de->dn_scratch_bytes == 0)
         return err_set(d, ERR_OVERFLOW, "the Gated DeltaNet scratch of %s overflows", de->name);
-    /* (64-byte multiples: each thread's part stays aligned) */
+    /* (64-byte multiples: each thread's part stays aligned); then a tiled layer cut in
+     * parts: a run's g and β (device_dn_delta), n_batch × its key heads each */
     de->dn_scratch_bytes = (de->dn_scratch_bytes + 63) / 64 * 64;
+    de->dn_kern_bytes = de->dn_scratch_bytes;
+    int64_t dn_k_dev = 0;
+    for (uint32_t il = 0; il < hp->n_layer; il++) dn_k_dev = MAX(dn_k_dev, de->layer[il].n_dk);
+    if (dn) de->dn_scratch_bytes += (2 * nb * (size_t)dn_k_dev * sizeof(float) + 63) / 64 * 64;
     /* a mixture of experts: hb holds the router's logits, hb2 the shared expert's output
      * (engine/forward.c ffn_moe); the routing and an expert's rows (1 float without) */
     const bool moe = hp->n_expert > 0;
@@ -591,12 +877,13 @@ static int device_scratch(struct engine_context *ctx, struct device *de, struct 
                        nb * qg, nb * gate, nb * dn_chan, nb * dn_inner, nb * dn_heads,
                        nb * dn_heads, nb * dn_inner,
                        ((size_t)de->n_threads * de->dn_scratch_bytes + 3) / 4 + 1,
-                       sel, xy, xy, h, h, xy};
+                       sel, xy, xy, h, h, xy,
+                       dn ? (size_t)(rs->n_kernel - 1) * (size_t)dn_chan_dev : 1};
     float **bufs[] = {&de->q, &de->k, &de->v, &de->att, &de->hb, &de->hb2, &de->part,
                       &de->logits, &de->attn_scratch, &de->qg, &de->gate, &de->dn_qkv,
                       &de->dn_z, &de->dn_g, &de->dn_beta, &de->dn_o, &de->dn_scratch,
                       &de->moe_wt, &de->moe_x, &de->moe_y, &de->moe_h, &de->moe_h2,
-                      &de->moe_acc};
+                      &de->moe_acc, &de->dn_conv_state};
     de->scratch_bytes = mm;
     for (size_t i = 0; i < ARRAY_SIZE(bufs); i++) {
         if (bufs[i] == &de->logits && ctx->n_dev == 1) continue; /* it writes ctx->logits */
@@ -657,15 +944,14 @@ int devices_init(struct engine_context *ctx, struct err_detail *d) {
     for (uint32_t i = 0; i < n; i++) ratio[i] = sum > 0 ? p->tensor_split[i] : 1.0f;
 
     const uint32_t n_layer = ctx->model->hp.n_layer;
-    if (n > 1 && ctx->model->hp.n_layer_rec > 0)
-        return err_set(d, ERR_UNSUPPORTED, "a tensor split of a model with recurrent layers (%s: "
-                       "%u Gated DeltaNet layers) is not supported yet: run it on one device",
-                       ctx->model->arch_name, ctx->model->hp.n_layer_rec);
     /* copies a device may own per layer: one per matrix it holds a slice of (a column
-     * slice is repacked in place; a row view repacked is one copy) */
+     * slice is repacked in place; a row view repacked is one copy), and a Gated DeltaNet
+     * layer's gathered conv and vectors */
     size_t n_owned_max = 0;
     for (size_t k = 0; k < engine_n_layer_specs; k++)
-        n_owned_max += spec_on_devices(&engine_layer_specs[k]);
+        n_owned_max += spec_on_devices(&engine_layer_specs[k]) ||
+                       engine_layer_specs[k].split == SPLIT_DN_CHAN ||
+                       engine_layer_specs[k].split == SPLIT_DN_V_ROWS;
     ctx->n_dev = n;
     if (!(ctx->dev = calloc(n, sizeof *ctx->dev))) return -ENOMEM;
     int threads = MAX(p->n_threads, 1);
@@ -725,7 +1011,7 @@ void devices_done(struct engine_context *ctx) {
                         de->gate,   de->dn_qkv, de->dn_z,    de->dn_g,    de->dn_beta,
                         de->dn_o,   de->dn_scratch, de->moe_sel, de->moe_wt, de->moe_list,
                         de->moe_count, de->moe_x, de->moe_y, de->moe_h, de->moe_h2,
-                        de->moe_acc, de->moe_few};
+                        de->moe_acc, de->moe_few, de->dn_conv_state};
         for (size_t j = 0; j < ARRAY_SIZE(bufs); j++) free(bufs[j]);
         free(de->mm_scratch);
     }

@@ -14,7 +14,18 @@
  *     expert likewise; the router whole on every device, which all route alike. Cutting
  *     whole experts instead would leave a device idle whenever a token's experts sit on
  *     the others: by units every device reads its share of exactly the selected experts;
- *   the KV cache: by KV heads (a device writes and reads only its heads).
+ *   the KV cache: by KV heads (a device writes and reads only its heads);
+ *   a Gated DeltaNet layer (notes/hybrid.md §A.6): by key heads, each with the value heads
+ *     that read it (tiled order, qwen35: value heads kh, kh + H_k, kh + 2·H_k, ...;
+ *     grouped, qwen3next: the run kh·r .. kh·r + r − 1, r = H_v / H_k), so that no two
+ *     devices compute, or update the conv state of, the same channel: its rows of
+ *     attn_qkv (q and k of its key heads, v of its value heads), of attn_gate, alpha,
+ *     beta, dt and a, its conv channels, its heads of S, the gated norm per head, and
+ *     its columns of ssm_out, whose partial sums are added like the attention output's.
+ *     The device's heads sit in a local order with the arch's map (its key head i is
+ *     local key head i; tiled: local value head j·n_dk + i is global value head
+ *     j·H_k + dk0 + i), the state stays the context's, in the global order: a device
+ *     reads and writes its heads' S and its channels of the conv state there.
  *
  * Cuts fall on whole KV heads and their GQA groups of query heads, and on whole quant
  * blocks of the column-split tensors (a unit of `u` KV heads where one head's group is
@@ -36,6 +47,7 @@
 
 #include "engine/exec-cpu.h"
 #include "engine/model.h"
+#include "kernels/deltanet.h"
 
 struct engine_context;
 struct kern_pool;
@@ -48,6 +60,10 @@ struct dev_layer {
     /* a mixture-of-experts layer's: units [fe0, fe0 + n_fe) of every expert, units
      * [fs0, fs0 + n_fs) of the shared expert (0 elsewhere) */
     int64_t fe0, n_fe, fs0, n_fs;
+    /* a Gated DeltaNet layer's: key heads [dk0, dk0 + n_dk), its n_dv value heads, its
+     * n_dchan conv channels, the shape of its heads in the local order (0 elsewhere) */
+    int64_t dk0, n_dk, n_dv, n_dchan;
+    struct kern_dn_shape dn;
     /* Its weights, cut as each one's spec says (engine/arch.h): the rows of its heads or
      * units (views), the columns of them (copies), the whole per-head norms; absent
      * (NULL data) where the host's loop reads the model's own. */
@@ -74,6 +90,8 @@ struct device {
     float *qg, *gate, *dn_qkv, *dn_z, *dn_g, *dn_beta, *dn_o;
     float *dn_scratch;
     size_t dn_scratch_bytes;
+    size_t dn_kern_bytes;     /* the kernels' part of a thread's dn_scratch */
+    float *dn_conv_state;     /* (K − 1, its conv channels): its share of a conv state */
     void *mm_scratch;
     /* mixture of experts (exec-cpu.c's moe ops): each token's experts and weights
      * (n_batch, n_expert_used); the (token, slot) pairs grouped by expert (moe_list) and
@@ -107,3 +125,15 @@ typedef void (*device_fn)(struct engine_context *ctx, struct device *dv, void *a
 void devices_run(struct engine_context *ctx, device_fn fn, void *arg);
 /* y[0..n) = the sum of every device's part[0..n), in device order. */
 void devices_sum(struct engine_context *ctx, float *y, int64_t n);
+
+/* Gated DeltaNet on a device's heads of layer il (dev_layer's local order), for one run
+ * of one sequence's tokens (kernels/deltanet.h):
+ * device_dn_conv: kern_dn_conv of its local channels [c0, c1) (x, y: (n_tok, n_dchan)),
+ *   with those channels of the sequence's conv state `state` (K − 1, conv_dim), which
+ *   they update; threads may run disjoint channel ranges at once;
+ * device_dn_delta: kern_dn_delta of its local value heads [h0, h1) (s in the local order)
+ *   over those heads of the sequence's S `state` (H_v, d_v, d_k). */
+void device_dn_conv(struct device *de, int il, float *y, float *state, const float *x,
+                    int64_t n_tok, int64_t c0, int64_t c1);
+void device_dn_delta(const struct device *de, int il, float *state, const struct kern_dn_seq *s,
+                     int64_t h0, int64_t h1, void *scratch);

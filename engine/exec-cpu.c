@@ -64,27 +64,44 @@ static void cpu_gelu(struct exec *e, float *y, const float *x, int64_t n) {
     kern_gelu(y, x, n);
 }
 
+/* gpt-oss's SWIGLU_OAI (ggml's, alpha 1.702, limit 7): the gate clamped from above, the up
+ * branch both ways and shifted by 1 */
+static void swiglu_oai(float *y, const float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const float x = fminf(g[i], 7.0f), v = fmaxf(fminf(u[i], 7.0f), -7.0f);
+        y[i] = x / (1.0f + expf(-1.702f * x)) * (v + 1.0f);
+    }
+}
+
+/* y = act(g) * u over n values */
+static void glu_range(float *y, const float *g, const float *u, int64_t n,
+                      enum engine_ffn_act act) {
+    if (act == ENGINE_FFN_GELU)
+        kern_gelu_mul(y, g, u, n);
+    else if (act == ENGINE_FFN_SWIGLU_OAI)
+        swiglu_oai(y, g, u, n);
+    else
+        kern_silu_mul(y, g, u, n);
+}
+
 /* The gated activation y = act(g) * u over n values, cut into ranges for the pool. */
 struct glu_args {
     float *y;
     const float *g, *u;
     int64_t n;
-    bool gelu;
+    enum engine_ffn_act act;
 };
 
 static void glu_task(void *arg, int ith, int nth) {
     const struct glu_args *a = arg;
     const int64_t i0 = a->n * ith / nth / 8 * 8,
                   i1 = ith + 1 == nth ? a->n : a->n * (ith + 1) / nth / 8 * 8;
-    if (a->gelu)
-        kern_gelu_mul(a->y + i0, a->g + i0, a->u + i0, i1 - i0);
-    else
-        kern_silu_mul(a->y + i0, a->g + i0, a->u + i0, i1 - i0);
+    glu_range(a->y + i0, a->g + i0, a->u + i0, i1 - i0, a->act);
 }
 
 static void cpu_glu(struct exec *e, float *y, const float *g, const float *u, int64_t n,
                     enum engine_ffn_act act) {
-    struct glu_args a = {.y = y, .g = g, .u = u, .n = n, .gelu = act == ENGINE_FFN_GELU};
+    struct glu_args a = {.y = y, .g = g, .u = u, .n = n, .act = act};
     pool_run(cpu_of(e)->pool, glu_task, &a, n * 16); /* an exp is some 16 multiply-adds */
 }
 
@@ -161,6 +178,35 @@ static void cells_seen(bool bidir, int32_t window, int32_t pos, int32_t end, int
     }
 }
 
+/* gpt-oss's attention sinks (notes/hybrid.md §C.3): a logit s per query head that joins
+ * the softmax's denominator only, so each head's output is the plain attention's times
+ * Z / (Z + e^s), Z = Σ_j e^(scale · q·K_j) over the cells it saw [lo, hi). Z is computed
+ * here again from the cached keys (the kernel keeps its own). */
+static void sinks_apply(float *out, const float *q, const char *k0, enum kern_type kt,
+                        size_t k_stride, int32_t lo, int32_t hi, int64_t hd_k, int64_t hd_v,
+                        float scale, float sink, float *row) {
+    float m = -INFINITY, z = 0;
+    for (int32_t j = lo; j < hi; j++) {
+        const char *kr = k0 + (size_t)j * k_stride;
+        const float *k = (const float *)kr;
+        if (kt != KERN_TYPE_F32) {
+            kern_type_traits(kt)->to_f32(row, kr, hd_k);
+            k = row;
+        }
+        float dot = 0;
+        for (int64_t i = 0; i < hd_k; i++) dot += q[i] * k[i];
+        const float sc = dot * scale;
+        if (sc > m) {
+            z = z * expf(m - sc) + 1.0f;
+            m = sc;
+        } else {
+            z += expf(sc - m);
+        }
+    }
+    const float f = z / (z + expf(sink - m));
+    for (int64_t i = 0; i < hd_v; i++) out[i] *= f;
+}
+
 /* Multi-head attention of the step's tokens over their sequences' cached cells, for the
  * device's KV heads and the query heads that read them:
  * att[t][h] = softmax(scale · q[t][h] · K[lo..hi)ᵀ) · V[lo..hi), [lo, hi) = cells_seen()
@@ -214,6 +260,13 @@ static void attend_task(void *arg, int ith, int nth) {
             kern_attn_head_window(out, att_dim, q, q_dim, t1 - t, group, window ? kv_lo : NULL,
                                   n_kv, k0, kv->type_k, st->k_row_bytes, v0, kv->type_v,
                                   st->v_row_bytes, hd_k, hd_v, scale, scratch);
+            /* (the sinks whole on every device: query head h_kv · group + g's) */
+            const float *sinks = dl->w.attn_sinks.data;
+            for (int32_t i = 0; sinks && i < t1 - t; i++)
+                for (int64_t g = 0; g < group; g++)
+                    sinks_apply(out + i * att_dim + g * hd_v, q + i * q_dim + g * hd_k, k0,
+                                kv->type_k, st->k_row_bytes, window ? kv_lo[i] : 0, n_kv[i],
+                                hd_k, hd_v, scale, sinks[h_kv * group + g], scratch);
         }
     }
 }
@@ -282,36 +335,34 @@ struct dn_args {
     const float *g, *beta;
 };
 
-/* the conv over channels [c0, c1) of this thread, run by run */
+/* the conv over the device's channels [c0, c1) of this thread, run by run */
 static void dn_conv_task(void *arg, int ith, int nth) {
     const struct dn_args *a = arg;
     const struct kv_cache *kv = &a->c->e.ctx->kv;
     const struct layer_step *s = a->s;
-    const int64_t C = kv->rs.n_chan;
+    const int64_t C = a->c->e.layer[s->il].n_dchan;
     const int64_t c0 = C * ith / nth, c1 = C * (ith + 1) / nth;
-    const float *w = a->c->e.layer[s->il].w.ssm_conv.data;
     for (int32_t t = 0, t1; t < s->n; t = t1) {
         t1 = seq_run_end(s, t);
         float *x = a->qkv + (size_t)t * C;
-        kern_dn_conv(x, kv_rs_conv(kv, s->il, batch_seq(s->b, s->t0 + t)), x, w, t1 - t, C,
-                     kv->rs.n_kernel, c0, c1);
+        device_dn_conv(a->c->e.impl, s->il, x, kv_rs_conv(kv, s->il, batch_seq(s->b, s->t0 + t)),
+                       x, t1 - t, c0, c1);
     }
 }
 
 static void cpu_dn_conv(struct exec *e, const struct layer_step *s, float *qkv) {
     struct dn_args a = {.c = cpu_of(e), .s = s, .qkv = qkv};
     const struct kv_rstate *rs = &e->ctx->kv.rs;
-    pool_run(cpu_of(e)->pool, dn_conv_task, &a, s->n * rs->n_chan * rs->n_kernel);
+    pool_run(cpu_of(e)->pool, dn_conv_task, &a, s->n * e->layer[s->il].n_dchan * rs->n_kernel);
 }
 
-/* the delta rule for value heads [h0, h1) of this thread, run by run */
+/* the delta rule for the device's value heads [h0, h1) of this thread, run by run */
 static void dn_delta_task(void *arg, int ith, int nth) {
     const struct dn_args *a = arg;
     const struct kv_cache *kv = &a->c->e.ctx->kv;
-    const struct kv_rstate *rs = &kv->rs;
-    const struct kern_dn_shape *p = &rs->shape;
     const struct layer_step *s = a->s;
-    const int64_t C = rs->n_chan, key_dim = p->n_head_k * p->head_dim_k;
+    const struct kern_dn_shape *p = &a->c->e.layer[s->il].dn; /* its heads' */
+    const int64_t C = a->c->e.layer[s->il].n_dchan, key_dim = p->n_head_k * p->head_dim_k;
     const int64_t inner = p->n_head_v * p->head_dim_v;
     const int64_t h0 = p->n_head_v * ith / nth, h1 = p->n_head_v * (ith + 1) / nth;
     void *scratch = (char *)a->c->dn_scratch + (size_t)ith * a->c->dn_scratch_bytes;
@@ -328,7 +379,8 @@ static void dn_delta_task(void *arg, int ith, int nth) {
             .beta = a->beta + (size_t)t * p->n_head_v,
             .o = a->o + (size_t)t * inner, .o_stride = inner,
         };
-        kern_dn_delta(kv_rs_ssm(kv, s->il, batch_seq(s->b, s->t0 + t)), &sq, p, h0, h1, scratch);
+        device_dn_delta(a->c->e.impl, s->il, kv_rs_ssm(kv, s->il, batch_seq(s->b, s->t0 + t)), &sq,
+                        h0, h1, scratch);
     }
 }
 
@@ -336,7 +388,7 @@ static void cpu_dn_delta(struct exec *e, const struct layer_step *s, float *o, c
                          const float *g, const float *beta) {
     struct dn_args a = {.c = cpu_of(e), .s = s, .o = o, .qkv = (float *)qkv, .g = g,
                         .beta = beta};
-    const struct kern_dn_shape *p = &e->ctx->kv.rs.shape;
+    const struct kern_dn_shape *p = &e->layer[s->il].dn;
     pool_run(cpu_of(e)->pool, dn_delta_task, &a,
              s->n * p->n_head_v * p->head_dim_v * p->head_dim_k * 4);
 }
@@ -396,8 +448,10 @@ static void moe_few_task(void *arg, int ith, int nth) {
     const struct engine_layer *w = &a->dl->w;
     float *row = (float *)((char *)dv->moe_few + (size_t)ith * dv->moe_few_bytes);
     void *mine = (char *)row + ((size_t)a->dim * sizeof *row + 63) / 64 * 64; /* scratch */
+    /* (whole groups of 8 rows: a repacked expert's rows8 groups are not cut) */
     const int64_t n_fe = a->dl->n_fe, rows = a->pass == 0 ? n_fe : a->dim;
-    const int64_t r0 = rows * ith / nth, r1 = rows * (ith + 1) / nth;
+    const int64_t r0 = rows * ith / nth / 8 * 8,
+                  r1 = ith + 1 == nth ? rows : rows * (ith + 1) / nth / 8 * 8;
     if (r0 == r1) return;
     for (int32_t t = 0; t < a->n; t++) {
         /* the token's slots in expert order */
@@ -422,14 +476,19 @@ static void moe_few_task(void *arg, int ith, int nth) {
                                    g.type, g.layout, xt, g.n_in, r1 - r0, 1, mine);
                 kern_matmul_layout(NULL, h2 + r0, (const char *)u.data + (size_t)r0 * u.row_bytes,
                                    u.type, u.layout, xt, u.n_in, r1 - r0, 1, mine);
-                if (a->act == ENGINE_FFN_GELU)
-                    kern_gelu_mul(h + r0, h + r0, h2 + r0, r1 - r0);
-                else
-                    kern_silu_mul(h + r0, h + r0, h2 + r0, r1 - r0);
+                if (w->exp_gate_b.data) { /* gpt-oss: its units' biases, before the act */
+                    const int64_t b0 = x * w->exp_gate_b.n_in + a->dl->fe0 + r0;
+                    kern_add(h + r0, (const float *)w->exp_gate_b.data + b0, r1 - r0);
+                    kern_add(h2 + r0, (const float *)w->exp_up_b.data + b0, r1 - r0);
+                }
+                glu_range(h + r0, h + r0, h2 + r0, r1 - r0, a->act);
             } else {
                 const struct engine_weight dn = engine_weight_expert(&w->exp_down, x);
                 kern_matmul_layout(NULL, row, (const char *)dn.data + (size_t)r0 * dn.row_bytes,
                                    dn.type, dn.layout, h, dn.n_in, r1 - r0, 1, mine);
+                /* the down bias once: by the share of the first units */
+                if (w->exp_down_b.data && a->dl->fe0 == 0)
+                    kern_add(row, (const float *)w->exp_down_b.data + x * a->dim + r0, r1 - r0);
                 const float wt = dv->moe_wt[i];
                 for (int64_t r = 0; r < r1 - r0; r++) acc[r0 + r] += wt * row[r];
             }
@@ -473,8 +532,19 @@ static void cpu_moe_experts(struct exec *e, const struct layer_step *s, float *o
                                    down = engine_weight_expert(&dl->w.exp_down, x);
         cpu_matmul(e, dv->moe_h, &gate, dv->moe_x, m);
         cpu_matmul(e, dv->moe_h2, &up, dv->moe_x, m);
+        if (dl->w.exp_gate_b.data) { /* gpt-oss: its units' biases, before the activation */
+            const int64_t b0 = x * dl->w.exp_gate_b.n_in + dl->fe0;
+            for (int32_t j = 0; j < m; j++) {
+                kern_add(dv->moe_h + (size_t)j * dl->n_fe,
+                         (const float *)dl->w.exp_gate_b.data + b0, dl->n_fe);
+                kern_add(dv->moe_h2 + (size_t)j * dl->n_fe,
+                         (const float *)dl->w.exp_up_b.data + b0, dl->n_fe);
+            }
+        }
         cpu_glu(e, dv->moe_h, dv->moe_h, dv->moe_h2, m * dl->n_fe, hp->ffn_act);
         cpu_matmul(e, dv->moe_y, &down, dv->moe_h, m);
+        if (dl->w.exp_down_b.data && dl->fe0 == 0) /* once: by the share of the first units */
+            cpu_add(e, dv->moe_y, (const float *)dl->w.exp_down_b.data + x * dim, dim, m, 1);
         for (int32_t j = 0; j < m; j++) {
             float *y = acc + (size_t)(list[j] / n_used) * dim;
             const float *r = dv->moe_y + (size_t)j * dim, w = dv->moe_wt[list[j]];

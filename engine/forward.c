@@ -191,7 +191,7 @@ static bool attention_bidir(struct exec *e, const struct layer_step *s, const fl
     return attention_run(e, s, in, out, true);
 }
 
-/* A Gated DeltaNet layer (notes/hybrid.md §A.6), whole on the executor: the projections,
+/* A Gated DeltaNet layer (notes/hybrid.md §A.6) over the executor's heads: the projections,
  * the causal conv over q | k | v with each sequence's conv state, the gated delta rule over
  * its S (q and k L2-normed, q scaled by 1/sqrt(d_k)), the gated RMSNorm of each head with
  * z, the output projection. */
@@ -199,13 +199,23 @@ static bool gated_deltanet(struct exec *e, const struct layer_step *s, const flo
                            float *out) {
     const struct exec_ops *op = e->ops;
     const struct engine_hparams *hp = &e->ctx->model->hp;
-    const struct engine_layer *w = &e->layer[s->il].w;
+    const struct dev_layer *dl = &e->layer[s->il];
+    const struct engine_layer *w = &dl->w;
     const int32_t n = s->n;
-    const int64_t n_head = hp->ssm_n_head_v, hd = hp->ssm_head_dim_v;
+    /* the executor's value heads (and the key heads they read: engine/device.h) */
+    const int64_t n_head = dl->n_dv, hd = hp->ssm_head_dim_v;
+    if (n_head == 0) return false;
     op->matmul(e, e->dn_qkv, &w->ssm_qkv, in, n);  /* (n, 2·H_k·d_k + H_v·d_v): q | k | v */
     op->matmul(e, e->dn_z, &w->ssm_z, in, n);      /* (n, H_v × d_v) */
-    op->matmul(e, e->dn_g, &w->ssm_alpha, in, n);  /* (n, H_v) */
-    op->matmul(e, e->dn_beta, &w->ssm_beta, in, n); /* (n, H_v) */
+    if (w->ssm_ba.data) {
+        /* qwen3next: per key head its r = H_v / H_k β, then its r α (n, H_k × 2r) */
+        const int64_t r = n_head / dl->n_dk;
+        op->matmul(e, e->dn_o, &w->ssm_ba, in, n);
+        op->unzip(e, e->dn_beta, e->dn_g, e->dn_o, n * dl->n_dk, r, r);
+    } else {
+        op->matmul(e, e->dn_g, &w->ssm_alpha, in, n);  /* (n, H_v) */
+        op->matmul(e, e->dn_beta, &w->ssm_beta, in, n); /* (n, H_v) */
+    }
     /* g = softplus(a + dt_bias)·ssm_a (the log-decay), β = sigmoid(b) */
     op->dn_gates(e, e->dn_g, e->dn_beta, &w->ssm_dt, &w->ssm_a, n, n_head);
     op->dn_conv(e, s, e->dn_qkv);
@@ -258,6 +268,7 @@ static bool ffn_moe(struct exec *e, const struct layer_step *s, const float *in,
     const int32_t n = s->n;
     if (dl->n_fe == 0 && dl->n_fs == 0) return false;
     op->matmul(e, e->hb, &w->moe_router, in, n); /* (n, n_expert) */
+    if (w->moe_router_b.data) op->add(e, e->hb, w->moe_router_b.data, hp->n_expert, n, 1);
     op->moe_route(e, e->hb, n);
     /* the shared expert first (out may be in): hb2 (n, n_embd) = its FFN over its units,
      * hb (n) its gate logit */

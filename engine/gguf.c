@@ -3,6 +3,7 @@
  * through a cursor that checks the bytes left; every count is checked against the bytes
  * left before anything is allocated from it; every size product is overflow-checked. */
 #include "engine/gguf.h"
+#include "engine/gguf-copy.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -117,6 +118,8 @@ struct gguf_file {
     void *own_buf;      /* malloc'd copy of the metadata (gguf_open_meta) */
     void *map; /* NULL when the buffer is borrowed */
     size_t map_size;
+    bool copy_hashed;         /* gguf_open_copy(): copy_hash is the bytes' XXH3-128 */
+    struct hash128 copy_hash;
     uint32_t version;
     uint64_t alignment, data_offset, data_end;
     uint64_t n_kv;
@@ -642,9 +645,9 @@ int gguf_open(const char *path, struct gguf_file **ret, struct err_detail *d) {
     return open_buffer(map, (size_t)st.st_size, map, ret, d);
 }
 
-/* Reads from a copy: bytes per read() call, and how often a file that changes while it is
- * read is read again before giving up (a copy still being written keeps changing). */
-#define COPY_CHUNK_BYTES (16u << 20)
+/* Reads of the metadata: bytes per read() call. How often a file that changes while it is
+ * copied is read again before giving up (a copy still being written keeps changing). */
+#define READ_CHUNK_BYTES (16u << 20)
 #define COPY_ATTEMPTS 3
 
 /* Did the file change between two fstat() calls on one open fd? A write or a truncation
@@ -659,7 +662,7 @@ static bool file_changed(const struct stat *a, const struct stat *b) {
 /* Reads all size bytes of fd into buf; 1 when the file ended early (it shrank). */
 static int read_all(int fd, uint8_t *buf, size_t size) {
     for (size_t at = 0; at < size;) {
-        ssize_t n = pread(fd, buf + at, MIN(size - at, (size_t)COPY_CHUNK_BYTES), (off_t)at);
+        ssize_t n = pread(fd, buf + at, MIN(size - at, (size_t)READ_CHUNK_BYTES), (off_t)at);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) return -errno;
         if (n == 0) return 1;
@@ -681,18 +684,14 @@ int gguf_open_copy(const char *path, struct gguf_file **ret, struct err_detail *
             close(fd);
             return gguf_open_mem("", 0, ret, d);
         }
-        void *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (map == MAP_FAILED) {
-            e = -errno;
+        void *map = NULL;
+        struct hash128 h;
+        e = gguf_copy_read(fd, size, &map, &h);
+        if (e == -ENOMEM) {
             close(fd);
-            return err_set(d, e, "'%s': no memory for a copy of %zu bytes: %s", path, size,
-                           err_str(e));
+            return err_set(d, e, "'%s': no memory for a copy of %zu bytes", path, size);
         }
-        /* Weights are read for every token: huge pages spare the TLB (best effort). */
-        (void)madvise(map, size, MADV_HUGEPAGE);
-        e = read_all(fd, map, size);
         if (e < 0) {
-            munmap(map, size);
             close(fd);
             return err_set(d, e, "read '%s': %s", path, err_str(e));
         }
@@ -700,9 +699,14 @@ int gguf_open_copy(const char *path, struct gguf_file **ret, struct err_detail *
             close(fd);
             /* read-only from here on, like the mapping it stands in for */
             (void)mprotect(map, size, PROT_READ);
-            return open_buffer(map, size, map, ret, d);
+            e = open_buffer(map, size, map, ret, d);
+            if (e >= 0) {
+                (*ret)->copy_hashed = true;
+                (*ret)->copy_hash = h;
+            }
+            return e;
         }
-        munmap(map, size);
+        if (map) munmap(map, size);
     }
     close(fd);
     return err_set(d, -EAGAIN, "'%s' changed while it was being read (%d attempts); is it "
@@ -778,6 +782,10 @@ uint64_t gguf_trailing_bytes(const struct gguf_file *f) {
     return f->file_size > f->data_end ? f->file_size - f->data_end : 0;
 }
 const void *gguf_base(const struct gguf_file *f) { return f->base; }
+bool gguf_copy_hash(const struct gguf_file *f, struct hash128 *ret) {
+    if (f->copy_hashed) *ret = f->copy_hash;
+    return f->copy_hashed;
+}
 uint64_t gguf_size(const struct gguf_file *f) { return f->file_size; }
 uint64_t gguf_n_kv(const struct gguf_file *f) { return f->n_kv; }
 uint64_t gguf_n_tensors(const struct gguf_file *f) { return f->n_tensors; }

@@ -113,9 +113,16 @@ int gguf_open(const char *path, struct gguf_file **ret, struct err_detail *d);
 /* Same, over a private read-only copy of the file in anonymous memory: a snapshot of the
  * file as it was when opened, which no later write, truncation or replacement of the file
  * reaches. Costs the file's size in memory that is not page cache (it cannot be dropped
- * and re-read under pressure) and one read of the file. A file whose size, mtime or ctime
- * moves while it is read is read again; -EAGAIN after a few attempts. */
+ * and re-read under pressure, 2 MiB-aligned, huge pages asked for) and one read of the
+ * file by a few parallel readers, about as long as `cat` takes (engine/gguf-copy.h says
+ * how). The file's pages are dropped from the page cache as they are copied, so the
+ * memory holds it once. The copy's XXH3-128 is computed while reading (gguf_copy_hash).
+ * A file whose size, mtime or ctime moves while it is read is read again; -EAGAIN after a
+ * few attempts; -ENOMEM when the copy does not fit. */
 int gguf_open_copy(const char *path, struct gguf_file **ret, struct err_detail *d);
+/* For a file from gguf_open_copy(): true, and *ret = XXH3-128 of all gguf_size(f) bytes
+ * (hash128() of them, computed while they were read). false for other files. */
+bool gguf_copy_hash(const struct gguf_file *f, struct hash128 *ret);
 /* The metadata and the tensor table of the regular file open at fd (the caller's; read
  * with pread, not mapped), validated as gguf_open() does, tensor bounds against the file's
  * size; the tensor data is not read and every tensor's data pointer is NULL. For listing

@@ -115,7 +115,7 @@ static int rstate_init(struct kv_rstate *rs, const struct engine_model *m, uint3
     rs->shape = (struct kern_dn_shape){
         .n_head_k = hp->ssm_n_head_k, .n_head_v = hp->ssm_n_head_v,
         .head_dim_k = hp->ssm_head_dim_k, .head_dim_v = hp->ssm_head_dim_v,
-        .head_map = KERN_DN_HEAD_MAP_TILED, /* qwen35's converter order (notes §A.4) */
+        .head_map = hp->ssm_head_map, /* qwen35's tiled order, qwen3next's grouped (§A.4) */
         .scale = 1.0f / sqrtf((float)hp->ssm_head_dim_k),
         .l2_eps = hp->rms_eps, /* q, k L2-normed as they are read (notes §A.6 step 4) */
     };

@@ -194,9 +194,9 @@ static int hp_swa(const struct gguf_file *f, enum engine_arch arch, struct engin
         char key[128];
         kv_key(key, sizeof key, a, "attention.sliding_window_pattern");
         const struct gguf_kv *kv = gguf_find_kv(f, key);
-        uint32_t period = 6;
+        uint32_t period = ad->swa_period ? ad->swa_period : 6;
         if (kv && kv->type != GGUF_TYPE_ARRAY &&
-            (r = hp_u32(f, a, "attention.sliding_window_pattern", false, 6, 0, UINT32_MAX,
+            (r = hp_u32(f, a, "attention.sliding_window_pattern", false, period, 0, UINT32_MAX,
                         &period, d)) < 0)
             return r;
         for (uint32_t il = 0; il < hp->n_layer; il++)
@@ -494,6 +494,7 @@ static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct
     bool rec[ENGINE_MAX_LAYERS] = {0};
     if (ad->recurrent && (r = hp_recurrent(f, a, L, hp, rec, d)) < 0) return r;
     hp->attn_gate = ad->attn_gate;
+    hp->ssm_head_map = ad->dn_head_map;
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         struct engine_layer_hparams *l = &hp->layer[il];
         l->mixer = rec[il]                      ? ENGINE_MIXER_GATED_DELTANET
@@ -514,9 +515,11 @@ static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct
     if ((r = hp_f32(f, a, eps_key, true, 0, 1e-30f, 1.0f, &hp->rms_eps, d)) < 0 ||
         (r = hp_f32(f, a, "rope.freq_base", false, 10000.0f, 1e-3f, 1e12f, &hp->rope_freq_base,
                     d)) < 0 ||
-        (r = hp_f32(f, a, "rope.freq_base_swa", false, 10000.0f, 1e-3f, 1e12f,
+        (r = hp_f32(f, a, "rope.freq_base_swa", false,
+                    ad->swa_rope_global ? hp->rope_freq_base : 10000.0f, 1e-3f, 1e12f,
                     &hp->rope_freq_base_swa, d)) < 0)
         return r;
+    hp->swa_rope_global = ad->swa_rope_global;
 
     /* gemma3: 1/sqrt(head_dim), but 1/sqrt(n_embd/n_head) for the 62-layer 27B, which
      * llama.cpp tells by its layer count (query_pre_attn_scalar is not in the file) */
@@ -599,6 +602,11 @@ static int64_t dim_value(const struct engine_hparams *hp, int il, enum spec_dim 
     case DIM_EXPERTS: return hp->n_expert;
     case DIM_FF_EXP: return hp->n_ff_exp;
     case DIM_FF_SHEXP: return hp->n_ff_shexp;
+    case DIM_SSM_QKVZ:
+        return 2 * (int64_t)hp->ssm_n_head_k * hp->ssm_head_dim_k +
+               2 * (int64_t)hp->ssm_n_head_v * hp->ssm_head_dim_v;
+    case DIM_SSM_BA: return 2 * (int64_t)hp->ssm_n_head_v;
+    case DIM_HEADS: return hp->n_head;
     case DIM_COUNT: break;
     }
     return -1;
@@ -751,6 +759,74 @@ static void name_copy(char *dst, size_t n, struct gguf_str s) {
     dst[len] = 0;
 }
 
+/* qwen3next's legacy ssm_in (notes/hybrid.md §A.3): per key head g, d_k rows of q, d_k of
+ * k, then r·d_v of v and r·d_v of z for its r = H_v / H_k value heads (grouped order).
+ * Row `row` of the re-laid ssm_qkv (q | k | v, kind 0) or ssm_z (kind 1): its row there. */
+static int64_t ssm_in_row(const struct engine_hparams *hp, int kind, int64_t row) {
+    const int64_t dk = hp->ssm_head_dim_k, key = hp->ssm_n_head_k * dk;
+    const int64_t rdv = (int64_t)hp->ssm_n_head_v / hp->ssm_n_head_k * hp->ssm_head_dim_v;
+    const int64_t group = 2 * dk + 2 * rdv; /* one key head's rows */
+    if (kind == 1) return row / rdv * group + 2 * dk + rdv + row % rdv;
+    if (row < 2 * key) return row % key / dk * group + (row < key ? 0 : dk) + row % dk;
+    row -= 2 * key;
+    return row / rdv * group + 2 * dk + row % rdv;
+}
+
+/* Every recurrent layer has attn_qkv and attn_gate, or (qwen3next) a legacy ssm_in whose
+ * rows the loader re-lays into them. */
+static int dn_inputs_check(const struct engine_model *m, struct err_detail *d) {
+    for (uint32_t il = 0; il < m->hp.n_layer; il++) {
+        const struct engine_layer *l = &m->layers[il];
+        if (m->hp.layer[il].mixer != ENGINE_MIXER_GATED_DELTANET) continue;
+        const bool qkv = l->ssm_qkv.n_out > 0, z = l->ssm_z.n_out > 0;
+        if (qkv != z)
+            return err_set(d, ERR_MODEL_TENSOR_MISSING, "tensor 'blk.%u.%s' is missing (a "
+                           "recurrent layer has both attn_qkv and attn_gate)", il,
+                           qkv ? "attn_gate.weight" : "attn_qkv.weight");
+        if (!qkv && l->ssm_in.n_out == 0)
+            return err_set(d, ERR_MODEL_TENSOR_MISSING, "recurrent layer %u has neither "
+                           "attn_qkv.weight and attn_gate.weight nor a fused ssm_in.weight", il);
+    }
+    return 0;
+}
+
+/* Re-lays every recurrent layer's ssm_in (where it has no attn_qkv) into ssm_qkv and
+ * ssm_z rows of one owned arena, and forgets ssm_in. */
+static int dn_relayout(struct engine_model *m) {
+    const struct engine_hparams *hp = &m->hp;
+    size_t bytes = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t at = 0;
+        for (uint32_t il = 0; il < hp->n_layer; il++) {
+            struct engine_layer *l = &m->layers[il];
+            const struct engine_weight *in = &l->ssm_in;
+            if (!in->data || l->ssm_qkv.data) continue;
+            struct engine_weight *outs[] = {&l->ssm_qkv, &l->ssm_z};
+            const int64_t rows[] = {dim_value(hp, (int)il, DIM_SSM_CONV),
+                                    dim_value(hp, (int)il, DIM_SSM_INNER)};
+            for (int k = 0; k < 2; k++) {
+                char *dst = (char *)m->relayout + at;
+                if (pass == 1) {
+                    for (int64_t r = 0; r < rows[k]; r++) {
+                        const size_t from = (size_t)ssm_in_row(hp, k, r) * in->row_bytes;
+                        memcpy(dst + (size_t)r * in->row_bytes, (const char *)in->data + from,
+                               in->row_bytes);
+                    }
+                    *outs[k] = *in;
+                    outs[k]->data = dst;
+                    outs[k]->n_out = rows[k];
+                }
+                at += (size_t)rows[k] * in->row_bytes;
+            }
+            if (pass == 1) memset(&l->ssm_in, 0, sizeof l->ssm_in);
+        }
+        bytes = at;
+        if (pass == 0 && bytes == 0) return 0;
+        if (pass == 0 && !(m->relayout = malloc(bytes))) return -ENOMEM;
+    }
+    return 0;
+}
+
 static int tensors_bind(struct engine_model *m, struct err_detail *d) {
     const struct gguf_file *f = m->file;
     char name[GGUF_MAX_NAME + 32];
@@ -787,6 +863,7 @@ static int tensors_bind(struct engine_model *m, struct err_detail *d) {
             return err_set(d, ERR_MODEL_TENSOR_UNUSED, "unexpected tensor '%s' (not part of the "
                            "%s layer recipe with %u layers)", name, m->arch_name, m->hp.n_layer);
     }
+    if ((r = dn_inputs_check(m, d)) < 0) return r;
     /* the width of an embedding: after the projections the file has */
     if (!gguf_find_tensor(f, "dense_3.weight"))
         m->hp.n_embd_out =
@@ -839,7 +916,8 @@ static int vectors_convert(struct engine_model *m) {
                         kern_dn_transpose(dst, tmp, w->n_out, w->n_in);
                         free(tmp);
                     } else {
-                        kern_type_traits(w->type)->to_f32(dst, w->data, w->n_in);
+                        /* (gpt-oss's expert biases: n_out rows) */
+                        kern_type_traits(w->type)->to_f32(dst, w->data, (int64_t)nv);
                     }
                     w->data = dst;
                     w->type = KERN_TYPE_F32;
@@ -866,7 +944,8 @@ static uint64_t weight_bytes_per_token(const struct engine_model *m, uint64_t *r
         const struct engine_weight *ws[] = {
             &l->wq,        &l->wk,       &l->wv,        &l->wo,         &l->w_gate,
             &l->w_up,      &l->w_down,   &l->ssm_qkv,   &l->ssm_z,      &l->ssm_out,
-            &l->ssm_alpha, &l->ssm_beta, &l->moe_router, &l->exp_gate,  &l->exp_up,
+            &l->ssm_alpha, &l->ssm_beta, &l->ssm_ba,    &l->moe_router, &l->exp_gate,
+            &l->exp_up,
             &l->exp_down,  &l->sh_gate,  &l->sh_up,     &l->sh_down};
         for (size_t i = 0; i < ARRAY_SIZE(ws); i++) {
             const uint64_t one = (uint64_t)ws[i]->row_bytes * (uint64_t)ws[i]->n_out;
@@ -883,17 +962,10 @@ void engine_model_free(struct engine_model *m) {
     if (!m) return;
     free(m->layers);
     free(m->vec_arena);
+    free(m->relayout);
     gguf_close(m->file);
     free(m);
 }
-
-/* Architectures the engine knows it lacks, and what it lacks for each (notes/hybrid.md §C). */
-static const struct {
-    const char *name, *missing;
-} arch_missing[] = {
-    {"gpt-oss", "attention sinks, its router (top-k of logits + bias, softmax over the k), "
-                "expert biases with the clamped SWIGLU_OAI activation, and MXFP4 experts"},
-};
 
 /* The architecture, hparams and tensors of m->file into m: everything the loader checks,
  * without reading tensor data. */
@@ -914,12 +986,6 @@ static int model_bind(struct engine_model *m, struct err_detail *d) {
     r = ERR_MODEL_ARCH;
     for (int a = 0; a < ENGINE_ARCH_COUNT; a++)
         if (gguf_str_eq(arch, engine_arch_rows[a].name)) r = a;
-    for (size_t i = 0; r < 0 && i < ARRAY_SIZE(arch_missing); i++)
-        if (gguf_str_eq(arch, arch_missing[i].name)) {
-            err_set(d, r, "architecture '%s' is not supported yet: %s", arch_missing[i].name,
-                    arch_missing[i].missing);
-            goto fail;
-        }
     if (r < 0) {
         err_set(d, r, "key 'general.architecture' at offset %llu: unknown architecture '%.*s'",
                 (unsigned long long)kv->offset, (int)MIN(arch.len, 64), arch.ptr);
@@ -973,11 +1039,11 @@ int engine_model_load_gguf(struct gguf_file *f, const struct engine_model_params
         goto fail;
     }
     if ((r = model_bind(m, d)) < 0) goto fail;
-    if ((r = vectors_convert(m)) < 0) goto fail;
+    if ((r = vectors_convert(m)) < 0 || (r = dn_relayout(m)) < 0) goto fail;
     m->weight_bytes = weight_bytes_per_token(m, &m->active_bytes);
     if (params && params->fingerprint)
         m->fingerprint = *params->fingerprint;
-    else
+    else if (!gguf_copy_hash(f, &m->fingerprint)) /* a copy was hashed as it was read */
         m->fingerprint = hash128(gguf_base(f), (size_t)gguf_size(f));
     *ret = m;
     return 0;

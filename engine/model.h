@@ -17,6 +17,7 @@
 
 #include "base/base.h"
 #include "engine/gguf.h"
+#include "kernels/deltanet.h"
 #include "kernels/types.h"
 
 #define ENGINE_MAX_LAYERS 512 /* as llama.cpp's LLAMA_MAX_LAYERS */
@@ -34,6 +35,8 @@ enum engine_arch {
     ENGINE_ARCH_QWEN35, /* Qwen3.5/3.6 dense: Gated DeltaNet + gated attention (notes/hybrid.md) */
     ENGINE_ARCH_QWEN3MOE,  /* Qwen3-30B-A3B: qwen3's attention, MoE FFN (notes/hybrid.md §C.2) */
     ENGINE_ARCH_QWEN35MOE, /* Qwen3.5/3.6 MoE: qwen35's trunk, MoE FFN + shared expert (§A.7) */
+    ENGINE_ARCH_QWEN3NEXT, /* Qwen3-Next: qwen35moe's recipe, grouped V heads, fused ssm_ba */
+    ENGINE_ARCH_GPT_OSS,   /* gpt-oss: sinks, alternating SWA, biased MoE (notes/hybrid.md §C.3) */
     ENGINE_ARCH_COUNT
 };
 
@@ -57,6 +60,9 @@ enum engine_rope_scaling {
 enum engine_ffn_act {
     ENGINE_FFN_SILU, /* SwiGLU: llama, qwen, nomic-bert */
     ENGINE_FFN_GELU, /* GeGLU with the tanh GELU: gemma; bert's FFN */
+    /* gpt-oss's experts (ggml's SWIGLU_OAI): g = min(gate, 7), u = clamp(up, -7, 7),
+     * g · sigmoid(1.702 g) · (u + 1) */
+    ENGINE_FFN_SWIGLU_OAI,
 };
 
 /* The norm of the arch's residual stream (its blocks' inputs or outputs, the embeddings,
@@ -164,6 +170,7 @@ struct engine_hparams {
     /* gemma (notes/gemma.md §A, §B.3); the other archs keep the neutral values */
     uint32_t swa_window;       /* <arch>.attention.sliding_window, 0 = no SWA layer */
     float rope_freq_base_swa;  /* RoPE base of SWA layers (their scale is 1) */
+    bool swa_rope_global;      /* gpt-oss: SWA layers scale their RoPE as the global ones */
     float attn_scale;          /* q·k multiplier; 0 = 1/sqrt(the layer's head_dim_k) */
     float final_softcap;       /* logits = c·tanh(logits/c) when c > 0 */
     bool embd_scale;           /* token embeddings × sqrt(n_embd) */
@@ -186,9 +193,11 @@ struct engine_hparams {
     uint32_t n_layer_mtp;
     /* Gated DeltaNet layers (notes/hybrid.md §A.2), 0 without: <arch>.ssm.conv_kernel K,
      * group_count H_k, time_step_rank H_v, state_size d_k, inner_size / H_v = d_v;
-     * value head h reads key head h mod H_k (the converter's tiled order, §A.4) */
+     * value head h reads key head ssm_head_map says (§A.4: h mod H_k in the converter's
+     * tiled order of qwen35, h / (H_v / H_k) in qwen3next's grouped one) */
     uint32_t n_layer_rec;
     uint32_t ssm_n_kernel, ssm_n_head_k, ssm_n_head_v, ssm_head_dim_k, ssm_head_dim_v;
+    enum kern_dn_head_map ssm_head_map;
     /* mixture of experts (ENGINE_FFN_MOE layers; 0 experts: none): <arch>.expert_count,
      * expert_used_count, expert_feed_forward_length (default n_ff / n_expert_used, as
      * llama.cpp), expert_shared_feed_forward_length (default n_ff; the shared expert's
@@ -258,6 +267,12 @@ struct engine_layer {
     struct engine_weight ssm_dt, ssm_a;    /* (H_v) dt bias; ssm_a = −exp(A_log) */
     struct engine_weight ssm_norm;         /* (d_v) shared by the heads */
     struct engine_weight ssm_out;          /* (n_embd, H_v·d_v) */
+    /* qwen3next: β and α in one matrix, per key head its H_v / H_k β rows then as many α
+     * rows (used instead of ssm_alpha and ssm_beta where present); a legacy file's
+     * ssm_in, per key head [q, k, its value heads' v, their z] rows, which the loader
+     * re-lays into ssm_qkv and ssm_z (engine_model.relayout) */
+    struct engine_weight ssm_ba;           /* (2·H_v, n_embd) */
+    struct engine_weight ssm_in;           /* (2·H_k·d_k + 2·H_v·d_v, n_embd) */
     /* a mixture-of-experts FFN (notes/hybrid.md §A.3, §C.1): the router, the experts'
      * stacks (n_expert matrices each), the shared expert and its gate (qwen35moe) */
     struct engine_weight moe_router;       /* (n_expert, n_embd) ffn_gate_inp */
@@ -266,6 +281,12 @@ struct engine_layer {
     struct engine_weight sh_gate_inp;      /* (n_embd) the shared expert's gate logit */
     struct engine_weight sh_gate, sh_up;   /* (n_ff_shexp, n_embd) */
     struct engine_weight sh_down;          /* (n_embd, n_ff_shexp) */
+    /* gpt-oss (notes/hybrid.md §C.3): one sink logit per query head, in the softmax's
+     * denominator only; the router's bias; each expert's gate, up and down biases,
+     * (n_ff_exp, n_expert) / (n_embd, n_expert): expert x's at x · n_ff_exp / x · n_embd */
+    struct engine_weight attn_sinks;       /* (n_head) */
+    struct engine_weight moe_router_b;     /* (n_expert) ffn_gate_inp.bias */
+    struct engine_weight exp_gate_b, exp_up_b, exp_down_b;
 };
 
 struct engine_model {
@@ -297,6 +318,7 @@ struct engine_model {
      * them, and sets repacked; later contexts must then be of one CPU device too. */
     bool own_copy, repacked;
     float *vec_arena;       /* owned: the f32 copies of 1-D tensors */
+    void *relayout;         /* owned: the rows of ssm_in re-laid (qwen3next legacy files) */
     uint64_t weight_bytes;  /* bytes of all weights, for bandwidth estimates */
     /* bytes one token's decode reads: weight_bytes less the experts it does not use
      * (n_expert_used of n_expert); = weight_bytes without experts */

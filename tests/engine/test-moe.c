@@ -352,9 +352,8 @@ static int split_run(const struct engine_model *m, const struct reference *ref, 
     return r;
 }
 
-/* qwen3moe on 2 and 3 CPU partitions (64 expert units: 32 + 32, 21 + 21 + 22) equals one
- * device within the split tolerance, with the same greedy ids; qwen35moe's recurrent
- * layers refuse a split, as qwen35's do. */
+/* qwen3moe on 2 and 3 CPU partitions (64 expert units: 32 + 32, 21 + 21 + 22) and
+ * qwen35moe on 2 equal one device within the split tolerance, with the same greedy ids. */
 TEST(split) {
     struct engine_model *m = model_open("qwen3moe-tiny");
     if (!m) SKIP("../shared/models/hybrid/qwen3moe-tiny.gguf is absent");
@@ -384,19 +383,24 @@ TEST(split) {
     }
     free(one), free(many), free(ref.logits);
     engine_model_free(m);
-    /* qwen35moe: the Gated DeltaNet layers are not cut yet */
+    /* qwen35moe: its Gated DeltaNet layers cut by key heads (engine/device.h), its experts
+     * as qwen3moe's */
     m = model_open("qwen35moe-tiny");
     if (!m) return;
-    struct engine_context_params p;
-    engine_context_params_default(&p);
-    p.n_ctx = 64;
-    p.n_devices = 2;
-    p.split = ENGINE_SPLIT_TENSOR;
-    struct engine_context *ctx = NULL;
-    struct err_detail d = {0};
-    ASSERT_ERR(engine_context_new(m, &p, &ctx, &d), ERR_UNSUPPORTED);
-    printf("  qwen35moe split refused: %s\n", d.msg);
-    ASSERT_TRUE(strstr(d.msg, "recurrent") != NULL);
+    ref = (struct reference){0};
+    ASSERT_TRUE(reference_load("qwen35moe-tiny", "P2", &ref));
+    ASSERT_EQ(ref.n_prompt + N_STEPS, rows); /* (every file's P2 is the same prompt) */
+    one = malloc(rows * V * sizeof *one), many = malloc(rows * V * sizeof *many);
+    ASSERT_TRUE(one && many);
+    ASSERT_OK(split_run(m, &ref, 1, one, gen1, &w1));
+    ASSERT_TRUE(memcmp(gen1, ref.gen, sizeof gen1) == 0);
+    ASSERT_OK(split_run(m, &ref, 2, many, gen, &w));
+    const double nmse = test_nmse(many, one, rows * V);
+    printf("  qwen35moe on 2 partitions vs one device: nmse %.3g, max |dlogit| %.3g\n", nmse,
+           max_diff(many, one, rows * V));
+    ASSERT_TRUE(nmse <= NMSE_SPLIT);
+    ASSERT_TRUE(memcmp(gen, gen1, sizeof gen) == 0);
+    free(one), free(many), free(ref.logits);
     engine_model_free(m);
 }
 
@@ -568,6 +572,55 @@ TEST(mkmodel_files) {
     }
 }
 
+/* ---- the daemon's private copy: experts repacked in place ------------------------------ */
+
+/* A model loaded as the daemon loads it (a private copy, repacked in place by its first
+ * context: its expert stacks too, expert by expert, in rows8) generates what the mapped
+ * file does: same ids, logits within the kernels' summation order; qwen35moe-tiny-f16 (f16 rows8)
+ * and warm-mkmodel's q8_0 qwen3moe, whose decode steps take the few-token path over whole
+ * rows8 groups. */
+TEST(private_copy) {
+    const char *paths[2] = {test_shared_path("hybrid/qwen35moe-tiny-f16.gguf"),
+                            test_mkmodel("mk-qwen3moe-q8-big", "--arch qwen3moe --n-embd 256 "
+                                         "--n-layer 2 --n-head 4 --n-head-kv 2 --head-dim 64 "
+                                         "--experts 8 --experts-used 3 --n-ff-exp 128 "
+                                         "--type q8_0 --seed 9")};
+    int ran = 0;
+    for (size_t c = 0; c < ARRAY_SIZE(paths); c++) {
+        if (!paths[c]) continue;
+        struct engine_model *mapped = model_load(paths[c]), *own = NULL;
+        struct err_detail d = {0};
+        const struct engine_model_params mp = {.private_copy = true};
+        ASSERT_TRUE(mapped != NULL);
+        ASSERT_OK_D(engine_model_load(paths[c], &mp, &own, &d), &d);
+        const uint32_t V = own->hp.n_vocab;
+        float *a = malloc((size_t)N_STEPS * V * sizeof *a);
+        float *b = malloc((size_t)N_STEPS * V * sizeof *b);
+        ASSERT_TRUE(a && b);
+        int32_t ga[N_STEPS], gb[N_STEPS];
+        ASSERT_OK(mk_generate(mapped, 1, 2, 64, ga, a));
+        ASSERT_OK(mk_generate(own, 1, 2, 64, gb, b));
+        ASSERT_TRUE(own->repacked);
+        ASSERT_EQ(own->layers[0].exp_gate.layout, KERN_LAYOUT_ROWS8);
+        ASSERT_EQ(own->layers[0].exp_down.layout, KERN_LAYOUT_ROWS8);
+        ASSERT_EQ(mapped->layers[0].exp_gate.layout, KERN_LAYOUT_ROWS);
+        const double nmse = test_nmse(b, a, (size_t)N_STEPS * V);
+        printf("  %s: repacked private copy vs mapped file: nmse %.3g, max |dlogit| %.3g\n",
+               own->arch_name, nmse, max_diff(a, b, (size_t)N_STEPS * V));
+        ASSERT_TRUE(memcmp(ga, gb, sizeof ga) == 0);
+        /* (q8_0's rows8 and rows kernels sum a row's blocks in other orders: 1e-6) */
+        ASSERT_TRUE(nmse <= 1e-5);
+        /* a second context of the repacked model (steps of 3, one thread): the same ids */
+        ASSERT_OK(mk_generate(own, 1, 1, 3, ga, a));
+        ASSERT_TRUE(memcmp(ga, gb, sizeof ga) == 0 && max_diff(a, b, (size_t)N_STEPS * V) < 1e-3);
+        free(a), free(b);
+        engine_model_free(mapped);
+        engine_model_free(own);
+        ran++;
+    }
+    if (!ran) SKIP("neither qwen35moe-tiny-f16 nor warm-mkmodel is available");
+}
+
 /* ---- refusals ------------------------------------------------------------------------- */
 
 /* Loads a copy of hybrid/qwen3moe-tiny.gguf with key `key` set to u32 (key NULL: none
@@ -606,8 +659,8 @@ out:
     return r;
 }
 
-/* Bad MoE files name the key or tensor; the MoE archs not supported yet (gpt-oss, Gemma 4's
- * 26B-A4B) name what is missing; a CUDA context refuses a MoE model. */
+/* Bad MoE files name the key or tensor; the MoE arch not supported yet (Gemma 4's 26B-A4B)
+ * names what is missing; a CUDA context refuses a MoE model. */
 TEST(refusals) {
     if (!test_shared_path("hybrid/qwen3moe-tiny.gguf")) SKIP("qwen3moe-tiny.gguf is absent");
     struct err_detail d = {0};
@@ -625,15 +678,8 @@ TEST(refusals) {
     ASSERT_ERR(load_variant(NULL, 0, "blk.2.ffn_down_exps.weight", &d), ERR_MODEL_TENSOR_MISSING);
     printf("  %s\n", d.msg);
     ASSERT_TRUE(strstr(d.msg, "blk.2.ffn_down_exps.weight") != NULL);
-    /* gpt-oss: not an arch yet, and why */
-    const char *oss = test_shared_path("hybrid/gpt-oss-tiny.gguf");
+    /* gpt-oss: an arch now (tests/engine/test-gptoss.c) */
     struct engine_model *m = NULL;
-    if (oss) {
-        ASSERT_ERR(engine_model_load(oss, NULL, &m, &d), ERR_MODEL_ARCH);
-        printf("  %s\n", d.msg);
-        ASSERT_TRUE(strstr(d.msg, "gpt-oss") && strstr(d.msg, "attention sinks") &&
-                    strstr(d.msg, "MXFP4"));
-    }
     const char *g4 = test_shared_path("hybrid/gemma4moe-tiny.gguf");
     if (g4) {
         ASSERT_ERR(engine_model_load(g4, NULL, &m, &d), ERR_MODEL_ARCH);
@@ -700,4 +746,4 @@ TEST(warm_run) {
 }
 
 TEST_MAIN(T(routing), T(qwen3moe_f32), T(qwen35moe_f32), T(qwen35moe_f16), T(split),
-          T(fused_gate_up), T(mkmodel_files), T(refusals), T(warm_run))
+          T(fused_gate_up), T(mkmodel_files), T(private_copy), T(refusals), T(warm_run))

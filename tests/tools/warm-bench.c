@@ -2,6 +2,7 @@
  *
  *   warm-bench MODEL [-t N] [-p PROMPT_TOKENS] [-g DECODE_TOKENS] [-r REPEATS]
  *              [-d DEPTH] [--cache-type f32|f16|bf16|q8_0|q4_0|...] [--peer LLAMA_BENCH]
+ *              [--private-copy]
  *
  * For 1 thread and for N threads (default: all online CPUs):
  *   prefill: one batch of PROMPT_TOKENS (default 512) random tokens into an empty
@@ -21,6 +22,9 @@
  *   --device cuda:N [--gpu-layers N], --devices cuda:0,cuda:1 --split tensor: the model on
  *            GPUs (the bandwidth bound printed is still the host's: device-check.sh's
  *            warm-cuda-bench measures the GPU's);
+ *   --private-copy: load the model as the daemon does, into a private copy that the first
+ *            context repacks in place (a MoE model's experts too; a mapped file's experts
+ *            are read in the file's rows);
  *   --peer LLAMA_BENCH: after each thread count, that llama-bench binary on the same file,
  *            threads, sizes, depth, cache type and repeats (-ngl 0), its best repeat, and
  *            the ratios warm-bench / llama-bench; run back to back, so both see the same
@@ -311,7 +315,7 @@ static void kernels_print(const struct engine_model *m, int n_prompt) {
 static void usage(void) {
     fprintf(stderr, "usage: warm-bench MODEL [-t N] [-p PROMPT_TOKENS] [-g DECODE_TOKENS] "
                     "[-r REPEATS] [-d DEPTH] [--cache-type f32|f16|bf16|q8_0|q4_0|...] "
-                    "[--peer LLAMA_BENCH]\n"
+                    "[--peer LLAMA_BENCH] [--private-copy]\n"
                     "       [--devices cpu,cpu,...|cuda:0,cuda:1,... --split none|tensor [--tensor-split R,R,...]]\n"
                     "       [--device auto|cpu|cuda:N [--gpu-layers N]]\n"
                     "(with N devices each gets threads / N, at least one)\n");
@@ -321,6 +325,7 @@ int main(int argc, char **argv) {
     const char *path = NULL, *cache = "f16", *peer = NULL;
     int threads = (int)MAX(1, sysconf(_SC_NPROCESSORS_ONLN)), n_prompt = 512, n_gen = 128;
     int repeats = 3, depth = 0;
+    bool private_copy = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int *dst = !strcmp(a, "-t") ? &threads : !strcmp(a, "-p") ? &n_prompt
@@ -365,6 +370,8 @@ int main(int argc, char **argv) {
                 return 2;
             }
             i++;
+        } else if (!strcmp(a, "--private-copy")) {
+            private_copy = true;
         } else if (!strcmp(a, "--peer") && v) {
             peer = v;
             i++;
@@ -383,7 +390,8 @@ int main(int argc, char **argv) {
     kern_init();
     struct engine_model *m = NULL;
     struct err_detail d = {0};
-    int r = engine_model_load(path, NULL, &m, &d);
+    const struct engine_model_params mp = {.private_copy = private_copy};
+    int r = engine_model_load(path, &mp, &m, &d);
     if (r < 0) {
         fprintf(stderr, "warm-bench: %s: %s\n", path, err_msg(&d, r));
         return 1;

@@ -3,7 +3,8 @@
  * them, for the llama, qwen2, qwen3, gemma3, gemma4, nomic-bert, qwen3moe, qwen35 and
  * qwen35moe architectures, any shape, any weight type the kernels can quantize to.
  *
- *   warm-mkmodel --arch llama|qwen2|qwen3|gemma3|gemma4|nomic-bert|qwen3moe|qwen35|qwen35moe
+ *   warm-mkmodel --arch llama|qwen2|qwen3|gemma3|gemma4|nomic-bert|qwen3moe|qwen35|qwen35moe|
+ *                       qwen3next|gpt-oss
  *                [--n-embd N] [--n-layer N] [--n-head N]
  *                [--n-head-kv N] [--head-dim N] [--n-ff N] [--n-vocab N] [--ctx N]
  *                [--type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|q2_K|q3_K|q4_K|q5_K|
@@ -23,6 +24,14 @@
  * the shared expert ffn_{gate,up,down}_shexp and its gate ffn_gate_inp_shexp (1-D F32). Keys:
  * expert_count, expert_used_count, expert_feed_forward_length (and
  * expert_shared_feed_forward_length).
+ *
+ * gpt-oss (notes/hybrid.md §C.3): qwen3moe's router and stacks, but the stacks MXFP4
+ * (general.file_type 38, MOSTLY_MXFP4_MOE; the other matrices --type), biases on q, k, v,
+ * the attention output, the router and every expert's gate, up and down (F32; the experts'
+ * {n_ff_exp or n_embd, n_expert}), attn_sinks {n_head} (F32, about 1), post_attention_norm
+ * as the pre-FFN norm, no Q/K norms; keys attention.sliding_window (--window; period 2
+ * without a pattern key: even layers SWA) and the expert keys. --n-embd and --n-ff-exp
+ * must be multiples of 32 (the MXFP4 block).
  *
  * qwen35 and qwen35moe (notes/hybrid.md §A): every --full-attn-interval-th layer is gated
  * attention (attn_q holds each head's query and output gate), the others Gated DeltaNet
@@ -102,10 +111,19 @@ static const struct arch_row arch_rows[] = {
     {"qwen3moe", 1000000.0f, 1e-6f, false, true, true, 0, false, FFN_MOE},
     {"qwen35", 10000000.0f, 1e-6f, false, true, true, 0, true, FFN_DENSE},
     {"qwen35moe", 10000000.0f, 1e-6f, false, true, true, 0, true, FFN_MOE_SHARED},
+    /* qwen3next: qwen35moe's tensors but ssm_ba for β and α (is_next()), HF's grouped
+     * V-head order (random weights: nothing to re-order), no rope.dimension_sections */
+    {"qwen3next", 10000000.0f, 1e-6f, false, true, true, 0, true, FFN_MOE_SHARED},
+    /* gpt-oss: its sinks, biases and MXFP4 experts by is_gptoss() */
+    {"gpt-oss", 150000.0f, 1e-5f, true, false, true, 0, false, FFN_MOE},
 };
 
 /* nomic-bert: its own tensors, keys and vocabulary (add_bert_*). */
 static bool is_bert(const struct arch_row *a) { return strcmp(a->name, "nomic-bert") == 0; }
+/* qwen3next: ssm_ba instead of ssm_beta and ssm_alpha (notes/hybrid.md §A.3). */
+static bool is_next(const struct arch_row *a) { return strcmp(a->name, "qwen3next") == 0; }
+/* gpt-oss: sinks, output/router/expert biases, MXFP4 experts (notes/hybrid.md §C.3). */
+static bool is_gptoss(const struct arch_row *a) { return strcmp(a->name, "gpt-oss") == 0; }
 
 /* general.file_type: llama.cpp's llama_ftype for a model whose matrices are all `type`. */
 static const struct {
@@ -247,6 +265,7 @@ static int add_tensor3(struct gguf_writer *w, const struct opts *o, const char *
                       : ne1 > 1 || init == INIT_MATRIX || init == INIT_EMBED ? 2
                                                                                     : 1;
     enum kern_type type = init == INIT_MATRIX || init == INIT_EMBED ? o->type : KERN_TYPE_F32;
+    if (is_gptoss(o->arch) && init == INIT_MATRIX && ne2 > 1) type = KERN_TYPE_MXFP4;
     const struct kern_type_traits *tr = kern_type_traits(type);
     int64_t n = ne0 * ne1 * ne2;
     if (ne0 % tr->blck_size != 0) {
@@ -298,9 +317,12 @@ enum when {
     MOE,        /* a mixture-of-experts FFN: router and experts */
     SHEXP,      /* its shared expert */
     REC,        /* a hybrid's Gated DeltaNet layer */
+    REC_AB,     /* its ssm_beta and ssm_alpha (qwen35, qwen35moe) */
+    REC_BA,     /* its fused ssm_ba (qwen3next): per key head its β rows, then its α rows */
+    GPTOSS,     /* gpt-oss's sinks and output, router and expert biases */
 };
 enum dim { D_EMBD, D_Q, D_QG, D_KV, D_FF, D_HEAD, D_ONE, D_PLE, D_EXP, D_FF_EXP, D_FF_SH,
-           D_CONV, D_INNER, D_SSM_HEADS, D_SSM_HEAD, D_SSM_K };
+           D_CONV, D_INNER, D_SSM_HEADS, D_SSM_HEAD, D_SSM_K, D_SSM_BA, D_N_HEAD };
 
 static const struct layer_row {
     const char *suffix;
@@ -318,11 +340,14 @@ static const struct layer_row {
     {"attn_q_norm.weight", QK_NORM, INIT_QK_NORM, D_HEAD, D_ONE, D_ONE},
     {"attn_k_norm.weight", QK_NORM_OWN, INIT_QK_NORM, D_HEAD, D_ONE, D_ONE},
     {"attn_output.weight", ATTN, INIT_MATRIX, D_Q, D_EMBD, D_ONE},
+    {"attn_output.bias", GPTOSS, INIT_BIAS, D_EMBD, D_ONE, D_ONE},
+    {"attn_sinks.weight", GPTOSS, INIT_NORM, D_N_HEAD, D_ONE, D_ONE}, /* about 1 */
     /* qwen35's Gated DeltaNet layer (notes/hybrid.md §A.3), llama.cpp's names */
     {"attn_qkv.weight", REC, INIT_MATRIX, D_EMBD, D_CONV, D_ONE},
     {"attn_gate.weight", REC, INIT_MATRIX, D_EMBD, D_INNER, D_ONE},
-    {"ssm_beta.weight", REC, INIT_MATRIX, D_EMBD, D_SSM_HEADS, D_ONE},
-    {"ssm_alpha.weight", REC, INIT_MATRIX, D_EMBD, D_SSM_HEADS, D_ONE},
+    {"ssm_beta.weight", REC_AB, INIT_MATRIX, D_EMBD, D_SSM_HEADS, D_ONE},
+    {"ssm_alpha.weight", REC_AB, INIT_MATRIX, D_EMBD, D_SSM_HEADS, D_ONE},
+    {"ssm_ba.weight", REC_BA, INIT_MATRIX, D_EMBD, D_SSM_BA, D_ONE},
     {"ssm_conv1d.weight", REC, INIT_CONV, D_SSM_K, D_CONV, D_ONE},
     {"ssm_dt.bias", REC, INIT_BIAS, D_SSM_HEADS, D_ONE, D_ONE},
     {"ssm_a", REC, INIT_SSM_A, D_SSM_HEADS, D_ONE, D_ONE},
@@ -338,6 +363,10 @@ static const struct layer_row {
     {"ffn_gate_exps.weight", MOE, INIT_MATRIX, D_EMBD, D_FF_EXP, D_EXP},
     {"ffn_up_exps.weight", MOE, INIT_MATRIX, D_EMBD, D_FF_EXP, D_EXP},
     {"ffn_down_exps.weight", MOE, INIT_MATRIX, D_FF_EXP, D_EMBD, D_EXP},
+    {"ffn_gate_inp.bias", GPTOSS, INIT_BIAS, D_EXP, D_ONE, D_ONE},
+    {"ffn_gate_exps.bias", GPTOSS, INIT_BIAS, D_FF_EXP, D_EXP, D_ONE},
+    {"ffn_up_exps.bias", GPTOSS, INIT_BIAS, D_FF_EXP, D_EXP, D_ONE},
+    {"ffn_down_exps.bias", GPTOSS, INIT_BIAS, D_EMBD, D_EXP, D_ONE},
     {"ffn_gate_inp_shexp.weight", SHEXP, INIT_VEC, D_EMBD, D_ONE, D_ONE},
     {"ffn_gate_shexp.weight", SHEXP, INIT_MATRIX, D_EMBD, D_FF_SH, D_ONE},
     {"ffn_up_shexp.weight", SHEXP, INIT_MATRIX, D_EMBD, D_FF_SH, D_ONE},
@@ -375,7 +404,8 @@ static int64_t dim_value(const struct opts *o, int64_t l, enum dim d) {
         [D_FF_EXP] = o->n_ff_exp,       [D_FF_SH] = o->n_ff_shexp,
         [D_CONV] = 2 * o->ssm_groups * o->ssm_head_dim + inner, [D_INNER] = inner,
         [D_SSM_HEADS] = o->ssm_heads,   [D_SSM_HEAD] = o->ssm_head_dim,
-        [D_SSM_K] = o->ssm_conv,
+        [D_SSM_K] = o->ssm_conv,        [D_SSM_BA] = 2 * o->ssm_heads,
+        [D_N_HEAD] = o->n_head,
     };
     return v[d];
 }
@@ -391,14 +421,17 @@ static bool row_applies(const struct opts *o, const struct layer_row *lr, int64_
     case OWN: return own && attn;
     case QK_NORM_OWN: return o->arch->qk_norm && own && attn;
     case GEMMA: return o->arch->gemma != 0;
-    case PRE_FFN: return o->arch->gemma != 0 || o->arch->hybrid;
-    case NOT_HYBRID: return !o->arch->hybrid;
+    case PRE_FFN: return o->arch->gemma != 0 || o->arch->hybrid || is_gptoss(o->arch);
+    case NOT_HYBRID: return !o->arch->hybrid && !is_gptoss(o->arch);
     case GEMMA4: return o->arch->gemma == 4;
     case PLE: return o->arch->gemma == 4 && o->ple > 0;
     case DENSE: return o->arch->ffn == FFN_DENSE;
     case MOE: return o->arch->ffn != FFN_DENSE;
     case SHEXP: return o->arch->ffn == FFN_MOE_SHARED;
     case REC: return !attn;
+    case REC_AB: return !attn && !is_next(o->arch);
+    case REC_BA: return !attn && is_next(o->arch);
+    case GPTOSS: return is_gptoss(o->arch);
     }
     return false;
 }
@@ -535,7 +568,7 @@ static int add_hybrid_hparams(struct gguf_writer *w, const struct opts *o) {
     if (r >= 0) r = add_arch_u32(w, o, "ssm.time_step_rank", o->ssm_heads);
     if (r >= 0) r = add_arch_u32(w, o, "ssm.inner_size", o->ssm_heads * o->ssm_head_dim);
     if (r >= 0) r = add_arch_u32(w, o, "full_attention_interval", o->full_attn_interval);
-    if (r >= 0) {
+    if (r >= 0 && !is_next(o->arch)) { /* (qwen3next: plain NEOX, no sections) */
         /* the converter's default sections [11, 11, 10, 0] scaled to n_rot / 2 pairs */
         const int32_t h = (int32_t)(o->n_rot / 2), a = (h * 11 + 16) / 32, b = a;
         const int32_t sections[4] = {a, b, h - a - b, 0};
@@ -570,7 +603,9 @@ static int add_hparams(struct gguf_writer *w, const struct opts *o) {
     int r = 0;
     if (r >= 0) r = gguf_writer_add_str(w, "general.architecture", o->arch->name);
     if (r >= 0) r = gguf_writer_add_str(w, "general.name", o->name ? o->name : name);
-    if (r >= 0) r = gguf_writer_add_u32(w, "general.file_type", o->ftype);
+    /* gpt-oss: MOSTLY_MXFP4_MOE (its experts MXFP4, the rest --type) */
+    if (r >= 0)
+        r = gguf_writer_add_u32(w, "general.file_type", is_gptoss(o->arch) ? 38 : o->ftype);
     if (r >= 0 && kern_type_traits(o->type)->is_quantized)
         r = gguf_writer_add_u32(w, "general.quantization_version", 2);
     if (is_bert(o->arch)) return r >= 0 ? add_bert_hparams(w, o) : r;
@@ -591,6 +626,8 @@ static int add_hparams(struct gguf_writer *w, const struct opts *o) {
         r = add_arch_u32(w, o, "attention.shared_kv_layers", o->shared_kv_layers);
     if (r >= 0 && o->arch->gemma) r = add_gemma_hparams(w, o);
     if (r >= 0 && o->arch->ffn != FFN_DENSE) r = add_moe_hparams(w, o);
+    if (r >= 0 && is_gptoss(o->arch)) /* required; period 2 without a pattern key */
+        r = add_arch_u32(w, o, "attention.sliding_window", o->window);
     if (r >= 0 && o->arch->hybrid) r = add_hybrid_hparams(w, o);
     return r;
 }
@@ -776,7 +813,7 @@ static int add_vocab_from(struct gguf_writer *w, const struct gguf_file *src) {
 static void usage(FILE *out) {
     fprintf(out,
             "usage: warm-mkmodel --arch llama|qwen2|qwen3|gemma3|gemma4|nomic-bert|qwen3moe|\n"
-            "                           qwen35|qwen35moe -o FILE\n"
+            "                           qwen35|qwen35moe|qwen3next|gpt-oss -o FILE\n"
             "       [options]\n"
             "  --n-embd N (128)  --n-layer N (2)  --n-head N (4)  --n-head-kv N (= n-head)\n"
             "  --head-dim N (n-embd / n-head)  --n-ff N (256)  --n-vocab N (512)  --ctx N (2048)\n"
@@ -791,9 +828,12 @@ static void usage(FILE *out) {
             "         layer, 1 = SWA)\n"
             "         gemma4: --head-dim-swa N (= head-dim)  --n-head-kv-swa N (= n-head-kv)\n"
             "         --ple N (0)\n"
-            "  qwen3moe, qwen35moe: --experts N (8)  --experts-used K (2)  --n-ff-exp N (n-ff)\n"
+            "  qwen3moe, qwen35moe, gpt-oss: --experts N (8)  --experts-used K (2)\n"
+            "         --n-ff-exp N (n-ff)\n"
+            "         gpt-oss: --window N (512; even layers SWA)\n"
             "         qwen35moe: --n-ff-shexp N (n-ff)\n"
-            "  qwen35, qwen35moe: --ssm-groups H_k (2)  --ssm-heads H_v (2 H_k)\n"
+            "  qwen35, qwen35moe, qwen3next (MoE as qwen35moe): --ssm-groups H_k (2)\n"
+            "         --ssm-heads H_v (2 H_k)\n"
             "         --ssm-head-dim N (32)  --ssm-conv K (4)  --full-attn-interval I (4)\n"
             "         --n-rot N (head-dim / 4)\n");
 }
@@ -956,7 +996,7 @@ static int parse_args(int argc, char **argv, struct opts *o) {
     else if (o->head_dim_swa % 2 || o->n_head % o->n_head_kv_swa)
         why = "--head-dim-swa must be even and --n-head-kv-swa divide --n-head";
     else if (!moe && (o->n_expert || o->n_expert_used))
-        why = "--experts and --experts-used are for qwen3moe and qwen35moe";
+        why = "--experts and --experts-used are for qwen3moe, qwen35moe and gpt-oss";
     else if (o->n_expert_used > o->n_expert)
         why = "--experts-used must be at most --experts";
     else if (o->n_rot % 2 || o->n_rot > o->head_dim ||
