@@ -259,7 +259,9 @@ static bool ffn_plain(struct exec *e, const struct layer_step *s, const float *i
  * n_expert_used experts and their weights (moe_route: qwen's softmax over all experts, top
  * k, renormalised); out = Σ_k w_k · W_down_e · (SiLU(W_gate_e · in) ⊙ (W_up_e · in)), the
  * step's tokens grouped by expert (moe_experts); then, where the layer has one, the shared
- * expert's dense FFN × sigmoid(w_sh · in). */
+ * expert's dense FFN × sigmoid(w_sh · in). gpt-oss (§C.3) adds the router's bias to the
+ * logits, routes by the top k logits then a softmax over those, and its experts add their
+ * biases to the gate, up and down products around the clamped SWIGLU_OAI. */
 static bool ffn_moe(struct exec *e, const struct layer_step *s, const float *in, float *out) {
     const struct exec_ops *op = e->ops;
     const struct engine_hparams *hp = &e->ctx->model->hp;
