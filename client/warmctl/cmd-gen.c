@@ -489,6 +489,9 @@ static const char chat_usage[] =
     "                       repeat-penalty, repeat-last-n, frequency-penalty,\n"
     "                       presence-penalty, max-tokens; '/set greedy' for temperature 0;\n"
     "                       format json|none, json-schema FILE, grammar FILE\n"
+    "  /result [ID] TEXT    answer the model's tool call ID (which may be left out when one\n"
+    "                       call waits) with TEXT; after the last waiting call's result\n"
+    "                       the model goes on\n"
     "  \"\"\"                  start and end a message of several lines (or end a line with\n"
     "                       '\\' to go on on the next one)\n"
     "\n"
@@ -501,7 +504,7 @@ static const char chat_usage[] =
     "                           tools ({\"type\": \"function\", \"function\": {\"name\",\n"
     "                           \"description\", \"parameters\"}}); its calls are printed as\n"
     "                           [tool call ID: NAME ARGUMENTS] (--json: the summary's\n"
-    "                           tool_calls)\n"
+    "                           tool_calls); answer them with /result\n"
     "      --tool-choice auto|none|required|NAME   whether the model must call a tool (a\n"
     "                           required or named call follows the tool's parameters)\n"
     "      --think on|off|low|medium|high   thinking models (qwen3, qwen35, gpt-oss): think\n"
@@ -520,6 +523,8 @@ static const char chat_help[] =
     "  /set greedy        temperature 0\n"
     "  /set format json   JSON replies (none: free text again); also json-schema FILE,\n"
     "                     grammar FILE\n"
+    "  /result [ID] TEXT  the result of tool call ID (ID not needed when one call waits);\n"
+    "                     after the last waiting call's result the model goes on\n"
     "  \"\"\"                start and end a message of several lines; a line ending in '\\'\n"
     "                     goes on on the next one\n"
     "  Ctrl-C             stop the current reply\n";
@@ -565,9 +570,18 @@ static int chat_option(struct ctl *ctl, int opt, void *data) {
     return 0;
 }
 
+/* What a history entry owns: its content, an assistant message's tool calls (and their
+ * strings), a tool message's call id and function name. */
+struct owned {
+    char *content;
+    struct warm_tool_call *calls;
+    size_t n_calls;
+    char *id, *name;
+};
+
 struct history {
     struct warm_chat_message *v;
-    char **owned;               /* contents we allocated, parallel to v */
+    struct owned *owned;        /* parallel to v */
     size_t n, cap;
 };
 
@@ -577,20 +591,92 @@ static int history_add(struct history *h, const char *role, const char *content)
         struct warm_chat_message *v = realloc(h->v, cap * sizeof *v);
         if (!v) return -ENOMEM;
         h->v = v;
-        char **o = realloc(h->owned, cap * sizeof *o);
+        struct owned *o = realloc(h->owned, cap * sizeof *o);
         if (!o) return -ENOMEM;
         h->owned = o;
         h->cap = cap;
     }
     char *copy = strdup(content);
     if (!copy) return -ENOMEM;
-    h->owned[h->n] = copy;
+    h->owned[h->n] = (struct owned){.content = copy};
     h->v[h->n++] = (struct warm_chat_message){.role = role, .content = copy};
     return 0;
 }
 
+static void owned_free(struct owned *o) {
+    for (size_t i = 0; i < o->n_calls; i++) {
+        free((char *)o->calls[i].id);
+        free((char *)o->calls[i].name);
+        free((char *)o->calls[i].arguments);
+    }
+    free(o->calls);
+    free(o->content);
+    free(o->id);
+    free(o->name);
+}
+
 static void history_truncate(struct history *h, size_t n) {
-    while (h->n > n) free(h->owned[--h->n]);
+    while (h->n > n) owned_free(&h->owned[--h->n]);
+}
+
+/* Gives the last message (the assistant's reply) the calls the answer made, so the next
+ * turn's template renders them before their results. */
+static int history_set_calls(struct history *h, const struct warm_summary *s) {
+    if (!s->n_tool_calls) return 0;
+    struct owned *o = &h->owned[h->n - 1];
+    o->calls = calloc(s->n_tool_calls, sizeof *o->calls);
+    if (!o->calls) return -ENOMEM;
+    for (size_t i = 0; i < s->n_tool_calls; i++, o->n_calls++) {
+        const struct warm_tool_call *c = &s->tool_calls[i];
+        struct warm_tool_call *d = &o->calls[i];
+        d->id = c->id ? strdup(c->id) : NULL;
+        d->name = strdup(c->name ? c->name : "");
+        d->arguments = strdup(c->arguments ? c->arguments : "{}");
+        if ((c->id && !d->id) || !d->name || !d->arguments) {
+            o->n_calls++; /* freed with the rest */
+            return -ENOMEM;
+        }
+    }
+    h->v[h->n - 1].tool_calls = o->calls;
+    h->v[h->n - 1].n_tool_calls = o->n_calls;
+    return 0;
+}
+
+/* A role-tool message answering the call id of function name. */
+static int history_add_result(struct history *h, const char *id, const char *name,
+                              const char *text) {
+    if (history_add(h, "tool", text) < 0) return -ENOMEM;
+    struct owned *o = &h->owned[h->n - 1];
+    o->id = strdup(id);
+    o->name = strdup(name);
+    if (!o->id || !o->name) {
+        history_truncate(h, h->n - 1);
+        return -ENOMEM;
+    }
+    h->v[h->n - 1].tool_call_id = o->id;
+    h->v[h->n - 1].name = o->name;
+    return 0;
+}
+
+/* The calls still waiting for a result: those of the last assistant message when only
+ * tool messages follow it, less the ones they answer. Fills pending (up to max) and
+ * returns how many there are. */
+static size_t pending_calls(const struct history *h, const struct warm_tool_call **pending,
+                            size_t max) {
+    size_t a = h->n;
+    while (a && strcmp(h->v[a - 1].role, "tool") == 0) a--;
+    if (!a || strcmp(h->v[a - 1].role, "assistant") != 0) return 0;
+    const struct warm_chat_message *m = &h->v[a - 1];
+    size_t n = 0;
+    for (size_t i = 0; i < m->n_tool_calls; i++) {
+        const char *id = m->tool_calls[i].id;
+        bool answered = !id;
+        for (size_t j = a; j < h->n && !answered; j++)
+            answered = h->v[j].tool_call_id && strcmp(h->v[j].tool_call_id, id) == 0;
+        if (!answered && n < max) pending[n] = &m->tool_calls[i];
+        if (!answered) n++;
+    }
+    return n;
 }
 
 /* Waits until the daemon answers again (a restart), reconnecting; false on timeout. */
@@ -839,6 +925,65 @@ static void chat_set(struct gen_opts *g, char *args) {
     fprintf(stderr, "[%s set]\n", name);
 }
 
+/* Names the calls waiting for a result on stderr: " (waiting: ID NAME, ...)". */
+static void print_waiting(const struct warm_tool_call *const *pending, size_t n) {
+    fputs(" (waiting:", stderr);
+    for (size_t i = 0; i < n; i++)
+        fprintf(stderr, "%s %s %s", i ? "," : "", pending[i]->id, pending[i]->name);
+    fputc(')', stderr);
+}
+
+/* Handles "/result [ID] TEXT" (args: what follows "/result"): the tool's answer to a call
+ * the model made, as a role-tool message. Returns 1 when no call waits any more (the
+ * model's turn), 0 when others still wait or the line was refused (said on stderr,
+ * nothing changed), -ENOMEM. */
+static int chat_result(struct ctl *ctl, struct history *h, char *args) {
+    enum { MAX_SHOWN = 64 };
+    const struct warm_tool_call *pending[MAX_SHOWN];
+    size_t n = pending_calls(h, pending, MAX_SHOWN);
+    size_t shown = n < MAX_SHOWN ? n : MAX_SHOWN;
+    while (*args == ' ' || *args == '\t') args++;
+    if (!n) {
+        fprintf(stderr, "/result: no tool call is waiting for a result (the model's last "
+                "reply made none, or all have one)\n");
+        return 0;
+    }
+    /* The first word is an id when a waiting call has it, or when it looks like one
+     * ("call_..."): a mistyped id must not become the result. */
+    size_t w = strcspn(args, " \t");
+    const struct warm_tool_call *call = NULL;
+    for (size_t i = 0; i < shown && !call; i++)
+        if (strlen(pending[i]->id) == w && strncmp(args, pending[i]->id, w) == 0) call = pending[i];
+    const char *text = args;
+    if (call) {
+        text = args + w;
+        while (*text == ' ' || *text == '\t') text++;
+    } else if (w && strncmp(args, "call_", 5) == 0) {
+        fprintf(stderr, "/result: no tool call '%.*s' is waiting for a result", (int)w, args);
+        print_waiting(pending, shown);
+        fputc('\n', stderr);
+        return 0;
+    } else if (n > 1) {
+        fprintf(stderr, "/result: %zu tool calls are waiting; name one: /result ID TEXT", n);
+        print_waiting(pending, shown);
+        fputc('\n', stderr);
+        return 0;
+    } else {
+        call = pending[0];
+    }
+    if (!*text) {
+        fprintf(stderr, "/result: give the result of %s %s after the command\n", call->id,
+                call->name);
+        return 0;
+    }
+    if (history_add_result(h, call->id, call->name, text) < 0) return -ENOMEM;
+    if (n == 1) return 1;
+    if (!ctl->json)
+        fprintf(stderr, "[result of %s added; %zu more call%s waiting]\n", call->id, n - 1,
+                n == 2 ? "" : "s");
+    return 0;
+}
+
 /* A model without a chat template: what to do instead, in the user's words. */
 static int no_template(struct ctl *ctl, const char *model, const struct warm_error *err) {
     struct warm_error e = {.code = err->code};
@@ -896,6 +1041,9 @@ static int chat_main(struct ctl *ctl, struct gen_opts *g, int argc, char **argv)
             free(line);
             continue;
         }
+        /* A user message or the last result the calls waited for: the model's turn. */
+        size_t n_before = h.n;
+        bool answered = false;
         if (line[0] == '/' && !strchr(line, '\n')) {
             char *cmd = line + 1, *args = cmd + strcspn(cmd, " \t");
             if (*args) *args++ = '\0';
@@ -909,23 +1057,31 @@ static int chat_main(struct ctl *ctl, struct gen_opts *g, int argc, char **argv)
                 fputs(chat_help, stderr);
             } else if (strcmp(cmd, "set") == 0) {
                 chat_set(g, args);
+            } else if (strcmp(cmd, "result") == 0) {
+                r = chat_result(ctl, &h, args);
+                if (r < 0) {
+                    free(line);
+                    ret = ctl_fail_msg(ctl, "out of memory");
+                    break;
+                }
+                answered = r == 1;
             } else {
-                static const char *const cmds[] = {"help", "bye", "clear", "set"};
-                const char *near = ctl_closest(cmd, cmds, 4);
+                static const char *const cmds[] = {"help", "bye", "clear", "set", "result"};
+                const char *near = ctl_closest(cmd, cmds, 5);
                 fprintf(stderr, "unknown command '/%s'%s%s%s; /help lists them (a message that "
                         "starts with '/': begin it with a space)\n", cmd,
                         near ? " (did you mean '/" : "", near ? near : "", near ? "'?)" : "");
             }
             free(line);
             if (done) break;
-            continue;
-        }
-        size_t n_before = h.n;
-        r = history_add(&h, "user", line);
-        free(line);
-        if (r < 0) {
-            ret = ctl_fail_msg(ctl, "out of memory");
-            break;
+            if (!answered) continue;
+        } else {
+            r = history_add(&h, "user", line);
+            free(line);
+            if (r < 0) {
+                ret = ctl_fail_msg(ctl, "out of memory");
+                break;
+            }
         }
         struct warm_summary s;
         struct warm_error err;
@@ -959,15 +1115,17 @@ static int chat_main(struct ctl *ctl, struct gen_opts *g, int argc, char **argv)
             break;
         }
         sink_finish(&k, &s, g->verbose, gen_greedy(g));
-        warm_summary_done(&s);
         const char *reply = k.text ? k.text : "";
         while (x.plain && (*reply == ' ' || *reply == '\n')) reply++;
-        if (k.out_of_memory || history_add(&h, "assistant", reply) < 0) {
+        if (k.out_of_memory || history_add(&h, "assistant", reply) < 0 ||
+            history_set_calls(&h, &s) < 0) {
+            warm_summary_done(&s);
             ret = ctl_fail_msg(ctl, "out of memory");
             break;
         }
+        warm_summary_done(&s);
         /* A plain transcript puts the next "User:" on its own line. */
-        char *last = h.owned[h.n - 1];
+        char *last = h.owned[h.n - 1].content;
         for (size_t n = strlen(last); x.plain && n && (last[n - 1] == ' ' || last[n - 1] == '\n');)
             last[--n] = '\0';
     }

@@ -588,6 +588,96 @@ class Warmctl(ClientTest):
                 return None
         return None
 
+    def tool_chat(self, lines, tools):
+        """An interactive `warmctl chat tooly --json` forced to call get_time: each line is
+        written once the previous turn's summary has come (a /result line that does not end
+        the waiting starts no turn: the next line follows at once). Returns the summaries
+        and stderr. A line "RESULT TEXT" answers every waiting call by its id."""
+        p = subprocess.Popen([WARMCTL, "--socket", self.d.socket, "chat", "tooly", "--greedy",
+                              "-n", "200", "--tools", tools, "--tool-choice", "get_time",
+                              "--json"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        sums = []
+        try:
+            for line in lines:
+                turn = True
+                if line.startswith("RESULT "):
+                    calls = sums[-1]["tool_calls"]
+                    for c in calls[:-1]:
+                        p.stdin.write(f"/result {c['id']} {line[7:]}\n")
+                    line = f"/result {calls[-1]['id']} {line[7:]}"
+                elif line.startswith("/"):
+                    turn = False
+                p.stdin.write(line + "\n")
+                p.stdin.flush()
+                if turn:
+                    s = self.read_turn(p)
+                    self.assertIsNotNone(s, line)
+                    sums.append(s)
+            p.stdin.write("/bye\n")
+            p.stdin.close()
+            rest = p.stdout.read()
+            err = p.stderr.read()
+            self.assertEqual(p.wait(timeout=60), 0, err)
+            self.assertEqual(summaries_of(json.loads(l) for l in rest.splitlines()), [], rest)
+            return sums, err
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stdout.close()
+            p.stderr.close()
+
+    def test_chat_tool_results(self):
+        """Issue 34: `/result [ID] TEXT` answers the model's tool calls in `warmctl chat`;
+        the next turn's prompt holds the call and its result (it grows by the result's
+        tokens), and a /result with no waiting call or an unknown id is refused on stderr
+        and changes nothing."""
+        if not os.path.exists(MKMODEL):
+            self.skipTest("warm-mkmodel not built")
+        self.d = self.daemon(config=self.config)
+        subprocess.run([MKMODEL, "--arch", "llama", "--chat-template", "chatml", "--seed", "7",
+                        "-o", os.path.join(self.d.models, "tooly.gguf")],
+                       check=True, capture_output=True, timeout=120)
+        self.d.start()
+        tools = os.path.join(self.tmp, "tools.json")
+        with open(tools, "w") as f:
+            json.dump([{"type": "function", "function": {
+                "name": "get_time", "description": "The time in a time zone.",
+                "parameters": {"type": "object", "properties": {
+                    "tz": {"type": "string", "enum": ["UTC", "CET", "PST"]}},
+                    "required": ["tz"], "additionalProperties": False}}}], f)
+        short, long = "12:00", "12:00 and the sun is shining over the whole of the city today"
+        a, err = self.tool_chat(["/result too early", "Time in Berlin?", "/result call_nope 1",
+                                 "RESULT " + short], tools)
+        self.assertIn("/result: no tool call is waiting for a result", err)
+        self.assertIn("/result: no tool call 'call_nope' is waiting for a result", err)
+        self.assertIn(a[0]["tool_calls"][0]["id"], err)  # the error names what waits
+        b, err = self.tool_chat(["Time in Berlin?", "RESULT " + long], tools)
+        self.assertEqual(err, "")
+        for s in a + b:
+            self.assertEqual(s["stop_reason"], "tool_calls", s)
+            self.assertEqual(s["tool_calls"][0]["name"], "get_time", s)
+        # Greedy: the same first turn; the refused lines changed nothing.
+        self.assertEqual(a[0]["prompt_tokens"], b[0]["prompt_tokens"])
+        self.assertEqual([(c["name"], c["arguments"]) for c in a[0]["tool_calls"]],
+                         [(c["name"], c["arguments"]) for c in b[0]["tool_calls"]])
+        # The second prompt is the first, the call and its result: the results' difference
+        # in tokens is the prompts' difference (one token either way at the boundaries).
+        n = len(self.ctl("tokenize", "tooly", long, "--json").json()["tokens"]) - \
+            len(self.ctl("tokenize", "tooly", short, "--json").json()["tokens"])
+        self.assertGreater(a[1]["prompt_tokens"], a[0]["prompt_tokens"] + 8)
+        self.assertLessEqual(abs(b[1]["prompt_tokens"] - a[1]["prompt_tokens"] - n), 1,
+                             (a, b, n))
+        print(f"prompt tokens: {a[0]['prompt_tokens']} first turn, {a[1]['prompt_tokens']} "
+              f"after a {short!r} result, {b[1]['prompt_tokens']} after a {n}-token longer one;"
+              f" {len(a[0]['tool_calls'])} call(s) per turn")
+        # Human output: the call is shown and one result (no id: one call waits) goes on.
+        r = self.ctl("chat", "tooly", "--greedy", "-n", "200", "--tools", tools,
+                     "--tool-choice", "get_time", stdin="Time?\n/result 09:30\n")
+        self.assertEqual(r.out.count("[tool call call_"), 2, r)
+        self.assertIn(": get_time {", r.out)
+
     @unittest.skipUnless(os.geteuid() == 0, "needs root to run warmctl as another user")
     def test_permission_denied_names_the_group(self):
         d = self.start()
