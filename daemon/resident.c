@@ -5,6 +5,7 @@
 #include "daemon/log.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -19,7 +20,52 @@ static bool idle(struct resident *r) {
 }
 
 static uint64_t memory_of(const struct resident *r) {
-    return r->runner ? runner_memory_bytes(r->runner) : r->estimate_bytes;
+    return r->runner ? r->held_bytes : r->estimate_bytes;
+}
+
+/* Host memory a loaded model holds: its private copy of the file (all of it: the weights,
+ * repacked in place, and the metadata), the copies a CPU device made of some weights (its
+ * column slices of a split), the KV cache and recurrent state (runner_memory_bytes() is the
+ * weights the engine counts plus engine_context_kv_bytes()) and the CPU devices' scratch. A
+ * GPU's own memory is not the host's and not in the budget. */
+static uint64_t held_bytes(const struct runner *rn) {
+    const struct engine_model *m = runner_model(rn);
+    uint64_t n = gguf_size(engine_model_gguf(m));
+    n += runner_memory_bytes(rn) - MIN(m->weight_bytes, runner_memory_bytes(rn));
+    struct engine_device_info di;
+    for (uint32_t k = 0; runner_device_info(rn, k, &di) >= 0; k++)
+        if (strcmp(di.kind, "cpu") == 0) n += di.copied_bytes + di.scratch_bytes;
+    return n;
+}
+
+/* An upper bound of the KV cache a model will get, from its file's metadata: every layer
+ * holds K and V for the whole context of every sequence (sliding-window rings, layers that
+ * share another's KV and recurrent layers hold less), the types as runner.c picks them. */
+static uint64_t kv_bound(const struct config *c, const struct registry_meta *mt) {
+    uint64_t n_seq = MIN(MAX(c->parallel, 1u), 256u);
+    enum kern_type tk = (enum kern_type)kern_type_from_name(config_cache_type_names[c->cache_type_k]);
+    enum kern_type tv = (enum kern_type)kern_type_from_name(config_cache_type_names[c->cache_type_v]);
+    if (mt->embedding) { /* runner.c's embed_params */
+        n_seq = MIN(n_seq, 8u);
+        tk = tk == KERN_TYPE_F32 ? KERN_TYPE_F32 : KERN_TYPE_F16;
+        tv = tv == KERN_TYPE_F32 ? KERN_TYPE_F32 : KERN_TYPE_F16;
+    }
+    const int64_t nk = (int64_t)mt->n_head_kv * mt->head_dim_k, nv = (int64_t)mt->n_head_kv * mt->head_dim_v;
+    size_t rk = kern_row_size(tk, nk), rv = kern_row_size(tv, nv);
+    uint64_t row = (rk ? rk : (uint64_t)nk * 4) + (rv ? rv : (uint64_t)nv * 4), n;
+    const uint64_t cells = (uint64_t)residency_ctx_size(c, mt->n_ctx_train) * n_seq * mt->n_layer;
+    return __builtin_mul_overflow(cells, row, &n) ? UINT64_MAX : n;
+}
+
+/* MemAvailable of /proc/meminfo in bytes; 0 when unknown. */
+static uint64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "re");
+    char line[128];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return (uint64_t)kb << 10;
 }
 
 static void resident_free(struct daemon *d, struct resident *r) {
@@ -38,7 +84,7 @@ static struct resident *take_locked(struct daemon *d, size_t i) {
     rs->loaded[i] = rs->loaded[--rs->n_loaded];
     r->unloaded = true;
     metrics_set(&d->metrics, METRIC_MODELS_LOADED, rs->n_loaded);
-    if (r->runner) metrics_sub(&d->metrics, METRIC_MEMORY_BYTES, runner_memory_bytes(r->runner));
+    if (r->runner) metrics_sub(&d->metrics, METRIC_MEMORY_BYTES, r->held_bytes);
     return r;
 }
 
@@ -84,20 +130,66 @@ static ssize_t lru_idle_locked(struct residency *rs) {
     return best;
 }
 
-/* Would evicting every idle and retired model make room for one of `bytes` (lock held)?
- * 0 when it would, -EBUSY when every slot is busy, ERR_TOO_LARGE when the busy models
- * leave too little of the memory budget. */
-static int room_possible_locked(struct daemon *d, uint64_t bytes) {
+/* What a model about to load would need, and what holds memory now. */
+struct room {
+    uint64_t need;        /* the new model: its file (the copy) + kv bound */
+    uint64_t file, kv;
+    uint64_t held;        /* by every loaded, loading and retired model */
+    uint64_t busy;        /* of which by models in use or loading (never unloaded for room) */
+    uint64_t idle;        /* of which by idle and retired models (unloaded to make room) */
+    uint64_t loading;     /* of which by models still loading (not yet in MemAvailable) */
+    uint64_t available;   /* MemAvailable when asked; 0 = unknown */
+    uint64_t freeing;     /* by models already out of the table, freed once the lock is
+                             released (an idle model whose file changed) */
+    size_t n_busy;
+};
+
+/* Would evicting every idle and retired model make room for rm->need (lock held)? 0 when
+ * it would, -EBUSY when every slot is busy, ERR_TOO_LARGE (with the numbers in err) when the
+ * busy models leave too little of the memory budget or the machine has too little memory
+ * even once the idle ones are gone. Nothing is evicted here: a load that would fail anyway
+ * must not cost the loaded models their place. */
+static int room_check_locked(struct daemon *d, const char *name, struct room *rm,
+                             struct err_detail *err) {
     struct residency *rs = &d->residency;
-    uint64_t kept = 0;
-    size_t busy = 0;
+    rm->held = rm->busy = rm->idle = rm->loading = 0;
+    rm->n_busy = 0;
     for (size_t i = 0; i < rs->n_loaded; i++) {
-        if (idle(rs->loaded[i])) continue;
-        kept += memory_of(rs->loaded[i]);
-        busy++;
+        const uint64_t b = memory_of(rs->loaded[i]);
+        rm->held += b;
+        if (rs->loaded[i]->loading) rm->loading += b;
+        if (idle(rs->loaded[i])) {
+            rm->idle += b;
+        } else {
+            rm->busy += b;
+            rm->n_busy++;
+        }
     }
-    if (kept + bytes > d->memory_budget_bytes) return ERR_TOO_LARGE;
-    return busy < d->config.max_loaded_models && busy < RESIDENT_MAX ? 0 : -EBUSY;
+    for (size_t i = 0; i < rs->n_retired; i++) {
+        rm->held += memory_of(rs->retired[i]);
+        rm->idle += memory_of(rs->retired[i]);
+    }
+    char what[160];
+    snprintf(what, sizeof what, "its file %llu + KV cache up to %llu", (unsigned long long)rm->file,
+             (unsigned long long)rm->kv);
+    if (rm->busy > d->memory_budget_bytes || rm->need > d->memory_budget_bytes - rm->busy)
+        return err_set(err, ERR_TOO_LARGE, "model '%s' needs %llu bytes (%s) and does not fit the "
+                       "memory budget of %llu bytes: loaded models hold %llu bytes, %llu of them "
+                       "by the %zu in use or loading (never unloaded to make room); nothing was "
+                       "unloaded", name, (unsigned long long)rm->need, what,
+                       (unsigned long long)d->memory_budget_bytes, (unsigned long long)rm->held,
+                       (unsigned long long)rm->busy, rm->n_busy);
+    /* The machine: what is available now, less what loads still in flight will take, plus
+     * what unloading the idle models gives back. */
+    const uint64_t avail = rm->available - MIN(rm->loading, rm->available) + rm->idle + rm->freeing;
+    if (rm->available && rm->need > avail)
+        return err_set(err, ERR_TOO_LARGE, "model '%s' needs %llu bytes (%s) and the machine has "
+                       "%llu bytes available (MemAvailable %llu, less %llu for loads in flight, "
+                       "plus %llu held by idle models that could be unloaded); nothing was "
+                       "unloaded", name, (unsigned long long)rm->need, what,
+                       (unsigned long long)avail, (unsigned long long)rm->available,
+                       (unsigned long long)rm->loading, (unsigned long long)(rm->idle + rm->freeing));
+    return rm->n_busy < d->config.max_loaded_models && rm->n_busy < RESIDENT_MAX ? 0 : -EBUSY;
 }
 
 uint32_t residency_ctx_size(const struct config *c, uint32_t n_ctx_train) {
@@ -194,6 +286,9 @@ int residency_acquire(struct daemon *d, const char *name, uint32_t uid, uint64_t
     e = registry_stat(&d->registry, name, &m, &se);
     if (e == ERR_UNSUPPORTED) return err_set(err, e, "%s", se.msg);
     bool on_disk = e >= 0;
+    struct room rm = {.file = m.size_bytes, .kv = kv_bound(c, &m.meta),
+                      .available = mem_available()};
+    rm.need = rm.file + MIN(rm.kv, UINT64_MAX - rm.file);
     struct resident *evict[2 * RESIDENT_MAX + 1];
     size_t n_evict = 0;
     bool changed = false;
@@ -220,18 +315,27 @@ int residency_acquire(struct daemon *d, const char *name, uint32_t uid, uint64_t
         pthread_mutex_unlock(&rs->lock);
         return e;
     }
-    /* Make room: a free slot and the file's size (the weights) within the budget. Idle
-     * models go first; retired ones last, since freeing them ends their streams. Nothing
-     * is evicted unless that makes room: a load that would fail anyway (every slot busy,
-     * or too big even then) must not cost the loaded models their place. */
-    int room = room_possible_locked(d, m.size_bytes);
+    /* Make room: a free slot and the model's memory (its file, which the private copy
+     * holds whole, and its KV cache at most) within the budget and the machine's memory.
+     * Idle models go first; retired ones last, since freeing them ends their streams.
+     * Nothing is evicted unless that makes room: a load that would fail anyway (every slot
+     * busy, or too big even then) must not cost the loaded models their place. */
+    struct err_detail re = {0};
+    for (size_t i = 0; i < n_evict; i++) rm.freeing += memory_of(evict[i]);
+    int room = room_check_locked(d, name, &rm, &re);
+    uint64_t freed = rm.freeing; /* by the models unloaded once the lock is released */
+    const uint64_t avail = rm.available - MIN(rm.loading, rm.available);
+    bool no_room = false, no_mem = false;
     for (; room >= 0;) {
-        bool no_room = memory_locked(rs) + m.size_bytes > d->memory_budget_bytes;
-        if (rs->n_loaded < c->max_loaded_models && !no_room) break;
+        no_room = memory_locked(rs) + rm.need > d->memory_budget_bytes;
+        no_mem = rm.available && rm.need > avail + freed;
+        if (rs->n_loaded < c->max_loaded_models && !no_room && !no_mem) break;
         ssize_t i = lru_idle_locked(rs);
         if (i >= 0) {
+            freed += memory_of(rs->loaded[i]);
             evict[n_evict++] = take_locked(d, (size_t)i);
-        } else if (no_room && rs->n_retired) {
+        } else if ((no_room || no_mem) && rs->n_retired) {
+            freed += memory_of(rs->retired[rs->n_retired - 1]);
             struct resident *x = unretire_locked(rs, rs->n_retired - 1);
             if (x) evict[n_evict++] = x;
         } else {
@@ -239,15 +343,18 @@ int residency_acquire(struct daemon *d, const char *name, uint32_t uid, uint64_t
         }
     }
     struct resident *r = NULL;
-    if (room != ERR_TOO_LARGE &&
-        (room == -EBUSY || rs->n_loaded >= c->max_loaded_models || rs->n_loaded >= RESIDENT_MAX)) {
+    if (room == ERR_TOO_LARGE) {
+        e = err_set(err, room, "%s", re.msg);
+    } else if (room == -EBUSY || rs->n_loaded >= c->max_loaded_models ||
+               rs->n_loaded >= RESIDENT_MAX) {
         e = err_set(err, -EBUSY, "model '%s' cannot be loaded: all %zu loaded models are busy "
                     "(max_loaded_models = %u)", name, rs->n_loaded, c->max_loaded_models);
-    } else if (room == ERR_TOO_LARGE ||
-               memory_locked(rs) + m.size_bytes > d->memory_budget_bytes) {
-        e = err_set(err, ERR_TOO_LARGE, "model '%s' (%llu bytes) does not fit the memory "
-                    "budget of %llu bytes", name, (unsigned long long)m.size_bytes,
-                    (unsigned long long)d->memory_budget_bytes);
+    } else if (no_room || no_mem) {
+        /* (the check above saw room once the idle ones are gone; it cannot get here) */
+        e = err_set(err, ERR_TOO_LARGE, "model '%s' needs %llu bytes and does not fit the "
+                    "memory budget of %llu bytes or the machine's memory: loaded models hold "
+                    "%llu bytes", name, (unsigned long long)rm.need,
+                    (unsigned long long)d->memory_budget_bytes, (unsigned long long)memory_locked(rs));
     } else if (!(r = calloc(1, sizeof *r))) {
         e = -ENOMEM;
     } else {
@@ -255,7 +362,7 @@ int residency_acquire(struct daemon *d, const char *name, uint32_t uid, uint64_t
         snprintf(r->name, sizeof r->name, "%s", name);
         r->loading = true;
         r->refs = 1;
-        r->estimate_bytes = m.size_bytes;
+        r->estimate_bytes = rm.need;
         lease_renew_locked(c, r, uid, keep_alive_usec, time_now_usec());
         rs->loaded[rs->n_loaded++] = r;
         metrics_set(&d->metrics, METRIC_MODELS_LOADED, rs->n_loaded);
@@ -312,6 +419,7 @@ int residency_acquire(struct daemon *d, const char *name, uint32_t uid, uint64_t
         e = runner_new(name, fd, &p, &runner, &le);
     }
     uint64_t usec = time_now_usec() - t0;
+    const uint64_t held = e >= 0 ? held_bytes(runner) : 0;
 
     pthread_mutex_lock(&rs->lock);
     r->loading = false;
@@ -330,15 +438,17 @@ int residency_acquire(struct daemon *d, const char *name, uint32_t uid, uint64_t
         return e;
     }
     r->runner = runner;
+    r->held_bytes = held;
     r->last_used_usec = time_now_usec();
     lease_renew_locked(c, r, uid, 0, r->last_used_usec); /* from the end of the load */
-    if (!r->unloaded) metrics_add(&d->metrics, METRIC_MEMORY_BYTES, runner_memory_bytes(runner));
+    if (!r->unloaded) metrics_add(&d->metrics, METRIC_MEMORY_BYTES, held);
     metrics_add(&d->metrics, METRIC_MODEL_LOADS, 1);
     pthread_cond_broadcast(&rs->load_done);
     pthread_mutex_unlock(&rs->lock);
-    log_info("loaded model '%s' (%s, %llu bytes with its KV cache) in %.1f ms", name,
-             runner_model(runner)->arch_name, (unsigned long long)runner_memory_bytes(runner),
-             (double)usec / 1e3);
+    log_info("loaded model '%s' (%s, %llu bytes held: its file %llu, KV cache and scratch) "
+             "in %.1f ms (%.2f GB/s of file)", name, runner_model(runner)->arch_name,
+             (unsigned long long)held, (unsigned long long)m.size_bytes, (double)usec / 1e3,
+             usec ? (double)m.size_bytes / (double)usec / 1e3 : 0.0);
     /* where it runs, and what that reserved on each device: one line whatever the count */
     char where[1024];
     size_t len = 0;
@@ -433,7 +543,7 @@ void residency_info(struct daemon *d, const char *name, struct residency_info *r
         if (strcmp(r->name, name) != 0 || r->loading) continue;
         const struct engine_model *m = runner_model(r->runner);
         ret->loaded = true;
-        ret->memory_bytes = runner_memory_bytes(r->runner);
+        ret->memory_bytes = r->held_bytes;
         ret->keep_alive_left_usec = leases_left(r, now);
         ret->fingerprint = m->fingerprint;
         snprintf(ret->architecture, sizeof ret->architecture, "%s", m->arch_name);

@@ -2,6 +2,14 @@
  * lease per uid capped by max_keep_alive, at most max_loaded_models and memory_budget bytes
  * (idle models, least recently used first, are unloaded to make room), explicit unload.
  *
+ * Memory: a loaded model holds its private copy of the file (all of it; the page cache
+ * does not keep a second one, gguf.h), its KV cache and recurrent state, and its CPU
+ * devices' copies and scratch; a loading one counts its file plus an upper bound of its KV
+ * cache (every layer, the whole context, every sequence). A load that would pass the
+ * budget, or the machine's available memory (MemAvailable, plus what unloading the idle
+ * models would free), even once every idle model is gone is refused with the numbers
+ * (ERR_TOO_LARGE) before anything is unloaded.
+ *
  * Keep-alive: each uid that uses a model holds a lease on it, its keep-alive counted from
  * its own last use (a job of its that queues or runs counts as use). An idle model stays
  * while any lease holds, so one user's keep-alive (or unload_after) never cuts another's
@@ -58,7 +66,9 @@ struct resident {
     struct registry_file_id file_id;    /* of the file it was loaded from */
     int load_err;                /* a failed load: its code and message, for waiters */
     char load_msg[512];
-    uint64_t estimate_bytes;     /* the file size, counted while loading */
+    uint64_t estimate_bytes;     /* counted while loading: the file size (the private copy)
+                                    + an upper bound of its KV cache */
+    uint64_t held_bytes;         /* once loaded: host memory it holds (resident.c held_bytes) */
     uint64_t last_used_usec;     /* by anyone: the order in which idle models make room */
     struct resident_lease leases[RESIDENT_LEASES];
     unsigned n_leases;
@@ -81,8 +91,8 @@ void residency_done(struct daemon *d);
  * (uid RESIDENCY_PIN: the pin). keep_alive_usec: the lease's length, capped at
  * max_keep_alive; 0 = as the lease was, or the config's keep_alive for a new lease.
  * *ret_load_usec: time spent loading (0 if resident). Errors: ERR_INVALID / ERR_NOT_FOUND
- * (name), -EBUSY (every slot busy), ERR_TOO_LARGE (over the memory budget), model load
- * errors with their detail. */
+ * (name), -EBUSY (every slot busy), ERR_TOO_LARGE (over the memory budget or the machine's
+ * memory, the message has the numbers), model load errors with their detail. */
 int residency_acquire(struct daemon *d, const char *name, uint32_t uid, uint64_t keep_alive_usec,
                       struct resident **ret, uint64_t *ret_load_usec, struct err_detail *err);
 void residency_release(struct daemon *d, struct resident *res);
