@@ -11,7 +11,7 @@
  *                        q6_K|iq4_xs] [--tied]
  *                [--vocab-from FILE] [--seed N] [--rope-base X] [--eps X]
  *                [--shared-kv-layers N] [--name S]
- *                [--chat-template chatml|qwen3|qwen35|gemma|gemma4]
+ *                [--chat-template chatml|qwen3|qwen35|gemma|gemma4|harmony]
  *                [--window N] [--swa-pattern P|FLAGS] [--head-dim-swa N] [--n-head-kv-swa N]
  *                [--ple N] [--eot-scale X]
  *                [--experts N] [--experts-used K] [--n-ff-exp N] [--n-ff-shexp N]
@@ -60,7 +60,10 @@
  * Vocabulary: --vocab-from copies every tokenizer.* key of a GGUF file (n_vocab becomes
  * its token count); otherwise a SentencePiece-style one is made up (tokenizer.ggml.model
  * "llama"): <unk>, <s>, </s>, the 256 byte tokens <0x00>..<0xFF> (type BYTE), then
- * printable pieces with descending scores, up to --n-vocab.
+ * printable pieces with descending scores, up to --n-vocab. --chat-template puts its
+ * markers last: the extra ones (Qwen3's <think>, </think>: USER_DEFINED), then the turn's
+ * open and close (CONTROL); harmony (gpt-oss): <|channel|>, <|message|>, <|end|>,
+ * <|call|>, <|constrain|>, <|start|>, <|return|>, all CONTROL, and no template.
  *
  * nomic-bert (an embedding model, as nomic-embed-text): token_embd, token_types (2 rows,
  * F32) and token_embd_norm (weight and bias); per layer a fused attn_qkv (n_embd x 3 n_embd,
@@ -158,43 +161,48 @@ struct opts {
     const char *vocab_from, *out, *name;
     const struct chat_row *chat; /* --chat-template: the made-up vocabulary's last two
                                     tokens are its turn markers (CONTROL) and
-                                    tokenizer.chat_template is set */
+                                    tokenizer.chat_template is set (harmony: none) */
 };
 
 static const struct chat_row {
     const char *name, *open, *close, *tmpl;
-    const char *extra[2]; /* more markers, before the turn markers (USER_DEFINED, as Qwen3's
-                             <think> and </think>), or NULL */
+    const char *extra[6]; /* more markers, before the turn markers (USER_DEFINED, as Qwen3's
+                             <think> and </think>; CONTROL with extra_control), NULL-ended */
+    bool extra_control;
 } chat_rows[] = {
     {"chatml", "<|im_start|>", "<|im_end|>",
      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
      "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
-     "{{ '<|im_start|>assistant\\n' }}{% endif %}", {NULL, NULL}},
+     "{{ '<|im_start|>assistant\\n' }}{% endif %}", {NULL, NULL}, false},
     /* chatml with Qwen3's thinking: the marker <think> (engine/chat.h's qwen3 family) */
     {"qwen3", "<|im_start|>", "<|im_end|>",
      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
      "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
      "{{ '<|im_start|>assistant\\n' }}{% if enable_thinking is defined and enable_thinking is "
      "false %}{{ '<think>\\n\\n</think>\\n\\n' }}{% endif %}{% endif %}",
-     {"<think>", "</think>"}},
+     {"<think>", "</think>"}, false},
     /* Qwen3.5's: its tool format's marker <function= (engine/chat.h's qwen35 family) */
     {"qwen35", "<|im_start|>", "<|im_end|>",
      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
      "message['content'] | trim + '<|im_end|>' + '\\n'}}{% endfor %}{% if tools %}"
      "{{ '<function=example_function_name>' }}{% endif %}{% if add_generation_prompt %}"
      "{{ '<|im_start|>assistant\\n<think>\\n' }}{% endif %}",
-     {"<think>", "</think>"}},
+     {"<think>", "</think>"}, false},
     /* the parts of Gemma 3's and Gemma 4's templates that name their turn markers */
     {"gemma", "<start_of_turn>", "<end_of_turn>",
      "{{ bos_token }}{% for message in messages %}{% set role = 'model' if message['role'] == "
      "'assistant' else message['role'] %}{{ '<start_of_turn>' + role + '\\n' + "
      "message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt "
-     "%}{{ '<start_of_turn>model\\n' }}{% endif %}", {NULL, NULL}},
+     "%}{{ '<start_of_turn>model\\n' }}{% endif %}", {NULL, NULL}, false},
     {"gemma4", "<|turn>", "<turn|>",
      "{{- bos_token -}}{%- for message in messages -%}{%- set role = 'model' if message['role'] "
      "== 'assistant' else message['role'] -%}{{- '<|turn>' + role + '\\n' -}}{{- "
      "message['content'] | trim -}}{{- '<turn|>\\n' -}}{%- endfor -%}{%- if "
-     "add_generation_prompt -%}{{- '<|turn>model\\n' -}}{%- endif -%}", {NULL, NULL}},
+     "add_generation_prompt -%}{{- '<|turn>model\\n' -}}{%- endif -%}", {NULL, NULL}, false},
+    /* gpt-oss's harmony control tokens (gpt-oss only: no template is written, the engine
+     * speaks harmony by the architecture); <|return|> last, as the end of turn */
+    {"harmony", "<|start|>", "<|return|>", NULL,
+     {"<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|constrain|>", NULL}, true},
 };
 
 /* ---- deterministic random numbers ---------------------------------------------------- */
@@ -643,6 +651,8 @@ static int add_synthetic_vocab(struct gguf_writer *w, const struct opts *o) {
     if (!toks || !scores || !types || !pool) goto out;
     static const char *const specials[3] = {"<unk>", "<s>", "</s>"};
     static const int32_t special_types[3] = {2 /* UNKNOWN */, 3 /* CONTROL */, 3};
+    size_t n_extra = 0;
+    while (o->chat && n_extra < ARRAY_SIZE(o->chat->extra) && o->chat->extra[n_extra]) n_extra++;
     for (size_t i = 0; i < n; i++) {
         char *p = pool + 16 * i;
         if (i < 3) {
@@ -651,9 +661,9 @@ static int add_synthetic_vocab(struct gguf_writer *w, const struct opts *o) {
         } else if (o->chat && i + 2 >= n) {
             snprintf(p, 16, "%s", i + 2 == n ? o->chat->open : o->chat->close);
             types[i] = 3; /* CONTROL */
-        } else if (o->chat && o->chat->extra[0] && i + 4 >= n) {
-            snprintf(p, 16, "%s", o->chat->extra[i + 4 - n]);
-            types[i] = 4; /* USER_DEFINED */
+        } else if (o->chat && i + 2 + n_extra >= n) {
+            snprintf(p, 16, "%s", o->chat->extra[i + 2 + n_extra - n]);
+            types[i] = o->chat->extra_control ? 3 /* CONTROL */ : 4 /* USER_DEFINED */;
         } else if (i < 259) {
             snprintf(p, 16, "<0x%02X>", (unsigned)(i - 3));
             types[i] = 6; /* BYTE */
@@ -707,7 +717,8 @@ static int add_synthetic_vocab(struct gguf_writer *w, const struct opts *o) {
     if ((r = gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", 0)) < 0) goto out;
     if ((r = gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", true)) < 0) goto out;
     r = gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", false);
-    if (r >= 0 && o->chat) r = gguf_writer_add_str(w, "tokenizer.chat_template", o->chat->tmpl);
+    if (r >= 0 && o->chat && o->chat->tmpl)
+        r = gguf_writer_add_str(w, "tokenizer.chat_template", o->chat->tmpl);
 out:
     free(toks);
     free(scores);
@@ -821,7 +832,8 @@ static void usage(FILE *out) {
             "         (f32; 256-value types need every matrix's n_in a multiple of 256)\n"
             "  --tied  --seed N (1)\n"
             "  --vocab-from FILE  --rope-base X  --eps X  --shared-kv-layers N  --name S\n"
-            "  --chat-template chatml|qwen3|qwen35|gemma|gemma4 (made-up vocabulary only)\n"
+            "  --chat-template chatml|qwen3|qwen35|gemma|gemma4|harmony (made-up vocabulary\n"
+            "         only; harmony: gpt-oss's control tokens, no template)\n"
             "  --eot-scale X\n"
             "         (its end-of-turn token's embedding row x X: greedy replies end early)\n"
             "  gemma: --window N (512; 0 = no SWA)  --swa-pattern P|FLAGS (6; FLAGS: one 0/1 per\n"
@@ -987,6 +999,9 @@ static int parse_args(int argc, char **argv, struct opts *o) {
     else if (o->head_dim % 2) why = "--head-dim must be even (RoPE rotates pairs)";
     else if (!o->arch->free_head_dim && o->head_dim * o->n_head != o->n_embd)
         why = "this architecture needs head-dim * n-head == n-embd";
+    else if (o->chat && !o->chat->tmpl && !is_gptoss(o->arch))
+        why = "--chat-template harmony needs --arch gpt-oss (harmony has no template: the "
+              "engine speaks it by the architecture)";
     else if (o->shared_kv_layers >= o->n_layer)
         why = "--shared-kv-layers must leave at least one layer that owns KV";
     else if (!o->arch->gemma && (o->swa_flags || o->swa_period >= 0 || o->ple))
