@@ -53,20 +53,19 @@ const struct arch_desc engine_arch_rows[ENGINE_ARCH_COUNT] = {
                             .v_norm = true,
                             .per_layer_inputs = true,
                             .rope_freqs_global = true,
-                            .moe_refusal = "Gemma 4 mixture-of-experts models (26B-A4B: routed "
-                                           "experts beside the dense MLP) are not supported, only "
-                                           "the dense ones (E2B, E4B, 31B): missing are the router "
-                                           "on the scaled RMS-normed input (ffn_gate_inp.scale), "
-                                           "GELU experts from a fused ffn_gate_up_exps, the "
-                                           "per-expert ffn_down_exps.scale and the extra FFN norms "
-                                           "(pre_ffw_norm_2, post_ffw_norm_1, post_ffw_norm_2)",
+                            /* 26B-A4B: the router and experts beside the dense MLP
+                             * (notes/hybrid.md §C.4) */
+                            .moe = {.beside_dense = true, .gating = ENGINE_MOE_SOFTMAX,
+                                    .norm_w = true},
                             .use = {[FEAT_BASE] = USE_REQ, [FEAT_OUTPUT] = USE_OPT,
                                     [FEAT_PRE_NORMS] = USE_REQ,
                                     [FEAT_GATE] = USE_REQ,
                                     [FEAT_K] = USE_OWN, [FEAT_V] = USE_OPT,
                                     [FEAT_Q_NORM] = USE_REQ, [FEAT_K_NORM] = USE_OWN,
                                     [FEAT_POST_NORMS] = USE_REQ, [FEAT_ROPE_FREQS] = USE_OPT,
-                                    [FEAT_PLE] = USE_PLE, [FEAT_LAYER_SCALE] = USE_OPT}},
+                                    [FEAT_PLE] = USE_PLE, [FEAT_LAYER_SCALE] = USE_OPT,
+                                    [FEAT_MOE] = USE_REQ, [FEAT_MOE_NORMS] = USE_REQ,
+                                    [FEAT_EXP_SCALE] = USE_OPT}},
     /* The embedding models (../shared/models/embed/README.md). bert: learned positions,
      * token type 0, LayerNorms after each block (post-norm) with biases everywhere, a GELU
      * FFN that is not gated, CLS pooling. */
@@ -364,6 +363,18 @@ const struct tensor_spec engine_layer_specs[] = {
     {"ffn_up_exps.bias", L(exp_up_b), KIND_VEC, DIM_FF_EXP, DIM_EXPERTS, FEAT_MOE_BIAS,
      SPLIT_ALL, PART_WHOLE, SPEC_MOE_FFN, DIM_ONE},
     {"ffn_down_exps.bias", L(exp_down_b), KIND_VEC, DIM_EMBD, DIM_EXPERTS, FEAT_MOE_BIAS,
+     SPLIT_ALL, PART_WHOLE, SPEC_MOE_FFN, DIM_ONE},
+    /* gemma4 MoE: what the experts' share reads on every device (the router's scale, their
+     * input norm, each expert's scale); the output norms on the host after the sums */
+    {"ffn_gate_inp.scale", L(moe_router_scale), KIND_VEC, DIM_EMBD, DIM_ONE, FEAT_MOE_NORMS,
+     SPLIT_ALL, PART_WHOLE, SPEC_MOE_FFN, DIM_ONE},
+    {"pre_ffw_norm_2.weight", L(pre_ffn_norm_2), KIND_VEC, DIM_EMBD, DIM_ONE, FEAT_MOE_NORMS,
+     SPLIT_ALL, PART_WHOLE, SPEC_MOE_FFN, DIM_ONE},
+    {"post_ffw_norm_1.weight", L(post_ffn_norm_1), KIND_VEC, DIM_EMBD, DIM_ONE, FEAT_MOE_NORMS,
+     SPLIT_HOST, PART_WHOLE, SPEC_MOE_FFN, DIM_ONE},
+    {"post_ffw_norm_2.weight", L(post_ffn_norm_2), KIND_VEC, DIM_EMBD, DIM_ONE, FEAT_MOE_NORMS,
+     SPLIT_HOST, PART_WHOLE, SPEC_MOE_FFN, DIM_ONE},
+    {"ffn_down_exps.scale", L(exp_down_scale), KIND_VEC, DIM_EXPERTS, DIM_ONE, FEAT_EXP_SCALE,
      SPLIT_ALL, PART_WHOLE, SPEC_MOE_FFN, DIM_ONE},
 };
 

@@ -153,6 +153,8 @@ enum spec_feature {
     FEAT_SHEXP,       /* the shared expert and its sigmoid gate (qwen35moe) */
     FEAT_SINKS,       /* attn_sinks: a logit per query head in the softmax's denominator */
     FEAT_MOE_BIAS,    /* biases of the router and of every expert's gate, up and down */
+    FEAT_MOE_NORMS,   /* gemma4's router input scale and its FFN's extra norms */
+    FEAT_EXP_SCALE,   /* a per-expert output scale (ffn_down_exps.scale) */
     FEAT_COUNT
 };
 
@@ -182,6 +184,9 @@ struct arch_desc {
      * not read it). Not on: a file with experts is refused (moe_refusal's reason). */
     struct {
         bool on;
+        /* gemma4: expert_count > 0 optional; its files' FFNs are then the dense one beside
+         * the experts (ENGINE_FFN_MOE_DENSE) */
+        bool beside_dense;
         enum engine_moe_gating gating;
         bool norm_w, scale_key;
     } moe;

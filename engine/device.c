@@ -729,9 +729,10 @@ static int plan_layers(struct engine_context *ctx, const float *ratio, struct er
             split_cut(n_kv, unit, n, ratio, rot, kv_off, kv_cnt);
         /* the FFN: its own rotation, units of whole blocks of the down projection (a
          * mixture of experts: of every expert's and of the shared expert's) */
-        const bool moe = lh->ffn == ENGINE_FFN_MOE;
+        const bool moe = lh->ffn == ENGINE_FFN_MOE || lh->ffn == ENGINE_FFN_MOE_DENSE;
         const uint32_t frot = layer_rot(hp, il, n);
-        ffn_cut(moe ? 0 : lh->n_ff, &l->w_down, n, ratio, frot, ff_off, ff_cnt);
+        ffn_cut(lh->ffn == ENGINE_FFN_MOE ? 0 : lh->n_ff, &l->w_down, n, ratio, frot, ff_off,
+                ff_cnt);
         ffn_cut(moe ? hp->n_ff_exp : 0, &l->exp_down, n, ratio, frot, fe_off, fe_cnt);
         ffn_cut(moe && l->sh_down.data ? hp->n_ff_shexp : 0, &l->sh_down, n, ratio, frot,
                 fs_off, fs_cnt);
@@ -814,6 +815,9 @@ static int device_scratch(struct engine_context *ctx, struct device *de, struct 
         k = MAX(k, dl->n_kv * hd_k);
         v = MAX(v, dl->n_kv * MAX(hd_k, hd_v)); /* K = V copies K */
         att = MAX(att, dl->n_kv * group * hd_v);
+        /* gemma4 MoE: the host's att holds the dense FFN's output while the experts run
+         * (engine/forward.c ffn_beside) */
+        if (hp->layer[il].ffn == ENGINE_FFN_MOE_DENSE) att = MAX(att, (int64_t)hp->n_embd);
         ff = MAX(ff, MAX(dl->n_ff, MAX(dl->n_fe, dl->n_fs)));
         for (size_t i = 0; i < engine_n_layer_specs; i++) {
             const struct engine_weight *w = spec_field_const(&dl->w, &engine_layer_specs[i]);

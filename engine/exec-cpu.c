@@ -442,6 +442,12 @@ struct moe_few_args {
     int pass;
 };
 
+/* expert x's output scale (gemma4's ffn_down_exps.scale; 1 without), folded into its
+ * routing weight: the down product is linear */
+static float expert_scale(const struct engine_layer *w, int32_t x) {
+    return w->exp_down_scale.data ? ((const float *)w->exp_down_scale.data)[x] : 1.0f;
+}
+
 static void moe_few_task(void *arg, int ith, int nth) {
     const struct moe_few_args *a = arg;
     struct device *dv = a->dv;
@@ -489,7 +495,7 @@ static void moe_few_task(void *arg, int ith, int nth) {
                 /* the down bias once: by the share of the first units */
                 if (w->exp_down_b.data && a->dl->fe0 == 0)
                     kern_add(row, (const float *)w->exp_down_b.data + x * a->dim + r0, r1 - r0);
-                const float wt = dv->moe_wt[i];
+                const float wt = dv->moe_wt[i] * expert_scale(w, x);
                 for (int64_t r = 0; r < r1 - r0; r++) acc[r0 + r] += wt * row[r];
             }
         }
@@ -547,7 +553,8 @@ static void cpu_moe_experts(struct exec *e, const struct layer_step *s, float *o
             cpu_add(e, dv->moe_y, (const float *)dl->w.exp_down_b.data + x * dim, dim, m, 1);
         for (int32_t j = 0; j < m; j++) {
             float *y = acc + (size_t)(list[j] / n_used) * dim;
-            const float *r = dv->moe_y + (size_t)j * dim, w = dv->moe_wt[list[j]];
+            const float *r = dv->moe_y + (size_t)j * dim,
+                        w = dv->moe_wt[list[j]] * expert_scale(&dl->w, x);
             for (int64_t i = 0; i < dim; i++) y[i] += w * r[i];
         }
     }

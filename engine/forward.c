@@ -286,9 +286,56 @@ static bool ffn_moe(struct exec *e, const struct layer_step *s, const float *in,
     return true;
 }
 
+/* gemma4 MoE's experts (notes/hybrid.md §C.4) over the executor's share of every expert's
+ * hidden units, from the raw residual `in`: the router's logits = W_router ·
+ * (rms_norm(in) ⊙ scale / √n_embd), qwen's softmax routing; out = Σ_k w_k · s_e ·
+ * W_down_e · (GELU(W_gate_e · y) ⊙ (W_up_e · y)), y = pre_ffw_norm_2(in), s_e the expert's
+ * scale (folded into w_k by moe_experts). */
+static bool ffn_experts(struct exec *e, const struct layer_step *s, const float *in,
+                        float *out) {
+    const struct exec_ops *op = e->ops;
+    const struct engine_hparams *hp = &e->ctx->model->hp;
+    const struct dev_layer *dl = &e->layer[s->il];
+    const struct engine_layer *w = &dl->w;
+    const int32_t n = s->n;
+    const int64_t dim = hp->n_embd;
+    if (dl->n_fe == 0) return false;
+    op->rmsnorm(e, e->hb2, in, &w->moe_router_scale, dim, n, hp->rms_eps);
+    op->scale(e, e->hb2, n * dim, 1.0f / sqrtf((float)dim));
+    op->matmul(e, e->hb, &w->moe_router, e->hb2, n); /* (n, n_expert) */
+    op->moe_route(e, e->hb, n);
+    op->rmsnorm(e, e->hb2, in, &w->pre_ffn_norm_2, dim, n, hp->rms_eps);
+    op->moe_experts(e, s, out, e->hb2);
+    return true;
+}
+
+static bool mix(struct exec *e, const struct layer_step *s, kind_fn run);
+
+/* gemma4 MoE's FFN on the host (notes/hybrid.md §C.4) into e->xb, before the layer's
+ * post_ffw_norm: post_ffw_norm_1(dense(ffn_norm(x))) + post_ffw_norm_2(experts(x)). Each
+ * part is summed over the devices before its norm, so each is a mix of its own; the dense
+ * one waits in the host's att (sized for it: engine/device.c). */
+static bool ffn_beside(struct exec *e, const struct layer_step *s) {
+    const struct exec_ops *op = e->ops;
+    const struct engine_layer *l = &e->whole[s->il];
+    const int32_t n = s->n;
+    const int64_t dim = e->ctx->model->hp.n_embd;
+    norm(e, e->xb, e->x, &l->ffn_norm, NULL, n);
+    if (!mix(e, s, ffn_dense)) memset(e->xb, 0, (size_t)(n * dim) * sizeof *e->xb);
+    norm(e, e->att, e->xb, &l->post_ffn_norm_1, NULL, n);
+    op->copy(e, e->xb, e->x, n * dim);
+    if (!mix(e, s, ffn_experts)) memset(e->xb, 0, (size_t)(n * dim) * sizeof *e->xb);
+    norm(e, e->xb, e->xb, &l->post_ffn_norm_2, NULL, n);
+    op->add(e, e->xb, e->att, dim, n, n);
+    return true;
+}
+
+/* A layer kind: its run on an executor's share; an FFN kind with more than one sum over
+ * the devices has its own host recipe (`host`, into e->xb) instead of norm-then-mix. */
 struct layer_kind {
     const char *name;
     kind_fn run;
+    bool (*host)(struct exec *e, const struct layer_step *s);
 };
 static const struct layer_kind mixer_kinds[ENGINE_MIXER_KIND_COUNT] = {
     [ENGINE_MIXER_ATTENTION] = {"attention", attention},
@@ -303,6 +350,7 @@ static const struct layer_kind ffn_kinds[ENGINE_FFN_KIND_COUNT] = {
     [ENGINE_FFN_DENSE_GATED] = {"dense gated FFN", ffn_dense},
     [ENGINE_FFN_DENSE] = {"dense FFN", ffn_plain},
     [ENGINE_FFN_MOE] = {"mixture of experts", ffn_moe},
+    [ENGINE_FFN_MOE_DENSE] = {"dense FFN beside a mixture of experts", ffn_experts, ffn_beside},
 };
 
 /* ---- the recipe ------------------------------------------------------------------------ */
@@ -337,6 +385,16 @@ static bool mix(struct exec *e, const struct layer_step *s, kind_fn run) {
     return true;
 }
 
+/* The FFN's normed input (or x itself), then its kind: into e->xb */
+static bool ffn_in(struct exec *e, const struct layer_step *s, kind_fn run) {
+    const struct engine_layer *l = &e->whole[s->il];
+    if (l->ffn_norm.data)
+        norm(e, e->xb, e->x, &l->ffn_norm, NULL, s->n);
+    else
+        e->ops->copy(e, e->xb, e->x, s->n * e->ctx->model->hp.n_embd);
+    return mix(e, s, run);
+}
+
 /* One layer on e, which holds the residual stream e->x of the step's tokens. */
 static void layer_run(struct exec *e, const struct layer_step *s) {
     const struct exec_ops *op = e->ops;
@@ -364,11 +422,8 @@ static void layer_run(struct exec *e, const struct layer_step *s) {
     }
 
     /* the FFN likewise: x += FFN(norm(x)), gemma norming the result, bert the sum */
-    if (l->ffn_norm.data)
-        norm(e, e->xb, e->x, &l->ffn_norm, NULL, n);
-    else
-        op->copy(e, e->xb, e->x, n * dim);
-    if (mix(e, s, ffn_kinds[lh->ffn].run)) {
+    const struct layer_kind *fk = &ffn_kinds[lh->ffn];
+    if (fk->host ? fk->host(e, s) : ffn_in(e, s, fk->run)) {
         if (l->b_down.data) op->add(e, e->xb, l->b_down.data, dim, n, 1);
         if (l->post_ffn_norm.data) norm(e, e->xb, e->xb, &l->post_ffn_norm, NULL, n);
         op->add(e, e->x, e->xb, dim, n, n);

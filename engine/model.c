@@ -403,7 +403,7 @@ static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct
     /* The mixture-of-experts variants of the other archs have their own tensors. */
     if ((r = hp_u32(f, a, "expert_count", false, 0, 0, UINT32_MAX, &hp->n_expert, d)) < 0)
         return r;
-    if (hp->n_expert > 0 && !ad->moe.on)
+    if (hp->n_expert > 0 && !ad->moe.on && !ad->moe.beside_dense)
         return err_set(d, ERR_MODEL_ARCH, "%s.expert_count = %u: %s", a, hp->n_expert,
                        ad->moe_refusal ? ad->moe_refusal
                                        : "mixture-of-experts models of this architecture are "
@@ -503,11 +503,14 @@ static int hparams_load(const struct gguf_file *f, enum engine_arch arch, struct
                    : !hp->causal               ? ENGINE_MIXER_ATTENTION_BIDIR
                    : l->swa                    ? ENGINE_MIXER_ATTENTION_SWA
                                                : ENGINE_MIXER_ATTENTION;
-        l->ffn = ad->moe.on     ? ENGINE_FFN_MOE
-                 : ad->ffn_plain ? ENGINE_FFN_DENSE
-                                 : ENGINE_FFN_DENSE_GATED;
+        l->ffn = ad->moe.on                              ? ENGINE_FFN_MOE
+                 : ad->moe.beside_dense && hp->n_expert > 0 ? ENGINE_FFN_MOE_DENSE
+                 : ad->ffn_plain                          ? ENGINE_FFN_DENSE
+                                                          : ENGINE_FFN_DENSE_GATED;
     }
-    if (ad->moe.on && (r = hp_moe(f, ad, hp, d)) < 0) return r;
+    if ((ad->moe.on || (ad->moe.beside_dense && hp->n_expert > 0)) &&
+        (r = hp_moe(f, ad, hp, d)) < 0)
+        return r;
     hp->norm = ad->norm;
     hp->ffn_act = ad->ffn_act;
     const char *eps_key = hp->norm == ENGINE_NORM_LAYER ? "attention.layer_norm_epsilon"
@@ -617,10 +620,13 @@ static int64_t dim_value(const struct engine_hparams *hp, int il, enum spec_dim 
 static enum spec_use use_resolve(const struct engine_hparams *hp, int il,
                                  const struct tensor_spec *s, enum spec_use use) {
     const bool rec = il >= 0 && hp->layer[il].mixer == ENGINE_MIXER_GATED_DELTANET;
-    const bool moe = il >= 0 && hp->layer[il].ffn == ENGINE_FFN_MOE;
+    /* (gemma4's MoE layers keep their dense FFN beside the experts) */
+    const enum engine_ffn_kind fk = il >= 0 ? hp->layer[il].ffn : ENGINE_FFN_DENSE_GATED;
+    const bool moe = fk == ENGINE_FFN_MOE || fk == ENGINE_FFN_MOE_DENSE;
     if (il >= 0 &&
         ((s->layers == SPEC_ATTN_LAYER && rec) || (s->layers == SPEC_REC_LAYER && !rec) ||
-         (s->layers == SPEC_DENSE_FFN && moe) || (s->layers == SPEC_MOE_FFN && !moe)))
+         (s->layers == SPEC_DENSE_FFN && fk == ENGINE_FFN_MOE) ||
+         (s->layers == SPEC_MOE_FFN && !moe)))
         return USE_NO;
     if (use == USE_OWN)
         return il >= 0 && hp->layer[il].kv_source != il ? USE_OPT : USE_REQ;

@@ -106,6 +106,9 @@ enum engine_ffn_kind {
      * n_expert gated FFNs per token (engine_moe_gating), their outputs weighted and summed;
      * plus a shared expert where the layer has one */
     ENGINE_FFN_MOE,
+    /* gemma4 26B-A4B (notes/hybrid.md §C.4): the dense gated FFN beside routed experts,
+     * each with its own norms, summed and normed as one FFN output */
+    ENGINE_FFN_MOE_DENSE,
     ENGINE_FFN_KIND_COUNT
 };
 
@@ -287,6 +290,10 @@ struct engine_layer {
     struct engine_weight attn_sinks;       /* (n_head) */
     struct engine_weight moe_router_b;     /* (n_expert) ffn_gate_inp.bias */
     struct engine_weight exp_gate_b, exp_up_b, exp_down_b;
+    /* gemma4 MoE (notes/hybrid.md §C.4): the router's input scale, the experts' input norm,
+     * the dense and the experts' output norms, each expert's output scale (n_expert) */
+    struct engine_weight moe_router_scale, pre_ffn_norm_2, post_ffn_norm_1, post_ffn_norm_2;
+    struct engine_weight exp_down_scale;
 };
 
 struct engine_model {

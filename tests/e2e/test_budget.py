@@ -47,8 +47,10 @@ class BudgetTest(DaemonTest):
 
     def test_kv_cache_counts_before_anything_is_unloaded(self):
         parallel, budget = 2, 16 << 20
-        d = self.daemon(config=f"threads = 1\nparallel = {parallel}\nctx_size = 65536\n"
-                               f"max_loaded_models = 1\nmemory_budget = {budget}\n")
+        # (on the CPU: what a GPU holds is the GPU's, not the host's budget)
+        d = self.daemon(config=f"device = cpu\nthreads = 1\nparallel = {parallel}\n"
+                               "ctx_size = 65536\nmax_loaded_models = 1\n"
+                               f"memory_budget = {budget}\n")
         small = self.mkmodel(os.path.join(d.models, "small.gguf"), ctx=256, seed=1)
         # a file of the same size whose trained context, and so KV cache, is 256x larger
         long = self.mkmodel(os.path.join(d.models, "long.gguf"), ctx=65536, seed=2)
@@ -91,8 +93,9 @@ class BudgetTest(DaemonTest):
     def test_more_than_the_machine_has_is_refused_before_anything_is_unloaded(self):
         # a budget far past the machine's memory: the machine is what refuses
         parallel, ctx = 256, 1 << 20
-        d = self.daemon(config=f"threads = 1\nparallel = {parallel}\nctx_size = {ctx}\n"
-                               "max_loaded_models = 1\nmemory_budget = 1024T\n")
+        d = self.daemon(config=f"device = cpu\nthreads = 1\nparallel = {parallel}\n"
+                               f"ctx_size = {ctx}\nmax_loaded_models = 1\n"
+                               "memory_budget = 1024T\n")
         self.mkmodel(os.path.join(d.models, "small.gguf"), ctx=64, seed=1)
         huge = self.mkmodel(os.path.join(d.models, "huge.gguf"), ctx=ctx, seed=2)
         kv = N_LAYER * ctx * parallel * KV_ROW  # 256 GiB
