@@ -6,8 +6,8 @@
  * (format 2): a chain of chunk exports imported into a fresh context continues exactly as
  * the context that computed them, a chunk alone after a prefix RAM holds does too, a
  * version-1 blob is refused with "incompatible state version (blob 1, runtime 3)". And
- * the load-time refusals: a gemma4 file with experts but no expert_used_count, a shared-KV layer without an owner of its
- * kind. */
+ * the load-time refusals: a gemma4 file with experts but no expert_used_count, a shared-KV
+ * layer without an owner of its kind. */
 #include "test.h"
 
 #include "engine/engine.h"
