@@ -181,7 +181,8 @@ const struct config_key config_keys[] = {
     {"max_loaded_models", CONFIG_TYPE_U32, OFF(max_loaded_models), "2", 1, 64, NULL,
      "models resident at once; idle ones are unloaded to make room"},
     {"memory_budget", CONFIG_TYPE_BYTES, OFF(memory_budget_bytes), "0", 0, 1024 * TIB, NULL,
-     "memory for loaded models (weights + KV); 0 = 3/4 of physical memory"},
+     "memory for loaded models (weights, KV and recurrent state, scratch); a load that does "
+     "not fit is refused before anything is unloaded; 0 = 3/4 of physical memory"},
     {"allowed_uids", CONFIG_TYPE_UIDS, OFF(allowed_uids), "", 0, 0, NULL,
      "users allowed to connect (names or ids, comma-separated); with allowed_groups "
      "empty too, anyone who can open the socket; root and the daemon's user always"},
