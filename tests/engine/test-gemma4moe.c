@@ -17,6 +17,7 @@
  * the gemma README's own f32 bound (0.05) doubled for the doubled GELUs, and each ablation
  * (no expert scales, the wrong post-norm on the experts) moves the logits by 3.5-5. */
 #include "test.h"
+#include "hybrid-ref.h"
 
 #include "engine/engine.h"
 #include "engine/forward.h"
@@ -27,8 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define N_STEPS 24
-#define MAX_PROMPT 1024
 #define TOL_F32 0.1
 #define NMSE_F32 2e-6
 /* the same prompt in other steps (f32 summation order; the routing must not flip) */
@@ -37,83 +36,6 @@
 #define NMSE_SPLIT 1e-4
 #define FILE_NAME "gemma4moe-tiny"
 
-struct reference {
-    int32_t prompt[MAX_PROMPT];
-    size_t n_prompt;
-    int32_t gen[N_STEPS];
-    float *logits; /* (N_STEPS, n_vocab) */
-    uint32_t n_vocab;
-};
-
-static size_t ids_parse(const char *s, int32_t *ids, size_t cap) {
-    size_t n = 0;
-    char *end;
-    for (;;) {
-        long v = strtol(s, &end, 10);
-        if (end == s || n == cap) break;
-        ids[n++] = (int32_t)v;
-        s = end;
-    }
-    return n;
-}
-
-static uint32_t rd32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-/* The README's LGTS v1 logits file at path: (n_rows, n_vocab) floats. */
-static float *logits_read_path(const char *path, uint32_t *n_vocab, uint32_t *n_rows,
-                               uint32_t *n_prompt, uint32_t *first_pos) {
-    FILE *f = path ? fopen(path, "rb") : NULL;
-    if (!f) return NULL;
-    uint8_t h[24];
-    float *x = NULL;
-    if (fread(h, 1, 24, f) == 24 && !memcmp(h, "LGTS\0\0\0\1", 8)) {
-        *n_vocab = rd32(h + 8), *n_rows = rd32(h + 12), *n_prompt = rd32(h + 16);
-        *first_pos = rd32(h + 20);
-        size_t n = (size_t)*n_vocab * *n_rows;
-        x = malloc(n * sizeof *x + 1);
-        if (x && fread(x, sizeof *x, n, f) != n) free(x), x = NULL; /* little-endian host */
-    }
-    fclose(f);
-    return x;
-}
-
-/* The same of a file under ../shared/models. */
-static float *logits_read(const char *rel, uint32_t *n_vocab, uint32_t *n_rows, uint32_t *n_prompt,
-                          uint32_t *first_pos) {
-    return logits_read_path(test_shared_path(rel), n_vocab, n_rows, n_prompt, first_pos);
-}
-
-static bool reference_load(const char *name, const char *prompt, struct reference *r) {
-    char rel[128];
-    snprintf(rel, sizeof rel, "hybrid/%s-%s.txt", name, prompt);
-    const char *path = test_shared_path(rel);
-    FILE *f = path ? fopen(path, "r") : NULL;
-    if (!f) return false;
-    static char line[1 << 16];
-    size_t n_gen = 0;
-    while (fgets(line, sizeof line, f)) {
-        if (!strncmp(line, "prompt_ids: ", 12))
-            r->n_prompt = ids_parse(line + 12, r->prompt, MAX_PROMPT);
-        if (!strncmp(line, "generated_ids: ", 15)) n_gen = ids_parse(line + 15, r->gen, N_STEPS);
-    }
-    fclose(f);
-    snprintf(rel, sizeof rel, "hybrid/%s-%s.logits", name, prompt);
-    uint32_t rows = 0, np = 0, fp = 0;
-    r->logits = logits_read(rel, &r->n_vocab, &rows, &np, &fp);
-    return r->logits && n_gen == N_STEPS && rows == N_STEPS && np == r->n_prompt &&
-           fp == r->n_prompt - 1;
-}
-
-static struct engine_model *model_load(const char *path) {
-    struct engine_model *m = NULL;
-    struct err_detail d = {0};
-    if (!path) return NULL;
-    int r = engine_model_load(path, NULL, &m, &d);
-    if (r < 0) fprintf(stderr, "load %s: %s\n", path, err_msg(&d, r));
-    return m;
-}
 
 static struct engine_model *model_open(const char *file) {
     char rel[128];
