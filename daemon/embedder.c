@@ -114,7 +114,8 @@ struct embedder {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     struct embed_job *head, *tail;
-    struct embed_job *running;
+    bool running;                 /* a job is between dequeue and done */
+    uint32_t running_uid;         /* its uid: the job itself may be freed by done */
     size_t n_cache_entries;       /* mirrored under lock for embedder_cache_entries */
     unsigned n_jobs, max_jobs, max_jobs_per_uid;
     bool stopping;
@@ -132,7 +133,7 @@ unsigned embedder_n_jobs(struct embedder *e) {
 }
 
 static unsigned uid_jobs_locked(struct embedder *e, uint32_t uid) {
-    unsigned n = e->running && e->running->uid == uid;
+    unsigned n = e->running && e->running_uid == uid;
     for (struct embed_job *q = e->head; q; q = q->next) n += q->uid == uid;
     return n;
 }
@@ -275,7 +276,8 @@ static void *loop(void *arg) {
         if (!j) break; /* stopping and nothing queued */
         e->head = j->next;
         if (!e->head) e->tail = NULL;
-        e->running = j;
+        e->running = true;
+        e->running_uid = j->uid;
         bool stop = e->stopping;
         pthread_mutex_unlock(&e->lock);
         notify_beat_busy(&e->beat, true, time_now_usec());
@@ -288,7 +290,7 @@ static void *loop(void *arg) {
         }
         notify_beat_step(&e->beat, time_now_usec());
         pthread_mutex_lock(&e->lock);
-        e->running = NULL;
+        e->running = false;
         e->n_jobs--;
     }
     pthread_mutex_unlock(&e->lock);

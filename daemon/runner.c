@@ -49,7 +49,9 @@ enum slot_state { SLOT_FREE, SLOT_PREFILL, SLOT_DECODE };
 struct slot {
     enum slot_state state;
     struct runner_job *job;
-    _Atomic(struct runner_job *) running;  /* job, for runner_submit's count per uid */
+    /* the uid + 1 of the slot's job, 0 when free, for runner_submit's count per uid: a
+     * uid and not the job, which done may free while a counter reads it */
+    _Atomic uint64_t running_uid;
     int32_t *cached;            /* tokens whose KV is in this sequence */
     uint32_t n_cached;
     uint32_t n_prefilled;       /* prompt tokens in the cache (PREFILL) */
@@ -133,14 +135,12 @@ unsigned runner_n_jobs(struct runner *r) {
     return n;
 }
 
-/* Jobs of uid queued or running (the slots are the loop's, but a job only enters or
- * leaves a slot under the lock, and ->job is read here only to compare the uid). */
+/* Jobs of uid queued or running (the slots are the loop's; each publishes its job's uid). */
 static unsigned uid_jobs_locked(struct runner *r, uint32_t uid) {
     unsigned n = 0;
     for (struct runner_job *q = r->head; q; q = q->next) n += q->uid == uid;
     for (uint32_t i = 0; i < r->n_slots; i++) {
-        struct runner_job *j = atomic_load(&r->slots[i].running);
-        n += j && j->uid == uid;
+        n += atomic_load(&r->slots[i].running_uid) == (uint64_t)uid + 1;
     }
     return n;
 }
@@ -382,7 +382,7 @@ static void slot_finish(struct runner *r, struct slot *s, int err, const char *m
     engine_grammar_matcher_free(s->matcher); /* after the sampler, which borrowed it */
     s->matcher = NULL;
     s->job = NULL;
-    atomic_store(&s->running, NULL);
+    atomic_store(&s->running_uid, 0);
     s->state = SLOT_FREE;
     s->last_used_usec = time_now_usec();
     char m[600];
@@ -486,7 +486,7 @@ static void slot_start(struct runner *r, struct slot *s, struct runner_job *j) {
     int32_t seq = (int32_t)(s - r->slots);
     memset(&s->res, 0, sizeof s->res);
     s->job = j;
-    atomic_store(&s->running, j);
+    atomic_store(&s->running_uid, (uint64_t)j->uid + 1);
     s->start_usec = time_now_usec();
     s->prefill_end_usec = 0;
     s->res.queue_usec = s->start_usec - j->submit_usec;
