@@ -103,10 +103,12 @@ class Daemon:
         self.proc = None
 
     def start(self, wait=True):
-        self.log = open(self.log_path, "ab")
-        self.log_start = self.log.tell()  # a second run appends to the same log
-        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env=self.env)
+        # the daemon writes the log through its own copy of the descriptor; ours is closed
+        # at once, so a test that kills the daemon leaves nothing open
+        with open(self.log_path, "ab") as log:
+            self.log_start = log.tell()  # a second run appends to the same log
+            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT,
+                                         env=self.env)
         if wait:
             self.wait_ready()
         return self
@@ -145,7 +147,6 @@ class Daemon:
             self.proc.kill()
             self.proc.wait()
             raise AssertionError("warmd did not stop:\n" + self.text())
-        self.log.close()
         return rc
 
     def fds(self):
