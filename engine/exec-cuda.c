@@ -140,6 +140,63 @@ static void cu_gather(struct exec *e, const struct layer_step *s, float *y, cons
                                     g->idx + IDX_WANT * e->ctx->params.n_batch, g->n_out, dim));
 }
 
+static void cu_unzip(struct exec *e, float *y0, float *y1, const float *x, int64_t n_rows,
+                     int64_t w0, int64_t w1) {
+    if (!e->err) check(e, kern_cuda_unzip(gpu_of(e)->cu, y0, y1, x, n_rows, w0, w1));
+}
+
+static void cu_sigmoid_mul(struct exec *e, float *x, const float *g, int64_t n) {
+    if (!e->err) check(e, kern_cuda_sigmoid_mul(gpu_of(e)->cu, x, g, n));
+}
+
+/* ---- Gated DeltaNet: the state of each token's sequence (IDX_SEQ) in the GPU's copy of
+ * kv_rstate (engine/gpu-impl.h), which the step's start brought up to date ---------- */
+
+static void cu_dn_gates(struct exec *e, float *a, float *b, const struct engine_weight *dt_bias,
+                        const struct engine_weight *ssm_a, int64_t n, int64_t n_head) {
+    if (!e->err)
+        check(e, kern_cuda_dn_gates(gpu_of(e)->cu, a, b, a, b, dt_bias->data, ssm_a->data, n,
+                                    n_head));
+}
+
+static void cu_dn_conv(struct exec *e, const struct layer_step *s, float *qkv) {
+    struct gpu *g = gpu_of(e);
+    const struct kv_rstate *rs = &e->ctx->kv.rs;
+    const uint32_t slot = (uint32_t)rs->slot[s->il];
+    const int32_t *seq = g->idx + IDX_SEQ * e->ctx->params.n_batch;
+    if (!e->err)
+        check(e, kern_cuda_dn_conv(g->cu, qkv, gpu_rs_conv(g, slot), (int64_t)rs->conv_floats, seq,
+                                   qkv, e->layer[s->il].w.ssm_conv.data, s->n,
+                                   e->layer[s->il].n_dchan, rs->n_kernel));
+}
+
+static void cu_dn_delta(struct exec *e, const struct layer_step *s, float *o, const float *qkv,
+                        const float *g, const float *beta) {
+    struct gpu *gp = gpu_of(e);
+    const struct kv_rstate *rs = &e->ctx->kv.rs;
+    const struct dev_layer *dl = &e->layer[s->il];
+    const struct kern_dn_shape *p = &dl->dn;
+    const int64_t C = dl->n_dchan, key_dim = p->n_head_k * p->head_dim_k;
+    const struct kern_cuda_dn_args a = {
+        .state = gpu_rs_ssm(gp, (uint32_t)rs->slot[s->il]),
+        .state_stride = (int64_t)rs->ssm_floats,
+        .seq = gp->idx + IDX_SEQ * e->ctx->params.n_batch,
+        .q = qkv, .k = qkv + key_dim, .v = qkv + 2 * key_dim,
+        .g = g, .beta = beta, .o = o,
+        .q_stride = C, .k_stride = C, .v_stride = C,
+        .o_stride = p->n_head_v * p->head_dim_v,
+        .n_tok = s->n,
+    };
+    if (!e->err) check(e, kern_cuda_dn_delta(gp->cu, &a, p));
+}
+
+static void cu_dn_gated_norm(struct exec *e, float *y, const float *x, const float *z,
+                             const struct engine_weight *w, int64_t n_rows, int64_t width,
+                             float eps) {
+    if (!e->err)
+        check(e, kern_cuda_dn_gated_norm(gpu_of(e)->cu, y, x, z, w->data, n_rows, width, eps));
+}
+
 /* a partition's input goes to its xb */
 static const float *cu_input(struct exec *e, const float *x, int64_t n) {
     struct gpu *g = gpu_of(e);
@@ -171,6 +228,13 @@ const struct exec_ops exec_cuda_ops = {
     .kv_write = cu_kv_write,
     .attend = cu_attend,
     .attend_bidir = NULL,
+    .unzip = cu_unzip,
+    .sigmoid_mul = cu_sigmoid_mul,
+    .dn_gates = cu_dn_gates,
+    .dn_conv = cu_dn_conv,
+    .dn_delta = cu_dn_delta,
+    .dn_gated_norm = cu_dn_gated_norm,
+    /* none for mixtures of experts yet: engine/gpu.c refuses them */
     .gather = cu_gather,
     .input = cu_input,
     .output = cu_output,
@@ -194,6 +258,13 @@ void gpu_exec_init(struct engine_context *ctx, struct gpu *g) {
                             .out = g->x, /* a partition's partial sum */
                             .xo = g->xo,
                             .logits = g->logits,
+                            .qg = g->qg,
+                            .gate = g->gate,
+                            .dn_qkv = g->dn_qkv,
+                            .dn_z = g->dn_z,
+                            .dn_g = g->dn_g,
+                            .dn_beta = g->dn_beta,
+                            .dn_o = g->dn_o,
                             .output_norm = &g->output_norm,
                             .output = &g->output,
                             .impl = g};
@@ -211,6 +282,7 @@ static int upload_index(struct engine_context *ctx, struct gpu *g, const struct 
     for (int32_t t = 0; t < n; t++) {
         const int32_t i = t0 + t, seq = b->seq ? b->seq[i] : 0, pos = b->pos[i];
         h[IDX_POS * nb + t] = pos;
+        h[IDX_SEQ * nb + t] = seq;
         for (uint32_t s = 0; s < kv->n_store; s++) {
             const struct kv_store *st = &kv->store[s];
             int32_t *c = h + IDX_STORE(s) * nb;
@@ -238,6 +310,10 @@ int gpu_step_begin(struct engine_context *ctx, const struct engine_batch *b, int
     const int64_t dim = hp->n_embd, P = hp->n_embd_per_layer;
     g->exec.err = 0;
     int r = upload_index(ctx, g, b, t0, n);
+    /* the step updates its sequences' recurrent state on the GPU: a host write since the
+     * last step (a clear, a restored blob) goes up first (engine/kv-cache.h kv_rs_mem) */
+    for (int32_t t = 0; r == 0 && g->n_rs_here && t < n; t++)
+        r = kv_rs_dev_step(&ctx->kv, b->seq ? b->seq[t0 + t] : 0);
     if (r == 0)
         r = kern_cuda_buf_upload(g->act, gpu_act_off(g, g->x), ctx->x,
                                  (size_t)(n * dim) * sizeof(float));

@@ -77,10 +77,9 @@ struct exec_ops {
                   int64_t w0, int64_t w1);
     /* x = x ⊙ sigmoid(g) over n values: the output gate of a gated attention */
     void (*sigmoid_mul)(struct exec *e, float *x, const float *g, int64_t n);
-    /* Gated DeltaNet (kernels/deltanet.h, notes/hybrid.md §A.6), layer s->il, every head
-     * (no split cuts these layers yet), the state of each token's sequence
-     * (engine/kv-cache.h kv_rstate) updated in batch order. NULL where the device has none
-     * (CUDA: engine/gpu.c refuses such models).
+    /* Gated DeltaNet (kernels/deltanet.h, notes/hybrid.md §A.6), layer s->il, the
+     * executor's heads, the state of each token's sequence (engine/kv-cache.h kv_rstate;
+     * on a GPU its device copy, kv_rs_mem) updated in batch order.
      * dn_gates: in place over (n, H_v): a → g = softplus(a + dt_bias)·ssm_a, b → β = σ(b) */
     void (*dn_gates)(struct exec *e, float *a, float *b, const struct engine_weight *dt_bias,
                      const struct engine_weight *ssm_a, int64_t n, int64_t n_head);

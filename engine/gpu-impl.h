@@ -11,11 +11,13 @@
 
 /* Per-step index arrays, each n_batch int32 (device and host staging alike):
  * IDX_POS positions; per store s at IDX_STORE(s): the cell each token writes, its ring
- * mirror, the first cell it reads and how many; IDX_WANT the rows that want logits;
- * IDX_ARGMAX the greedy token of each of those rows. */
+ * mirror, the first cell it reads and how many; IDX_SEQ each token's sequence (the
+ * recurrent layers' state); IDX_WANT the rows that want logits; IDX_ARGMAX the greedy
+ * token of each of those rows. */
 #define IDX_POS 0
 #define IDX_STORE(s) (1 + 4 * (s))
-#define IDX_WANT (1 + 4 * KV_MAX_STORES)
+#define IDX_SEQ (1 + 4 * KV_MAX_STORES)
+#define IDX_WANT (IDX_SEQ + 1)
 #define IDX_ARGMAX (IDX_WANT + 1)
 #define IDX_N (IDX_ARGMAX + 1)
 
@@ -51,10 +53,20 @@ struct gpu {
     uint64_t kv_bytes;
     struct kv_mem mem; /* ctx->gpu's */
 
+    /* the recurrent state of the Gated DeltaNet layers it runs, by kv_rstate slot (NULL
+     * for a layer on the host): n_seq × conv_floats and n_seq × ssm_floats each, synced
+     * with the host's through rs_mem (engine/kv-cache.h kv_rs_mem) */
+    struct kern_cuda_buf **rs_conv, **rs_ssm;
+    uint32_t n_rs; /* slots (kv_rstate's n_layer_rs) */
+    uint32_t n_rs_here; /* of them on the GPU */
+    uint64_t rs_bytes;
+    struct kv_rs_mem rs_mem;
+
     /* activations for n_batch tokens, and the step's index arrays */
     struct kern_cuda_buf *act;
     uint64_t scratch_bytes;
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *pl_g, *ple, *xo, *logits;
+    float *qg, *gate, *dn_qkv, *dn_z, *dn_g, *dn_beta, *dn_o; /* engine/exec.h */
     int32_t *idx;
     void *mm_scratch;
     int32_t *h_idx; /* (IDX_N × n_batch) host staging */
@@ -71,6 +83,12 @@ static inline size_t gpu_act_off(const struct gpu *g, const void *p) {
 static inline struct kern_cuda_buf *gpu_kv_buf(const struct gpu *g, uint32_t s, uint32_t slot,
                                                bool v) {
     return g->kv[s][slot].buf[v];
+}
+static inline float *gpu_rs_conv(const struct gpu *g, uint32_t slot) {
+    return kern_cuda_buf_ptr(g->rs_conv[slot]);
+}
+static inline float *gpu_rs_ssm(const struct gpu *g, uint32_t slot) {
+    return kern_cuda_buf_ptr(g->rs_ssm[slot]);
 }
 static inline size_t gpu_kv_rb(const struct gpu *g, uint32_t s, uint32_t slot, bool v) {
     return g->kv[s] ? g->kv[s][slot].rb[v] : 0;

@@ -168,10 +168,6 @@ static bool weight_type_ok(enum kern_type t) {
 static int model_check(const struct engine_model *m, uint32_t l0, const char *dev,
                        struct err_detail *d) {
     const struct engine_hparams *hp = &m->hp;
-    if (hp->n_layer_rec > 0 || hp->attn_gate)
-        return err_set(d, ERR_UNSUPPORTED, "device %s: %s models (Gated DeltaNet layers, gated "
-                       "attention) run on the CPU only: the CUDA backend has no kernels for "
-                       "them yet", dev, m->arch_name);
     if (hp->n_expert > 0)
         return err_set(d, ERR_UNSUPPORTED, "device %s: %s models (mixture of experts: %u experts, "
                        "%u a token) run on the CPU only: the CUDA backend has no router or "
@@ -184,15 +180,33 @@ static int model_check(const struct engine_model *m, uint32_t l0, const char *de
                        "device %s: the per-layer embedding width %u is not a "
                        "multiple of 32",
                        dev, hp->n_embd_per_layer);
+    bool rec_here = false; /* Gated DeltaNet layers on the device */
+    for (uint32_t il = l0; il < hp->n_layer; il++)
+        rec_here = rec_here || hp->layer[il].mixer == ENGINE_MIXER_GATED_DELTANET;
+    /* kernels/cuda's delta rule: a lane holds d_k / 32 values (at most 8), a value head
+     * is a grid row (at most 65535) */
+    if (rec_here && (hp->ssm_head_dim_k > 256 || hp->ssm_head_dim_v > 256 ||
+                     hp->ssm_n_head_v > 65535 || hp->ssm_n_kernel > KERN_DN_MAX_KERNEL))
+        return err_set(d, ERR_UNSUPPORTED, "device %s: the Gated DeltaNet shape (%u key heads of "
+                       "%u, %u value heads of %u, conv kernel %u) exceeds the CUDA kernels' "
+                       "(heads up to 256 values, 65535 value heads, kernel up to %d)", dev,
+                       hp->ssm_n_head_k, hp->ssm_head_dim_k, hp->ssm_n_head_v, hp->ssm_head_dim_v,
+                       hp->ssm_n_kernel, KERN_DN_MAX_KERNEL);
+    if (rec_here && (hp->ssm_n_head_v * hp->ssm_head_dim_v) % 32)
+        return err_set(d, ERR_UNSUPPORTED, "device %s: the Gated DeltaNet output width %u x %u is "
+                       "not a multiple of 32 (the CUDA matrix products' rows)", dev,
+                       hp->ssm_n_head_v, hp->ssm_head_dim_v);
     for (uint32_t il = l0; il < hp->n_layer; il++) {
         const struct engine_layer_hparams *lh = &hp->layer[il];
-        if (lh->head_dim_k % 32 || lh->head_dim_v % 32 || lh->head_dim_k > 512 ||
-            lh->head_dim_v > 512)
+        const bool rec = lh->mixer == ENGINE_MIXER_GATED_DELTANET; /* no attention */
+        if (!rec && (lh->head_dim_k % 32 || lh->head_dim_v % 32 || lh->head_dim_k > 512 ||
+            lh->head_dim_v > 512))
             return err_set(d, ERR_UNSUPPORTED,
                            "device %s: layer %u's head sizes %u/%u (the CUDA "
                            "attention takes multiples of 32 up to 512)",
                            dev, il, lh->head_dim_k, lh->head_dim_v);
-        if ((size_t)lh->n_head_kv * MAX(lh->head_dim_k, lh->head_dim_v) * sizeof(float) > 48 * 1024)
+        if (!rec &&
+            (size_t)lh->n_head_kv * MAX(lh->head_dim_k, lh->head_dim_v) * sizeof(float) > 48 * 1024)
             return err_set(d, ERR_UNSUPPORTED,
                            "device %s: layer %u's KV rows of %u heads are too "
                            "wide for the CUDA KV write",
@@ -248,6 +262,12 @@ static void gpu_free(struct gpu *g) {
         for (uint32_t i = 0; g->kv[s] && i < g->n_slots[s]; i++) kv_bufs_free(g, s, i);
         free(g->kv[s]);
     }
+    for (uint32_t i = 0; i < g->n_rs; i++) {
+        if (g->rs_conv) kern_cuda_buf_free(g->rs_conv[i]);
+        if (g->rs_ssm) kern_cuda_buf_free(g->rs_ssm[i]);
+    }
+    free(g->rs_conv);
+    free(g->rs_ssm);
     kern_cuda_buf_free(g->weights);
     kern_cuda_buf_free(g->act);
     kern_cuda_ctx_free(g->cu);
@@ -344,13 +364,81 @@ static int weights_walk(struct engine_context *ctx, struct gpu *g, const struct 
         for (size_t i = 0; i < engine_n_layer_specs && r == 0; i++)
             r = weight_put(g, spec_field(&gl->w, &engine_layer_specs[i]),
                            spec_field_const(w, &engine_layer_specs[i]), off, upload);
+        /* (a recurrent layer has no attention: no KV heads; all its Gated DeltaNet heads) */
+        const bool rec = m->hp.layer[il].mixer == ENGINE_MIXER_GATED_DELTANET;
+        const struct kv_rstate *rs = &ctx->kv.rs;
         gl->kv0 = dl ? dl->kv0 : 0;
-        gl->n_kv = dl ? dl->n_kv : kv_store_of(&ctx->kv, (int)il)->n_head_kv;
+        gl->n_kv = dl ? dl->n_kv : rec ? 0 : kv_store_of(&ctx->kv, (int)il)->n_head_kv;
         gl->ff0 = dl ? dl->ff0 : 0;
         gl->n_ff = dl ? dl->n_ff : m->hp.layer[il].n_ff;
+        if (!dl && rec) {
+            gl->dk0 = 0;
+            gl->n_dk = rs->shape.n_head_k;
+            gl->n_dv = rs->shape.n_head_v;
+            gl->n_dchan = rs->n_chan;
+            gl->dn = rs->shape;
+        }
         if (g->whole) g->whole[il] = gl->w;
     }
     return r;
+}
+
+/* ---- the recurrent state of the layers it runs: kv_rs_mem ---------------------------- */
+
+/* seq's conv and S of every recurrent layer on the GPU, to (get) or from (set) the host's
+ * kv_rstate arrays */
+static int rs_rows(struct engine_context *ctx, int32_t seq, bool set) {
+    const struct gpu *g = ctx->gpu;
+    const struct kv_rstate *rs = &ctx->kv.rs;
+    const size_t cb = rs->conv_floats * sizeof(float), sb = rs->ssm_floats * sizeof(float);
+    for (uint32_t i = 0; i < g->n_rs; i++) {
+        if (!g->rs_ssm[i]) continue;
+        float *hc = rs->conv[i] + (size_t)seq * rs->conv_floats;
+        float *hs = rs->ssm[i] + (size_t)seq * rs->ssm_floats;
+        int r = 0;
+        if (set) {
+            if (cb) r = kern_cuda_buf_upload(g->rs_conv[i], (size_t)seq * cb, hc, cb);
+            if (r == 0) r = kern_cuda_buf_upload(g->rs_ssm[i], (size_t)seq * sb, hs, sb);
+        } else {
+            if (cb) r = kern_cuda_buf_download(g->rs_conv[i], (size_t)seq * cb, hc, cb);
+            if (r == 0) r = kern_cuda_buf_download(g->rs_ssm[i], (size_t)seq * sb, hs, sb);
+        }
+        if (r < 0) return r;
+    }
+    return 0;
+}
+
+static int rs_get(void *ud, int32_t seq) { return rs_rows(ud, seq, false); }
+static int rs_set(void *ud, int32_t seq) { return rs_rows(ud, seq, true); }
+
+/* The zeroed device state of the recurrent layers from l0 on (the host's is all zero
+ * too: both sides agree), and the hook that keeps the host's in step with it. */
+static int rs_setup(struct engine_context *ctx, struct gpu *g, struct err_detail *d) {
+    struct kv_rstate *rs = &ctx->kv.rs;
+    const uint32_t n_seq = ctx->kv.n_seq;
+    if (rs->n_layer_rs == 0) return 0;
+    g->rs_conv = calloc_array(rs->n_layer_rs, sizeof *g->rs_conv);
+    g->rs_ssm = calloc_array(rs->n_layer_rs, sizeof *g->rs_ssm);
+    if (!g->rs_conv || !g->rs_ssm) return err_set(d, -ENOMEM, "cannot allocate the GPU's state table");
+    g->n_rs = rs->n_layer_rs;
+    for (uint32_t i = 0; i < rs->n_layer_rs; i++) {
+        if ((uint32_t)rs->layers[i] < g->l0) continue; /* the host's */
+        size_t cb, sb; /* (kv_cache_init checked that the host's sizes fit) */
+        if (!size_mul(n_seq, rs->conv_floats * sizeof(float), &cb) ||
+            !size_mul(n_seq, rs->ssm_floats * sizeof(float), &sb))
+            return err_set(d, ERR_OVERFLOW, "layer %d's recurrent state overflows", rs->layers[i]);
+        int r = kern_cuda_buf_new(g->cu, cb ? cb : 1, &g->rs_conv[i]);
+        if (r == 0) r = kern_cuda_buf_new(g->cu, sb, &g->rs_ssm[i]);
+        if (r < 0)
+            return err_set(d, r, "device %s (%s): cannot reserve %zu bytes for layer %d's "
+                           "recurrent state", g->name, g->dev_name, cb + sb, rs->layers[i]);
+        g->rs_bytes += cb + sb;
+        g->n_rs_here++;
+    }
+    if (g->n_rs_here == 0) return 0;
+    g->rs_mem = (struct kv_rs_mem){.ud = ctx, .get = rs_get, .set = rs_set};
+    rs->mem = &g->rs_mem;
+    return 0;
 }
 
 /* Weights, RoPE and activations of g (dv: the partition it is, NULL: ctx->gpu). */
@@ -387,6 +475,15 @@ static int gpu_setup(struct engine_context *ctx, struct gpu *g, const struct dev
      * inputs (n_layer, nb, P); the gathered rows and their logits (n_out_step, ...); the
      * index arrays; the matmul scratch of the largest product */
     const size_t P = dv ? 0 : hp->n_embd_per_layer;
+    /* a gated attention's query and gate rows, its gates; the Gated DeltaNet layers'
+     * projections (engine/exec.h; 1 float without; partitions run neither) */
+    const struct kv_rstate *rs = &kv->rs;
+    const bool gated = !dv && hp->attn_gate, dn = !dv && rs->n_layer_rs > 0;
+    const size_t qg = gated ? (size_t)hp->n_head * (hp->max_head_dim_k + hp->max_head_dim_v) : 1,
+                 gate = gated ? (size_t)hp->n_head * hp->max_head_dim_v : 1,
+                 dn_chan = dn ? (size_t)rs->n_chan : 1,
+                 dn_heads = dn ? (size_t)rs->shape.n_head_v : 1,
+                 dn_inner = dn ? (size_t)(rs->shape.n_head_v * rs->shape.head_dim_v) : 1;
     int64_t kd = 1, vd = 1;
     for (uint32_t s = 0; s < kv->n_store; s++) {
         kd = MAX(kd, kv->store[s].n_embd_k);
@@ -404,7 +501,15 @@ static int gpu_setup(struct engine_context *ctx, struct gpu *g, const struct dev
                             hp->n_layer * nb * MAX(P, 1) * f,
                             no * hp->n_embd * f,
                             no * hp->n_vocab * f,
-                            IDX_N * nb * sizeof(int32_t)};
+                            IDX_N * nb * sizeof(int32_t),
+                            nb * qg * f,
+                            nb * gate * f,
+                            nb * dn_chan * f,
+                            nb * dn_inner * f,
+                            nb * dn_heads * f,
+                            nb * dn_heads * f,
+                            /* (qwen3next: ssm_ba's 2·H_v a token first) */
+                            nb * MAX(dn_inner, 2 * dn_heads) * f};
     size_t scratch = g->output.data
                          ? kern_cuda_matmul_scratch_bytes(hp->n_embd, g->output.n_out, (int64_t)no)
                          : 0;
@@ -427,7 +532,9 @@ static int gpu_setup(struct engine_context *ctx, struct gpu *g, const struct dev
     void **dst[] = {(void **)&g->x,    (void **)&g->xb,  (void **)&g->q,  (void **)&g->k,
                     (void **)&g->v,    (void **)&g->att, (void **)&g->hb, (void **)&g->hb2,
                     (void **)&g->pl_g, (void **)&g->ple, (void **)&g->xo, (void **)&g->logits,
-                    (void **)&g->idx};
+                    (void **)&g->idx,  (void **)&g->qg,   (void **)&g->gate, (void **)&g->dn_qkv,
+                    (void **)&g->dn_z, (void **)&g->dn_g, (void **)&g->dn_beta,
+                    (void **)&g->dn_o};
     for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
         *dst[i] = p;
         p += align256(sizes[i]);
@@ -437,6 +544,7 @@ static int gpu_setup(struct engine_context *ctx, struct gpu *g, const struct dev
     g->h_ple = P ? malloc_array(hp->n_layer * nb, P * sizeof(float)) : NULL;
     if (!g->h_idx || (P && !g->h_ple))
         return err_set(d, -ENOMEM, "cannot allocate the GPU's staging buffers");
+    if (!dv && (r = rs_setup(ctx, g, d)) < 0) return r;
     gpu_exec_init(ctx, g);
     return 0;
 }
@@ -449,7 +557,7 @@ static void info_of(const struct gpu *g, struct engine_device_info *ret) {
     *ret = (struct engine_device_info){
         .kind = "cuda",
         .weight_bytes = g->weight_bytes,
-        .kv_bytes = g->kv_bytes,
+        .kv_bytes = g->kv_bytes + g->rs_bytes,
         .scratch_bytes = g->scratch_bytes,
     };
     snprintf(ret->name, sizeof ret->name, "%s", g->name);
@@ -568,6 +676,14 @@ int gpu_parts_open(struct engine_context *ctx, struct err_detail *d) {
             snprintf(dv->name, sizeof dv->name, "cuda:%d", index);
         if ((r = gpu_new(index, dv->name, true, &dv->gpu, d)) < 0) return r;
     }
+    /* a split cuts Gated DeltaNet layers by key heads and a gated attention's q rows per
+     * head with its gate (engine/device.c): the partitions have no ops for either yet */
+    const struct engine_model *m = ctx->model;
+    if (m->hp.n_layer_rec > 0 || m->hp.attn_gate)
+        return err_set(d, ERR_UNSUPPORTED, "devices %s, ...: a tensor split over GPUs of %s "
+                       "models (Gated DeltaNet layers, gated attention) is not supported yet: "
+                       "run them on one GPU (device cuda:N, gpu_layers for less) or split "
+                       "over CPUs", ctx->dev[0].name, m->arch_name);
     return model_check(ctx->model, 0, ctx->dev[0].name, d);
 }
 

@@ -11,6 +11,13 @@
  * the layers there, and downloads only the logits of the tokens that want them; sampling,
  * stop strings and cancellation stay on the host, so they behave exactly as on the CPU.
  *
+ * The Gated DeltaNet layers of a hybrid (qwen35) keep their recurrent state there too
+ * (per layer and sequence, updated in place by the steps): kv-cache.c's kv_rstate stays
+ * the state everything outside a step reads and writes, synced lazily through kv_rs_mem
+ * (a host read pulls a sequence whose GPU copy moved; a host write marks it, and the next
+ * step pushes it), so a decoding sequence's state never crosses PCIe. A tensor split over
+ * GPUs refuses hybrids (no per-head ops for their layers there yet).
+ *
  * Built with the CUDA tier (WARM_CUDA) only; otherwise gpu_open() says why not and the
  * rest is never reached (ctx->gpu stays NULL). */
 #pragma once

@@ -145,9 +145,10 @@ static int rstate_init(struct kv_rstate *rs, const struct engine_model *m, uint3
         return err_set(d, ERR_OVERFLOW, "%u recurrent snapshots of %u sequences overflow",
                        n_snap, n_seq);
     rs->live = calloc_array(n_seq, sizeof *rs->live);
+    rs->newer = calloc_array(n_seq, sizeof *rs->newer); /* both zero: KV_RS_SAME */
     rs->snap_pos = malloc_array(n_slots ? n_slots : 1, sizeof *rs->snap_pos);
     rs->snap = n_slots ? malloc(snap_bytes) : NULL;
-    if (!rs->live || !rs->snap_pos || (n_slots && !rs->snap)) return -ENOMEM;
+    if (!rs->live || !rs->newer || !rs->snap_pos || (n_slots && !rs->snap)) return -ENOMEM;
     for (size_t i = 0; i < n_slots; i++) rs->snap_pos[i] = KV_NO_SNAP;
     return 0;
 }
@@ -162,12 +163,19 @@ static void rstate_done(struct kv_rstate *rs) {
     free(rs->slot);
     free(rs->layers);
     free(rs->live);
+    free(rs->newer);
     free(rs->snap_pos);
     free(rs->snap);
 }
 
 /* seq's live recurrent state back to zero: a sequence that starts again */
+/* The host wrote seq's live state: a device copy is stale (kv_rs_mem). */
+static void rs_host_wrote(const struct kv_rstate *rs, int32_t seq) {
+    if (rs->mem) rs->newer[seq] = KV_RS_HOST_NEWER;
+}
+
 static void rstate_clear(struct kv_rstate *rs, int32_t seq) {
+    rs_host_wrote(rs, seq);
     for (uint32_t i = 0; i < rs->n_layer_rs; i++) {
         memset(rs->conv[i] + (size_t)seq * rs->conv_floats, 0, rs->conv_floats * sizeof(float));
         memset(rs->ssm[i] + (size_t)seq * rs->ssm_floats, 0, rs->ssm_floats * sizeof(float));
@@ -187,7 +195,27 @@ static float *snap_data(const struct kv_rstate *rs, int32_t seq, uint32_t i) {
     return rs->snap + ((size_t)seq * rs->n_snap + i) * rs->state_floats;
 }
 
-/* seq's live state as a whole state into dst (conv then S per layer, in slot order). */
+int kv_rs_sync(const struct kv_cache *kv, int32_t seq) {
+    const struct kv_rstate *rs = &kv->rs;
+    if (!rs->mem || rs->newer[seq] != KV_RS_DEV_NEWER) return 0;
+    int r = rs->mem->get(rs->mem->ud, seq);
+    if (r == 0) rs->newer[seq] = KV_RS_SAME;
+    return r;
+}
+
+int kv_rs_dev_step(struct kv_cache *kv, int32_t seq) {
+    struct kv_rstate *rs = &kv->rs;
+    if (!rs->mem) return 0;
+    if (rs->newer[seq] == KV_RS_HOST_NEWER) {
+        int r = rs->mem->set(rs->mem->ud, seq);
+        if (r < 0) return r;
+    }
+    rs->newer[seq] = KV_RS_DEV_NEWER;
+    return 0;
+}
+
+/* seq's live state as a whole state into dst (conv then S per layer, in slot order); the
+ * caller synced it (kv_rs_sync). */
 static void live_get(const struct kv_rstate *rs, int32_t seq, uint8_t *dst) {
     for (uint32_t i = 0; i < rs->n_layer_rs; i++) {
         memcpy(dst, rs->conv[i] + (size_t)seq * rs->conv_floats, rs->conv_floats * sizeof(float));
@@ -482,7 +510,8 @@ bool kv_rs_get(const struct kv_cache *kv, int32_t seq, uint32_t p, void *dst) {
     const struct kv_rstate *rs = &kv->rs;
     if (rs->n_layer_rs == 0 || p == 0 || p > kv->seq_len[seq]) return false;
     if (p == rs->live[seq]) {
-        if (dst) live_get(rs, seq, dst);
+        /* (a caller that reports a device failure synced first: this one cannot fail) */
+        if (dst && kv_rs_sync(kv, seq) == 0) live_get(rs, seq, dst);
         return true;
     }
     int i = snap_find(rs, seq, p);
@@ -494,6 +523,7 @@ bool kv_rs_get(const struct kv_cache *kv, int32_t seq, uint32_t p, void *dst) {
 void kv_rs_load(struct kv_cache *kv, int32_t seq, const void *src, uint32_t p) {
     const struct kv_rstate *rs = &kv->rs;
     const uint8_t *q = src;
+    rs_host_wrote(rs, seq);
     for (uint32_t i = 0; i < rs->n_layer_rs; i++) {
         memcpy(rs->conv[i] + (size_t)seq * rs->conv_floats, q, rs->conv_floats * sizeof(float));
         q += rs->conv_floats * sizeof(float);
@@ -540,6 +570,9 @@ int engine_kv_snapshot(struct engine_context *ctx, int32_t seq, struct err_detai
         for (uint32_t k = 1; k < rs->n_snap; k++)
             if (pos[k] < pos[i]) i = (int)k;
     }
+    int r = kv_rs_sync(kv, seq);
+    if (r < 0)
+        return err_set(d, r, "sequence %d: cannot read its recurrent state from the device", seq);
     live_get(rs, seq, (uint8_t *)snap_data(rs, seq, (uint32_t)i));
     pos[i] = p;
     return 0;
@@ -606,6 +639,9 @@ int engine_kv_seq_cp(struct engine_context *ctx, int32_t src, int32_t dst, uint3
             const int i = snap_find(rs, src, p1);
             const size_t n = rs->state_floats * sizeof(float);
             if (p1 == rs->live[src]) {
+                int r = kv_rs_sync(kv, src);
+                if (r < 0) return r;
+                rs_host_wrote(rs, dst);
                 for (uint32_t l = 0; l < rs->n_layer_rs; l++) {
                     memcpy(rs->conv[l] + (size_t)dst * rs->conv_floats,
                            rs->conv[l] + (size_t)src * rs->conv_floats, rs->conv_floats * sizeof(float));

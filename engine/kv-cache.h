@@ -83,7 +83,25 @@ struct kv_mem {
  * conv (K − 1, conv_dim) time-major, S (H_v, d_v, d_k); zero for an empty sequence. */
 #define KV_NO_SNAP UINT32_MAX /* an empty snapshot slot's position */
 
+/* The device copies of the recurrent state of the layers a GPU runs (engine/gpu.c): the
+ * GPU's steps update its copy in place, so the state crosses PCIe only when the host
+ * reads or writes it outside a step (snapshots, blobs, sequence copy and clear). The host
+ * arrays stay the state everything outside a step sees; kv_rstate's `newer` says per
+ * sequence which side moved last, and the sync is lazy: a host read pulls the device's
+ * copy only when it is newer, a host write only marks it stale, and the GPU pushes a
+ * stale sequence at the start of its next step (kv_rs_dev_step). A sequence that
+ * decodes on and on never crosses; one read between steps crosses once. */
+struct kv_rs_mem {
+    void *ud;
+    /* seq's state of the device's layers: device -> host arrays, host -> device */
+    int (*get)(void *ud, int32_t seq);
+    int (*set)(void *ud, int32_t seq);
+};
+enum { KV_RS_SAME, KV_RS_HOST_NEWER, KV_RS_DEV_NEWER };
+
 struct kv_rstate {
+    const struct kv_rs_mem *mem; /* NULL: the state lives on the host only */
+    uint8_t *newer;            /* (n_seq) with mem: KV_RS_* */
     uint32_t n_layer_rs;       /* recurrent layers, 0 without */
     int32_t *slot;             /* (n_layer) a recurrent layer's slot, else -1 */
     int32_t *layers;           /* (n_layer_rs) the model layer of each slot */
@@ -211,6 +229,13 @@ bool kv_rs_can_resume(const struct kv_cache *kv, int32_t seq, uint32_t p);
  * When it does and dst is not NULL, copies it there as a whole state (kv_rstate; dst
  * need not be aligned). */
 bool kv_rs_get(const struct kv_cache *kv, int32_t seq, uint32_t p, void *dst);
+/* The host arrays of seq's live state up to date (with a device copy: pulls it where it
+ * is newer); 0 or the device's error. kv_rs_get, engine_kv_snapshot and the sequence
+ * copy do this themselves; a caller that must report the failure calls it first. */
+int kv_rs_sync(const struct kv_cache *kv, int32_t seq);
+/* A device step is about to update seq's state (kv_rs_mem): pushes the host's where it
+ * is newer, then the device's copy is the newer one; 0 or the device's error. */
+int kv_rs_dev_step(struct kv_cache *kv, int32_t seq);
 /* Makes src (a whole state, need not be aligned) seq's live state, after [0, p). */
 void kv_rs_load(struct kv_cache *kv, int32_t seq, const void *src, uint32_t p);
 /* The decode moved seq's live state to p (its new length). */

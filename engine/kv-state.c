@@ -409,6 +409,11 @@ int engine_kv_export_snap(const struct engine_context *ctx, int32_t seq, uint32_
         }
     }
     if (with_snap) {
+        /* (a GPU's copy of the live state first: kv_rs_get cannot report its failure) */
+        int r = kv_rs_sync(kv, seq);
+        if (r < 0)
+            return err_set(d, r, "sequence %d: cannot read its recurrent state from the device",
+                           seq);
         kv_rs_get(kv, seq, p1, q);
         q += kv_rs_state_bytes(kv);
     }

@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/deltanet.h"
 #include "kernels/ops.h"
 #include "kernels/types.h"
 
@@ -158,6 +159,49 @@ struct kern_cuda_attn_args {
     float scale;
 };
 int kern_cuda_attn(struct kern_cuda_ctx *ctx, const struct kern_cuda_attn_args *a);
+
+/* ---- Gated DeltaNet (kernels/deltanet.h) and gated attention ----------------------------
+ * A step's tokens belong to sequences given per token (seq, a device array of n_tok
+ * sequence indices): a sequence's state lives at state + seq·state_stride floats, in the
+ * layouts of kernels/deltanet.h, and each kernel folds the tokens into their sequences'
+ * states in batch order (a sequence's runs may interleave with others'), as the CPU runs
+ * kern_dn_conv / kern_dn_recurrent run by run. Results equal the reference up to float
+ * summation order (f32 sums here, double there). */
+
+/* kern_dn_gates() on the device: g = softplus(a + dt_bias)·ssm_a, β = σ(b) over
+ * (n_tok, n_head); g may be a, beta may be b. */
+int kern_cuda_dn_gates(struct kern_cuda_ctx *ctx, float *g, float *beta, const float *a,
+                       const float *b, const float *dt_bias, const float *ssm_a, int64_t n_tok,
+                       int64_t n_head);
+/* kern_dn_conv() of every channel: y, x (n_tok, n_chan), y may be x; w (K, n_chan)
+ * tap-major (the transposed ssm_conv); state (K − 1, n_chan) per sequence,
+ * state_stride >= (K − 1)·n_chan; K = n_kernel, 1 .. KERN_DN_MAX_KERNEL. */
+int kern_cuda_dn_conv(struct kern_cuda_ctx *ctx, float *y, float *state, int64_t state_stride,
+                      const int32_t *seq, const float *x, const float *w, int64_t n_tok,
+                      int64_t n_chan, int64_t n_kernel);
+/* kern_dn_recurrent() of every value head of the shape p (head sizes up to
+ * KERN_DN_MAX_HEAD_DIM): S (H_v, d_v, d_k) per sequence, state_stride >= H_v·d_v·d_k;
+ * q, k, v, g, beta, o and their strides (floats between tokens) as struct kern_dn_seq's. */
+struct kern_cuda_dn_args {
+    float *state;
+    int64_t state_stride;
+    const int32_t *seq;
+    const float *q, *k, *v, *g, *beta;
+    float *o;
+    int64_t q_stride, k_stride, v_stride, o_stride;
+    int64_t n_tok;
+};
+int kern_cuda_dn_delta(struct kern_cuda_ctx *ctx, const struct kern_cuda_dn_args *a,
+                       const struct kern_dn_shape *p);
+/* kern_dn_gated_norm() of n_rows rows of width values (every row one head): y = x /
+ * sqrt(mean(x²) + eps) · w ⊙ SiLU(z); y may be x. */
+int kern_cuda_dn_gated_norm(struct kern_cuda_ctx *ctx, float *y, const float *x, const float *z,
+                            const float *w, int64_t n_rows, int64_t width, float eps);
+/* y0 (n_rows, w0) and y1 (n_rows, w1) = the two parts of each row of x (n_rows, w0 + w1) */
+int kern_cuda_unzip(struct kern_cuda_ctx *ctx, float *y0, float *y1, const float *x,
+                    int64_t n_rows, int64_t w0, int64_t w1);
+/* x = x ⊙ σ(g) over n values */
+int kern_cuda_sigmoid_mul(struct kern_cuda_ctx *ctx, float *x, const float *g, int64_t n);
 
 /* ---- graphs: one launch for a whole step ----------------------------------------------- */
 

@@ -11,11 +11,17 @@
  *   every pair of cache types; greedy decoding with the argmax on the device and the
  *   one-token step replayed as a CUDA graph, equal to the CPU's greedy tokens;
  *   device = auto chooses cuda:0, and lists it with its name and reserved bytes;
- *   a tensor split over 2, 3 and 4 CUDA contexts on the one GPU equals the CPU.
+ *   a tensor split over 2, 3 and 4 CUDA contexts on the one GPU equals the CPU;
+ *   the qwen35 hybrid of ../shared/models/hybrid (Gated DeltaNet layers with their state
+ *   on the GPU, gated attention, partial RoPE): llama.cpp's greedy ids and the CPU's
+ *   logits over prompts prefilled in chunks, gpu_layers cutting it anywhere, interleaved
+ *   sequences, the decode graph, state blobs and snapshots across devices; its split over
+ *   GPUs refused with a clear message.
  * Skips (exit 77) without a CUDA device. */
 #include "engine/engine.h"
 #include "kernels/cuda/cuda.h"
 #include "cuda/cuda-test.h"
+#include "engine/hybrid-ref.h"
 #include "test.h"
 
 #include <errno.h>
@@ -457,6 +463,294 @@ TEST(split_over_gpu_contexts) {
     }
 }
 
+/* ---- the qwen35 hybrid ------------------------------------------------------------------ */
+
+/* The reference model, or a skip naming what is missing. */
+#define NEED_HYBRID(m)                                                                            \
+    do {                                                                                          \
+        if (kern_cuda_device_count() <= 0)                                                        \
+            SKIP("no CUDA device (no GPU or no driver): the hybrid on CUDA is untested here");    \
+        (m) = model_load(test_shared_path("hybrid/qwen35-tiny.gguf"));                            \
+        if (!(m)) SKIP("../shared/models/hybrid/qwen35-tiny.gguf is absent");                     \
+    } while (0)
+
+/* A hybrid context on dev: n_batch 64 (P3's prompt is prefilled in steps), room for P3. */
+static struct engine_context *hctx_new(const struct engine_model *m, enum engine_device_kind dev,
+                                       uint32_t gpu_layers, uint32_t n_seq) {
+    struct engine_context_params p;
+    engine_context_params_default(&p);
+    p.n_ctx = MAX_PROMPT;
+    p.n_seq = n_seq;
+    p.n_batch = 64;
+    p.n_outputs = MAX_PROMPT;
+    p.n_threads = 2;
+    p.type_k = p.type_v = KERN_TYPE_F32;
+    p.device = dev;
+    p.gpu_layers = gpu_layers;
+    struct engine_context *c = NULL;
+    struct err_detail d = {0};
+    int r = engine_context_new(m, &p, &c, &d);
+    if (r < 0) fprintf(stderr, "hybrid context on %s: %s\n", dev == ENGINE_DEVICE_CUDA ? "cuda:0" : "cpu",
+                       err_msg(&d, r));
+    return c;
+}
+
+/* llama.cpp's prompts P1..P3 on the CPU and on cuda:0, each prompt in one call (P3's ~800
+ * ids in steps of 64): every prompt row's logits within TOL_NMSE of the CPU's, then
+ * N_STEPS greedy steps with the CPU's logits, ids and llama.cpp's ids all equal. */
+TEST(hybrid_reference) {
+    struct engine_model *m;
+    NEED_HYBRID(m);
+    const int64_t V = m->hp.n_vocab;
+    static const char *const prompts[] = {"P1", "P2", "P3"};
+    for (size_t pi = 0; pi < ARRAY_SIZE(prompts) && !test_failed_; pi++) {
+        struct reference ref = {0};
+        if (!reference_load("qwen35-tiny", prompts[pi], &ref)) {
+            free(ref.logits);
+            engine_model_free(m);
+            SKIP("the qwen35-tiny-%s reference is absent", prompts[pi]);
+        }
+        struct engine_context *cpu = hctx_new(m, ENGINE_DEVICE_CPU, 0, 1);
+        struct engine_context *gpu = hctx_new(m, ENGINE_DEVICE_CUDA, 0, 1);
+        ASSERT_TRUE(cpu && gpu);
+        const int32_t np = (int32_t)ref.n_prompt;
+        static int32_t pos[MAX_PROMPT + N_STEPS];
+        static bool want[MAX_PROMPT];
+        for (int32_t i = 0; i < np; i++) pos[i] = i, want[i] = true;
+        struct engine_batch b = {.n_tok = np, .token = ref.prompt, .pos = pos, .want_logits = want};
+        struct err_detail d = {0};
+        ASSERT_OK_D(engine_context_decode(cpu, &b, &d), &d);
+        ASSERT_OK_D(engine_context_decode(gpu, &b, &d), &d);
+        double num = 0, den = 1e-30;
+        for (int32_t i = 0; i < np; i++)
+            nmse_add(engine_context_logits(gpu, i), engine_context_logits(cpu, i), V, &num, &den);
+        const double e_prompt = num / den;
+        num = 0, den = 1e-30;
+        int32_t gen_cpu[N_STEPS], gen_gpu[N_STEPS];
+        double d_ref = 0;
+        for (int k = 0; k < N_STEPS; k++) {
+            const float *lc = engine_context_logits(cpu, engine_context_n_outputs(cpu) - 1);
+            const float *lg = engine_context_logits(gpu, engine_context_n_outputs(gpu) - 1);
+            nmse_add(lg, lc, V, &num, &den);
+            for (int64_t v = 0; v < V; v++)
+                d_ref = fmax(d_ref, fabs((double)lg[v] - ref.logits[(size_t)k * V + v]));
+            gen_cpu[k] = argmax(lc, V);
+            gen_gpu[k] = argmax(lg, V);
+            int32_t next = gen_cpu[k], p = np + k;
+            struct engine_batch one = {.n_tok = 1, .token = &next, .pos = &p};
+            ASSERT_OK_D(engine_context_decode(cpu, &one, &d), &d);
+            ASSERT_OK_D(engine_context_decode(gpu, &one, &d), &d);
+        }
+        const double e_steps = num / den;
+        printf("  qwen35 %s (%d ids): prompt rows NMSE %.2e, greedy steps NMSE %.2e, max |dlogit| vs "
+               "llama.cpp %.3g, greedy %s\n", prompts[pi], np, e_prompt, e_steps, d_ref,
+               memcmp(gen_gpu, gen_cpu, sizeof gen_cpu) ? "DIFFERS" : "equal");
+        if (!(e_prompt <= TOL_NMSE)) TEST_FAIL_("%s: prompt logits NMSE %.3g", prompts[pi], e_prompt);
+        if (!(e_steps <= TOL_NMSE)) TEST_FAIL_("%s: greedy logits NMSE %.3g", prompts[pi], e_steps);
+        ASSERT_TRUE(memcmp(gen_gpu, gen_cpu, sizeof gen_cpu) == 0);
+        ASSERT_TRUE(memcmp(gen_gpu, ref.gen, sizeof gen_gpu) == 0);
+        engine_context_free(gpu);
+        engine_context_free(cpu);
+        free(ref.logits);
+    }
+    engine_model_free(m);
+}
+
+/* gpu_layers anywhere in the hybrid (layers 3 and 7 attend, the rest are Gated DeltaNet):
+ * only the last attention layer there (no recurrent state on the GPU), a recurrent layer
+ * first, half; and a quantized cache. Made-up prompts of N_PROMPT ids in steps of 16. */
+TEST(hybrid_gpu_layers) {
+    struct engine_model *m;
+    NEED_HYBRID(m);
+    static const struct {
+        uint32_t gpu_layers;
+        enum kern_type kv;
+    } cases_h[] = {{0, KERN_TYPE_F16}, {1, KERN_TYPE_F16}, {3, KERN_TYPE_F16}, {4, KERN_TYPE_F16},
+                   {6, KERN_TYPE_F16}, {0, KERN_TYPE_Q8_0}};
+    for (size_t i = 0; i < ARRAY_SIZE(cases_h) && !test_failed_; i++) {
+        struct engine_context *cpu = ctx_new(m, ENGINE_DEVICE_CPU, 0, cases_h[i].kv, 1);
+        struct engine_context *gpu = ctx_new(m, ENGINE_DEVICE_CUDA, cases_h[i].gpu_layers, cases_h[i].kv, 1);
+        ASSERT_TRUE(cpu && gpu);
+        double worst;
+        bool same;
+        compare(cpu, gpu, m->hp.n_vocab, &worst, &same);
+        const double tol = cases_h[i].kv == KERN_TYPE_F16 ? TOL_NMSE : TOL_NMSE_KVQ;
+        printf("  qwen35 kv %-5s gpu_layers %u: NMSE %.2e, greedy %s\n", kern_type_traits(cases_h[i].kv)->name,
+               cases_h[i].gpu_layers, worst, same ? "equal" : "DIFFERS");
+        if (!(worst <= tol)) TEST_FAIL_("gpu_layers %u: logits NMSE %.3g > %.3g", cases_h[i].gpu_layers, worst, tol);
+        if (!same) TEST_FAIL_("gpu_layers %u: greedy tokens differ", cases_h[i].gpu_layers);
+        engine_context_free(gpu);
+        engine_context_free(cpu);
+    }
+    engine_model_free(m);
+}
+
+/* Two sequences whose tokens alternate in one batch (every run one token long: the
+ * kernels switch state at each), then decode steps with both in one batch. */
+TEST(hybrid_two_sequences) {
+    struct engine_model *m;
+    NEED_HYBRID(m);
+    struct err_detail d = {0};
+    const int64_t nv = m->hp.n_vocab;
+    struct engine_context *cpu = ctx_new(m, ENGINE_DEVICE_CPU, 0, KERN_TYPE_F16, 2);
+    struct engine_context *gpu = ctx_new(m, ENGINE_DEVICE_CUDA, 0, KERN_TYPE_F16, 2);
+    ASSERT_TRUE(cpu && gpu);
+    int32_t tok[2 * N_PROMPT], pos[2 * N_PROMPT], seq[2 * N_PROMPT];
+    bool want[2 * N_PROMPT];
+    for (int s = 0; s < 2; s++) {
+        int32_t t1[N_PROMPT], p1[N_PROMPT];
+        prompt(t1, p1, s, nv);
+        for (int i = 0; i < N_PROMPT; i++) {
+            tok[2 * i + s] = t1[i];
+            pos[2 * i + s] = p1[i];
+            seq[2 * i + s] = s;
+            want[2 * i + s] = true;
+        }
+    }
+    struct engine_batch b = {.n_tok = 2 * N_PROMPT, .token = tok, .pos = pos, .seq = seq, .want_logits = want};
+    ASSERT_OK_D(engine_context_decode(cpu, &b, &d), &d);
+    ASSERT_OK_D(engine_context_decode(gpu, &b, &d), &d);
+    double num = 0, den = 1e-30;
+    for (int i = 0; i < 2 * N_PROMPT; i++)
+        nmse_add(engine_context_logits(gpu, i), engine_context_logits(cpu, i), nv, &num, &den);
+    bool same = true;
+    for (int k = 0; k < N_GEN; k++) { /* both sequences a step, seq 1 first */
+        int32_t nt[2], np[2] = {N_PROMPT + k, N_PROMPT + k}, ns[2] = {1, 0};
+        /* the rows of seq 1 and seq 0: the prompt ends with seq 0's then seq 1's, a step
+         * holds seq 1's then seq 0's */
+        const int n_out = engine_context_n_outputs(cpu);
+        const int row[2] = {k == 0 ? n_out - 1 : n_out - 2, k == 0 ? n_out - 2 : n_out - 1};
+        for (int j = 0; j < 2; j++) {
+            nt[j] = argmax(engine_context_logits(cpu, row[j]), nv);
+            same = same && argmax(engine_context_logits(gpu, row[j]), nv) == nt[j];
+        }
+        bool w2[2] = {true, true};
+        struct engine_batch two = {.n_tok = 2, .token = nt, .pos = np, .seq = ns, .want_logits = w2};
+        ASSERT_OK_D(engine_context_decode(cpu, &two, &d), &d);
+        ASSERT_OK_D(engine_context_decode(gpu, &two, &d), &d);
+        for (int j = 0; j < 2; j++)
+            nmse_add(engine_context_logits(gpu, j), engine_context_logits(cpu, j), nv, &num, &den);
+    }
+    printf("  qwen35 two sequences, interleaved: NMSE %.2e, greedy %s\n", num / den, same ? "equal" : "DIFFERS");
+    ASSERT_TRUE(num / den <= TOL_NMSE);
+    ASSERT_TRUE(same);
+    engine_context_free(gpu);
+    engine_context_free(cpu);
+    engine_model_free(m);
+}
+
+/* Greedy decoding on the device: the one-token step, recurrent layers included, recorded
+ * as a CUDA graph and replayed; its tokens are the CPU's. */
+TEST(hybrid_greedy_graph) {
+    struct engine_model *m;
+    NEED_HYBRID(m);
+    struct engine_context *cpu = ctx_new(m, ENGINE_DEVICE_CPU, 0, KERN_TYPE_F16, 1);
+    struct engine_context *gpu = ctx_new(m, ENGINE_DEVICE_CUDA, 0, KERN_TYPE_F16, 1);
+    ASSERT_TRUE(cpu && gpu);
+    int32_t tok[N_PROMPT], pos[N_PROMPT];
+    prompt(tok, pos, 0, m->hp.n_vocab);
+    struct err_detail d = {0};
+    struct engine_batch b = {.n_tok = N_PROMPT, .token = tok, .pos = pos};
+    ASSERT_OK_D(engine_context_decode(cpu, &b, &d), &d);
+    b.argmax_only = true;
+    ASSERT_OK_D(engine_context_decode(gpu, &b, &d), &d);
+    int32_t a = engine_context_argmax(cpu, 0), g = engine_context_argmax(gpu, 0), same = 0;
+    const int n_steps = 3 * N_GEN;
+    for (int s = 0; s < n_steps && a == g; s++, same++) {
+        int32_t p = N_PROMPT + s, ta = a, tg = g;
+        struct engine_batch one = {.n_tok = 1, .token = &ta, .pos = &p};
+        ASSERT_OK_D(engine_context_decode(cpu, &one, &d), &d);
+        one.token = &tg;
+        one.argmax_only = true;
+        ASSERT_OK_D(engine_context_decode(gpu, &one, &d), &d);
+        a = engine_context_argmax(cpu, 0);
+        g = engine_context_argmax(gpu, 0);
+    }
+    printf("  qwen35 greedy on the device: %d of %d steps equal the CPU's\n", same, n_steps);
+    if (same < n_steps) TEST_FAIL_("step %d: GPU token %d, CPU token %d", same, g, a);
+    engine_context_free(gpu);
+    engine_context_free(cpu);
+    engine_model_free(m);
+}
+
+/* A blob with the recurrent state exported from the GPU restores on the CPU and the
+ * reverse, both continuing as the exporter; on the GPU, a snapshot taken there and rolled
+ * back to (the host's copy pushed up again) continues as it did the first time. */
+TEST(hybrid_state_blobs) {
+    struct engine_model *m;
+    NEED_HYBRID(m);
+    struct err_detail d = {0};
+    const int64_t nv = m->hp.n_vocab;
+    int32_t tok[N_PROMPT], pos[N_PROMPT];
+    prompt(tok, pos, 0, nv);
+    for (int dir = 0; dir < 2 && !test_failed_; dir++) {
+        enum engine_device_kind from = dir ? ENGINE_DEVICE_CPU : ENGINE_DEVICE_CUDA;
+        enum engine_device_kind to = dir ? ENGINE_DEVICE_CUDA : ENGINE_DEVICE_CPU;
+        struct engine_context *src = ctx_new(m, from, 0, KERN_TYPE_F16, 1);
+        struct engine_context *dst = ctx_new(m, to, 0, KERN_TYPE_F16, 1);
+        ASSERT_TRUE(src && dst);
+        struct engine_batch b = {.n_tok = N_PROMPT - 1, .token = tok, .pos = pos};
+        ASSERT_OK_D(engine_context_decode(src, &b, &d), &d);
+        size_t size = 0;
+        ASSERT_OK_D(engine_kv_export_snap(src, 0, 0, N_PROMPT - 1, ENGINE_KV_SNAP_NEED, NULL, 0, &size, &d), &d);
+        void *blob = malloc(size);
+        ASSERT_TRUE(blob != NULL);
+        ASSERT_OK_D(engine_kv_export_snap(src, 0, 0, N_PROMPT - 1, ENGINE_KV_SNAP_NEED, blob, size, &size, &d), &d);
+        ASSERT_OK_D(engine_kv_import(dst, 0, blob, size, tok, N_PROMPT, NULL, &d), &d);
+        free(blob);
+        struct engine_batch last = {.n_tok = 1, .token = tok + N_PROMPT - 1, .pos = pos + N_PROMPT - 1};
+        ASSERT_OK_D(engine_context_decode(src, &last, &d), &d);
+        ASSERT_OK_D(engine_context_decode(dst, &last, &d), &d);
+        int32_t a[N_GEN], c[N_GEN];
+        greedy(src, nv, N_PROMPT, a);
+        greedy(dst, nv, N_PROMPT, c);
+        printf("  qwen35 blob %s -> %s: continuation %s\n", dir ? "cpu" : "cuda:0", dir ? "cuda:0" : "cpu",
+               memcmp(a, c, sizeof a) ? "DIFFERS" : "equal");
+        ASSERT_TRUE(memcmp(a, c, sizeof a) == 0);
+        engine_context_free(dst);
+        engine_context_free(src);
+    }
+    /* a snapshot on the GPU, N_GEN steps, back to the snapshot, the same N_GEN steps */
+    struct engine_context *gpu = ctx_new(m, ENGINE_DEVICE_CUDA, 0, KERN_TYPE_F16, 1);
+    ASSERT_TRUE(gpu != NULL);
+    struct engine_batch b = {.n_tok = N_PROMPT, .token = tok, .pos = pos};
+    ASSERT_OK_D(engine_context_decode(gpu, &b, &d), &d);
+    ASSERT_OK_D(engine_kv_snapshot(gpu, 0, &d), &d);
+    int32_t first = argmax(engine_context_logits(gpu, 0), nv), a[N_GEN], c[N_GEN];
+    greedy(gpu, nv, N_PROMPT, a); /* a[0] is first */
+    ASSERT_OK(engine_kv_seq_rm(gpu, 0, N_PROMPT));
+    ASSERT_EQ(engine_kv_seq_len(gpu, 0), N_PROMPT);
+    /* the logits of the prompt's last row are gone: feed the first step's token again */
+    int32_t p = N_PROMPT;
+    struct engine_batch one = {.n_tok = 1, .token = &first, .pos = &p};
+    ASSERT_OK_D(engine_context_decode(gpu, &one, &d), &d);
+    greedy(gpu, nv, N_PROMPT + 1, c); /* c[s] is a[s + 1] again */
+    ASSERT_TRUE(a[0] == first);
+    const bool same = memcmp(a + 1, c, (N_GEN - 1) * sizeof *a) == 0;
+    printf("  qwen35 snapshot on the GPU, rolled back: continuation %s\n", same ? "equal" : "DIFFERS");
+    ASSERT_TRUE(same);
+    engine_context_free(gpu);
+    engine_model_free(m);
+}
+
+/* A tensor split over GPUs refuses the hybrid, saying why and what runs it. */
+TEST(hybrid_split_refused) {
+    struct engine_model *m;
+    NEED_HYBRID(m);
+    struct engine_context_params p;
+    params_of(&p, KERN_TYPE_F16);
+    p.split = ENGINE_SPLIT_TENSOR;
+    struct err_detail d = {0};
+    struct engine_context *c = NULL;
+    ASSERT_OK_D(engine_devices_parse_into("cuda:0,cuda:0", &p, &d), &d);
+    int r = engine_context_new(m, &p, &c, &d);
+    ASSERT_EQ(r, ERR_UNSUPPORTED);
+    ASSERT_TRUE(c == NULL);
+    printf("  qwen35 split over GPUs: %s\n", err_msg(&d, r));
+    ASSERT_TRUE(strstr(err_msg(&d, r), "not supported yet") != NULL);
+    engine_model_free(m);
+}
+
 /* device = auto picks cuda:0 and says what it reserved there; cuda:N past the last is
  * refused naming how many there are */
 TEST(auto_and_index) {
@@ -505,4 +799,5 @@ TEST(auto_and_index) {
 
 TEST_MAIN(T(auto_and_index), T(architectures), T(weight_types), T(gpu_layers_and_quantized_kv),
           T(kv_type_pairs), T(greedy_on_the_device), T(two_sequences_in_one_batch), T(state_blobs_cross_devices), T(context_shift),
-          T(split_over_gpu_contexts))
+          T(split_over_gpu_contexts), T(hybrid_reference), T(hybrid_gpu_layers), T(hybrid_two_sequences),
+          T(hybrid_greedy_graph), T(hybrid_state_blobs), T(hybrid_split_refused))

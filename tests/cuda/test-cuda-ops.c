@@ -455,6 +455,234 @@ TEST(graph) {
     dev_done();
 }
 
+/* ---- Gated DeltaNet and gated attention ------------------------------------------------
+ * Against the CPU kernels (kernels/deltanet.h) of each sequence's runs, in batch order,
+ * with the states carried over several calls (a prefill with interleaved sequences, then
+ * decode steps, then a prefill again). */
+#define TOL_DN 1e-4 /* relative to max(1, the largest |value|): f32 sums on the device, double
+                     * in the reference, over up to ~100 tokens of recurrence */
+
+/* Three calls' sequence ids: a prefill whose runs interleave, one decode token each, a
+ * longer run of one sequence then two others. */
+static const int32_t dn_seq0[] = {0, 0, 0, 0, 0, 0, 2, 2, 2, 0, 0, 1, 1, 1, 1, 1, 1, 1, 2};
+static const int32_t dn_seq1[] = {1, 0, 2};
+static int32_t dn_seq2[70];
+enum { DN_NSEQ = 3 };
+
+static void dn_calls(const int32_t **seq, int64_t *n) {
+    for (int i = 0; i < 70; i++) dn_seq2[i] = i < 64 ? 2 : i < 67 ? 0 : 1;
+    seq[0] = dn_seq0, n[0] = ARRAY_SIZE(dn_seq0);
+    seq[1] = dn_seq1, n[1] = ARRAY_SIZE(dn_seq1);
+    seq[2] = dn_seq2, n[2] = ARRAY_SIZE(dn_seq2);
+}
+
+/* max |a − b| / max(1, max |b|) over n values */
+static double rel_err(const float *a, const float *b, int64_t n) {
+    double e = 0, m = 1;
+    for (int64_t i = 0; i < n; i++) {
+        e = fmax(e, fabs((double)a[i] - b[i]));
+        m = fmax(m, fabs((double)b[i]));
+    }
+    return e / m;
+}
+
+TEST(dn_gates) {
+    NEED_DEVICE();
+    enum { N_TOK = 37, N_HEAD = 12, N = N_TOK * N_HEAD };
+    float a[N], b[N], dt[N_HEAD], sa[N_HEAD], g[N], beta[N], got_g[N], got_b[N];
+    fill(a, N, 8.0f), fill(b, N, 6.0f), fill(dt, N_HEAD, 1.0f);
+    for (int h = 0; h < N_HEAD; h++) sa[h] = -expf(rng_uniform());
+    a[5] = 25.0f, a[17] = 19.5f; /* softplus's linear branch and its edge */
+    float *da = dev_dup(a, sizeof a), *db = dev_dup(b, sizeof b), *ddt = dev_dup(dt, sizeof dt),
+          *dsa = dev_dup(sa, sizeof sa);
+    ASSERT_TRUE(da && db && ddt && dsa);
+    kern_dn_gates(g, beta, a, b, dt, sa, N_TOK, N_HEAD);
+    ASSERT_OK(kern_cuda_dn_gates(ctx, da, db, da, db, ddt, dsa, N_TOK, N_HEAD)); /* in place */
+    ASSERT_OK(dev_get(got_g, da, sizeof got_g));
+    ASSERT_OK(dev_get(got_b, db, sizeof got_b));
+    for (int i = 0; i < N; i++) {
+        ASSERT_NEAR(got_g[i], g[i], TOL_ROW * fabsf(g[i]) + 1e-7);
+        ASSERT_NEAR(got_b[i], beta[i], TOL_ROW * fabsf(beta[i]) + 1e-7);
+    }
+    ASSERT_EQ(kern_cuda_dn_gates(ctx, da, db, da, db, ddt, dsa, 0, N_HEAD), -EINVAL);
+    dev_done();
+}
+
+TEST(dn_conv) {
+    NEED_DEVICE();
+    static const int64_t shapes[][2] = {{96, 4}, {200, 2}, {33, 8}, {64, 1}}; /* (channels, K) */
+    const int32_t *seq[3];
+    int64_t n_tok[3];
+    dn_calls(seq, n_tok);
+    for (size_t si = 0; si < ARRAY_SIZE(shapes); si++) {
+        const int64_t C = shapes[si][0], K = shapes[si][1], sf = (K - 1) * C;
+        float *w = malloc((size_t)(K * C) * sizeof *w), *st = calloc((size_t)(DN_NSEQ * sf + 1), sizeof *st);
+        float *x = malloc(70 * (size_t)C * sizeof *x), *got = malloc(70 * (size_t)C * sizeof *got);
+        float *got_st = malloc((size_t)(DN_NSEQ * sf + 1) * sizeof *got_st);
+        ASSERT_TRUE(w && st && x && got && got_st);
+        fill(w, K * C, 1.0f);
+        float *dw = dev_dup(w, (size_t)(K * C) * sizeof *w);
+        float *dst = dev_dup(NULL, (size_t)(DN_NSEQ * sf + 1) * sizeof *st);
+        float *dx = dev_dup(NULL, 70 * (size_t)C * sizeof *x);
+        int32_t *dseq = dev_dup(NULL, 70 * sizeof(int32_t));
+        ASSERT_TRUE(dw && dst && dx && dseq);
+        for (int c = 0; c < 3; c++) {
+            const int64_t n = n_tok[c];
+            fill(x, n * C, 2.0f);
+            ASSERT_OK(kern_cuda_buf_upload(bufs[n_bufs - 2], 0, x, (size_t)(n * C) * sizeof *x));
+            ASSERT_OK(kern_cuda_buf_upload(bufs[n_bufs - 1], 0, seq[c], (size_t)n * sizeof(int32_t)));
+            ASSERT_OK(kern_cuda_dn_conv(ctx, dx, dst, sf, dseq, dx, dw, n, C, K)); /* in place */
+            for (int64_t t = 0, t1; t < n; t = t1) { /* the reference, run by run */
+                for (t1 = t + 1; t1 < n && seq[c][t1] == seq[c][t]; t1++) {}
+                kern_dn_conv(x + t * C, st + seq[c][t] * sf, x + t * C, w, t1 - t, C, K, 0, C);
+            }
+            ASSERT_OK(dev_get(got, dx, (size_t)(n * C) * sizeof *got));
+            double e = rel_err(got, x, n * C);
+            if (e > TOL_DN)
+                TEST_FAIL_("channels %lld K %lld call %d: output error %.3g", (long long)C, (long long)K, c, e);
+        }
+        ASSERT_OK(dev_get(got_st, dst, (size_t)(DN_NSEQ * sf + 1) * sizeof *got_st));
+        double e = rel_err(got_st, st, DN_NSEQ * sf);
+        if (e > TOL_DN) TEST_FAIL_("channels %lld K %lld: state error %.3g", (long long)C, (long long)K, e);
+        ASSERT_EQ(kern_cuda_dn_conv(ctx, dx, dst, sf, dseq, dx, dw, 1, C, KERN_DN_MAX_KERNEL + 1), -EINVAL);
+        free(w), free(st), free(x), free(got), free(got_st);
+        dev_done();
+    }
+}
+
+TEST(dn_delta) {
+    NEED_DEVICE();
+    /* H_k, H_v, d_k, d_v, map, l2 norm on the fly: the real heads (128), the largest (256),
+     * sizes that are not multiples of 32, qwen3next's grouped map, inputs normed before */
+    static const struct {
+        int64_t hk, hv, dk, dv;
+        enum kern_dn_head_map map;
+        bool l2;
+    } shapes[] = {
+        {2, 4, 128, 128, KERN_DN_HEAD_MAP_TILED, true},  {1, 2, 256, 256, KERN_DN_HEAD_MAP_TILED, true},
+        {3, 3, 40, 72, KERN_DN_HEAD_MAP_GROUPED, true},  {2, 6, 64, 16, KERN_DN_HEAD_MAP_GROUPED, true},
+        {2, 4, 96, 64, KERN_DN_HEAD_MAP_TILED, false},
+    };
+    const int32_t *seq[3];
+    int64_t n_tok[3];
+    dn_calls(seq, n_tok);
+    for (size_t si = 0; si < ARRAY_SIZE(shapes); si++) {
+        const struct kern_dn_shape p = {.n_head_k = shapes[si].hk, .n_head_v = shapes[si].hv,
+                                        .head_dim_k = shapes[si].dk, .head_dim_v = shapes[si].dv,
+                                        .head_map = shapes[si].map,
+                                        .scale = 1.0f / sqrtf((float)shapes[si].dk),
+                                        .l2_eps = shapes[si].l2 ? 1e-6f : 0.0f};
+        ASSERT_OK(kern_dn_shape_check(&p));
+        const int64_t kd = p.n_head_k * p.head_dim_k, inner = p.n_head_v * p.head_dim_v;
+        const int64_t C = 2 * kd + inner, sf = inner * p.head_dim_k, hv = p.n_head_v;
+        float *qkv = malloc(70 * (size_t)C * sizeof *qkv), *g = malloc(70 * (size_t)hv * sizeof *g);
+        float *beta = malloc(70 * (size_t)hv * sizeof *beta), *o = malloc(70 * (size_t)inner * sizeof *o);
+        float *got = malloc(70 * (size_t)inner * sizeof *got);
+        float *st = calloc((size_t)(DN_NSEQ * sf), sizeof *st), *got_st = malloc((size_t)(DN_NSEQ * sf) * sizeof *st);
+        ASSERT_TRUE(qkv && g && beta && o && got && st && got_st);
+        float *dqkv = dev_dup(NULL, 70 * (size_t)C * sizeof *qkv), *dg = dev_dup(NULL, 70 * (size_t)hv * sizeof *g);
+        float *dbeta = dev_dup(NULL, 70 * (size_t)hv * sizeof *beta), *dout = dev_dup(NULL, 70 * (size_t)inner * sizeof *o);
+        float *dst = dev_dup(NULL, (size_t)(DN_NSEQ * sf) * sizeof *st);
+        int32_t *dseq = dev_dup(NULL, 70 * sizeof(int32_t));
+        ASSERT_TRUE(dqkv && dg && dbeta && dout && dst && dseq);
+        for (int c = 0; c < 3; c++) {
+            const int64_t n = n_tok[c];
+            fill(qkv, n * C, 1.0f);
+            if (!shapes[si].l2) { /* the kernels take them normalised */
+                kern_dn_l2norm(qkv, C, n, p.head_dim_k, 0, p.n_head_k, 1e-6f);
+                kern_dn_l2norm(qkv + kd, C, n, p.head_dim_k, 0, p.n_head_k, 1e-6f);
+            }
+            for (int64_t i = 0; i < n * hv; i++) {
+                g[i] = -0.3f * fabsf(rng_uniform()); /* decays in (0.74, 1] */
+                beta[i] = 0.5f + 0.5f * rng_uniform();
+            }
+            ASSERT_OK(kern_cuda_buf_upload(bufs[n_bufs - 6], 0, qkv, (size_t)(n * C) * sizeof *qkv));
+            ASSERT_OK(kern_cuda_buf_upload(bufs[n_bufs - 5], 0, g, (size_t)(n * hv) * sizeof *g));
+            ASSERT_OK(kern_cuda_buf_upload(bufs[n_bufs - 4], 0, beta, (size_t)(n * hv) * sizeof *beta));
+            ASSERT_OK(kern_cuda_buf_upload(bufs[n_bufs - 1], 0, seq[c], (size_t)n * sizeof(int32_t)));
+            const struct kern_cuda_dn_args a = {
+                .state = dst, .state_stride = sf, .seq = dseq,
+                .q = dqkv, .k = dqkv + kd, .v = dqkv + 2 * kd, .g = dg, .beta = dbeta, .o = dout,
+                .q_stride = C, .k_stride = C, .v_stride = C, .o_stride = inner, .n_tok = n};
+            ASSERT_OK(kern_cuda_dn_delta(ctx, &a, &p));
+            for (int64_t t = 0, t1; t < n; t = t1) {
+                for (t1 = t + 1; t1 < n && seq[c][t1] == seq[c][t]; t1++) {}
+                const struct kern_dn_seq sq = {
+                    .n_tok = t1 - t, .q = qkv + t * C, .q_stride = C, .k = qkv + t * C + kd,
+                    .k_stride = C, .v = qkv + t * C + 2 * kd, .v_stride = C, .g = g + t * hv,
+                    .beta = beta + t * hv, .o = o + t * inner, .o_stride = inner};
+                kern_dn_recurrent(st + seq[c][t] * sf, &sq, &p, 0, hv);
+            }
+            ASSERT_OK(dev_get(got, dout, (size_t)(n * inner) * sizeof *got));
+            double e = rel_err(got, o, n * inner);
+            printf("  H %lld/%lld d %lld/%lld call %d (%lld tokens): output error %.3g\n",
+                   (long long)p.n_head_k, (long long)hv, (long long)p.head_dim_k,
+                   (long long)p.head_dim_v, c, (long long)n, e);
+            if (e > TOL_DN) TEST_FAIL_("shape %zu call %d: output error %.3g > %.3g", si, c, e, TOL_DN);
+        }
+        ASSERT_OK(dev_get(got_st, dst, (size_t)(DN_NSEQ * sf) * sizeof *got_st));
+        double e = rel_err(got_st, st, DN_NSEQ * sf);
+        if (e > TOL_DN) TEST_FAIL_("shape %zu: state error %.3g > %.3g", si, e, TOL_DN);
+        free(qkv), free(g), free(beta), free(o), free(got), free(st), free(got_st);
+        dev_done();
+    }
+    /* heads past what a lane holds are refused, not run wrong */
+    const struct kern_dn_shape big = {.n_head_k = 1, .n_head_v = 1, .head_dim_k = 512, .head_dim_v = 64,
+                                      .scale = 1.0f};
+    float *d = dev_dup(NULL, 4096);
+    ASSERT_TRUE(d);
+    const struct kern_cuda_dn_args a = {.state = d, .state_stride = 512 * 64, .seq = (int32_t *)d,
+                                        .q = d, .k = d, .v = d, .g = d, .beta = d, .o = d, .n_tok = 1};
+    ASSERT_EQ(kern_cuda_dn_delta(ctx, &a, &big), -EOPNOTSUPP);
+    dev_done();
+}
+
+TEST(dn_gated_norm) {
+    NEED_DEVICE();
+    static const int64_t shapes[][2] = {{7, 128}, {5, 48}, {3, 256}}; /* (rows, width) */
+    for (size_t si = 0; si < ARRAY_SIZE(shapes); si++) {
+        const int64_t rows = shapes[si][0], w = shapes[si][1], n = rows * w;
+        float *x = malloc((size_t)n * sizeof *x), *z = malloc((size_t)n * sizeof *z);
+        float *nw = malloc((size_t)w * sizeof *nw), *ref = malloc((size_t)n * sizeof *ref);
+        float *got = malloc((size_t)n * sizeof *got);
+        ASSERT_TRUE(x && z && nw && ref && got);
+        fill(x, n, 3.0f), fill(z, n, 4.0f), fill(nw, w, 1.0f);
+        float *dx = dev_dup(x, (size_t)n * sizeof *x), *dz = dev_dup(z, (size_t)n * sizeof *z);
+        float *dw = dev_dup(nw, (size_t)w * sizeof *nw);
+        ASSERT_TRUE(dx && dz && dw);
+        kern_dn_gated_norm(ref, x, z, nw, rows, 1, w, 0, 1, 1e-6f);
+        ASSERT_OK(kern_cuda_dn_gated_norm(ctx, dx, dx, dz, dw, rows, w, 1e-6f)); /* in place */
+        ASSERT_OK(dev_get(got, dx, (size_t)n * sizeof *got));
+        for (int64_t i = 0; i < n; i++) ASSERT_NEAR(got[i], ref[i], 1e-5 * fabsf(ref[i]) + 1e-6);
+        free(x), free(z), free(nw), free(ref), free(got);
+        dev_done();
+    }
+}
+
+TEST(gated_attention_ops) {
+    NEED_DEVICE();
+    enum { ROWS = 9, W0 = 64, W1 = 48 };
+    float x[ROWS * (W0 + W1)], y0[ROWS * W0], y1[ROWS * W1], g[ROWS * W1], ref[ROWS * W1];
+    fill(x, ARRAY_SIZE(x), 2.0f), fill(g, ARRAY_SIZE(g), 6.0f);
+    float *dx = dev_dup(x, sizeof x), *d0 = dev_dup(NULL, sizeof y0), *d1 = dev_dup(NULL, sizeof y1),
+          *dg = dev_dup(g, sizeof g);
+    ASSERT_TRUE(dx && d0 && d1 && dg);
+    ASSERT_OK(kern_cuda_unzip(ctx, d0, d1, dx, ROWS, W0, W1));
+    ASSERT_OK(dev_get(y0, d0, sizeof y0));
+    ASSERT_OK(dev_get(y1, d1, sizeof y1));
+    for (int r = 0; r < ROWS; r++) {
+        ASSERT_TRUE(memcmp(y0 + r * W0, x + r * (W0 + W1), W0 * sizeof(float)) == 0);
+        ASSERT_TRUE(memcmp(y1 + r * W1, x + r * (W0 + W1) + W0, W1 * sizeof(float)) == 0);
+    }
+    ASSERT_OK(kern_cuda_sigmoid_mul(ctx, d1, dg, ROWS * W1));
+    ASSERT_OK(dev_get(ref, d1, sizeof ref));
+    for (int i = 0; i < ROWS * W1; i++) {
+        const float e = y1[i] / (1.0f + expf(-g[i]));
+        ASSERT_NEAR(ref[i], e, TOL_ROW * fabsf(e) + 1e-7);
+    }
+    dev_done();
+}
+
 /* Device copy bandwidth is measurable (a number, not asserted beyond being positive). */
 TEST(copy_bandwidth) {
     NEED_DEVICE();
@@ -465,4 +693,5 @@ TEST(copy_bandwidth) {
 }
 
 TEST_MAIN(T(probe), T(matmul), T(get_rows), T(row_ops), T(rope), T(hadamard), T(argmax), T(kv_store),
-          T(attention), T(graph), T(copy_bandwidth))
+          T(attention), T(graph), T(dn_gates), T(dn_conv), T(dn_delta), T(dn_gated_norm),
+          T(gated_attention_ops), T(copy_bandwidth))

@@ -10,8 +10,11 @@
 #    engine on cuda:0 against the CPU engine for every architecture, weight types,
 #    gpu_layers, every cache type pair, greedy decoding with the argmax on the device and
 #    the one-token step replayed as a CUDA graph, two sequences in one batch, state blobs
-#    crossing GPU <-> CPU and a context shift (test-cuda-device; it needs the engine, so
-#    not in the direct build);
+#    crossing GPU <-> CPU and a context shift, and the qwen35 hybrid of
+#    ../shared/models/hybrid (Gated DeltaNet state on the GPU: llama.cpp's greedy ids,
+#    gpu_layers, interleaved sequences, graphs, blobs and snapshots across devices)
+#    (test-cuda-device; it needs the engine, so not in the direct build; the Gated
+#    DeltaNet kernels are in test-cuda-ops, so in every build);
 # 3. runs warm-cuda-bench on the weights of a ~1B llama (n_embd 2048, 16 layers, 32/8
 #    heads, head 64, n_ff 8192, vocab 32000) in f16, q8_0, q4_0 and q4_K: prefill and decode
 #    tokens/s, decode GB/s and % of the device copy bandwidth measured in the same run;
@@ -291,7 +294,7 @@ PY
 fi
 say "== daemon on the GPU: $daemon_word"
 
-missing="CUDA graphs for the engine's decode steps (warm-cuda-bench --model uses them; the engine launches each kernel); a split over GPUs keeps the residual stream on the host (one upload and download per layer and partition)"
+missing="CUDA graphs for the engine's decode steps (warm-cuda-bench --model uses them; the engine launches each kernel); a split over GPUs keeps the residual stream on the host (one upload and download per layer and partition); a split over GPUs of hybrids (refused: Gated DeltaNet layers and gated attention run on one GPU) and mixtures of experts on the GPU (refused)"
 say "== NOT COVERED: $missing"
 
 t_end=$(date +%s)
