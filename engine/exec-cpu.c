@@ -178,35 +178,6 @@ static void cells_seen(bool bidir, int32_t window, int32_t pos, int32_t end, int
     }
 }
 
-/* gpt-oss's attention sinks (notes/hybrid.md §C.3): a logit s per query head that joins
- * the softmax's denominator only, so each head's output is the plain attention's times
- * Z / (Z + e^s), Z = Σ_j e^(scale · q·K_j) over the cells it saw [lo, hi). Z is computed
- * here again from the cached keys (the kernel keeps its own). */
-static void sinks_apply(float *out, const float *q, const char *k0, enum kern_type kt,
-                        size_t k_stride, int32_t lo, int32_t hi, int64_t hd_k, int64_t hd_v,
-                        float scale, float sink, float *row) {
-    float m = -INFINITY, z = 0;
-    for (int32_t j = lo; j < hi; j++) {
-        const char *kr = k0 + (size_t)j * k_stride;
-        const float *k = (const float *)kr;
-        if (kt != KERN_TYPE_F32) {
-            kern_type_traits(kt)->to_f32(row, kr, hd_k);
-            k = row;
-        }
-        float dot = 0;
-        for (int64_t i = 0; i < hd_k; i++) dot += q[i] * k[i];
-        const float sc = dot * scale;
-        if (sc > m) {
-            z = z * expf(m - sc) + 1.0f;
-            m = sc;
-        } else {
-            z += expf(sc - m);
-        }
-    }
-    const float f = z / (z + expf(sink - m));
-    for (int64_t i = 0; i < hd_v; i++) out[i] *= f;
-}
-
 /* Multi-head attention of the step's tokens over their sequences' cached cells, for the
  * device's KV heads and the query heads that read them:
  * att[t][h] = softmax(scale · q[t][h] · K[lo..hi)ᵀ) · V[lo..hi), [lo, hi) = cells_seen()
@@ -257,16 +228,13 @@ static void attend_task(void *arg, int ith, int nth) {
                 (const char *)kv_v_row(kv, il, seq, p_lo) + kern_row_size(kv->type_v, h_kv * hd_v);
             const float *q = a->q + t * q_dim + h * group * hd_k; /* (run, group, hd_k) */
             float *out = a->att + t * att_dim + h * group * hd_v; /* (run, group, hd_v) */
+            /* gpt-oss's attention sinks (notes/hybrid.md §C.3), a logit per query head in
+             * the softmax's denominator (whole on every device: head h_kv · group + g's) */
+            const float *sinks = dl->w.attn_sinks.data;
             kern_attn_head_window(out, att_dim, q, q_dim, t1 - t, group, window ? kv_lo : NULL,
                                   n_kv, k0, kv->type_k, st->k_row_bytes, v0, kv->type_v,
-                                  st->v_row_bytes, hd_k, hd_v, scale, scratch);
-            /* (the sinks whole on every device: query head h_kv · group + g's) */
-            const float *sinks = dl->w.attn_sinks.data;
-            for (int32_t i = 0; sinks && i < t1 - t; i++)
-                for (int64_t g = 0; g < group; g++)
-                    sinks_apply(out + i * att_dim + g * hd_v, q + i * q_dim + g * hd_k, k0,
-                                kv->type_k, st->k_row_bytes, window ? kv_lo[i] : 0, n_kv[i],
-                                hd_k, hd_v, scale, sinks[h_kv * group + g], scratch);
+                                  st->v_row_bytes, hd_k, hd_v, scale,
+                                  sinks ? sinks + h_kv * group : NULL, scratch);
         }
     }
 }

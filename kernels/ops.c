@@ -314,10 +314,11 @@ static inline __attribute__((always_inline)) void
 attn_head(float *out, int64_t out_stride, const float *q, int64_t q_stride, int64_t n_tok,
           int64_t n_group, const int32_t *kv_lo, const int32_t *n_kv, const void *k,
           enum kern_type kt, size_t k_stride, const void *v, enum kern_type vt, size_t v_stride,
-          int64_t head_dim_k, int64_t head_dim_v, float scale, float *scratch) {
+          int64_t head_dim_k, int64_t head_dim_v, float scale, const float *sinks,
+          float *scratch) {
     /* SIMD levels: int8 dots against quantized K blocks, f32 tiles (kernels/cpu/x86-attn.c) */
     if (kern_attn_q_head(out, out_stride, q, q_stride, n_tok, n_group, kv_lo, n_kv, k, kt,
-                         k_stride, v, vt, v_stride, head_dim_k, head_dim_v, scale, scratch))
+                         k_stride, v, vt, v_stride, head_dim_k, head_dim_v, scale, sinks, scratch))
         return;
     const int64_t n_query = n_tok * n_group;
     float *kt_f32 = scratch;                                 /* (TILE, head_dim_k) */
@@ -391,7 +392,7 @@ attn_head(float *out, int64_t out_stride, const float *q, int64_t q_stride, int6
     for (int64_t t = 0; t < n_tok; t++)
         for (int64_t g = 0; g < n_group; g++) {
             const int64_t i = t * n_group + g;
-            float inv = l[i] > 0 ? 1.0f / l[i] : 0;
+            float inv = l[i] > 0 ? 1.0f / (l[i] + kern_attn_sink(sinks, g, m[i])) : 0;
             float *o = out + t * out_stride + g * head_dim_v;
             for (int64_t d = 0; d < head_dim_v; d++) o[d] = acc[i * head_dim_v + d] * inv;
         }
@@ -405,7 +406,7 @@ void kern_attn_head(float *out, int64_t out_stride, const float *q, int64_t q_st
                     size_t v_stride, int64_t head_dim_k, int64_t head_dim_v, float scale,
                     float *scratch) {
     attn_head(out, out_stride, q, q_stride, n_tok, n_group, NULL, n_kv, k, kt, k_stride, v, vt,
-              v_stride, head_dim_k, head_dim_v, scale, scratch);
+              v_stride, head_dim_k, head_dim_v, scale, NULL, scratch);
 }
 
 KERN_CLONES
@@ -413,9 +414,10 @@ void kern_attn_head_window(float *out, int64_t out_stride, const float *q, int64
                            int64_t n_tok, int64_t n_group, const int32_t *kv_lo,
                            const int32_t *n_kv, const void *k, enum kern_type kt,
                            size_t k_stride, const void *v, enum kern_type vt, size_t v_stride,
-                           int64_t head_dim_k, int64_t head_dim_v, float scale, float *scratch) {
+                           int64_t head_dim_k, int64_t head_dim_v, float scale,
+                           const float *sinks, float *scratch) {
     attn_head(out, out_stride, q, q_stride, n_tok, n_group, kv_lo, n_kv, k, kt, k_stride, v, vt,
-              v_stride, head_dim_k, head_dim_v, scale, scratch);
+              v_stride, head_dim_k, head_dim_v, scale, sinks, scratch);
 }
 
 /* ---- gemma ops ----------------------------------------------------------------------- */

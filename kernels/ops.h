@@ -112,9 +112,12 @@ void kern_attn_head(float *out, int64_t out_stride, const float *q, int64_t q_st
                     size_t v_stride, int64_t head_dim_k, int64_t head_dim_v, float scale,
                     float *scratch);
 /* kern_attn_head() where token t sees only keys kv_lo[t] <= j < n_kv[t] (a sliding
- * window); kv_lo == NULL is kern_attn_head(). */
+ * window); kv_lo == NULL is kern_attn_head(). sinks (NULL: none): gpt-oss's logit per
+ * query head g < n_group that joins the softmax's denominator only (a key with a zero
+ * value): out = Σ_j e^(s_j - m)·V_j / (Σ_j e^(s_j - m) + e^(sinks[g] - m)). */
 void kern_attn_head_window(float *out, int64_t out_stride, const float *q, int64_t q_stride,
                            int64_t n_tok, int64_t n_group, const int32_t *kv_lo,
                            const int32_t *n_kv, const void *k, enum kern_type kt,
                            size_t k_stride, const void *v, enum kern_type vt, size_t v_stride,
-                           int64_t head_dim_k, int64_t head_dim_v, float scale, float *scratch);
+                           int64_t head_dim_k, int64_t head_dim_v, float scale,
+                           const float *sinks, float *scratch);

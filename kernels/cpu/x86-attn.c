@@ -377,7 +377,7 @@ bool kern_attn_q_head(float *out, int64_t out_stride, const float *q, int64_t q_
                       int64_t n_tok, int64_t n_group, const int32_t *kv_lo, const int32_t *n_kv,
                       const void *k, enum kern_type kt, size_t k_stride, const void *v,
                       enum kern_type vt, size_t v_stride, int64_t head_dim_k, int64_t head_dim_v,
-                      float scale, float *scratch) {
+                      float scale, const float *sinks, float *scratch) {
     const int64_t hk = head_dim_k, hv = head_dim_v, n_query = n_tok * n_group, nb = hk / 32;
     const bool kfloat = is_float(kt);
     if (!v_type_ok(kt) || !v_type_ok(vt) || hk % 32 || hv % 32 || n_query <= 0) return false;
@@ -431,7 +431,7 @@ bool kern_attn_q_head(float *out, int64_t out_stride, const float *q, int64_t q_
     for (int64_t t = 0; t < n_tok; t++)
         for (int64_t g = 0; g < n_group; g++) {
             const int64_t i = t * n_group + g;
-            float inv = x.l[i] > 0 ? 1.0f / x.l[i] : 0;
+            float inv = x.l[i] > 0 ? 1.0f / (x.l[i] + kern_attn_sink(sinks, g, x.m[i])) : 0;
             float *o = out + t * out_stride + g * hv;
             for (int64_t d = 0; d < hv; d++) o[d] = x.acc[i * hv + d] * inv;
         }
@@ -454,7 +454,7 @@ bool kern_attn_q_head(float *out, int64_t out_stride, const float *q, int64_t q_
                       int64_t n_tok, int64_t n_group, const int32_t *kv_lo, const int32_t *n_kv,
                       const void *k, enum kern_type kt, size_t k_stride, const void *v,
                       enum kern_type vt, size_t v_stride, int64_t head_dim_k, int64_t head_dim_v,
-                      float scale, float *scratch) {
+                      float scale, const float *sinks, float *scratch) {
     (void)k_type_ok, (void)v_type_ok, (void)is_float;
     return false;
 }

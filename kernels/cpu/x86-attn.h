@@ -9,6 +9,14 @@
 
 #include "kernels/types.h"
 
+#include <math.h>
+
+/* The term sink g adds to a softmax's denominator whose running max is m (scores
+ * e^(s_j - m)): e^(sinks[g] - m); 0 without sinks. */
+static inline float kern_attn_sink(const float *sinks, int64_t g, float m) {
+    return sinks ? expf(sinks[g] - m) : 0.0f;
+}
+
 /* kern_attn_head_window()'s contract (kv_lo may be NULL). Runs when the dispatch level
  * is not "ref", K and V are each one of the 32-value block types (q8_0, q4_0, q4_1, q5_0,
  * q5_1, iq4_nl) or f32/f16/bf16, both head sizes are multiples of 32 and n_group fits the
@@ -23,7 +31,7 @@ bool kern_attn_q_head(float *out, int64_t out_stride, const float *q, int64_t q_
                       int64_t n_tok, int64_t n_group, const int32_t *kv_lo, const int32_t *n_kv,
                       const void *k, enum kern_type kt, size_t k_stride, const void *v,
                       enum kern_type vt, size_t v_stride, int64_t head_dim_k, int64_t head_dim_v,
-                      float scale, float *scratch);
+                      float scale, const float *sinks, float *scratch);
 
 /* kern_silu_mul()'s contract with a vector e^x (kernels/cpu/x86-attn.c: within a few ulp
  * of expf) for the first values, 8 at a time; returns how many it wrote (0 at the "ref"

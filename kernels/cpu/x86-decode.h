@@ -310,9 +310,89 @@ X86_INLINE void kdirect_body(float *y, const uint8_t *w, size_t wst, const uint8
 }
 #endif
 
-/* Decode and edges: k-quants by super-block where the level has it. */
+#if X86_W512
+/* mxfp4 decode in the file's rows, four blocks a step: one 512-bit register holds the
+ * four blocks' 16 code bytes, a block per 128-bit lane, so that their low nibbles (values
+ * 0..15) and their high ones (16..31) each meet one register of the token's codes, which
+ * the step shuffles once for all NR rows (direct_body unpacked each pair of blocks into
+ * value order, row by row). The four E8M0 bytes, 17 bytes apart, come out of one 64-byte
+ * load, and each lane's scale d_x·2^(e-128) is one VSCALEFPS: the same product as d_x
+ * times the exact power of two. U mode (codes + 12, -12·Σx per step). The blocks past the
+ * last multiple of 4 take one-block steps. */
+X86_INLINE void mxfp4_direct_body(float *y, const uint8_t *w, size_t wst, const uint8_t *xrow,
+                                  int64_t nb, const int NR) {
+    const size_t bs = sizeof(struct block_mxfp4);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), c12 = _mm512_set1_epi8(12);
+    const __m128i tbl = _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+    const __m512i utbl = _mm512_broadcast_i32x4(tbl);
+    /* block k's E8M0 byte: byte k of dword 4k of the step's first 64 bytes */
+    const __m512i eidx = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+    const __m512i esh = _mm512_setr_epi32(0, 0, 0, 0, 8, 8, 8, 8, 16, 16, 16, 16, 24, 24, 24, 24);
+    const __m512i didx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const float *xd = (const float *)(xrow + 32 * nb);
+    __m512 acc[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) acc[r] = _mm512_setzero_ps();
+    const int64_t nb4 = nb / 4 * 4;
+    for (int64_t j = 0; j < nb4; j += 4) {
+        /* the token's codes of blocks j..j+3: values 0..15 of each, then 16..31 */
+        const __m512i x0 = _mm512_loadu_si512(xrow + 32 * j),
+                      x1 = _mm512_loadu_si512(xrow + 32 * j + 64);
+        const __m512i xlo = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(2, 0, 2, 0));
+        const __m512i xhi = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(3, 1, 3, 1));
+        __m512i corr = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c12, xlo);
+        corr = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(corr, c12, xhi));
+        const __m512 dx = _mm512_permutexvar_ps(didx, _mm512_castps128_ps512(_mm_loadu_ps(xd + j)));
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *b = w + r * wst + j * bs;
+            /* three tiles ahead: the same place 12 rows on (measured against 4 and 8 rows,
+             * 1 thread: 4 rows on left the loads waiting) */
+            _mm_prefetch((const char *)b + 12 * wst, _MM_HINT_T0);
+            _mm_prefetch((const char *)b + 12 * wst + 64, _MM_HINT_T0);
+            __m512i q = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(b + 1)));
+            q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(b + 1 + bs)), 1);
+            q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(b + 1 + 2 * bs)), 2);
+            q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(b + 1 + 3 * bs)), 3);
+            const __m512i ulo = _mm512_shuffle_epi8(utbl, _mm512_and_si512(q, m4));
+            const __m512i uhi =
+                _mm512_shuffle_epi8(utbl, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+            __m512i s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(corr, ulo, xlo), uhi, xhi);
+            __m512i e = _mm512_permutexvar_epi32(eidx, _mm512_loadu_si512(b));
+            e = _mm512_and_si512(_mm512_srlv_epi32(e, esh), _mm512_set1_epi32(0xff));
+            e = _mm512_sub_epi32(e, _mm512_set1_epi32(128));
+            const __m512 d = _mm512_scalef_ps(dx, _mm512_cvtepi32_ps(e));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[r]);
+        }
+    }
+    for (int64_t j = nb4; j < nb; j++) {
+        const __m256i xq = _mm256_loadu_si256((const __m256i *)(xrow + 32 * j));
+        const __m256i z = _mm256_setzero_si256(),
+                      corr = _mm256_sub_epi32(z, _mm256_dpbusd_epi32(z, _mm256_set1_epi8(12), xq));
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            float dw, m;
+            const __m256i u = wblock_unpack(w + r * wst + j * bs, WK_MXFP4, &dw, &m);
+            const __m256 p = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(corr, u, xq));
+            const __m256 a = _mm256_mul_ps(p, _mm256_set1_ps(dw * xd[j]));
+            acc[r] = _mm512_add_ps(acc[r], _mm512_zextps256_ps512(a));
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) y[r] = _mm512_reduce_add_ps(acc[r]);
+}
+#endif
+
+/* Decode and edges: k-quants by super-block where the level has it, mxfp4 four blocks a
+ * step at the 512-bit level. */
 X86_INLINE void any_direct_body(float *y, const uint8_t *w, size_t wst, const uint8_t *xrow,
                                 int64_t nb, const int NR, const int K) {
+#if X86_W512
+    if (K == WK_MXFP4) {
+        mxfp4_direct_body(y, w, wst, xrow, nb, NR);
+        return;
+    }
+#endif
     if (wk_kdirect(K)) {
         kdirect_body(y, w, wst, xrow, nb, NR, K);
         return;

@@ -94,8 +94,9 @@ X86_INLINE void r8_mxfp4_body(float *y, int64_t ys, const uint8_t *g, const uint
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t j = 0; j < nb; j++) {
         const uint8_t *b = g + wk_r8_bytes(WK_MXFP4) * j;
-        _mm_prefetch((const char *)b + 2048, _MM_HINT_T0);
-        _mm_prefetch((const char *)b + 2048 + 64, _MM_HINT_T0);
+        /* 4 KiB ahead (2 KiB, as q4_0, left the loads waiting) */
+        _mm_prefetch((const char *)b + 4096, _MM_HINT_T0);
+        _mm_prefetch((const char *)b + 4096 + 64, _MM_HINT_T0);
         __m256i lo[4], hi[4];
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
@@ -238,11 +239,12 @@ X86_INLINE void r8_q8_0_body(float *y, int64_t ys, const uint8_t *g, const uint8
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t j = 0; j < nb; j++) {
         const uint8_t *b = g + wk_r8_bytes(WK_Q8_0) * j;
-        _mm_prefetch((const char *)b + 2048, _MM_HINT_T0);
-        _mm_prefetch((const char *)b + 2048 + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)b + 2048 + 128, _MM_HINT_T0);
-        _mm_prefetch((const char *)b + 2048 + 192, _MM_HINT_T0);
-        _mm_prefetch((const char *)b + 2048 + 256, _MM_HINT_T0);
+        /* 4 KiB ahead (2 KiB left the loads waiting: gpt-oss's q8_0 matrices, 1 thread) */
+        _mm_prefetch((const char *)b + 4096, _MM_HINT_T0);
+        _mm_prefetch((const char *)b + 4096 + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)b + 4096 + 128, _MM_HINT_T0);
+        _mm_prefetch((const char *)b + 4096 + 192, _MM_HINT_T0);
+        _mm_prefetch((const char *)b + 4096 + 256, _MM_HINT_T0);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b));
         __m256i is[4];
 #pragma GCC unroll 4

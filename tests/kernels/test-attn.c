@@ -13,7 +13,8 @@
  * so the SIMD path is also held to an exact spec: TOL_Q = 1e-4·max_j |V_jd| + 1e-6 against
  * softmax(scale · q'·K_j)·V in double, q' the query quantized by the stated rule (per block d =
  * amax/127, codes rint(x·(1/d))): only f32 accumulation order and the exp polynomial (~1 ulp)
- * remain, each far below 1e-4 of the weights. */
+ * remain, each far below 1e-4 of the weights. Cases with sinks (gpt-oss: a logit per query head
+ * in the denominator only) add e^(sink - max) to the spec's softmax sum. */
 #include "test.h"
 
 #include "kernels/kernels.h"
@@ -31,6 +32,7 @@ enum { MAX_KV = 300, MAX_TOK = 40, MAX_G = 4, MAX_HD = 128, PAD = 16 };
 struct attn_case {
     int64_t hk, hv, n_tok, n_group;
     bool window;
+    bool sinks;
 };
 
 /* Runs one case for K type kt and V type vt; returns the worst error / TOL or / TOL_Q
@@ -44,6 +46,9 @@ static double check_case(const struct attn_case *c, enum kern_type kt, enum kern
         got[MAX_TOK * MAX_G * MAX_HD];
     static float scratch[1 << 18];
     int32_t n_kv[MAX_TOK], kv_lo[MAX_TOK];
+    float sk[MAX_G]; /* the sinks: about the scores' size, so that they matter */
+    for (int64_t g = 0; g < MAX_G; g++) sk[g] = 1.5f + 1.5f * rng_uniform();
+    const float *sinks = c->sinks ? sk : NULL;
     const float scale = 1.0f / sqrtf((float)hk);
     const bool kfloat = !kern_type_traits(kt)->is_quantized; /* f32 dots, no query rounding */
     /* keys with a few large values (outliers in some dims, as real K caches have) */
@@ -67,7 +72,7 @@ static double check_case(const struct attn_case *c, enum kern_type kt, enum kern
     const int32_t *lo = c->window ? kv_lo : NULL;
     if (kern_set_level("ref") < 0) return INFINITY;
     kern_attn_head_window(want, c->n_group * hv, q, c->n_group * hk, c->n_tok, c->n_group, lo, n_kv,
-                          kq, kt, ks, vq, vt, vs, hk, hv, scale, scratch);
+                          kq, kt, ks, vq, vt, vs, hk, hv, scale, sinks, scratch);
     /* the best level this CPU has */
     const char *best = NULL;
     for (int i = 1; kern_level_name(i); i++)
@@ -75,7 +80,7 @@ static double check_case(const struct attn_case *c, enum kern_type kt, enum kern
     if (!best || kern_set_level(best) < 0) return -1;
     for (int64_t i = 0; i < nq * hv; i++) got[i] = NAN;
     kern_attn_head_window(got, c->n_group * hv, q, c->n_group * hk, c->n_tok, c->n_group, lo, n_kv,
-                          kq, kt, ks, vq, vt, vs, hk, hv, scale, scratch);
+                          kq, kt, ks, vq, vt, vs, hk, hv, scale, sinks, scratch);
     double worst = 0;
     for (int64_t t = 0; t < c->n_tok; t++)
         for (int64_t g = 0; g < c->n_group; g++) {
@@ -96,6 +101,7 @@ static double check_case(const struct attn_case *c, enum kern_type kt, enum kern
                 smax = fmax(smax, sc[j]);
             }
             for (int64_t j = kv_lo[t]; j < n_kv[t]; j++) ssum += sc[j] = exp(sc[j] - smax);
+            if (sinks) ssum += exp((double)sinks[g] - smax);
             for (int64_t d = 0; d < hv; d++) {
                 double w = 0, vmax = 0;
                 for (int64_t j = kv_lo[t]; j < n_kv[t]; j++) {
@@ -140,8 +146,10 @@ TEST(cache_types_vs_generic) {
                                             KERN_TYPE_Q5_0, KERN_TYPE_Q5_1, KERN_TYPE_IQ4_NL,
                                             KERN_TYPE_F16,  KERN_TYPE_F32,  KERN_TYPE_BF16};
     static const struct attn_case cases[] = {
-        {64, 64, 1, 4, false}, {128, 128, 1, 2, false}, {32, 64, 3, 1, false},
-        {64, 64, 5, 4, true},  {128, 64, 2, 4, true},   {64, 128, 40, 4, false},
+        {64, 64, 1, 4, false, false}, {128, 128, 1, 2, false, false}, {32, 64, 3, 1, false, false},
+        {64, 64, 5, 4, true, false},  {128, 64, 2, 4, true, false},   {64, 128, 40, 4, false, false},
+        /* gpt-oss: sinks, alone and with a window */
+        {64, 64, 1, 4, false, true},  {64, 64, 5, 4, true, true},     {64, 128, 40, 4, false, true},
     };
     for (size_t c = 0; c < ARRAY_SIZE(cases); c++)
         for (size_t a = 0; a < ARRAY_SIZE(ktypes); a++)
@@ -150,10 +158,11 @@ TEST(cache_types_vs_generic) {
                 if (w < 0) SKIP("no SIMD level on this CPU");
                 if (!(w <= 1.0))
                     TEST_FAIL_(
-                        "K %s V %s hd %lld/%lld, %lld tokens x %lld heads%s: error %.3f x tol",
+                        "K %s V %s hd %lld/%lld, %lld tokens x %lld heads%s%s: error %.3f x tol",
                         kern_type_name(ktypes[a]), kern_type_name(vtypes[b]),
                         (long long)cases[c].hk, (long long)cases[c].hv, (long long)cases[c].n_tok,
-                        (long long)cases[c].n_group, cases[c].window ? ", window" : "", w);
+                        (long long)cases[c].n_group, cases[c].window ? ", window" : "",
+                        cases[c].sinks ? ", sinks" : "", w);
             }
     ASSERT_OK(kern_set_level("ref"));
 }

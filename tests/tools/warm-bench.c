@@ -282,8 +282,9 @@ static int peer_bench(const char *peer, const char *model, int threads, int n_pr
 
 /* The CPU's features, the kernel level, and for each weight type of the model's matrices
  * the level and path (kern_matmul_path) of its decode and prefill, in the layout the
- * engine gives it (rows8 where kern_rows8_supported, as engine/device.c repacks). */
-static void kernels_print(const struct engine_model *m, int n_prompt) {
+ * engine gives it (rows8 where kern_rows8_supported, as engine/device.c repacks); then
+ * the same for the experts' types, which are repacked only in a private copy. */
+static void kernels_print(const struct engine_model *m, int n_prompt, bool private_copy) {
     const struct kern_cpu_info *c = kern_cpu();
     printf("cpu features:%s%s%s%s%s%s%s%s%s; kernels %s\n", c->avx2 ? " avx2" : "",
            c->fma ? " fma" : "", c->f16c ? " f16c" : "", c->avx512f ? " avx512f" : "",
@@ -308,6 +309,24 @@ static void kernels_print(const struct engine_model *m, int n_prompt) {
             const char *dp = kern_matmul_path(w->type, lay, 1, &dl);
             const char *pp = kern_matmul_path(w->type, lay, n_prompt, &pl);
             printf("  %-7s decode %s/%s, prefill %s/%s\n", kern_type_name(w->type), dl, dp, pl, pp);
+        }
+    }
+    bool seen_exp[KERN_TYPE_COUNT] = {0};
+    for (uint32_t il = 0; il < m->hp.n_layer; il++) {
+        const struct engine_layer *l = &m->layers[il];
+        const struct engine_weight *ws[] = {&l->exp_gate, &l->exp_up, &l->exp_down};
+        for (size_t i = 0; i < ARRAY_SIZE(ws); i++) {
+            if (!ws[i]->data || !ws[i]->n_expert) continue;
+            const struct engine_weight w = engine_weight_expert(ws[i], 0);
+            if ((int)w.type >= KERN_TYPE_COUNT || seen_exp[w.type]) continue;
+            seen_exp[w.type] = true;
+            const bool r8 = private_copy && kern_rows8_supported(w.type, w.n_in, w.n_out);
+            const enum kern_layout lay = r8 ? KERN_LAYOUT_ROWS8 : KERN_LAYOUT_ROWS;
+            const char *dl, *pl;
+            const char *dp = kern_matmul_path(w.type, lay, 1, &dl);
+            const char *pp = kern_matmul_path(w.type, lay, n_prompt, &pl);
+            printf("  %-7s decode %s/%s, prefill %s/%s (experts)\n", kern_type_name(w.type), dl, dp,
+                   pl, pp);
         }
     }
 }
@@ -416,7 +435,7 @@ int main(int argc, char **argv) {
                (double)m->active_bytes / (1 << 20));
     printf("weights read per decoded token: %.1f MiB; KV cache %s; depth %d; kernels %s\n",
            (double)m->active_bytes / (1 << 20), cache, depth, kern_cpu()->level);
-    kernels_print(m, n_prompt);
+    kernels_print(m, n_prompt, private_copy);
     double load[3] = {0};
     if (getloadavg(load, 3) > 0) printf("load average %.2f %.2f %.2f\n", load[0], load[1], load[2]);
     printf("%7s %12s %12s %10s %10s %8s %12s %12s\n", "threads", "prefill t/s", "decode t/s",
