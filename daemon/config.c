@@ -23,6 +23,8 @@ const char *const config_cache_type_names[CONFIG_CACHE_TYPE_COUNT + 1] = {
     [CONFIG_CACHE_TYPE_IQ4_NL] = "iq4_nl", [CONFIG_CACHE_TYPE_COUNT] = NULL,
 };
 static const char *const split_names[] = {"none", "tensor", NULL}; /* enum engine_split */
+/* enum engine_experts_place */
+static const char *const experts_names[] = {"auto", "gpu", "cpu", NULL};
 
 static const char *const log_level_names[LOG_LEVEL_COUNT + 1] = {
     [LOG_LEVEL_ERROR] = "error", [LOG_LEVEL_WARN] = "warn", [LOG_LEVEL_INFO] = "info",
@@ -154,6 +156,10 @@ const struct config_key config_keys[] = {
      "CPU), cpu, or cuda:N"},
     {"gpu_layers", CONFIG_TYPE_U32, OFF(gpu_layers), "0", 0, 65536, NULL,
      "the last layers of a model on its CUDA device, the others on the CPU (0 = all)"},
+    {"experts", CONFIG_TYPE_ENUM, OFF(experts), "auto", 0, 0, experts_names,
+     "where a mixture-of-experts model's routed experts go when it runs on a CUDA device: "
+     "auto (on the GPU when its weights fit, else on the CPU), gpu, or cpu (attention, "
+     "router and shared expert stay on the GPU)"},
     {"devices", CONFIG_TYPE_STRING, OFF(devices), "cpu", 0, SIZE(devices), NULL,
      "devices a model is split over: cpu (one), cpu,cpu,... for CPU partitions or "
      "cuda:0,cuda:1,... for GPUs (cuda:0,cuda:0: two contexts on one GPU), each with its "

@@ -62,6 +62,7 @@ struct config {
     bool kv_rotation;
     char device[32];                       /* "auto", "cpu" or "cuda:N" (one device) */
     uint32_t gpu_layers;                   /* layers on a CUDA device; 0 = all */
+    int experts;                           /* enum engine_experts_place: auto | gpu | cpu */
     char devices[256];                     /* "cpu" or "cpu,cpu,..." CPU partitions */
     int split;                             /* enum engine_split: none | tensor */
     char tensor_split[256];                /* shares "3,1"; "" = equal */

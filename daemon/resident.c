@@ -408,6 +408,7 @@ int residency_acquire(struct daemon *d, const char *name, uint32_t uid, uint64_t
             .kv_rotation = c->kv_rotation,
             .device = c->device,
             .gpu_layers = c->gpu_layers,
+            .experts = c->experts,
             .devices = c->devices,
             .split = c->split,
             .tensor_split = c->tensor_split,

@@ -899,6 +899,7 @@ int runner_new(const char *name, int fd, const struct runner_params *p, struct r
     cp.kv_rotation = p->kv_rotation;
     cp.split = (enum engine_split)p->split;
     cp.gpu_layers = p->gpu_layers;
+    cp.experts = (enum engine_experts_place)p->experts;
     if (p->device && *p->device &&
         (e = engine_device_resolve(p->device, &cp.device, &cp.device_index, NULL, 0, d)) < 0)
         goto fail;

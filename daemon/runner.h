@@ -118,6 +118,7 @@ struct runner_params {
     bool kv_rotation;          /* config kv_rotation (and WARM_ATTN_ROT_DISABLE) */
     const char *device;        /* config device ("auto", "cpu", "cuda:N"; NULL = cpu) */
     uint32_t gpu_layers;       /* config gpu_layers (0 = all) */
+    int experts;               /* config experts (enum engine_experts_place) */
     const char *devices;       /* config devices ("cpu,cpu"; NULL = one CPU) */
     int split;                 /* config split (enum engine_split) */
     const char *tensor_split;  /* config tensor_split (NULL or "" = equal shares) */

@@ -26,6 +26,14 @@ enum engine_split {
     ENGINE_SPLIT_TENSOR, /* every layer cut by heads and FFN units (engine/device.h) */
 };
 
+/* Where a GPU context's routed experts go (engine_context_params.experts; config
+ * `experts`: auto, gpu, cpu). */
+enum engine_experts_place {
+    ENGINE_EXPERTS_AUTO,
+    ENGINE_EXPERTS_GPU,
+    ENGINE_EXPERTS_CPU,
+};
+
 /* What a context runs on when it runs on one device (config `device`). */
 enum engine_device_kind {
     ENGINE_DEVICE_CPU,
@@ -75,6 +83,12 @@ struct engine_context_params {
     enum engine_device_kind device;
     int device_index;
     uint32_t gpu_layers;
+    /* A mixture of experts on a GPU: where the routed experts' matrices of its layers go
+     * (attention, router and shared expert stay on the GPU). AUTO: on the GPU when all its
+     * weights fit in 90 % of its free memory, else on the host. On the host they run on
+     * the CPU's threads over the host's copy, each MoE layer's rows and routing crossing
+     * PCIe (a decode step then runs without its CUDA graph). */
+    enum engine_experts_place experts;
     /* An embeddings context, the only kind an embedding model takes
      * (engine_model_is_embedding(); a model that is not one is refused): a decode computes
      * every token's final hidden state and each sequence's pooled embedding

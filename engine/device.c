@@ -1052,9 +1052,9 @@ void devices_sum(struct engine_context *ctx, float *y, int64_t n) {
     for (uint32_t i = 1; i < ctx->n_dev; i++) kern_add(y, ctx->dev[i].part, n);
 }
 
-/* the host devices are in use unless a GPU runs every layer */
+/* the host devices are in use unless a GPU runs every layer (its routed experts too) */
 static uint32_t n_host_listed(const struct engine_context *ctx) {
-    return ctx->gpu && ctx->n_layer_host == 0 ? 0 : ctx->n_dev;
+    return ctx->gpu && ctx->n_layer_host == 0 && gpu_host_expert_bytes(ctx) == 0 ? 0 : ctx->n_dev;
 }
 
 uint32_t engine_context_n_devices(const struct engine_context *ctx) {
@@ -1077,7 +1077,8 @@ int engine_context_device_info(const struct engine_context *ctx, uint32_t i,
     *ret = (struct engine_device_info){
         .kind = "cpu",
         .n_threads = de->n_threads,
-        .weight_bytes = de->weight_bytes,
+        /* (the GPU layers' routed experts where the host runs them: engine/gpu.h) */
+        .weight_bytes = de->weight_bytes + (i == 0 ? gpu_host_expert_bytes(ctx) : 0),
         .copied_bytes = de->copied_bytes,
         .kv_bytes = de->kv_bytes,
         .scratch_bytes = de->scratch_bytes,

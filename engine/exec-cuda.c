@@ -5,6 +5,7 @@
 
 #include "engine/gpu-impl.h"
 
+#include <errno.h>
 #include <math.h>
 #include <string.h>
 
@@ -34,12 +35,19 @@ static void cu_rmsnorm(struct exec *e, float *y, const float *x, const struct en
         check(e, kern_cuda_rmsnorm(gpu_of(e)->cu, y, x, w ? w->data : NULL, width, n_rows, eps));
 }
 
+static enum kern_cuda_act act_of(enum engine_ffn_act act) {
+    return act == ENGINE_FFN_GELU          ? KERN_CUDA_ACT_GELU
+           : act == ENGINE_FFN_SWIGLU_OAI ? KERN_CUDA_ACT_SWIGLU_OAI
+                                          : KERN_CUDA_ACT_SILU;
+}
+
 static void cu_glu(struct exec *e, float *y, const float *g, const float *u, int64_t n,
                    enum engine_ffn_act act) {
     struct kern_cuda_ctx *cu = gpu_of(e)->cu;
     if (!e->err)
-        check(e, act == ENGINE_FFN_GELU ? kern_cuda_gelu_mul(cu, y, g, u, n)
-                                        : kern_cuda_silu_mul(cu, y, g, u, n));
+        check(e, act == ENGINE_FFN_GELU   ? kern_cuda_gelu_mul(cu, y, g, u, n)
+                 : act == ENGINE_FFN_SILU ? kern_cuda_silu_mul(cu, y, g, u, n)
+                                          : kern_cuda_glu(cu, y, g, u, n, act_of(act)));
 }
 
 /* the per-layer inputs are layer-major on the device: layer il's are (n, P) at il × n × P */
@@ -105,6 +113,10 @@ static void cu_attend(struct exec *e, const struct layer_step *s, float *att, co
     const struct kv_store *st = kv_store_of(kv, s->il);
     const int64_t nb = e->ctx->params.n_batch, n_head_kv = e->layer[s->il].n_kv;
     const int32_t *cells = g->idx + IDX_STORE(kv->store_of[s->il]) * nb;
+    const int64_t group = hp->n_head / st->n_head_kv;
+    /* gpt-oss's sinks, a logit per query head: this device's heads' (all of them on a
+     * whole GPU) */
+    const float *sinks = e->layer[s->il].w.attn_sinks.data;
     size_t krb, vrb;
     const char *kc = kv_rows(e->ctx, g, s->il, false, &krb),
                *vc = kv_rows(e->ctx, g, s->il, true, &vrb);
@@ -120,11 +132,12 @@ static void cu_attend(struct exec *e, const struct layer_step *s, float *att, co
         .kv_row0 = cells + 2 * nb,
         .n_kv = cells + 3 * nb,
         .n_tok = s->n,
-        .n_head = n_head_kv * (hp->n_head / st->n_head_kv),
+        .n_head = n_head_kv * group,
         .n_head_kv = n_head_kv,
         .hd_k = st->head_dim_k,
         .hd_v = st->head_dim_v,
-        .scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)st->head_dim_k)};
+        .scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)st->head_dim_k),
+        .sinks = sinks ? sinks + e->layer[s->il].kv0 * group : NULL};
     if (!e->err) check(e, kern_cuda_attn(g->cu, &a));
 }
 
@@ -197,6 +210,91 @@ static void cu_dn_gated_norm(struct exec *e, float *y, const float *x, const flo
         check(e, kern_cuda_dn_gated_norm(gpu_of(e)->cu, y, x, z, w->data, n_rows, width, eps));
 }
 
+/* ---- mixture of experts: the routing stays on the device (g->moe_sel, g->moe_wt) for
+ * the step's moe_experts, so a decode step records as one graph ------------------------ */
+
+static void cu_moe_route(struct exec *e, const float *logits, int32_t n) {
+    struct gpu *g = gpu_of(e);
+    const struct engine_hparams *hp = &e->ctx->model->hp;
+    const struct kern_cuda_moe_route_params p = {
+        .gating = hp->moe_gating == ENGINE_MOE_SOFTMAX_TOPK ? KERN_CUDA_MOE_TOPK_SOFTMAX
+                                                            : KERN_CUDA_MOE_SOFTMAX,
+        .norm_w = hp->moe_norm_w,
+        .w_scale = hp->moe_w_scale,
+        .n_expert = hp->n_expert,
+        .n_used = hp->n_expert_used};
+    if (!e->err) check(e, kern_cuda_moe_route(g->cu, g->moe_sel, g->moe_wt, logits, n, &p));
+}
+
+/* The routed experts on the host (engine_context_params.experts): the layer's input rows
+ * and the device's routing go down into the host device's scratch, the CPU's moe_experts
+ * runs over the host's copy of the experts (its dev_layer of every layer views the
+ * model's), the rows come back up. Downloads wait for the stream: no graph records such
+ * a step (gpu_graph_begin). */
+static void host_experts(struct exec *e, const struct layer_step *s, float *out,
+                         const float *in) {
+    struct gpu *g = gpu_of(e);
+    struct engine_context *ctx = e->ctx;
+    struct exec *h = &ctx->host.e;
+    struct device *dv = h->impl;
+    const int64_t dim = ctx->model->hp.n_embd, k = ctx->model->hp.n_expert_used;
+    float *hin = g->h_moe, *hout = g->h_moe + (size_t)ctx->params.n_batch * dim;
+    const size_t n = (size_t)s->n;
+    if (!e->err)
+        check(e, kern_cuda_buf_download(g->act, gpu_act_off(g, in), hin, n * dim * sizeof *hin));
+    if (!e->err)
+        check(e, kern_cuda_buf_download(g->act, gpu_act_off(g, g->moe_sel), dv->moe_sel,
+                                        n * k * sizeof *dv->moe_sel));
+    if (!e->err)
+        check(e, kern_cuda_buf_download(g->act, gpu_act_off(g, g->moe_wt), dv->moe_wt,
+                                        n * k * sizeof *dv->moe_wt));
+    if (e->err) return;
+    h->ops->moe_experts(h, s, hout, hin);
+    check(e, kern_cuda_buf_upload(g->act, gpu_act_off(g, out), hout, n * dim * sizeof *hout));
+}
+
+/* every expert's units [fe0, fe0 + n_fe) on the device (all of them on a whole GPU); the
+ * down bias once, by the share of the first units, as on the CPU */
+static void cu_moe_experts(struct exec *e, const struct layer_step *s, float *out,
+                           const float *in) {
+    struct gpu *g = gpu_of(e);
+    if (g->moe_host) {
+        host_experts(e, s, out, in);
+        return;
+    }
+    const struct engine_hparams *hp = &e->ctx->model->hp;
+    const struct dev_layer *dl = &e->layer[s->il];
+    const struct engine_layer *w = &dl->w;
+    const struct kern_cuda_moe_args a = {
+        .out = out,
+        .in = in,
+        .sel = g->moe_sel,
+        .wt = g->moe_wt,
+        .gate = w->exp_gate.data, .up = w->exp_up.data, .down = w->exp_down.data,
+        .gate_t = w->exp_gate.type, .up_t = w->exp_up.type, .down_t = w->exp_down.type,
+        .gate_stride = w->exp_gate.expert_bytes,
+        .up_stride = w->exp_up.expert_bytes,
+        .down_stride = w->exp_down.expert_bytes,
+        .gate_b = w->exp_gate_b.data, .up_b = w->exp_up_b.data,
+        .down_b = dl->fe0 == 0 ? w->exp_down_b.data : NULL,
+        .scale = w->exp_down_scale.data,
+        .b_stride = w->exp_gate_b.n_in,
+        .b0 = dl->fe0,
+        .act = act_of(hp->ffn_act),
+        .n_tok = s->n,
+        .n_used = hp->n_expert_used,
+        .n_expert = hp->n_expert,
+        .n_embd = hp->n_embd,
+        .n_ff = dl->n_fe};
+    /* (a GPU holds units of every expert: engine/gpu.c places whole layers) */
+    if (!e->err) check(e, dl->n_fe > 0 ? kern_cuda_moe_experts(g->cu, &a, g->mm_scratch) : -EINVAL);
+}
+
+static void cu_add_gated(struct exec *e, float *y, const float *x, const float *g, int64_t width,
+                         int64_t n_rows) {
+    if (!e->err) check(e, kern_cuda_add_gated(gpu_of(e)->cu, y, x, g, width, n_rows));
+}
+
 /* a partition's input goes to its xb */
 static const float *cu_input(struct exec *e, const float *x, int64_t n) {
     struct gpu *g = gpu_of(e);
@@ -234,7 +332,9 @@ const struct exec_ops exec_cuda_ops = {
     .dn_conv = cu_dn_conv,
     .dn_delta = cu_dn_delta,
     .dn_gated_norm = cu_dn_gated_norm,
-    /* none for mixtures of experts yet: engine/gpu.c refuses them */
+    .moe_route = cu_moe_route,
+    .moe_experts = cu_moe_experts,
+    .add_gated = cu_add_gated,
     .gather = cu_gather,
     .input = cu_input,
     .output = cu_output,
@@ -339,7 +439,8 @@ int gpu_step_begin(struct engine_context *ctx, const struct engine_batch *b, int
  * recorded, the later ones replay it in one launch. */
 enum gpu_graph gpu_graph_begin(struct engine_context *ctx, int32_t n, int32_t n_out) {
     struct gpu *g = ctx->gpu;
-    if (n != 1 || n_out != 1 || g->exec.err) return GPU_GRAPH_NONE;
+    /* (experts on the host: each MoE layer waits for its rows, which no graph can hold) */
+    if (n != 1 || n_out != 1 || g->exec.err || g->moe_host) return GPU_GRAPH_NONE;
     if (g->graph) {
         check(&g->exec, kern_cuda_graph_launch(g->cu, g->graph));
         return GPU_GRAPH_REPLAYED;

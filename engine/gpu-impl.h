@@ -67,6 +67,13 @@ struct gpu {
     uint64_t scratch_bytes;
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *pl_g, *ple, *xo, *logits;
     float *qg, *gate, *dn_qkv, *dn_z, *dn_g, *dn_beta, *dn_o; /* engine/exec.h */
+    int32_t *moe_sel; /* (n_batch, n_expert_used) each token's experts (moe_route) */
+    float *moe_wt;    /* (n_batch, n_expert_used) their weights */
+    /* routed experts on the host (engine_context_params.experts): their bytes there, and
+     * host staging for a MoE layer's input and output rows (2 × n_batch × n_embd) */
+    bool moe_host;
+    uint64_t host_expert_bytes;
+    float *h_moe;
     int32_t *idx;
     void *mm_scratch;
     int32_t *h_idx; /* (IDX_N × n_batch) host staging */

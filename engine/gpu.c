@@ -50,6 +50,10 @@ void gpu_device_info(const struct engine_context *ctx, struct engine_device_info
     (void)ctx;
     memset(ret, 0, sizeof *ret);
 }
+uint64_t gpu_host_expert_bytes(const struct engine_context *ctx) {
+    (void)ctx;
+    return 0;
+}
 int gpu_parts_open(struct engine_context *ctx, struct err_detail *d) {
     (void)ctx;
     return err_set(d, ERR_UNSUPPORTED,
@@ -158,7 +162,8 @@ static bool weight_type_ok(enum kern_type t) {
     static const enum kern_type ok[] = {
         KERN_TYPE_F32,  KERN_TYPE_F16,  KERN_TYPE_BF16, KERN_TYPE_Q8_0,   KERN_TYPE_Q4_0,
         KERN_TYPE_Q4_1, KERN_TYPE_Q5_0, KERN_TYPE_Q5_1, KERN_TYPE_IQ4_NL, KERN_TYPE_Q4_K,
-        KERN_TYPE_Q5_K, KERN_TYPE_Q6_K, KERN_TYPE_Q2_K, KERN_TYPE_Q3_K,   KERN_TYPE_IQ4_XS};
+        KERN_TYPE_Q5_K, KERN_TYPE_Q6_K, KERN_TYPE_Q2_K, KERN_TYPE_Q3_K,   KERN_TYPE_IQ4_XS,
+        KERN_TYPE_MXFP4};
     for (size_t i = 0; i < ARRAY_SIZE(ok); i++)
         if (ok[i] == t) return true;
     return false;
@@ -168,10 +173,17 @@ static bool weight_type_ok(enum kern_type t) {
 static int model_check(const struct engine_model *m, uint32_t l0, const char *dev,
                        struct err_detail *d) {
     const struct engine_hparams *hp = &m->hp;
-    if (hp->n_expert > 0)
-        return err_set(d, ERR_UNSUPPORTED, "device %s: %s models (mixture of experts: %u experts, "
-                       "%u a token) run on the CPU only: the CUDA backend has no router or "
-                       "expert kernels yet", dev, m->arch_name, hp->n_expert, hp->n_expert_used);
+    /* kernels/cuda's router keeps a token's logits in shared memory and its experts in
+     * registers; the experts' products take hidden widths of whole 32-value units */
+    if (hp->n_expert > KERN_CUDA_MOE_MAX_EXPERTS || hp->n_expert_used > KERN_CUDA_MOE_MAX_USED)
+        return err_set(d, ERR_UNSUPPORTED, "device %s: %u experts, %u a token exceed the CUDA "
+                       "router's (%d experts, %d a token)", dev, hp->n_expert, hp->n_expert_used,
+                       KERN_CUDA_MOE_MAX_EXPERTS, KERN_CUDA_MOE_MAX_USED);
+    bool shexp = false;
+    for (uint32_t il = l0; il < hp->n_layer; il++) shexp = shexp || m->layers[il].sh_down.data;
+    if (hp->n_expert > 0 && (hp->n_ff_exp % 32 || (shexp && hp->n_ff_shexp % 32)))
+        return err_set(d, ERR_UNSUPPORTED, "device %s: the experts' hidden width %u (shared: %u) "
+                       "is not a multiple of 32", dev, hp->n_ff_exp, shexp ? hp->n_ff_shexp : 0);
     if (hp->n_embd % 32)
         return err_set(d, ERR_UNSUPPORTED, "device %s: n_embd %u is not a multiple of 32", dev,
                        hp->n_embd);
@@ -276,7 +288,43 @@ static void gpu_free(struct gpu *g) {
     free(g->whole);
     free(g->h_idx);
     free(g->h_ple);
+    free(g->h_moe);
     free(g);
+}
+
+static bool is_expert_stack(const struct engine_layer *l, const struct engine_weight *w) {
+    return w == &l->exp_gate || w == &l->exp_up || w == &l->exp_down;
+}
+
+static uint64_t bytes_of(const struct engine_weight *w) {
+    return w->data ? (uint64_t)w->row_bytes * (uint64_t)w->n_out * (uint64_t)MAX(w->n_expert, 1) : 0;
+}
+
+/* Where the routed experts of g's layers go (engine_context_params.experts): auto keeps
+ * them on the GPU when every weight fits in 90 % of its free memory (the KV cache and the
+ * activations need the rest), else on the host, which then runs them. */
+static int experts_place(struct engine_context *ctx, struct gpu *g, struct err_detail *d) {
+    const struct engine_model *m = ctx->model;
+    uint64_t exp = 0, all = bytes_of(&m->output);
+    for (uint32_t il = g->l0; il < m->hp.n_layer; il++)
+        for (size_t i = 0; i < engine_n_layer_specs; i++) {
+            const struct engine_weight *w = spec_field_const(&m->layers[il], &engine_layer_specs[i]);
+            all += bytes_of(w);
+            if (is_expert_stack(&m->layers[il], w)) exp += bytes_of(w);
+        }
+    const enum engine_experts_place want = ctx->params.experts;
+    if (exp == 0 || want == ENGINE_EXPERTS_GPU) return 0;
+    if (want == ENGINE_EXPERTS_AUTO) {
+        struct kern_cuda_device_info info;
+        int r = kern_cuda_device_get_info(g->index, &info);
+        if (r < 0)
+            return err_set(d, ERR_UNSUPPORTED, "device %s cannot be queried (%s)", g->name,
+                           strerror(-r));
+        if (all <= info.free_bytes / 10 * 9) return 0;
+    }
+    g->moe_host = true;
+    g->host_expert_bytes = exp;
+    return 0;
 }
 
 int gpu_open(struct engine_context *ctx, int index, struct err_detail *d) {
@@ -304,6 +352,7 @@ int gpu_open(struct engine_context *ctx, int index, struct err_detail *d) {
     if (r < 0 || (r = model_check(m, l0, dev, d)) < 0) return r;
     struct gpu *g = ctx->gpu;
     g->l0 = l0;
+    if ((r = experts_place(ctx, g, d)) < 0) return r;
     g->mem = (struct kv_mem){.ud = ctx,
                              .alloc = mem_alloc,
                              .free = mem_free,
@@ -334,12 +383,22 @@ static int weight_put(struct gpu *g, struct engine_weight *dst, const struct eng
     if (!w->data || w->n_out == 0 || w->n_in == 0) return 0;
     /* the CUDA kernels read the file's rows; devices_repack() keeps rows8 off GPUs */
     if (w->layout != KERN_LAYOUT_ROWS) return ERR_UNSUPPORTED;
-    size_t n = w->row_bytes * (size_t)w->n_out;
+    /* a stack of experts goes up packed, n_out rows an expert: a fused gate/up stack's
+     * view skips the other half's rows between experts (engine/model.c) */
+    const size_t one = w->row_bytes * (size_t)w->n_out;
+    const int64_t n_mat = w->n_expert > 0 ? w->n_expert : 1;
+    const size_t n = one * (size_t)n_mat;
     if (upload) {
-        int r = kern_cuda_buf_upload(g->weights, *off, w->data, n);
+        int r = 0;
+        if (n_mat == 1 || w->expert_bytes == one)
+            r = kern_cuda_buf_upload(g->weights, *off, w->data, n);
+        for (int64_t e = 0; r == 0 && n_mat > 1 && w->expert_bytes != one && e < n_mat; e++)
+            r = kern_cuda_buf_upload(g->weights, *off + (size_t)e * one,
+                                     (const char *)w->data + (size_t)e * w->expert_bytes, one);
         if (r < 0) return r;
         *dst = *w;
         dst->data = (const char *)kern_cuda_buf_ptr(g->weights) + *off;
+        if (w->n_expert > 0) dst->expert_bytes = one;
     }
     *off += align256(n);
     return 0;
@@ -361,9 +420,15 @@ static int weights_walk(struct engine_context *ctx, struct gpu *g, const struct 
         const struct dev_layer *dl = dv ? &dv->layer[il] : NULL;
         const struct engine_layer *w = dl ? &dl->w : &m->layers[il];
         struct dev_layer *gl = &g->layer[il];
-        for (size_t i = 0; i < engine_n_layer_specs && r == 0; i++)
-            r = weight_put(g, spec_field(&gl->w, &engine_layer_specs[i]),
-                           spec_field_const(w, &engine_layer_specs[i]), off, upload);
+        for (size_t i = 0; i < engine_n_layer_specs && r == 0; i++) {
+            const struct engine_weight *src = spec_field_const(w, &engine_layer_specs[i]);
+            struct engine_weight *dst = spec_field(&gl->w, &engine_layer_specs[i]);
+            if (g->moe_host && is_expert_stack(w, src)) { /* the host runs them */
+                memset(dst, 0, sizeof *dst);
+                continue;
+            }
+            r = weight_put(g, dst, src, off, upload);
+        }
         /* (a recurrent layer has no attention: no KV heads; all its Gated DeltaNet heads) */
         const bool rec = m->hp.layer[il].mixer == ENGINE_MIXER_GATED_DELTANET;
         const struct kv_rstate *rs = &ctx->kv.rs;
@@ -371,6 +436,13 @@ static int weights_walk(struct engine_context *ctx, struct gpu *g, const struct 
         gl->n_kv = dl ? dl->n_kv : rec ? 0 : kv_store_of(&ctx->kv, (int)il)->n_head_kv;
         gl->ff0 = dl ? dl->ff0 : 0;
         gl->n_ff = dl ? dl->n_ff : m->hp.layer[il].n_ff;
+        /* a mixture of experts: every expert's units and the shared expert's */
+        const bool moe = m->hp.layer[il].ffn == ENGINE_FFN_MOE ||
+                         m->hp.layer[il].ffn == ENGINE_FFN_MOE_DENSE;
+        gl->fe0 = dl ? dl->fe0 : 0;
+        gl->n_fe = dl ? dl->n_fe : moe ? m->hp.n_ff_exp : 0;
+        gl->fs0 = dl ? dl->fs0 : 0;
+        gl->n_fs = dl ? dl->n_fs : moe && w->sh_down.data ? m->hp.n_ff_shexp : 0;
         if (!dl && rec) {
             gl->dk0 = 0;
             gl->n_dk = rs->shape.n_head_k;
@@ -484,6 +556,19 @@ static int gpu_setup(struct engine_context *ctx, struct gpu *g, const struct dev
                  dn_chan = dn ? (size_t)rs->n_chan : 1,
                  dn_heads = dn ? (size_t)rs->shape.n_head_v : 1,
                  dn_inner = dn ? (size_t)(rs->shape.n_head_v * rs->shape.head_dim_v) : 1;
+    /* a mixture of experts: hb holds the router's logits and the shared expert's units,
+     * hb2 the shared expert's output (engine/forward.c ffn_moe); each token's experts and
+     * their weights (1 without) */
+    const bool moe = hp->n_expert > 0;
+    const size_t hb = MAX((size_t)hp->max_n_ff,
+                          moe ? MAX(MAX(hp->n_expert, hp->n_ff_exp), hp->n_ff_shexp) : 1),
+                 hb2 = MAX((size_t)hp->max_n_ff, moe ? MAX(hp->n_embd, hp->n_ff_shexp) : 1),
+                 used = moe ? hp->n_expert_used : 1;
+    /* gemma4 MoE: att holds the dense FFN's output while the experts run (engine/forward.c
+     * ffn_beside) */
+    size_t att = (size_t)hp->n_head * hp->max_head_dim_v;
+    for (uint32_t il = g->l0; il < hp->n_layer; il++)
+        if (hp->layer[il].ffn == ENGINE_FFN_MOE_DENSE) att = MAX(att, (size_t)hp->n_embd);
     int64_t kd = 1, vd = 1;
     for (uint32_t s = 0; s < kv->n_store; s++) {
         kd = MAX(kd, kv->store[s].n_embd_k);
@@ -494,9 +579,9 @@ static int gpu_setup(struct engine_context *ctx, struct gpu *g, const struct dev
                             nb * hp->n_head * hp->max_head_dim_k * f,
                             nb * (size_t)kd * f,
                             nb * (size_t)vd * f,
-                            nb * hp->n_head * hp->max_head_dim_v * f,
-                            nb * hp->max_n_ff * f,
-                            nb * hp->max_n_ff * f,
+                            nb * att * f,
+                            nb * hb * f,
+                            nb * hb2 * f,
                             nb * MAX(P, 1) * f,
                             hp->n_layer * nb * MAX(P, 1) * f,
                             no * hp->n_embd * f,
@@ -509,7 +594,9 @@ static int gpu_setup(struct engine_context *ctx, struct gpu *g, const struct dev
                             nb * dn_heads * f,
                             nb * dn_heads * f,
                             /* (qwen3next: ssm_ba's 2·H_v a token first) */
-                            nb * MAX(dn_inner, 2 * dn_heads) * f};
+                            nb * MAX(dn_inner, 2 * dn_heads) * f,
+                            nb * used * sizeof(int32_t),
+                            nb * used * f};
     size_t scratch = g->output.data
                          ? kern_cuda_matmul_scratch_bytes(hp->n_embd, g->output.n_out, (int64_t)no)
                          : 0;
@@ -522,6 +609,10 @@ static int gpu_setup(struct engine_context *ctx, struct gpu *g, const struct dev
                     MAX(scratch, kern_cuda_matmul_scratch_bytes(w->n_in, w->n_out, (int64_t)nb));
         }
     }
+    /* the experts' products share the matmul scratch (neither runs inside the other) */
+    if (moe && g->l0 < hp->n_layer && !g->moe_host)
+        scratch = MAX(scratch, kern_cuda_moe_scratch_bytes((int64_t)nb, hp->n_expert_used,
+                                                           hp->n_expert, hp->n_embd, hp->n_ff_exp));
     size_t act = 0;
     for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) act += align256(sizes[i]);
     if ((r = kern_cuda_buf_new(g->cu, act + scratch, &g->act)) < 0)
@@ -534,7 +625,8 @@ static int gpu_setup(struct engine_context *ctx, struct gpu *g, const struct dev
                     (void **)&g->pl_g, (void **)&g->ple, (void **)&g->xo, (void **)&g->logits,
                     (void **)&g->idx,  (void **)&g->qg,   (void **)&g->gate, (void **)&g->dn_qkv,
                     (void **)&g->dn_z, (void **)&g->dn_g, (void **)&g->dn_beta,
-                    (void **)&g->dn_o};
+                    (void **)&g->dn_o, (void **)&g->moe_sel, (void **)&g->moe_wt};
+    _Static_assert(ARRAY_SIZE(sizes) == ARRAY_SIZE(dst), "a pointer for every size");
     for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
         *dst[i] = p;
         p += align256(sizes[i]);
@@ -542,7 +634,8 @@ static int gpu_setup(struct engine_context *ctx, struct gpu *g, const struct dev
     g->mm_scratch = p;
     g->h_idx = calloc_array(IDX_N * nb, sizeof *g->h_idx);
     g->h_ple = P ? malloc_array(hp->n_layer * nb, P * sizeof(float)) : NULL;
-    if (!g->h_idx || (P && !g->h_ple))
+    g->h_moe = g->moe_host ? malloc_array(2 * nb, hp->n_embd * sizeof(float)) : NULL;
+    if (!g->h_idx || (P && !g->h_ple) || (g->moe_host && !g->h_moe))
         return err_set(d, -ENOMEM, "cannot allocate the GPU's staging buffers");
     if (!dv && (r = rs_setup(ctx, g, d)) < 0) return r;
     gpu_exec_init(ctx, g);
@@ -566,6 +659,10 @@ static void info_of(const struct gpu *g, struct engine_device_info *ret) {
 
 void gpu_device_info(const struct engine_context *ctx, struct engine_device_info *ret) {
     info_of(ctx->gpu, ret);
+}
+
+uint64_t gpu_host_expert_bytes(const struct engine_context *ctx) {
+    return ctx->gpu ? ctx->gpu->host_expert_bytes : 0;
 }
 
 /* ---- partitions of a tensor split over GPUs ----------------------------------------- */
@@ -679,9 +776,10 @@ int gpu_parts_open(struct engine_context *ctx, struct err_detail *d) {
     /* a split cuts Gated DeltaNet layers by key heads and a gated attention's q rows per
      * head with its gate (engine/device.c): the partitions have no ops for either yet */
     const struct engine_model *m = ctx->model;
-    if (m->hp.n_layer_rec > 0 || m->hp.attn_gate)
+    if (m->hp.n_layer_rec > 0 || m->hp.attn_gate || m->hp.n_expert > 0)
         return err_set(d, ERR_UNSUPPORTED, "devices %s, ...: a tensor split over GPUs of %s "
-                       "models (Gated DeltaNet layers, gated attention) is not supported yet: "
+                       "models (Gated DeltaNet layers, gated attention, mixtures of experts) "
+                       "is not supported yet: "
                        "run them on one GPU (device cuda:N, gpu_layers for less) or split "
                        "over CPUs", ctx->dev[0].name, m->arch_name);
     return model_check(ctx->model, 0, ctx->dev[0].name, d);

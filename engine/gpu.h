@@ -16,7 +16,15 @@
  * the state everything outside a step reads and writes, synced lazily through kv_rs_mem
  * (a host read pulls a sequence whose GPU copy moved; a host write marks it, and the next
  * step pushes it), so a decoding sequence's state never crosses PCIe. A tensor split over
- * GPUs refuses hybrids (no per-head ops for their layers there yet).
+ * GPUs refuses hybrids and mixtures of experts (no per-head ops for their layers there
+ * yet).
+ *
+ * A mixture of experts runs there too: the router's top-k on the device (no host round
+ * trip: the decode step still records as a graph), the selected experts' rows only, a
+ * prefill's tokens grouped by expert. Where its routed experts do not fit (or the params
+ * say experts = cpu) they stay on the host and the CPU runs them over the host's copy,
+ * each MoE layer's rows crossing PCIe; engine_context_device_info() then lists the CPU
+ * with their bytes.
  *
  * Built with the CUDA tier (WARM_CUDA) only; otherwise gpu_open() says why not and the
  * rest is never reached (ctx->gpu stays NULL). */
@@ -60,6 +68,9 @@ int gpu_step_end(struct engine_context *ctx, float *logits, int32_t n, int32_t n
 
 /* The GPU's entry of engine_context_device_info(). */
 void gpu_device_info(const struct engine_context *ctx, struct engine_device_info *ret);
+/* Bytes of the routed experts of GPU layers that run on the host instead
+ * (engine_context_params.experts); 0 without a GPU or when they are on it. */
+uint64_t gpu_host_expert_bytes(const struct engine_context *ctx);
 
 /* ---- a tensor split over GPUs (devices = cuda:0,cuda:1 or cuda:0,cuda:0) ----------------
  * Every device of the split is a partition: its own CUDA context (two on one GPU act as

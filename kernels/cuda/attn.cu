@@ -90,6 +90,7 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(struct kern_cuda_
         f[w] = l_s[w] > 0.0f ? expf(m_s[w] - mm) : 0.0f;
         ll += l_s[w] * f[w];
     }
+    if (a.sinks && ll > 0.0f) ll += expf(a.sinks[h] - mm); /* (mm finite: a key was seen) */
     float *out = a.out + (t * a.n_head + h) * a.hd_v;
     for (int64_t i = threadIdx.x; i < a.hd_v; i += blockDim.x) {
         float o = 0.0f;

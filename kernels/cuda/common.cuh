@@ -97,6 +97,16 @@ static_assert(QK8_0 == 32 && QK4_0 == 32 && QK4_1 == 32 && QK5_0 == 32 && QK5_1 
                   QK4_NL == 32 && QK_MXFP4 == 32, "a block is 32 values");
 static_assert(QK_K == 8 * 32, "a k-quant super-block is 8 units of 32 values");
 
+/* 32 activations as kern_matmul() sees them for a quantized weight type: the q8_0
+ * quantizer of kernels/ref/quant.c, decoded (x' = fp16(d)·q, d = amax/127). dst may be
+ * src: each value is read before it is written. */
+__device__ __forceinline__ void act_q8_block(float *dst, const float *x) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f, dq = d_f16(d_to_f16(d));
+    for (int j = 0; j < 32; j++) dst[j] = dq * (float)(int)roundf(__fmul_rn(x[j], id));
+}
+
 /* Bytes per block and values per block of the types the CUDA tier knows (the block
  * structs of kernels/types.h); 0 otherwise. */
 __host__ __device__ static constexpr int type_block_bytes(int t) {

@@ -157,6 +157,9 @@ struct kern_cuda_attn_args {
     const int32_t *kv_row0, *n_kv;
     int64_t n_tok, n_head, n_head_kv, hd_k, hd_v;
     float scale;
+    /* gpt-oss's attention sinks (NULL: none): head h's logit sinks[h] joins the softmax's
+     * denominator only, as exp(sinks[h] − the largest score) */
+    const float *sinks;
 };
 int kern_cuda_attn(struct kern_cuda_ctx *ctx, const struct kern_cuda_attn_args *a);
 
@@ -202,6 +205,71 @@ int kern_cuda_unzip(struct kern_cuda_ctx *ctx, float *y0, float *y1, const float
                     int64_t n_rows, int64_t w0, int64_t w1);
 /* x = x ⊙ σ(g) over n values */
 int kern_cuda_sigmoid_mul(struct kern_cuda_ctx *ctx, float *x, const float *g, int64_t n);
+
+/* ---- mixture of experts (notes/hybrid.md §A.7, §C; engine/moe.h) ------------------------
+ * The router's choice stays on the device (no host round trip: a decode step still
+ * records as one graph): kern_cuda_moe_route() writes each token's experts and weights,
+ * kern_cuda_moe_experts() groups the (token, slot) pairs by expert on the device and reads
+ * each active expert's rows once per 8 of its tokens, only the selected experts'. */
+
+#define KERN_CUDA_MOE_MAX_EXPERTS 512 /* experts of a router (engine's ENGINE_MAX_EXPERTS) */
+#define KERN_CUDA_MOE_MAX_USED 32     /* experts a token */
+
+enum kern_cuda_moe_gating {
+    KERN_CUDA_MOE_SOFTMAX,      /* softmax over all, the top n_used probabilities */
+    KERN_CUDA_MOE_TOPK_SOFTMAX, /* the top n_used logits, a softmax over those (gpt-oss) */
+};
+/* the gated activation act(g) ⊙ u of an FFN */
+enum kern_cuda_act {
+    KERN_CUDA_ACT_SILU,
+    KERN_CUDA_ACT_GELU,       /* the tanh GELU */
+    KERN_CUDA_ACT_SWIGLU_OAI, /* gpt-oss: min(g, 7)·σ(1.702·min(g, 7))·(clamp(u, −7, 7) + 1) */
+};
+
+struct kern_cuda_moe_route_params {
+    enum kern_cuda_moe_gating gating;
+    bool norm_w;   /* weights / max(Σ weights, 2^-14) */
+    float w_scale; /* 0 or 1: none */
+    int64_t n_expert, n_used; /* 1 <= n_used <= min(n_expert, KERN_CUDA_MOE_MAX_USED) */
+};
+/* moe_route_token() (engine/moe.h) of each of n_tok rows of logits (n_tok, n_expert):
+ * sel and wt (n_tok, n_used) its experts, best first (ties to the lower index), and their
+ * weights. */
+int kern_cuda_moe_route(struct kern_cuda_ctx *ctx, int32_t *sel, float *wt, const float *logits,
+                        int64_t n_tok, const struct kern_cuda_moe_route_params *p);
+
+/* out (n_tok, n_embd) = Σ over each token's slots j, in expert order, of wt_j · scale[e_j] ·
+ * (W_down_e · h + b_down_e), h = act(W_gate_e · in + b_gate_e) ⊙ (W_up_e · in + b_up_e)
+ * over n_ff hidden units. Stacks: expert e's rows at gate + e·gate_stride bytes (row
+ * stride kern_row_size(type, n_in)), likewise up and down; biases (optional, f32): expert
+ * e's gate and up units at e·b_stride + b0, its down rows at e·n_embd; scale optional
+ * (n_expert). Activations are rounded to q8 blocks for quantized types as
+ * kern_cuda_matmul() does. in and out may be the same rows. scratch holds
+ * kern_cuda_moe_scratch_bytes(). */
+struct kern_cuda_moe_args {
+    float *out;
+    const float *in;
+    const int32_t *sel; /* (n_tok, n_used) from kern_cuda_moe_route() */
+    const float *wt;
+    const void *gate, *up, *down;
+    enum kern_type gate_t, up_t, down_t;
+    size_t gate_stride, up_stride, down_stride;
+    const float *gate_b, *up_b, *down_b, *scale;
+    int64_t b_stride, b0;
+    enum kern_cuda_act act;
+    int64_t n_tok, n_used, n_expert, n_embd, n_ff;
+};
+size_t kern_cuda_moe_scratch_bytes(int64_t n_tok, int64_t n_used, int64_t n_expert,
+                                   int64_t n_embd, int64_t n_ff);
+int kern_cuda_moe_experts(struct kern_cuda_ctx *ctx, const struct kern_cuda_moe_args *a,
+                          void *scratch);
+/* y = act(g) ⊙ u over n values, any of the activations */
+int kern_cuda_glu(struct kern_cuda_ctx *ctx, float *y, const float *g, const float *u, int64_t n,
+                  enum kern_cuda_act act);
+/* y[r] += σ(g[r]) · x[r] for n_rows rows of width values: a shared expert's output gated
+ * by its logit (one a row) */
+int kern_cuda_add_gated(struct kern_cuda_ctx *ctx, float *y, const float *x, const float *g,
+                        int64_t width, int64_t n_rows);
 
 /* ---- graphs: one launch for a whole step ----------------------------------------------- */
 

@@ -22,15 +22,10 @@ static bool act_is_q8(int wt) {
     return wt != KERN_TYPE_F32 && wt != KERN_TYPE_F16 && wt != KERN_TYPE_BF16;
 }
 
-/* one thread per 32-value block: the q8_0 quantizer of kernels/ref/quant.c, decoded */
+/* one thread per 32-value block (act_q8_block) */
 __global__ void act_q8_kernel(float *__restrict__ dst, const float *__restrict__ src, int64_t n_blocks) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n_blocks) return;
-    const float *x = src + i * 32;
-    float amax = 0.0f;
-    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
-    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f, dq = d_f16(d_to_f16(d));
-    for (int j = 0; j < 32; j++) dst[i * 32 + j] = dq * (float)(int)roundf(__fmul_rn(x[j], id));
+    if (i < n_blocks) act_q8_block(dst + i * 32, src + i * 32);
 }
 
 /* ---- decode: y[t][r] = Σ_u deq32(W_r, u) · x_t[32u..32u+31] ------------------------- */

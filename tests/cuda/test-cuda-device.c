@@ -16,7 +16,11 @@
  *   on the GPU, gated attention, partial RoPE): llama.cpp's greedy ids and the CPU's
  *   logits over prompts prefilled in chunks, gpu_layers cutting it anywhere, interleaved
  *   sequences, the decode graph, state blobs and snapshots across devices; its split over
- *   GPUs refused with a clear message.
+ *   GPUs refused with a clear message;
+ *   the mixtures of experts of ../shared/models/hybrid (qwen3moe, qwen35moe with its
+ *   shared expert, gpt-oss with sinks and MXFP4 experts, gemma4moe with the dense FFN
+ *   beside the experts): llama.cpp's greedy ids and the CPU's logits, the router on the
+ *   device, the decode graph, gpu_layers; their split over GPUs refused by name.
  * Skips (exit 77) without a CUDA device. */
 #include "engine/engine.h"
 #include "kernels/cuda/cuda.h"
@@ -474,6 +478,9 @@ TEST(split_over_gpu_contexts) {
         if (!(m)) SKIP("../shared/models/hybrid/qwen35-tiny.gguf is absent");                     \
     } while (0)
 
+/* where hctx_new() puts a GPU context's routed experts */
+static enum engine_experts_place hctx_experts = ENGINE_EXPERTS_AUTO;
+
 /* A hybrid context on dev: n_batch 64 (P3's prompt is prefilled in steps), room for P3. */
 static struct engine_context *hctx_new(const struct engine_model *m, enum engine_device_kind dev,
                                        uint32_t gpu_layers, uint32_t n_seq) {
@@ -487,6 +494,7 @@ static struct engine_context *hctx_new(const struct engine_model *m, enum engine
     p.type_k = p.type_v = KERN_TYPE_F32;
     p.device = dev;
     p.gpu_layers = gpu_layers;
+    p.experts = hctx_experts;
     struct engine_context *c = NULL;
     struct err_detail d = {0};
     int r = engine_context_new(m, &p, &c, &d);
@@ -495,23 +503,21 @@ static struct engine_context *hctx_new(const struct engine_model *m, enum engine
     return c;
 }
 
-/* llama.cpp's prompts P1..P3 on the CPU and on cuda:0, each prompt in one call (P3's ~800
- * ids in steps of 64): every prompt row's logits within TOL_NMSE of the CPU's, then
- * N_STEPS greedy steps with the CPU's logits, ids and llama.cpp's ids all equal. */
-TEST(hybrid_reference) {
-    struct engine_model *m;
-    NEED_HYBRID(m);
+/* llama.cpp's prompts P1..P3 of the reference `name` on the CPU and on cuda:0, each
+ * prompt in one call (P3's ~800 ids in steps of 64): every prompt row's logits within tol
+ * (NMSE) of the CPU's, then N_STEPS greedy steps with the CPU's logits, ids and llama.cpp's
+ * ids all equal. gpu_layers: the GPU's last layers (0: all). m stays the caller's. */
+static void reference_run(struct engine_model *m, const char *name, double tol, uint32_t gpu_layers) {
     const int64_t V = m->hp.n_vocab;
     static const char *const prompts[] = {"P1", "P2", "P3"};
     for (size_t pi = 0; pi < ARRAY_SIZE(prompts) && !test_failed_; pi++) {
         struct reference ref = {0};
-        if (!reference_load("qwen35-tiny", prompts[pi], &ref)) {
+        if (!reference_load(name, prompts[pi], &ref)) {
             free(ref.logits);
-            engine_model_free(m);
-            SKIP("the qwen35-tiny-%s reference is absent", prompts[pi]);
+            SKIP("the %s-%s reference is absent", name, prompts[pi]);
         }
         struct engine_context *cpu = hctx_new(m, ENGINE_DEVICE_CPU, 0, 1);
-        struct engine_context *gpu = hctx_new(m, ENGINE_DEVICE_CUDA, 0, 1);
+        struct engine_context *gpu = hctx_new(m, ENGINE_DEVICE_CUDA, gpu_layers, 1);
         ASSERT_TRUE(cpu && gpu);
         const int32_t np = (int32_t)ref.n_prompt;
         static int32_t pos[MAX_PROMPT + N_STEPS];
@@ -542,17 +548,23 @@ TEST(hybrid_reference) {
             ASSERT_OK_D(engine_context_decode(gpu, &one, &d), &d);
         }
         const double e_steps = num / den;
-        printf("  qwen35 %s (%d ids): prompt rows NMSE %.2e, greedy steps NMSE %.2e, max |dlogit| vs "
-               "llama.cpp %.3g, greedy %s\n", prompts[pi], np, e_prompt, e_steps, d_ref,
-               memcmp(gen_gpu, gen_cpu, sizeof gen_cpu) ? "DIFFERS" : "equal");
-        if (!(e_prompt <= TOL_NMSE)) TEST_FAIL_("%s: prompt logits NMSE %.3g", prompts[pi], e_prompt);
-        if (!(e_steps <= TOL_NMSE)) TEST_FAIL_("%s: greedy logits NMSE %.3g", prompts[pi], e_steps);
+        printf("  %s %s (%d ids, gpu_layers %u): prompt rows NMSE %.2e, greedy steps NMSE %.2e, max "
+               "|dlogit| vs llama.cpp %.3g, greedy %s\n", name, prompts[pi], np, gpu_layers, e_prompt, e_steps,
+               d_ref, memcmp(gen_gpu, gen_cpu, sizeof gen_cpu) ? "DIFFERS" : "equal");
+        if (!(e_prompt <= tol)) TEST_FAIL_("%s %s: prompt logits NMSE %.3g", name, prompts[pi], e_prompt);
+        if (!(e_steps <= tol)) TEST_FAIL_("%s %s: greedy logits NMSE %.3g", name, prompts[pi], e_steps);
         ASSERT_TRUE(memcmp(gen_gpu, gen_cpu, sizeof gen_cpu) == 0);
         ASSERT_TRUE(memcmp(gen_gpu, ref.gen, sizeof gen_gpu) == 0);
         engine_context_free(gpu);
         engine_context_free(cpu);
         free(ref.logits);
     }
+}
+
+TEST(hybrid_reference) {
+    struct engine_model *m;
+    NEED_HYBRID(m);
+    reference_run(m, "qwen35-tiny", TOL_NMSE, 0);
     engine_model_free(m);
 }
 
@@ -797,7 +809,165 @@ TEST(auto_and_index) {
     ASSERT_TRUE(strstr(err_msg(&d, ERR_UNSUPPORTED), want) != NULL);
 }
 
+/* ---- mixtures of experts ------------------------------------------------------------------ */
+
+/* The reference model `name` of ../shared/models/hybrid, or a skip naming what is missing. */
+#define NEED_MOE(m, name)                                                                         \
+    do {                                                                                          \
+        if (kern_cuda_device_count() <= 0)                                                        \
+            SKIP("no CUDA device (no GPU or no driver): mixtures of experts on CUDA are untested here"); \
+        (m) = model_load(test_shared_path("hybrid/" name ".gguf"));                               \
+        if (!(m)) SKIP("../shared/models/hybrid/" name ".gguf is absent");                        \
+    } while (0)
+
+/* NMSE of gpt-oss's GPU logits against the CPU's: both round the activations to q8 before
+ * an MXFP4 dot, and a last-bit difference tips one of a token's ~10^3 roundings now and
+ * then (tests/engine/test-gptoss.c measures the CPU against llama.cpp at 5e-5 on P3) */
+#define TOL_NMSE_MXFP4 2e-4
+
+/* qwen3moe-tiny (router softmax → top-k → renormalised, every layer MoE) on the GPU, all
+ * of it and its last two layers only */
+TEST(moe_qwen3moe_reference) {
+    struct engine_model *m;
+    NEED_MOE(m, "qwen3moe-tiny");
+    reference_run(m, "qwen3moe-tiny", TOL_NMSE, 0);
+    if (!test_failed_) reference_run(m, "qwen3moe-tiny", TOL_NMSE, 2);
+    engine_model_free(m);
+}
+
+/* qwen35moe-tiny: Gated DeltaNet and gated attention layers with MoE FFNs and a shared
+ * expert behind its sigmoid gate */
+TEST(moe_qwen35moe_reference) {
+    struct engine_model *m;
+    NEED_MOE(m, "qwen35moe-tiny");
+    reference_run(m, "qwen35moe-tiny", TOL_NMSE, 0);
+    engine_model_free(m);
+    if (test_failed_) return;
+    NEED_MOE(m, "qwen35moe-tiny-f16"); /* f16 weights */
+    reference_run(m, "qwen35moe-tiny-f16", TOL_NMSE, 0);
+    engine_model_free(m);
+}
+
+/* gpt-oss-tiny: attention sinks, biased router (top-k logits, softmax over those),
+ * SWIGLU_OAI experts with biases, MXFP4 expert weights */
+TEST(moe_gptoss_reference) {
+    struct engine_model *m;
+    NEED_MOE(m, "gpt-oss-tiny");
+    reference_run(m, "gpt-oss-tiny", TOL_NMSE_MXFP4, 0);
+    engine_model_free(m);
+}
+
+/* The one-token step of a MoE model records as a CUDA graph (the routing stays on the
+ * device) and its replays give the CPU's greedy tokens. */
+TEST(moe_greedy_graph) {
+    static const char *const names[] = {"qwen3moe-tiny", "gpt-oss-tiny"};
+    if (kern_cuda_device_count() <= 0)
+        SKIP("no CUDA device (no GPU or no driver): mixtures of experts on CUDA are untested here");
+    for (size_t i = 0; i < ARRAY_SIZE(names) && !test_failed_; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "hybrid/%s.gguf", names[i]);
+        struct engine_model *m = model_load(test_shared_path(path));
+        if (!m) SKIP("../shared/models/%s is absent", path);
+        struct engine_context *cpu = hctx_new(m, ENGINE_DEVICE_CPU, 0, 1);
+        struct engine_context *gpu = hctx_new(m, ENGINE_DEVICE_CUDA, 0, 1);
+        ASSERT_TRUE(cpu && gpu);
+        int32_t tok[N_PROMPT], pos[N_PROMPT];
+        prompt(tok, pos, 0, m->hp.n_vocab);
+        struct err_detail d = {0};
+        struct engine_batch b = {.n_tok = N_PROMPT, .token = tok, .pos = pos};
+        ASSERT_OK_D(engine_context_decode(cpu, &b, &d), &d);
+        b.argmax_only = true;
+        ASSERT_OK_D(engine_context_decode(gpu, &b, &d), &d);
+        int32_t a = engine_context_argmax(cpu, 0), g = engine_context_argmax(gpu, 0), same = 0;
+        const int n_steps = 3 * N_GEN;
+        for (int s = 0; s < n_steps && a == g; s++, same++) {
+            int32_t p = N_PROMPT + s, ta = a, tg = g;
+            struct engine_batch one = {.n_tok = 1, .token = &ta, .pos = &p};
+            ASSERT_OK_D(engine_context_decode(cpu, &one, &d), &d);
+            one.token = &tg;
+            one.argmax_only = true;
+            ASSERT_OK_D(engine_context_decode(gpu, &one, &d), &d);
+            a = engine_context_argmax(cpu, 0);
+            g = engine_context_argmax(gpu, 0);
+        }
+        printf("  %s greedy on the device: %d of %d steps equal the CPU's\n", names[i], same, n_steps);
+        if (same < n_steps) TEST_FAIL_("%s step %d: GPU token %d, CPU token %d", names[i], same, g, a);
+        engine_context_free(gpu);
+        engine_context_free(cpu);
+        engine_model_free(m);
+    }
+}
+
+/* gemma4moe-tiny: the dense FFN beside the experts (each with its norms, summed and
+ * normed), the router on rms_norm(x)/sqrt(n_embd) x scale, per-expert down scales, GELU */
+TEST(moe_gemma4moe_reference) {
+    struct engine_model *m;
+    NEED_MOE(m, "gemma4moe-tiny");
+    reference_run(m, "gemma4moe-tiny", TOL_NMSE, 0);
+    engine_model_free(m);
+}
+
+/* The placement for a GPU too small for the experts: attention, router and shared
+ * expert on cuda:0, the routed experts on the CPU (experts = cpu), listed with their
+ * bytes on the CPU; the same ids and logits as the CPU alone, all layers or the last two
+ * on the GPU. experts = auto keeps these small models' experts on the GPU. */
+TEST(moe_experts_on_cpu) {
+    static const char *const names[] = {"qwen3moe-tiny", "gpt-oss-tiny", "qwen35moe-tiny"};
+    if (kern_cuda_device_count() <= 0)
+        SKIP("no CUDA device (no GPU or no driver): mixtures of experts on CUDA are untested here");
+    for (size_t i = 0; i < ARRAY_SIZE(names) && !test_failed_; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "hybrid/%s.gguf", names[i]);
+        struct engine_model *m = model_load(test_shared_path(path));
+        if (!m) SKIP("../shared/models/%s is absent", path);
+        struct engine_device_info gi, ci;
+        /* auto: they fit */
+        struct engine_context *c = hctx_new(m, ENGINE_DEVICE_CUDA, 0, 1);
+        ASSERT_TRUE(c != NULL);
+        ASSERT_EQ(engine_context_n_devices(c), 1u);
+        ASSERT_OK(engine_context_device_info(c, 0, &gi));
+        const uint64_t all_on_gpu = gi.weight_bytes;
+        engine_context_free(c);
+        hctx_experts = ENGINE_EXPERTS_CPU;
+        c = hctx_new(m, ENGINE_DEVICE_CUDA, 0, 1);
+        ASSERT_TRUE(c != NULL);
+        ASSERT_EQ(engine_context_n_devices(c), 2u);
+        ASSERT_OK(engine_context_device_info(c, 0, &gi));
+        ASSERT_OK(engine_context_device_info(c, 1, &ci));
+        printf("  %s experts on the CPU: %s holds %llu bytes (all: %llu), %s %llu\n", names[i], gi.name,
+               (unsigned long long)gi.weight_bytes, (unsigned long long)all_on_gpu, ci.name,
+               (unsigned long long)ci.weight_bytes);
+        ASSERT_TRUE(strcmp(ci.kind, "cpu") == 0);
+        ASSERT_TRUE(gi.weight_bytes < all_on_gpu && ci.weight_bytes > 0);
+        engine_context_free(c);
+        reference_run(m, names[i], strcmp(names[i], "gpt-oss-tiny") ? TOL_NMSE : TOL_NMSE_MXFP4, 0);
+        if (!test_failed_ && i == 0) reference_run(m, names[i], TOL_NMSE, 2);
+        hctx_experts = ENGINE_EXPERTS_AUTO;
+        engine_model_free(m);
+    }
+}
+
+/* A split of a MoE model over GPU contexts is refused naming what is not supported. */
+TEST(moe_split_refused) {
+    struct engine_model *m;
+    NEED_MOE(m, "qwen3moe-tiny");
+    struct engine_context_params p;
+    params_of(&p, KERN_TYPE_F16);
+    p.split = ENGINE_SPLIT_TENSOR;
+    struct err_detail d = {0};
+    struct engine_context *c = NULL;
+    ASSERT_OK_D(engine_devices_parse_into("cuda:0,cuda:0", &p, &d), &d);
+    int r = engine_context_new(m, &p, &c, &d);
+    ASSERT_EQ(r, ERR_UNSUPPORTED);
+    ASSERT_TRUE(c == NULL);
+    printf("  qwen3moe split over GPUs: %s\n", err_msg(&d, r));
+    ASSERT_TRUE(strstr(err_msg(&d, r), "mixtures of experts") != NULL);
+    engine_model_free(m);
+}
+
 TEST_MAIN(T(auto_and_index), T(architectures), T(weight_types), T(gpu_layers_and_quantized_kv),
           T(kv_type_pairs), T(greedy_on_the_device), T(two_sequences_in_one_batch), T(state_blobs_cross_devices), T(context_shift),
           T(split_over_gpu_contexts), T(hybrid_reference), T(hybrid_gpu_layers), T(hybrid_two_sequences),
-          T(hybrid_greedy_graph), T(hybrid_state_blobs), T(hybrid_split_refused))
+          T(hybrid_greedy_graph), T(hybrid_state_blobs), T(hybrid_split_refused), T(moe_qwen3moe_reference),
+          T(moe_qwen35moe_reference), T(moe_gptoss_reference), T(moe_greedy_graph), T(moe_gemma4moe_reference),
+          T(moe_experts_on_cpu), T(moe_split_refused))

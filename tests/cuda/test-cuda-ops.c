@@ -2,6 +2,7 @@
 /* Every CUDA op against the CPU reference kernels, with a named tolerance per op and type.
  * Without a usable device (no GPU, no driver) the probe must say 0 without crashing, a
  * context must fail with -ENODEV, and every test skips (exit 77). */
+#include "engine/moe.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/kernels.h"
 #include "test.h"
@@ -683,6 +684,227 @@ TEST(gated_attention_ops) {
     dev_done();
 }
 
+/* gpt-oss's sinks: a logit per query head in the softmax's denominator, as the CPU's
+ * kern_attn_head_window() adds it */
+TEST(attention_sinks) {
+    NEED_DEVICE();
+    enum { N_HEAD = 4, N_HEAD_KV = 2, HD = 64, N_TOK = 3, N_CELLS = 90 };
+    const int32_t n_kv[N_TOK] = {1, 40, 90}, row0[N_TOK] = {0, 0, 0};
+    const int64_t kv_dim = N_HEAD_KV * HD, group = N_HEAD / N_HEAD_KV;
+    const float scale = 1.0f / sqrtf((float)HD), sinks[N_HEAD] = {-1.0f, 0.5f, 3.0f, -8.0f};
+    static float q[N_TOK * N_HEAD * HD], kf[N_CELLS * N_HEAD_KV * HD], vf[N_CELLS * N_HEAD_KV * HD];
+    static float ref[N_TOK * N_HEAD * HD], got[N_TOK * N_HEAD * HD];
+    fill(q, ARRAY_SIZE(q), 2.0f), fill(kf, ARRAY_SIZE(kf), 2.0f), fill(vf, ARRAY_SIZE(vf), 1.0f);
+    float *scratch = malloc(sizeof(float) * kern_attn_scratch_floats(N_TOK * group, HD, HD));
+    ASSERT_TRUE(scratch);
+    const size_t rs = (size_t)kv_dim * sizeof(float);
+    for (int64_t h = 0; h < N_HEAD_KV; h++)
+        kern_attn_head_window(ref + h * group * HD, N_HEAD * HD, q + h * group * HD, N_HEAD * HD, N_TOK, group,
+                              NULL, n_kv, (const char *)kf + h * HD * sizeof(float), KERN_TYPE_F32, rs,
+                              (const char *)vf + h * HD * sizeof(float), KERN_TYPE_F32, rs, HD, HD, scale,
+                              sinks + h * group, scratch);
+    struct kern_cuda_attn_args args = {
+        .out = dev_dup(NULL, sizeof got), .q = dev_dup(q, sizeof q), .k = dev_dup(kf, sizeof kf),
+        .v = dev_dup(vf, sizeof vf), .kt = KERN_TYPE_F32, .vt = KERN_TYPE_F32, .k_stride = rs, .v_stride = rs,
+        .kv_row0 = dev_dup(row0, sizeof row0), .n_kv = dev_dup(n_kv, sizeof n_kv), .n_tok = N_TOK,
+        .n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .hd_k = HD, .hd_v = HD, .scale = scale,
+        .sinks = dev_dup(sinks, sizeof sinks)};
+    ASSERT_TRUE(args.out && args.q && args.k && args.v && args.kv_row0 && args.n_kv && args.sinks);
+    ASSERT_OK(kern_cuda_attn(ctx, &args));
+    ASSERT_OK(dev_get(got, args.out, sizeof got));
+    dev_done();
+    for (size_t i = 0; i < ARRAY_SIZE(got); i++)
+        if (!(fabsf(got[i] - ref[i]) <= TOL_ATTN))
+            TEST_FAIL_("value %zu (token %zu head %zu): %.9g, expected %.9g", i, i / (N_HEAD * HD),
+                       i / HD % N_HEAD, got[i], ref[i]);
+    free(scratch);
+}
+
+/* The router against engine/moe.h's moe_route_token() (the CPU's): the same experts in the
+ * same order, ties to the lower index, and their weights, for both gatings, with and
+ * without renormalisation and scale, k of n experts. */
+TEST(moe_route) {
+    NEED_DEVICE();
+    static const struct { int32_t n_expert, n_used; enum engine_moe_gating gating; bool norm; float scale; } cases[] = {
+        {8, 2, ENGINE_MOE_SOFTMAX, true, 0},      {128, 8, ENGINE_MOE_SOFTMAX, true, 0},
+        {60, 4, ENGINE_MOE_SOFTMAX, false, 2.5f}, {32, 4, ENGINE_MOE_SOFTMAX_TOPK, false, 0},
+        {512, 10, ENGINE_MOE_SOFTMAX, true, 1},   {5, 5, ENGINE_MOE_SOFTMAX_TOPK, true, 0},
+    };
+    enum { N_TOK = 37 };
+    static float logits[N_TOK * 512], wt[N_TOK * 32], ref_w[32];
+    static int32_t sel[N_TOK * 32], ref_id[32];
+    for (size_t c = 0; c < ARRAY_SIZE(cases); c++) {
+        const int32_t n = cases[c].n_expert, k = cases[c].n_used;
+        fill(logits, N_TOK * n, 4.0f);
+        for (int t = 0; t < N_TOK; t += 3) logits[t * n + n - 1] = logits[t * n]; /* ties */
+        const struct moe_route_params p = {.gating = cases[c].gating, .norm_w = cases[c].norm,
+                                           .w_scale = cases[c].scale, .n_expert = n, .n_used = k};
+        const struct kern_cuda_moe_route_params dp = {
+            .gating = p.gating == ENGINE_MOE_SOFTMAX_TOPK ? KERN_CUDA_MOE_TOPK_SOFTMAX : KERN_CUDA_MOE_SOFTMAX,
+            .norm_w = p.norm_w, .w_scale = p.w_scale, .n_expert = n, .n_used = k};
+        float *dl = dev_dup(logits, sizeof(float) * N_TOK * n), *dw = dev_dup(NULL, sizeof(float) * N_TOK * k);
+        int32_t *ds = dev_dup(NULL, sizeof(int32_t) * N_TOK * k);
+        ASSERT_TRUE(dl && dw && ds);
+        ASSERT_OK(kern_cuda_moe_route(ctx, ds, dw, dl, N_TOK, &dp));
+        ASSERT_OK(dev_get(sel, ds, sizeof(int32_t) * N_TOK * k));
+        ASSERT_OK(dev_get(wt, dw, sizeof(float) * N_TOK * k));
+        dev_done();
+        for (int t = 0; t < N_TOK; t++) {
+            moe_route_token(ref_id, ref_w, logits + t * n, &p);
+            for (int j = 0; j < k; j++) {
+                if (sel[t * k + j] != ref_id[j])
+                    TEST_FAIL_("case %zu token %d slot %d: expert %d, expected %d", c, t, j, sel[t * k + j],
+                               ref_id[j]);
+                ASSERT_NEAR(wt[t * k + j], ref_w[j], 1e-5 * fabsf(ref_w[j]) + 1e-7);
+            }
+        }
+    }
+}
+
+/* y (n, dim) = a gated FFN of expert stack rows, as the CPU computes one expert: W decoded
+ * by the traits, activations rounded to q8 where the type is quantized */
+static void moe_ref_rows(float *y, const uint8_t *w, int t, int64_t n_in, int64_t n_out, const float *x) {
+    float *xr = malloc(sizeof(float) * n_in), *wr = malloc(sizeof(float) * n_in);
+    uint8_t *q8 = malloc(kern_row_size(KERN_TYPE_Q8_0, n_in));
+    if (kern_type_traits(t)->is_quantized) {
+        kern_type_traits(KERN_TYPE_Q8_0)->from_f32(q8, x, n_in);
+        kern_type_traits(KERN_TYPE_Q8_0)->to_f32(xr, q8, n_in);
+    } else {
+        memcpy(xr, x, sizeof(float) * n_in);
+    }
+    for (int64_t o = 0; o < n_out; o++) {
+        kern_type_traits(t)->to_f32(wr, w + o * kern_row_size(t, n_in), n_in);
+        double s = 0;
+        for (int64_t i = 0; i < n_in; i++) s += (double)wr[i] * xr[i];
+        y[o] = (float)s;
+    }
+    free(xr), free(wr), free(q8);
+}
+
+static float moe_ref_act(enum kern_cuda_act act, float g, float u) {
+    if (act == KERN_CUDA_ACT_GELU)
+        return 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
+    if (act == KERN_CUDA_ACT_SWIGLU_OAI) {
+        const float x = fminf(g, 7.0f), v = fmaxf(fminf(u, 7.0f), -7.0f);
+        return x / (1.0f + expf(-1.702f * x)) * (v + 1.0f);
+    }
+    return g / (1.0f + expf(-g)) * u;
+}
+
+/* The experts against a plain host computation of each token's selected experts: types
+ * (float, q8_0, k-quant, mxfp4), biases, per-expert scales, every activation; decode (1
+ * token), a few, and prefill steps whose groups pass the 8 tokens that share a decoded
+ * unit; in == out (the recipe's in-place call). */
+TEST(moe_experts) {
+    NEED_DEVICE();
+    static const struct { int gt, dt; enum kern_cuda_act act; bool bias, scale; int64_t n_expert, n_used; } cases[] = {
+        {KERN_TYPE_F32, KERN_TYPE_F16, KERN_CUDA_ACT_SILU, false, false, 8, 2},
+        {KERN_TYPE_Q8_0, KERN_TYPE_Q8_0, KERN_CUDA_ACT_SILU, false, false, 16, 4},
+        {KERN_TYPE_Q4_K, KERN_TYPE_Q6_K, KERN_CUDA_ACT_GELU, false, true, 8, 3},
+        {KERN_TYPE_MXFP4, KERN_TYPE_MXFP4, KERN_CUDA_ACT_SWIGLU_OAI, true, false, 32, 4},
+    };
+    static const int64_t toks[] = {1, 3, 40};
+    enum { DIM = 256, FF = 256, MAX_TOK = 40 };
+    for (size_t c = 0; c < ARRAY_SIZE(cases); c++) {
+        const int gt = cases[c].gt, dt = cases[c].dt;
+        const int64_t E = cases[c].n_expert, k = cases[c].n_used;
+        const size_t grs = kern_row_size(gt, DIM), drs = kern_row_size(dt, FF);
+        uint8_t *wg = malloc(grs * FF * E), *wu = malloc(grs * FF * E), *wd = malloc(drs * DIM * E);
+        float *bg = malloc(sizeof(float) * FF * E), *bu = malloc(sizeof(float) * FF * E);
+        float *bd = malloc(sizeof(float) * DIM * E), *sc = malloc(sizeof(float) * E);
+        float *x = malloc(sizeof(float) * MAX_TOK * DIM), *logits = malloc(sizeof(float) * MAX_TOK * E);
+        float *ref = malloc(sizeof(float) * MAX_TOK * DIM), *got = malloc(sizeof(float) * MAX_TOK * DIM);
+        float *g = malloc(sizeof(float) * FF), *u = malloc(sizeof(float) * FF), *yd = malloc(sizeof(float) * DIM);
+        ASSERT_TRUE(wg && wu && wd && bg && bu && bd && sc && x && logits && ref && got && g && u && yd);
+        for (int64_t r = 0; r < FF * E; r++) random_row(wg + r * grs, gt, DIM), random_row(wu + r * grs, gt, DIM);
+        for (int64_t r = 0; r < DIM * E; r++) random_row(wd + r * drs, dt, FF);
+        fill(bg, FF * E, 0.5f), fill(bu, FF * E, 0.5f), fill(bd, DIM * E, 0.5f), fill(sc, E, 2.0f);
+        for (size_t ti = 0; ti < ARRAY_SIZE(toks); ti++) {
+            const int64_t n = toks[ti];
+            fill(x, n * DIM, 1.0f), fill(logits, n * E, 3.0f);
+            const struct kern_cuda_moe_route_params rp = {.gating = KERN_CUDA_MOE_SOFTMAX, .norm_w = true,
+                                                          .n_expert = E, .n_used = k};
+            int32_t *ds = dev_dup(NULL, sizeof(int32_t) * n * k);
+            float *dw = dev_dup(NULL, sizeof(float) * n * k), *dx = dev_dup(x, sizeof(float) * n * DIM);
+            float *dlg = dev_dup(logits, sizeof(float) * n * E);
+            const struct kern_cuda_moe_args a = {
+                .out = dx, .in = dx, .sel = ds, .wt = dw,
+                .gate = dev_dup(wg, grs * FF * E), .up = dev_dup(wu, grs * FF * E), .down = dev_dup(wd, drs * DIM * E),
+                .gate_t = gt, .up_t = gt, .down_t = dt,
+                .gate_stride = grs * FF, .up_stride = grs * FF, .down_stride = drs * DIM,
+                .gate_b = cases[c].bias ? dev_dup(bg, sizeof(float) * FF * E) : NULL,
+                .up_b = cases[c].bias ? dev_dup(bu, sizeof(float) * FF * E) : NULL,
+                .down_b = cases[c].bias ? dev_dup(bd, sizeof(float) * DIM * E) : NULL,
+                .scale = cases[c].scale ? dev_dup(sc, sizeof(float) * E) : NULL,
+                .b_stride = FF, .b0 = 0, .act = cases[c].act,
+                .n_tok = n, .n_used = k, .n_expert = E, .n_embd = DIM, .n_ff = FF};
+            void *scratch = dev_dup(NULL, kern_cuda_moe_scratch_bytes(n, k, E, DIM, FF));
+            ASSERT_TRUE(ds && dw && dx && dlg && a.gate && a.up && a.down && scratch);
+            ASSERT_OK(kern_cuda_moe_route(ctx, ds, dw, dlg, n, &rp));
+            ASSERT_OK(kern_cuda_moe_experts(ctx, &a, scratch));
+            ASSERT_OK(dev_get(got, dx, sizeof(float) * n * DIM));
+            int32_t sel[MAX_TOK * 8];
+            float wt[MAX_TOK * 8];
+            ASSERT_OK(dev_get(sel, ds, sizeof(int32_t) * n * k));
+            ASSERT_OK(dev_get(wt, dw, sizeof(float) * n * k));
+            dev_done();
+            double worst = 0, mag = 1e-30;
+            for (int64_t t = 0; t < n; t++) {
+                memset(ref + t * DIM, 0, sizeof(float) * DIM);
+                for (int64_t j = 0; j < k; j++) {
+                    const int64_t e = sel[t * k + j];
+                    ASSERT_TRUE(e >= 0 && e < E);
+                    moe_ref_rows(g, wg + e * grs * FF, gt, DIM, FF, x + t * DIM);
+                    moe_ref_rows(u, wu + e * grs * FF, gt, DIM, FF, x + t * DIM);
+                    for (int64_t i = 0; i < FF; i++) {
+                        if (cases[c].bias) g[i] += bg[e * FF + i], u[i] += bu[e * FF + i];
+                        g[i] = moe_ref_act(cases[c].act, g[i], u[i]);
+                    }
+                    moe_ref_rows(yd, wd + e * drs * DIM, dt, FF, DIM, g);
+                    const float w = wt[t * k + j] * (cases[c].scale ? sc[e] : 1.0f);
+                    for (int64_t r = 0; r < DIM; r++)
+                        ref[t * DIM + r] += w * (yd[r] + (cases[c].bias ? bd[e * DIM + r] : 0.0f));
+                }
+                for (int64_t r = 0; r < DIM; r++) mag = fmax(mag, fabs(ref[t * DIM + r]));
+            }
+            for (int64_t i = 0; i < n * DIM; i++) worst = fmax(worst, fabs(got[i] - ref[i]));
+            /* (a hidden value that lands on the other side of a q8 rounding step moves one
+             * term by d/2: well below any wrong expert, row or weight) */
+            if (!(worst <= 5e-3 * mag))
+                TEST_FAIL_("case %zu (%s/%s) n_tok=%lld: error %.3g of %.3g", c, kern_type_name(gt),
+                           kern_type_name(dt), (long long)n, worst, mag);
+        }
+        free(wg), free(wu), free(wd), free(bg), free(bu), free(bd), free(sc), free(x), free(logits);
+        free(ref), free(got), free(g), free(u), free(yd);
+    }
+}
+
+/* The shared expert's gate and gpt-oss's activation */
+TEST(moe_row_ops) {
+    NEED_DEVICE();
+    enum { ROWS = 5, W = 96 };
+    float y[ROWS * W], x[ROWS * W], g[ROWS], got[ROWS * W], u[ROWS * W];
+    fill(y, ARRAY_SIZE(y), 1.0f), fill(x, ARRAY_SIZE(x), 2.0f), fill(g, ARRAY_SIZE(g), 4.0f);
+    fill(u, ARRAY_SIZE(u), 9.0f);
+    float *dy = dev_dup(y, sizeof y), *dx = dev_dup(x, sizeof x), *dg = dev_dup(g, sizeof g);
+    float *du = dev_dup(u, sizeof u);
+    ASSERT_TRUE(dy && dx && dg && du);
+    ASSERT_OK(kern_cuda_add_gated(ctx, dy, dx, dg, W, ROWS));
+    ASSERT_OK(dev_get(got, dy, sizeof got));
+    for (int i = 0; i < ROWS * W; i++) {
+        const float e = y[i] + x[i] / (1.0f + expf(-g[i / W]));
+        ASSERT_NEAR(got[i], e, TOL_ROW * fabsf(e) + 1e-6);
+    }
+    /* g = 9·uniform crosses the clamp at 7 on both sides */
+    ASSERT_OK(kern_cuda_glu(ctx, dy, du, dx, ROWS * W, KERN_CUDA_ACT_SWIGLU_OAI));
+    ASSERT_OK(dev_get(got, dy, sizeof got));
+    for (int i = 0; i < ROWS * W; i++) {
+        const float e = moe_ref_act(KERN_CUDA_ACT_SWIGLU_OAI, u[i], x[i]);
+        ASSERT_NEAR(got[i], e, TOL_ROW * fabsf(e) + 1e-6);
+    }
+    dev_done();
+}
+
 /* Device copy bandwidth is measurable (a number, not asserted beyond being positive). */
 TEST(copy_bandwidth) {
     NEED_DEVICE();
@@ -694,4 +916,5 @@ TEST(copy_bandwidth) {
 
 TEST_MAIN(T(probe), T(matmul), T(get_rows), T(row_ops), T(rope), T(hadamard), T(argmax), T(kv_store),
           T(attention), T(graph), T(dn_gates), T(dn_conv), T(dn_delta), T(dn_gated_norm),
-          T(gated_attention_ops), T(copy_bandwidth))
+          T(gated_attention_ops), T(attention_sinks), T(moe_route), T(moe_experts), T(moe_row_ops),
+          T(copy_bandwidth))

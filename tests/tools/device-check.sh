@@ -12,7 +12,9 @@
 #    the one-token step replayed as a CUDA graph, two sequences in one batch, state blobs
 #    crossing GPU <-> CPU and a context shift, and the qwen35 hybrid of
 #    ../shared/models/hybrid (Gated DeltaNet state on the GPU: llama.cpp's greedy ids,
-#    gpu_layers, interleaved sequences, graphs, blobs and snapshots across devices)
+#    gpu_layers, interleaved sequences, graphs, blobs and snapshots across devices), and
+#    its mixtures of experts (qwen3moe, qwen35moe, gpt-oss, gemma4moe: llama.cpp's greedy
+#    ids, the decode graph with the router on the device, experts = cpu)
 #    (test-cuda-device; it needs the engine, so not in the direct build; the Gated
 #    DeltaNet kernels are in test-cuda-ops, so in every build);
 # 3. runs warm-cuda-bench on the weights of a ~1B llama (n_embd 2048, 16 layers, 32/8
@@ -118,7 +120,8 @@ else
     say "no CMake build (system libraries missing?): building the kernel checks directly in $dir"
     mkdir -p "$dir/obj"
     cflags="-O2 -std=c11 -D_GNU_SOURCE -I$src -I$src/tests -DWARM_SHARED_MODELS_DIR=\"$src/../shared/models\""
-    csrc="base/err.c base/time.c tests/test.c $(find kernels -name '*.c' -not -path '*/cuda/*' | sort)"
+    # (engine/moe.c: the router's plain-C spec, test-cuda-ops' reference for the CUDA router)
+    csrc="base/err.c base/time.c tests/test.c engine/moe.c $(find kernels -name '*.c' -not -path '*/cuda/*' | sort)"
     pids=""
     for f in $csrc; do
         gcc $cflags -c "$f" -o "$dir/obj/$(echo "$f" | tr / _).o" >>"$log" 2>&1 &
@@ -294,7 +297,7 @@ PY
 fi
 say "== daemon on the GPU: $daemon_word"
 
-missing="CUDA graphs for the engine's decode steps (warm-cuda-bench --model uses them; the engine launches each kernel); a split over GPUs keeps the residual stream on the host (one upload and download per layer and partition); a split over GPUs of hybrids (refused: Gated DeltaNet layers and gated attention run on one GPU) and mixtures of experts on the GPU (refused)"
+missing="CUDA graphs for the engine's decode steps (warm-cuda-bench --model uses them; the engine launches each kernel); a split over GPUs keeps the residual stream on the host (one upload and download per layer and partition); a split over GPUs of hybrids and mixtures of experts (refused: Gated DeltaNet layers, gated attention and experts run on one GPU); MoE prefill multiplies each expert's group of tokens 8 at a time on the CUDA cores (no tensor-core grouped GEMM yet)"
 say "== NOT COVERED: $missing"
 
 t_end=$(date +%s)
