@@ -134,21 +134,35 @@ class GenerateTest(DaemonTest):
             self.assertEqual(s.ram_tokens + s.evaluated_tokens, s.prompt_tokens)
         self.assertEqual(d.stop(), 0)
 
+    # Greedy from BOS runs without an end token until the context is full. LONG gives
+    # stories260K (trained for 512) 16384 positions, seconds of generation: at its own 512
+    # a stream ends ~0.1 s after its first token, which a busy machine can let pass before
+    # the test cancels, unloads or queues behind it.
+    LONG = "ctx_size = 16384\nctx_above_trained = yes\n"
+
     def long_stream(self, st):
-        # Greedy from BOS runs for thousands of tokens without an end token.
         return st.Generate(pb.GenerateRequest(model="stories", tokens=[1], sampling=GREEDY))
 
+    def first_token(self, it):
+        """Reads it up to its first token. (A model still loading sends a progress event
+        first, and an unload that lands then is followed by a fresh load for the stream.)"""
+        for ev in it:
+            if ev.HasField("token"):
+                return ev
+        self.fail("the stream ended before its first token")
+
     def test_cancel_unload_and_sigterm_mid_stream(self):
-        d = self.start(config="ctx_size = 4096\n")
+        d = self.start(config=self.LONG)
         st = d.stub()
+        st.LoadModel(pb.LoadModelRequest(model="stories"))
         # The client cancels: the daemon stops generating and keeps serving.
         it = self.long_stream(st)
-        next(it)
+        self.first_token(it)
         it.cancel()
         self.assertEqual(len(st.ListModels(pb.ListModelsRequest()).models), 1)
         # UnloadModel while streaming: the stream ends UNAVAILABLE, cleanly.
         it = self.long_stream(st)
-        next(it)
+        self.first_token(it)
         self.assertTrue(st.UnloadModel(pb.UnloadModelRequest(model="stories")).was_loaded)
         self.assertCode(lambda: list(it), C.UNAVAILABLE, "unloaded")
         self.assertFalse(st.ListModels(pb.ListModelsRequest()).models[0].loaded)
@@ -174,12 +188,13 @@ class GenerateTest(DaemonTest):
         each one ends CANCELLED in the daemon and none is left open. A token the daemon
         could no longer deliver used to end the stream OK with a stop-string summary (the
         model runs far ahead of the client here, so that is where most cancels land)."""
-        d = self.start(config="ctx_size = 4096\n")
+        d = self.start(config=self.LONG)
         st = d.stub()
+        st.LoadModel(pb.LoadModelRequest(model="stories"))
         n = 5
         for _ in range(n):
             it = self.long_stream(st)
-            next(it)
+            self.first_token(it)
             it.cancel()
         end = time.monotonic() + 120
         while time.monotonic() < end:
@@ -202,7 +217,7 @@ class GenerateTest(DaemonTest):
         """P1-7: 20 long streams on one model (parallel = 1: 16 may wait, the rest are
         refused), then UnloadModel: every stream ends cleanly, the daemon serves on."""
         # one uid here: its own share (max_queued_per_uid) as large as the whole queue
-        d = self.start(config="ctx_size = 4096\nparallel = 1\nmax_queued_per_uid = 64\n")
+        d = self.start(config=self.LONG + "parallel = 1\nmax_queued_per_uid = 64\n")
         st = d.stub()
         st.LoadModel(pb.LoadModelRequest(model="stories"))
         codes = []
