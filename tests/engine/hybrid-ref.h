@@ -1,6 +1,7 @@
-/* hybrid-ref — reading ../shared/models/hybrid/README.md's references in the MoE and
- * gpt-oss tests: a prompt's ids and greedy ids (<model>-P<n>.txt) and its per-step logits
- * (LGTS v1, <model>-P<n>.logits), and loading a model with its error printed. */
+/* hybrid-ref — reading ../shared/models/hybrid/README.md's references in the MoE, gpt-oss
+ * and Gemma 4 MoE tests (and test-cuda-device): a prompt's ids and greedy ids
+ * (<model>-P<n>.txt) and its per-step logits (LGTS v1, <model>-P<n>.logits), and loading a
+ * model with its error printed. */
 #pragma once
 
 #include "test.h"
