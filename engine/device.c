@@ -476,15 +476,49 @@ static void *weights_alloc(size_t bytes) {
 }
 
 
-/* Repacks w's rows where they are (writable), 8 rows at a time through tmp (8 rows'
- * bytes). */
-static void repack_in_place(const struct engine_weight *w, uint8_t *tmp) {
+/* A repack of every group of 8 rows of w (all its experts' for a stack) spread over a
+ * device's threads, each a run of whole groups: in place (dst NULL: each group through a
+ * buffer of its thread's) or into dst. A 20 GB model's weights pass through here at load,
+ * so its speed is part of the load's: one thread repacked ~1-2 GB/s. */
+struct repack_job {
+    const struct engine_weight *w;
+    uint8_t *dst;
+    int64_t n_group; /* per expert */
+    int64_t n_units; /* groups over all experts */
+    int err;         /* a thread's allocation failure (-ENOMEM) */
+};
+
+static void repack_task(void *arg, int ith, int nth) {
+    struct repack_job *j = arg;
+    const struct engine_weight *w = j->w;
     const size_t group = 8 * w->row_bytes;
-    for (int64_t i = 0; i < w->n_out; i += 8) {
-        uint8_t *g = (uint8_t *)w->data + (size_t)i * w->row_bytes;
-        memcpy(tmp, g, group);
-        (void)kern_rows8_pack(w->type, g, tmp, w->n_in, 8); /* the shape was checked */
+    const int64_t u0 = j->n_units * ith / nth, u1 = j->n_units * (ith + 1) / nth;
+    uint8_t *tmp = NULL;
+    if (u0 < u1 && !j->dst && !(tmp = malloc(group))) {
+        j->err = -ENOMEM; /* a lone int written by whichever fails: any such value will do */
+        return;
     }
+    for (int64_t u = u0; u < u1; u++) {
+        const int64_t e = u / j->n_group, i = u % j->n_group;
+        const size_t off = (size_t)e * w->expert_bytes + (size_t)i * group;
+        uint8_t *g = (uint8_t *)w->data + off;
+        if (j->dst) {
+            (void)kern_rows8_pack(w->type, j->dst + off, g, w->n_in, 8); /* shape checked */
+        } else {
+            memcpy(tmp, g, group);
+            (void)kern_rows8_pack(w->type, g, tmp, w->n_in, 8);
+        }
+    }
+    free(tmp);
+}
+
+/* w's groups repacked (every expert's for a stack) on dv's threads: where they are
+ * (writable) when dst is NULL, else into dst (w's bytes, laid out as w's). */
+static int repack_groups(struct device *dv, const struct engine_weight *w, uint8_t *dst) {
+    struct repack_job j = {.w = w, .dst = dst, .n_group = w->n_out / 8};
+    j.n_units = j.n_group * MAX(w->n_expert, 1);
+    kern_pool_run(dv->pool, repack_task, &j);
+    return j.err;
 }
 
 /* An experts' stack (w, of the model's mw) is read in place, expert e a slice of the
@@ -501,13 +535,8 @@ static int stack_repack(struct engine_context *ctx, struct device *dv, struct en
     for (size_t i = 0; i < dv->n_owned && !owned; i++) owned = dv->owned[i] == w->data;
     const bool whole = w->data == mw->data && w->n_out == mw->n_out && w->n_in == mw->n_in;
     if (!owned && !(m->own_copy && whole)) return 0;
-    uint8_t *tmp = malloc(8 * w->row_bytes);
-    if (!tmp) return -ENOMEM;
-    for (int64_t e = 0; e < w->n_expert; e++) {
-        const struct engine_weight x = engine_weight_expert(w, e);
-        repack_in_place(&x, tmp);
-    }
-    free(tmp);
+    int r = repack_groups(dv, w, NULL);
+    if (r < 0) return r;
     if (!owned) {
         mw->layout = KERN_LAYOUT_ROWS8;
         m->repacked = true;
@@ -539,10 +568,8 @@ static int weight_repack(struct engine_context *ctx, struct device *dv, struct e
     if (owned || m->own_copy) {
         /* the model's copy is writable while devices_repack() runs; no other context
          * reads it meanwhile (engine_model.repacked) */
-        uint8_t *tmp = malloc(8 * w->row_bytes);
-        if (!tmp) return -ENOMEM;
-        repack_in_place(w, tmp);
-        free(tmp);
+        int r = repack_groups(dv, w, NULL);
+        if (r < 0) return r;
         if (!owned) {
             mw->layout = KERN_LAYOUT_ROWS8;
             m->repacked = true;
@@ -551,7 +578,7 @@ static int weight_repack(struct engine_context *ctx, struct device *dv, struct e
         size_t bytes = (size_t)w->n_out * w->row_bytes;
         void *p = weights_alloc(bytes);
         if (!p) return -ENOMEM;
-        (void)kern_rows8_pack(w->type, p, w->data, w->n_in, w->n_out);
+        (void)repack_groups(dv, w, p); /* allocates nothing */
         dv->owned[dv->n_owned++] = p;
         dv->copied_bytes += bytes;
         w->data = p;

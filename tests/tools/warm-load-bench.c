@@ -2,7 +2,8 @@
  * against the time `cat FILE > /dev/null` takes to read it, from a cold and from a warm
  * page cache; and what the loaded copy holds in memory against the file's size.
  *
- *   warm-load-bench [--runs N] [--drop-caches] [--no-model] [--warm-only] [--verify] FILE
+ *   warm-load-bench [--runs N] [--threads N] [--drop-caches] [--no-model] [--warm-only]
+ *                   [--verify] FILE
  *
  * For each state of the page cache (cold, then warm) it times N runs (default 1) and prints
  * the best and the median (on a shared machine the best is the fair comparison):
@@ -10,7 +11,11 @@
  *   copy   gguf_open_copy(): the file read into private memory and validated;
  *   model  engine_model_load() with private_copy: the copy, the checks of the
  *          architecture and tensors, and the fingerprint (XXH3-128 of the bytes), as warmd
- *          loads a model before it makes a context.
+ *          loads a model before it makes a context;
+ *   ready  the model and then a context on the CPU (512 positions, --threads N threads,
+ *          default all CPUs), as warmd's LoadModel: the context repacks the weights in
+ *          place into the layout the CPU's kernels read (kernels/types.h rows8), so this
+ *          is the time until the model can serve.
  * Cold: the file's pages are dropped from the page cache before each run
  * (posix_fadvise DONTNEED, which needs no privilege; --drop-caches also writes 3 to
  * /proc/sys/vm/drop_caches, as root, to drop the file system's metadata too). Warm: the file
@@ -19,10 +24,11 @@
  * After each load it prints the process's resident anonymous memory (the copy) and how
  * much of the file the page cache still holds (mincore over a mapping of the file): the
  * copy should be the file once and the cache should not hold a second copy.
- * --no-model skips the model rows (a GGUF file the engine does not know loads as a copy);
+ * --no-model skips the model and ready rows (a GGUF file the engine does not know loads as a copy);
  * --warm-only skips the cold rows; --verify checks once that the copy holds the file's
  * bytes and that the fingerprint computed while reading is hash128() of them.
  * Run it on an idle machine: the figures are wall-clock times. */
+#include "engine/context.h"
 #include "engine/engine.h"
 
 #include <errno.h>
@@ -109,8 +115,9 @@ static uint64_t time_cat(const char *path) {
     return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? t : 0;
 }
 
-enum what { CAT, COPY, MODEL, WHAT_COUNT };
-static const char *const what_names[] = {"cat", "copy", "model"};
+enum what { CAT, COPY, MODEL, READY, WHAT_COUNT };
+static const char *const what_names[] = {"cat", "copy", "model", "ready"};
+static int n_threads; /* the context's (ready) */
 
 struct result {
     uint64_t usec;        /* best run */
@@ -139,13 +146,22 @@ static int run_one(enum what w, const char *path, struct result *ret) {
         gguf_close(f);
     } else {
         struct engine_model *m = NULL;
+        struct engine_context *ctx = NULL;
         const struct engine_model_params p = {.private_copy = true};
         r = engine_model_load(path, &p, &m, &d);
+        if (r >= 0 && w == READY) {
+            struct engine_context_params cp;
+            engine_context_params_default(&cp);
+            cp.n_ctx = 512;
+            cp.n_threads = n_threads;
+            r = engine_context_new(m, &cp, &ctx, &d);
+        }
         t = time_now_usec() - t0;
         if (r >= 0) {
             ret->anon_bytes = status_bytes("RssAnon:") - MIN(anon0, status_bytes("RssAnon:"));
             ret->cached_bytes = cache_bytes(path);
         }
+        engine_context_free(ctx);
         engine_model_free(m);
     }
     if (r < 0) {
@@ -186,8 +202,8 @@ static int cmp_u64(const void *a, const void *b) {
 }
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: warm-load-bench [--runs N] [--drop-caches] [--no-model] [--warm-only] "
-                 "[--verify] FILE\n");
+    fprintf(out, "usage: warm-load-bench [--runs N] [--threads N] [--drop-caches] [--no-model] "
+                 "[--warm-only] [--verify] FILE\n");
 }
 
 int main(int argc, char **argv) {
@@ -195,6 +211,7 @@ int main(int argc, char **argv) {
     bool drop_all = false, no_model = false, warm_only = false, verify_copy = false;
     static const struct option opts[] = {
         {"runs", required_argument, NULL, 'r'},
+        {"threads", required_argument, NULL, 't'},
         {"drop-caches", no_argument, NULL, 'D'},
         {"no-model", no_argument, NULL, 'M'},
         {"warm-only", no_argument, NULL, 'W'},
@@ -205,6 +222,7 @@ int main(int argc, char **argv) {
     for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
         switch (c) {
         case 'r': runs = atoi(optarg); break;
+        case 't': n_threads = atoi(optarg); break;
         case 'D': drop_all = true; break;
         case 'M': no_model = true; break;
         case 'W': warm_only = true; break;
@@ -213,7 +231,8 @@ int main(int argc, char **argv) {
         default: usage(stderr); return 2;
         }
     }
-    if (optind != argc - 1 || runs < 1 || runs > 64) {
+    if (!n_threads) n_threads = (int)MAX(1, sysconf(_SC_NPROCESSORS_ONLN));
+    if (optind != argc - 1 || runs < 1 || runs > 64 || n_threads < 1 || n_threads > 1024) {
         usage(stderr);
         return 2;
     }
@@ -230,7 +249,7 @@ int main(int argc, char **argv) {
     struct result res[2][WHAT_COUNT] = {0};
     for (int warm = warm_only; warm < 2; warm++) {
         for (int w = 0; w < WHAT_COUNT; w++) {
-            if (w == MODEL && no_model) continue;
+            if ((w == MODEL || w == READY) && no_model) continue;
             uint64_t all[64];
             for (int i = 0; i < runs; i++) {
                 int r = warm ? (time_cat(path) ? 0 : -EIO) : cache_drop(path, drop_all);
