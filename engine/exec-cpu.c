@@ -64,22 +64,13 @@ static void cpu_gelu(struct exec *e, float *y, const float *x, int64_t n) {
     kern_gelu(y, x, n);
 }
 
-/* gpt-oss's SWIGLU_OAI (ggml's, alpha 1.702, limit 7): the gate clamped from above, the up
- * branch both ways and shifted by 1 */
-static void swiglu_oai(float *y, const float *g, const float *u, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        const float x = fminf(g[i], 7.0f), v = fmaxf(fminf(u[i], 7.0f), -7.0f);
-        y[i] = x / (1.0f + expf(-1.702f * x)) * (v + 1.0f);
-    }
-}
-
 /* y = act(g) * u over n values */
 static void glu_range(float *y, const float *g, const float *u, int64_t n,
                       enum engine_ffn_act act) {
     if (act == ENGINE_FFN_GELU)
         kern_gelu_mul(y, g, u, n);
     else if (act == ENGINE_FFN_SWIGLU_OAI)
-        swiglu_oai(y, g, u, n);
+        kern_swiglu_oai(y, g, u, n, 1.702f, 7.0f); /* gpt-oss's constants, as ggml's */
     else
         kern_silu_mul(y, g, u, n);
 }

@@ -55,6 +55,13 @@ void kern_silu_mul(float *y, const float *g, const float *u, int64_t n) {
     }
 }
 
+void kern_swiglu_oai(float *y, const float *g, const float *u, int64_t n, float alpha, float limit) {
+    for (int64_t i = kern_swiglu_oai_x86(y, g, u, n, alpha, limit); i < n; i++) {
+        const float x = fminf(g[i], limit), v = fmaxf(fminf(u[i], limit), -limit);
+        y[i] = x / (1.0f + expf(-alpha * x)) * (v + 1.0f);
+    }
+}
+
 void kern_add(float *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }

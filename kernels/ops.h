@@ -31,6 +31,9 @@ void kern_layernorm(float *y, const float *x, const float *w, const float *b, in
 void kern_softmax(float *x, int64_t n);
 /* y = silu(g) * u   (SwiGLU); y may equal g or u */
 void kern_silu_mul(float *y, const float *g, const float *u, int64_t n);
+/* y = x·sigmoid(alpha·x)·(v + 1), x = min(g, limit), v = clamp(u, -limit, limit): gpt-oss's
+ * clamped SwiGLU (ggml's SWIGLU_OAI, alpha 1.702, limit 7); y may equal g or u */
+void kern_swiglu_oai(float *y, const float *g, const float *u, int64_t n, float alpha, float limit);
 /* y += x */
 void kern_add(float *y, const float *x, int64_t n);
 /* y = gelu(g) * u   (GeGLU, the tanh GELU 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))));

@@ -164,17 +164,35 @@ XA_INLINE __m256 xa_exp(__m256 x) {
 /* SwiGLU, 8 at a time: e = e^-|g| (<= 1, so nothing overflows), sigmoid(g) = 1/(1 + e)
  * for g >= 0, e/(1 + e) below and 0 below -87 (where e^g < 2^-125 and xa_exp clamps), so
  * y = g·sigmoid(g)·u is -0 there as in the generic path. */
+static inline __m256 xa_sigmoid(__m256 v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+    const __m256 e = xa_exp(_mm256_or_ps(v, sign)); /* -|v| */
+    const __m256 num = _mm256_blendv_ps(one, e, v); /* v < 0 (sign bit): e */
+    return _mm256_and_ps(_mm256_div_ps(num, _mm256_add_ps(one, e)),
+                         _mm256_cmp_ps(v, _mm256_set1_ps(-87.0f), _CMP_GE_OQ));
+}
+
 int64_t kern_silu_mul_x86(float *y, const float *g, const float *u, int64_t n) {
     if (strcmp(kern_cpu()->level, "ref") == 0) return 0;
-    const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         const __m256 v = _mm256_loadu_ps(g + i), uv = _mm256_loadu_ps(u + i);
-        const __m256 e = xa_exp(_mm256_or_ps(v, sign)); /* -|v| */
-        const __m256 num = _mm256_blendv_ps(one, e, v); /* v < 0 (sign bit): e */
-        const __m256 sg = _mm256_and_ps(_mm256_div_ps(num, _mm256_add_ps(one, e)),
-                                        _mm256_cmp_ps(v, _mm256_set1_ps(-87.0f), _CMP_GE_OQ));
-        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(v, sg), uv));
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(v, xa_sigmoid(v)), uv));
+    }
+    return i;
+}
+
+/* kern_swiglu_oai(), 8 at a time, with the sigmoid above. */
+int64_t kern_swiglu_oai_x86(float *y, const float *g, const float *u, int64_t n, float alpha,
+                            float limit) {
+    if (strcmp(kern_cpu()->level, "ref") == 0) return 0;
+    const __m256 a = _mm256_set1_ps(alpha), hi = _mm256_set1_ps(limit), lo = _mm256_set1_ps(-limit);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_min_ps(_mm256_loadu_ps(g + i), hi);
+        const __m256 v = _mm256_max_ps(_mm256_min_ps(_mm256_loadu_ps(u + i), hi), lo);
+        const __m256 sg = xa_sigmoid(_mm256_mul_ps(x, a));
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(x, sg), _mm256_add_ps(v, _mm256_set1_ps(1.0f))));
     }
     return i;
 }
@@ -447,6 +465,12 @@ bool kern_attn_q_head(float *out, int64_t out_stride, const float *q, int64_t q_
 #else /* not x86-64: the generic path */
 int64_t kern_silu_mul_x86(float *y, const float *g, const float *u, int64_t n) {
     (void)y, (void)g, (void)u, (void)n;
+    return 0;
+}
+
+int64_t kern_swiglu_oai_x86(float *y, const float *g, const float *u, int64_t n, float alpha,
+                            float limit) {
+    (void)y, (void)g, (void)u, (void)n, (void)alpha, (void)limit;
     return 0;
 }
 

@@ -37,3 +37,6 @@ bool kern_attn_q_head(float *out, int64_t out_stride, const float *q, int64_t q_
  * of expf) for the first values, 8 at a time; returns how many it wrote (0 at the "ref"
  * level or off x86-64): the caller does the rest. */
 int64_t kern_silu_mul_x86(float *y, const float *g, const float *u, int64_t n);
+/* The same for kern_swiglu_oai(). */
+int64_t kern_swiglu_oai_x86(float *y, const float *g, const float *u, int64_t n, float alpha,
+                            float limit);

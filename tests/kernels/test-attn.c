@@ -212,4 +212,36 @@ TEST(silu_mul_vs_spec) {
     if (strcmp(saved, "ref") != 0) ASSERT_TRUE(levels >= 1);
 }
 
-TEST_MAIN(T(cache_types_vs_generic), T(silu_mul_vs_spec))
+/* kern_swiglu_oai at every level (and the generic path) against gpt-oss's clamped SwiGLU in
+ * double, x = min(g, 7), v = clamp(u, -7, 7), y = x·(v + 1)/(1 + e^(-1.702·x)): the clamps
+ * bite on both sides (g and u reach ±30), every length's tail, y aliasing g. */
+TEST(swiglu_oai_vs_spec) {
+    enum { N = 1031 };
+    static float g[N], u[N], y[N];
+    static const float edge[] = {0.0f, -0.0f, 7.0f, -7.0f, 7.5f, -7.5f, 50.0f, -60.0f, -100.0f};
+    for (int i = 0; i < N; i++) {
+        g[i] = i < (int)ARRAY_SIZE(edge) ? edge[i] : rng_uniform() * 60.0f - 30.0f;
+        u[i] = i < (int)ARRAY_SIZE(edge) ? -edge[i] : rng_uniform() * 60.0f - 30.0f;
+    }
+    const char *saved = kern_cpu()->level;
+    for (int li = 0; kern_level_name(li); li++) {
+        const char *level = kern_level_name(li);
+        if (kern_set_level(level) < 0) continue;
+        static const int lens[] = {0, 1, 7, 8, 9, 16, 100, N};
+        for (size_t k = 0; k < ARRAY_SIZE(lens); k++) {
+            memcpy(y, g, sizeof(y));
+            kern_swiglu_oai(y, y, u, lens[k], 1.702f, 7.0f);
+            for (int i = 0; i < N; i++) {
+                const double x = fmin(g[i], 7.0), v = fmax(fmin(u[i], 7.0), -7.0);
+                /* alpha as the float the engine passes: e^(αx) magnifies its rounding x-fold */
+                const double want = i < lens[k] ? x * (v + 1.0) / (1.0 + exp(-(double)1.702f * x)) : g[i];
+                if (!(fabs(y[i] - want) <= 2e-6 * fabs(want) + 1e-30))
+                    TEST_FAIL_("level %s n %d: swiglu_oai(%g, %g) = %.9g, want %.9g", level,
+                               lens[k], (double)g[i], (double)u[i], (double)y[i], want);
+            }
+        }
+    }
+    kern_set_level(saved);
+}
+
+TEST_MAIN(T(cache_types_vs_generic), T(silu_mul_vs_spec), T(swiglu_oai_vs_spec))
