@@ -21,8 +21,11 @@
 #
 # Types (-t, comma-separated; default all): f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl q2_K
 # q3_K q4_K q5_K q6_K iq4_xs Q4_K_M. -k LEVEL sets WARM_KERNELS (e.g. avx2 on an AVX-512
-# machine: the AVX2 level against the same llama.cpp). On a shared machine the absolute
-# figures fall with the load; the ratios, measured back to back, hold better.
+# machine); for the figures an AVX2-only machine would see, give it a llama.cpp built for
+# AVX2 alone as well (cmake -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
+# -DGGML_F16C=ON -DGGML_BMI2=ON, targets llama-bench and llama-quantize), so that both
+# sides use the same instructions. On a shared machine the absolute figures fall with the
+# load; the ratios, measured back to back, hold better.
 # KERNEL_TABLE_REPORT_ONLY=1: no runs, the table from WORK_DIR's earlier ones.
 set -eu
 

@@ -21,7 +21,8 @@
  * Each figure is the best of REPEATS (default 3) runs after one warm-up.
  *   --device cuda:N [--gpu-layers N], --devices cuda:0,cuda:1 --split tensor: the model on
  *            GPUs (the bandwidth bound printed is still the host's: device-check.sh's
- *            warm-cuda-bench measures the GPU's);
+ *            warm-cuda-bench measures the GPU's); --experts cpu keeps a mixture's routed
+ *            experts on the CPU (config `experts`);
  *   --private-copy: load the model as the daemon does, into a private copy that the first
  *            context repacks in place (a MoE model's experts too; a mapped file's experts
  *            are read in the file's rows);
@@ -92,12 +93,13 @@ static double cpu_seconds(void) {
 }
 
 /* --devices / --split / --tensor-split: the context's devices (default one CPU);
- * --device / --gpu-layers: one GPU */
+ * --device / --gpu-layers / --experts: one GPU, and where a mixture's experts run */
 static uint32_t split_n_devices = 1;
 static uint16_t split_cuda[ENGINE_MAX_DEVICES];
 static enum engine_device_kind device_kind = ENGINE_DEVICE_CPU;
 static int device_index;
 static uint32_t gpu_layers;
+static enum engine_experts_place experts;
 static enum engine_split split_kind = ENGINE_SPLIT_NONE;
 static float split_ratio[ENGINE_MAX_DEVICES];
 static bool devices_printed;
@@ -132,6 +134,7 @@ static int bench(const struct engine_model *m, int threads, int n_prompt, int n_
     p.device = device_kind;
     p.device_index = device_index;
     p.gpu_layers = gpu_layers;
+    p.experts = experts;
     memcpy(p.tensor_split, split_ratio, sizeof split_ratio);
     struct engine_context *ctx = NULL;
     struct err_detail d = {0};
@@ -336,7 +339,7 @@ static void usage(void) {
                     "[-r REPEATS] [-d DEPTH] [--cache-type f32|f16|bf16|q8_0|q4_0|...] "
                     "[--peer LLAMA_BENCH] [--private-copy]\n"
                     "       [--devices cpu,cpu,...|cuda:0,cuda:1,... --split none|tensor [--tensor-split R,R,...]]\n"
-                    "       [--device auto|cpu|cuda:N [--gpu-layers N]]\n"
+                    "       [--device auto|cpu|cuda:N [--gpu-layers N] [--experts auto|gpu|cpu]]\n"
                     "(with N devices each gets threads / N, at least one)\n");
 }
 
@@ -377,6 +380,12 @@ int main(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--gpu-layers") && v) {
             gpu_layers = (uint32_t)strtoul(v, NULL, 10);
+            i++;
+        } else if (!strcmp(a, "--experts") && v &&
+                   (!strcmp(v, "auto") || !strcmp(v, "gpu") || !strcmp(v, "cpu"))) {
+            experts = !strcmp(v, "auto") ? ENGINE_EXPERTS_AUTO
+                      : !strcmp(v, "gpu") ? ENGINE_EXPERTS_GPU
+                                          : ENGINE_EXPERTS_CPU;
             i++;
         } else if (!strcmp(a, "--split") && v && engine_split_from_name(v) >= 0) {
             split_kind = (enum engine_split)engine_split_from_name(v);

@@ -51,6 +51,7 @@ struct options {
     const char *devices, *split, *tensor_split; /* NULL: one device, split none, equal */
     const char *device; /* NULL: cpu */
     long gpu_layers;
+    int experts; /* enum engine_experts_place */
     struct engine_sampler_params sp;
 };
 
@@ -65,7 +66,7 @@ static void usage(FILE *f) {
                "[--save-state FILE --save-at N] [--load-state FILE]\n"
                "       [--ids] [--stop-on-bos] [--logits FILE]\n"
                "       [--devices cpu,cpu,...|cuda:0,cuda:1,... --split none|tensor [--tensor-split R,R,...]]\n"
-               "       [--device auto|cpu|cuda:N [--gpu-layers N]]\n"
+               "       [--device auto|cpu|cuda:N [--gpu-layers N] [--experts auto|gpu|cpu]]\n"
                "TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl\n");
 }
 
@@ -118,6 +119,13 @@ static int options_parse(int argc, char **argv, struct options *o) {
         else if (!strcmp(a, "--devices")) o->devices = v;
         else if (!strcmp(a, "--device")) o->device = v;
         else if (!strcmp(a, "--gpu-layers")) r = parse_long(v, 0, 65536, &o->gpu_layers);
+        else if (!strcmp(a, "--experts")) {
+            o->experts = !strcmp(v, "auto") ? ENGINE_EXPERTS_AUTO
+                         : !strcmp(v, "gpu") ? ENGINE_EXPERTS_GPU
+                         : !strcmp(v, "cpu") ? ENGINE_EXPERTS_CPU
+                                             : -1;
+            if (o->experts < 0) r = -EINVAL;
+        }
         else if (!strcmp(a, "--split")) o->split = v;
         else if (!strcmp(a, "--tensor-split")) o->tensor_split = v;
         else if (!strcmp(a, "--save-at")) r = parse_long(v, 1, INT32_MAX, &o->save_at);
@@ -371,6 +379,7 @@ int main(int argc, char **argv) {
     cp.type_v = (enum kern_type)vt;
     cp.kv_rotation = o.kv_rotation >= 0 ? o.kv_rotation == 1 : engine_kv_rotation_env_default();
     cp.gpu_layers = (uint32_t)o.gpu_layers;
+    cp.experts = (enum engine_experts_place)o.experts;
     if ((o.device && (r = engine_device_resolve(o.device, &cp.device, &cp.device_index, NULL, 0, &d)) < 0) ||
         (o.devices && (r = engine_devices_parse_into(o.devices, &cp, &d)) < 0) ||
         (o.split && (r = engine_split_from_name(o.split)) < 0 &&
