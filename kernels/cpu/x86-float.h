@@ -306,18 +306,20 @@ X86_INLINE void r16f_half(float *y, int64_t ys, const float *wb, const float *pa
 /* 512-bit: value k of the 16 rows is one register that meets a whole panel (12
  * accumulators, each FMA's broadcast from the panel's stream): 13 loads per 12 FMAs of
  * 16 lanes, twice the work per FMA of the 256-bit half panels. */
-X86_INLINE void r16f_step(__m512 *acc, const float *wb, const float *pan, int64_t k) {
+X86_INLINE void r16f_step(__m512 *acc, const float *wb, const float *pan, int64_t k, const int NT) {
     const __m512 w = _mm512_load_ps(wb + 16 * k);
     const float *xv = pan + k * KERN_R8F_PANEL;
 #pragma GCC unroll 12
-    for (int t = 0; t < KERN_R8F_PANEL; t++) acc[t] = _mm512_fmadd_ps(w, _mm512_set1_ps(xv[t]), acc[t]);
+    for (int t = 0; t < NT; t++) acc[t] = _mm512_fmadd_ps(w, _mm512_set1_ps(xv[t]), acc[t]);
 }
 
+/* NT: the panel's tokens computed (nv rounded up to 4: a block's short last panel, as
+ * pp64's 60 + 4, then costs 4 tokens' FMAs, not a whole panel's 12) */
 X86_INLINE void r16f_panel(float *y, int64_t ys, const float *wb, const float *pan, int64_t c,
-                           bool add, int nv, const uint8_t *pa, const uint8_t *pb) {
+                           bool add, int nv, const uint8_t *pa, const uint8_t *pb, const int NT) {
     __m512 acc[KERN_R8F_PANEL];
 #pragma GCC unroll 12
-    for (int t = 0; t < KERN_R8F_PANEL; t++) acc[t] = _mm512_setzero_ps();
+    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 4 <= c; k += 4) { /* a line of the next chunk per group every 4 values */
         if (pa) {
@@ -325,11 +327,11 @@ X86_INLINE void r16f_panel(float *y, int64_t ys, const float *wb, const float *p
             _mm_prefetch((const char *)pb + 16 * k, _MM_HINT_T0);
         }
 #pragma GCC unroll 4
-        for (int u = 0; u < 4; u++) r16f_step(acc, wb, pan, k + u);
+        for (int u = 0; u < 4; u++) r16f_step(acc, wb, pan, k + u, NT);
     }
-    for (; k < c; k++) r16f_step(acc, wb, pan, k);
+    for (; k < c; k++) r16f_step(acc, wb, pan, k, NT);
 #pragma GCC unroll 12
-    for (int t = 0; t < KERN_R8F_PANEL; t++) {
+    for (int t = 0; t < NT; t++) {
         if (t >= nv) break;
         __m512 s = acc[t];
         if (add) s = _mm512_add_ps(s, _mm512_loadu_ps(y + t * ys));
@@ -357,7 +359,10 @@ X86_INLINE void ftile16(float *y, int64_t ys, const void *g, const void *x, size
         for (int t0 = 0; t0 < nt; t0 += KERN_R8F_PANEL) {
             const float *pan = xf + (int64_t)t0 * n + i0 * KERN_R8F_PANEL;
             const int nv = nt - t0 < KERN_R8F_PANEL ? nt - t0 : KERN_R8F_PANEL;
-            r16f_panel(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, t0 == 0 ? pa : NULL, pb);
+            const uint8_t *qa = t0 == 0 ? pa : NULL;
+            if (nv > 8) r16f_panel(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, qa, pb, KERN_R8F_PANEL);
+            else if (nv > 4) r16f_panel(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, qa, pb, 8);
+            else r16f_panel(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, qa, pb, 4);
         }
 #else
         for (int t0 = 0; t0 < nt; t0 += R16F_HALF) {
