@@ -12,6 +12,10 @@ static size_t group_block_bytes(enum kern_type wt) {
     case KERN_TYPE_F16: return 8 * sizeof(kern_f16);
     case KERN_TYPE_BF16: return 8 * sizeof(kern_bf16);
     case KERN_TYPE_Q4_0: return 8 * sizeof(struct block_q4_0);
+    case KERN_TYPE_IQ4_NL: return 8 * sizeof(struct block_iq4_nl);
+    case KERN_TYPE_Q4_1: return 8 * sizeof(struct block_q4_1);
+    case KERN_TYPE_Q5_0: return 8 * sizeof(struct block_q5_0);
+    case KERN_TYPE_Q5_1: return 8 * sizeof(struct block_q5_1);
     case KERN_TYPE_Q8_0: return 8 * sizeof(struct block_q8_0);
     case KERN_TYPE_Q4_K: return 8 * sizeof(struct block_q4_K);
     case KERN_TYPE_Q5_K: return 8 * sizeof(struct block_q5_K);
@@ -38,11 +42,18 @@ static void move(uint8_t *g, uint8_t *row, size_t n, bool to_group) {
 
 /* Block j of 8 rows (row[r]: row r's block, file layout) to or from the group block g. */
 static void group_block(enum kern_type wt, uint8_t *g, uint8_t *row[8], bool to_group) {
+    const struct kern_type_traits *tr = kern_type_traits((int)wt);
     for (int r = 0; r < 8; r++) {
-        if (wt == KERN_TYPE_Q4_0 || wt == KERN_TYPE_Q8_0) { /* d | qs[16] or qs[32] */
-            move(g + 2 * r, row[r], 2, to_group);
-            for (int k = 0; k < (wt == KERN_TYPE_Q4_0 ? 4 : 8); k++)
-                move(g + 16 + 32 * k + 4 * r, row[r] + 2 + 4 * k, 4, to_group);
+        if (wt == KERN_TYPE_Q4_0 || wt == KERN_TYPE_IQ4_NL || wt == KERN_TYPE_Q8_0 ||
+            wt == KERN_TYPE_Q4_1 || wt == KERN_TYPE_Q5_0 || wt == KERN_TYPE_Q5_1) {
+            /* q4_0, iq4_nl, q8_0: d | qs;  q4_1: d | m | qs;  q5_0: d | qh[4] | qs;  q5_1: d |
+             * m | qh[4] | qs: the fp16 fields (d, m) 16 bytes each, then the rest in 4-byte
+             * chunks (qh first), 32 bytes each */
+            const int n16 = wt == KERN_TYPE_Q4_1 || wt == KERN_TYPE_Q5_1 ? 2 : 1;
+            const int nc = (int)(tr->type_size - 2 * (size_t)n16) / 4;
+            for (int f = 0; f < n16; f++) move(g + 16 * f + 2 * r, row[r] + 2 * f, 2, to_group);
+            for (int k = 0; k < nc; k++)
+                move(g + 16 * n16 + 32 * k + 4 * r, row[r] + 2 * n16 + 4 * k, 4, to_group);
         } else if (wt == KERN_TYPE_MXFP4) { /* e | qs[16] */
             move(g + r, row[r], 1, to_group);
             for (int k = 0; k < 4; k++) move(g + 8 + 32 * k + 4 * r, row[r] + 1 + 4 * k, 4, to_group);

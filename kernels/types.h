@@ -49,7 +49,9 @@ enum kern_type {
  * as the rows. For each group of rows, for each block j, the 8 rows' fields, row r's 4
  * bytes at 4r within every 32 (2 bytes at 2r for fp16 fields):
  *   f16, bf16: value k of the 8 rows, row r's at 2r of 16 bytes
- *   q4_0: d[8] | qs in 4 chunks, chunk k = bytes 4k..4k+3 of each row's qs
+ *   q4_0, iq4_nl: d[8] | qs in 4 chunks, chunk k = bytes 4k..4k+3 of each row's qs
+ *   q4_1: d[8] | m[8] | qs in 4 chunks;  q5_0: d[8] | qh in 1 chunk | qs in 4 chunks;
+ *   q5_1: d[8] | m[8] | qh in 1 chunk | qs in 4 chunks
  *   q8_0: d[8] | qs in 8 chunks, likewise
  *   q4_K: d[8] | dmin[8] | scales in 3 chunks (chunk w = bytes 4w..4w+3) | qs in 4 × 8
  *         chunks, chunk (q, k) = bytes 32q + 4k..+3 (sub-blocks 2q, 2q+1 of values 4k..)

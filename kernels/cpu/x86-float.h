@@ -186,6 +186,16 @@ X86_INLINE void ftile(float *y, int64_t ys, const void *w, size_t wst, const voi
  * chunk's sums. No horizontal sums: a token's 8 outputs are one store. */
 enum { R8F_CHUNK = 512 };
 
+/* Tokens per packed panel: the 512-bit levels pack their own panels of 16 (r8f_pack,
+ * f32_pack16 below; blocks of 64 tokens, 4 whole panels: pp64 in blocks of 60 + 4 left
+ * the last panel a third full); the 256-bit ones read kern_matmul's panels of
+ * KERN_R8F_PANEL (12, two half panels of 6: 12 accumulators of 16 registers). */
+#if X86_W512
+#define R8F_PW 16
+#else
+#define R8F_PW KERN_R8F_PANEL
+#endif
+
 X86_INLINE __m256 r8f_load(const uint8_t *g, int64_t k, const int F) {
     const __m128i v = _mm_loadu_si128((const __m128i *)(g + 16 * k));
     if (F == FK_F16) return _mm256_cvtph_ps(v);
@@ -238,18 +248,18 @@ X86_INLINE void ftile8(float *y, int64_t ys, const void *g, const void *x, size_
     }
     for (int64_t i0 = 0; i0 < n; i0 += R8F_CHUNK) {
         const int64_t i1 = n - i0 < R8F_CHUNK ? n : i0 + R8F_CHUNK;
-        for (int t0 = 0; t0 < nt; t0 += KERN_R8F_PANEL) {
-            const float *pan = xf + (int64_t)t0 * n; /* panel t0 / KERN_R8F_PANEL */
-            const int np = nt - t0 < KERN_R8F_PANEL ? nt - t0 : KERN_R8F_PANEL;
+        for (int t0 = 0; t0 < nt; t0 += R8F_PW) {
+            const float *pan = xf + (int64_t)t0 * n; /* panel t0 / R8F_PW */
+            const int np = nt - t0 < R8F_PW ? nt - t0 : R8F_PW;
             int t = 0;
-            if (np == KERN_R8F_PANEL) {
-                r8f_body(y + t0 * ys, ys, gb, pan, KERN_R8F_PANEL, 1, i0, i1, i0 > 0, KERN_R8F_PANEL, F);
-                continue;
+            if (np >= 12) { /* 12 accumulators at a time */
+                r8f_body(y + t0 * ys, ys, gb, pan, R8F_PW, 1, i0, i1, i0 > 0, 12, F);
+                t = 12;
             }
             for (; t + 4 <= np; t += 4)
-                r8f_body(y + (t0 + t) * ys, ys, gb, pan + t, KERN_R8F_PANEL, 1, i0, i1, i0 > 0, 4, F);
+                r8f_body(y + (t0 + t) * ys, ys, gb, pan + t, R8F_PW, 1, i0, i1, i0 > 0, 4, F);
             for (; t < np; t++)
-                r8f_body(y + (t0 + t) * ys, ys, gb, pan + t, KERN_R8F_PANEL, 1, i0, i1, i0 > 0, 1, F);
+                r8f_body(y + (t0 + t) * ys, ys, gb, pan + t, R8F_PW, 1, i0, i1, i0 > 0, 1, F);
         }
     }
 }
@@ -308,17 +318,18 @@ X86_INLINE void r16f_half(float *y, int64_t ys, const float *wb, const float *pa
  * 16 lanes, twice the work per FMA of the 256-bit half panels. */
 X86_INLINE void r16f_step(__m512 *acc, const float *wb, const float *pan, int64_t k, const int NT) {
     const __m512 w = _mm512_load_ps(wb + 16 * k);
-    const float *xv = pan + k * KERN_R8F_PANEL;
-#pragma GCC unroll 12
+    const float *xv = pan + k * R8F_PW;
+#pragma GCC unroll 16
     for (int t = 0; t < NT; t++) acc[t] = _mm512_fmadd_ps(w, _mm512_set1_ps(xv[t]), acc[t]);
 }
 
-/* NT: the panel's tokens computed (nv rounded up to 4: a block's short last panel, as
- * pp64's 60 + 4, then costs 4 tokens' FMAs, not a whole panel's 12) */
+/* NT: the panel's tokens computed (nv rounded up to 4: a block's short last panel then
+ * costs its own tokens' FMAs, not a whole panel's). 16 accumulators, the rows' register
+ * and a broadcast: 18 of the 32 registers. */
 X86_INLINE void r16f_panel(float *y, int64_t ys, const float *wb, const float *pan, int64_t c,
                            bool add, int nv, const uint8_t *pa, const uint8_t *pb, const int NT) {
-    __m512 acc[KERN_R8F_PANEL];
-#pragma GCC unroll 12
+    __m512 acc[R8F_PW];
+#pragma GCC unroll 16
     for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 4 <= c; k += 4) { /* a line of the next chunk per group every 4 values */
@@ -330,7 +341,7 @@ X86_INLINE void r16f_panel(float *y, int64_t ys, const float *wb, const float *p
         for (int u = 0; u < 4; u++) r16f_step(acc, wb, pan, k + u, NT);
     }
     for (; k < c; k++) r16f_step(acc, wb, pan, k, NT);
-#pragma GCC unroll 12
+#pragma GCC unroll 16
     for (int t = 0; t < NT; t++) {
         if (t >= nv) break;
         __m512 s = acc[t];
@@ -356,11 +367,12 @@ X86_INLINE void ftile16(float *y, int64_t ys, const void *g, const void *x, size
         /* the first (half) panel fetches the next chunk (or the next groups) */
         const uint8_t *pa = i1 < n ? ga + 16 * i1 : gb + 16 * n, *pb = i1 < n ? gb + 16 * i1 : gb + 32 * n;
 #if X86_W512
-        for (int t0 = 0; t0 < nt; t0 += KERN_R8F_PANEL) {
-            const float *pan = xf + (int64_t)t0 * n + i0 * KERN_R8F_PANEL;
-            const int nv = nt - t0 < KERN_R8F_PANEL ? nt - t0 : KERN_R8F_PANEL;
+        for (int t0 = 0; t0 < nt; t0 += R8F_PW) {
+            const float *pan = xf + (int64_t)t0 * n + i0 * R8F_PW;
+            const int nv = nt - t0 < R8F_PW ? nt - t0 : R8F_PW;
             const uint8_t *qa = t0 == 0 ? pa : NULL;
-            if (nv > 8) r16f_panel(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, qa, pb, KERN_R8F_PANEL);
+            if (nv > 12) r16f_panel(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, qa, pb, 16);
+            else if (nv > 8) r16f_panel(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, qa, pb, 12);
             else if (nv > 4) r16f_panel(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, qa, pb, 8);
             else r16f_panel(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, qa, pb, 4);
         }
@@ -374,3 +386,25 @@ X86_INLINE void ftile16(float *y, int64_t ys, const void *g, const void *x, size
 #endif
     }
 }
+
+#if X86_W512
+static_assert(R8F_PW == 16 && KERN_TILE_TOKS % R8F_PW == 0 && KERN_TILE_TOKS <= KERN_R8F_BLOCK_SLOTS,
+              "a block of KERN_TILE_TOKS tokens is whole panels within the packed block's bytes");
+/* r8f_pack of the f16/bf16 rows8 tiles at 512 bits (kernels/ref/matmul.h): nt tokens'
+ * f32 rows (n values each) into panels of R8F_PW, panel p at p·R8F_PW·n floats, value k
+ * of its tokens side by side (a missing token's 0); this part's panels of n_parts. Value
+ * by value, so that each 64-byte line of the panel is written whole. */
+static void X86_SFX(f32_pack16)(void *dst, const float *x, int64_t n, int nt, int part, int n_parts) {
+    const int n_pan = (nt + R8F_PW - 1) / R8F_PW;
+    for (int p = n_pan * part / n_parts; p < n_pan * (part + 1) / n_parts; p++) {
+        float *pan = (float *)dst + (int64_t)p * R8F_PW * n;
+        const int nv = nt - p * R8F_PW < R8F_PW ? nt - p * R8F_PW : R8F_PW;
+        const float *xr = x + (int64_t)p * R8F_PW * n;
+        for (int64_t k = 0; k < n; k++) {
+            float v[R8F_PW] = {0};
+            for (int l = 0; l < nv; l++) v[l] = xr[l * n + k];
+            _mm512_storeu_ps(pan + k * R8F_PW, _mm512_loadu_ps(v));
+        }
+    }
+}
+#endif

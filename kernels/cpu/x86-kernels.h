@@ -25,7 +25,8 @@
  * instead (ipack: one register holds 4 rows, see ipack_body), decodes k-quants a
  * super-block at a time (kdirect_body) and runs float tiles of 4 rows × 3 tokens. Rows8
  * weights (kernels/ref/matmul.h) run 8 rows per register (r8_body); the 512-bit level's
- * prefill of q4_0, mxfp4 and the k-quants runs 16, two groups side by side (x86-rows16.h).
+ * prefill of q4_0, iq4_nl, q4_1, q5_0, q5_1, mxfp4 and the k-quants runs 16, two groups
+ * side by side (x86-rows16.h).
  *
  * The body is in parts, one per section, included below in the order they build on each
  * other; each says what it holds at its top. This file ends with the dispatch: the level's
@@ -87,6 +88,10 @@ X86_FTILE(bf16, FK_BF16)
         drv(y, ys, g, x, xst, n, nt, K);                                                    \
     }
 X86_TILE8(q4_0, tile8, WK_Q4_0)
+X86_TILE8(iq4_nl, tile8, WK_IQ4_NL)
+X86_TILE8(q4_1, tile8, WK_Q4_1)
+X86_TILE8(q5_0, tile8, WK_Q5_0)
+X86_TILE8(q5_1, tile8, WK_Q5_1)
 X86_TILE8(mxfp4, tile8, WK_MXFP4)
 X86_TILE8(q8_0, tile8, WK_Q8_0)
 X86_TILE8(q4_K, tile8, WK_Q4_K)
@@ -99,6 +104,10 @@ X86_TILE8(f16, ftile8, FK_F16)
 X86_TILE8(bf16, ftile8, FK_BF16)
 #if X86_W512
 X86_TILE8(16_q4_0, tile16q, WK_Q4_0)
+X86_TILE8(16_iq4_nl, tile16q, WK_IQ4_NL)
+X86_TILE8(16_q4_1, tile16q, WK_Q4_1)
+X86_TILE8(16_q5_0, tile16q, WK_Q5_0)
+X86_TILE8(16_q5_1, tile16q, WK_Q5_1)
 X86_TILE8(16_mxfp4, tile16q, WK_MXFP4)
 X86_TILE8(16_q4_K, tile16q, WK_Q4_K)
 X86_TILE8(16_q5_K, tile16q, WK_Q5_K)
@@ -136,6 +145,10 @@ void X86_SFX(kern_impl_fill)(struct kern_impl *impl) {
     impl->tile[KERN_TYPE_Q3_K] = X86_SFX(tile_q3_K);
     impl->tile[KERN_TYPE_IQ4_XS] = X86_SFX(tile_iq4_xs);
     impl->tile8[KERN_TYPE_Q4_0] = X86_SFX(tile8_q4_0);
+    impl->tile8[KERN_TYPE_IQ4_NL] = X86_SFX(tile8_iq4_nl);
+    impl->tile8[KERN_TYPE_Q4_1] = X86_SFX(tile8_q4_1);
+    impl->tile8[KERN_TYPE_Q5_0] = X86_SFX(tile8_q5_0);
+    impl->tile8[KERN_TYPE_Q5_1] = X86_SFX(tile8_q5_1);
     impl->tile8[KERN_TYPE_MXFP4] = X86_SFX(tile8_mxfp4);
     impl->tile8[KERN_TYPE_Q8_0] = X86_SFX(tile8_q8_0);
     impl->tile8[KERN_TYPE_Q4_K] = X86_SFX(tile8_q4_K);
@@ -150,12 +163,19 @@ void X86_SFX(kern_impl_fill)(struct kern_impl *impl) {
     impl->tile8[KERN_TYPE_Q2_K] = X86_SFX(tile8_q2_K);
 #if X86_W512
     impl->tile16[KERN_TYPE_Q4_0] = X86_SFX(tile8_16_q4_0);
+    impl->tile16[KERN_TYPE_IQ4_NL] = X86_SFX(tile8_16_iq4_nl);
+    impl->tile16[KERN_TYPE_Q4_1] = X86_SFX(tile8_16_q4_1);
+    impl->tile16[KERN_TYPE_Q5_0] = X86_SFX(tile8_16_q5_0);
+    impl->tile16[KERN_TYPE_Q5_1] = X86_SFX(tile8_16_q5_1);
     impl->tile16[KERN_TYPE_MXFP4] = X86_SFX(tile8_16_mxfp4);
     impl->tile16[KERN_TYPE_Q4_K] = X86_SFX(tile8_16_q4_K);
     impl->tile16[KERN_TYPE_Q5_K] = X86_SFX(tile8_16_q5_K);
     impl->tile16[KERN_TYPE_Q6_K] = X86_SFX(tile8_16_q6_K);
     impl->tile16[KERN_TYPE_Q3_K] = X86_SFX(tile8_16_q3_K);
     impl->tile16[KERN_TYPE_Q2_K] = X86_SFX(tile8_16_q2_K);
+    /* f16/bf16 prefill in panels of 16 tokens (x86-float.h R8F_PW) */
+    impl->r8f_pack[KERN_TYPE_F16] = impl->r8f_pack[KERN_TYPE_BF16] = X86_SFX(f32_pack16);
+    impl->r8f_block_toks[KERN_TYPE_F16] = impl->r8f_block_toks[KERN_TYPE_BF16] = KERN_TILE_TOKS;
 #endif
 #if !X86_W512
     impl->tile8_interleaved[KERN_TYPE_Q3_K] = r8_prefill_ipack(WK_Q3_K);

@@ -53,6 +53,8 @@ X86_INLINE bool wk_is_k(int k) { return k >= WK_Q4_K; }
 X86_INLINE bool wk_has_m(int k) {
     return k == WK_Q4_1 || k == WK_Q5_1 || k == WK_Q4_K || k == WK_Q5_K;
 }
+/* a fifth bit per code in qh (q5_0, q5_1) */
+X86_INLINE bool wk_has_qh(int k) { return k == WK_Q5_0 || k == WK_Q5_1; }
 /* S mode (signed values): PMADDUBSW would saturate on U mode's codes up to 255 */
 X86_INLINE bool wk_signed(int k) {
     return !X86_VNNI && (k == WK_Q8_0 || k == WK_IQ4_NL || k == WK_IQ4_XS);

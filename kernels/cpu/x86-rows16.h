@@ -126,32 +126,60 @@ X86_INLINE void r16_k16_body(float *y, int64_t ys, const uint8_t *ga, const uint
     for (int t = 0; t < NT; t++) _mm512_storeu_ps(y + t * ys, acc[t]);
 }
 
-/* r8_q4_0_body over 16 rows (VNNI: the 512-bit level has it) */
-X86_INLINE void r16_q4_0_body(float *y, int64_t ys, const uint8_t *ga, const uint8_t *gb, const uint8_t *x,
-                              size_t xst, int64_t nb, const int NT) {
+/* r8q_qh_or over 16 rows: lanes 0..7 and 8..15 of qh are the two groups' qh words */
+X86_INLINE __m512i r16q_qh_or(__m512i u, __m512i qh, int k, int hf) {
+    const __m512i v = _mm512_shuffle_epi8(qh, _mm512_broadcast_i64x4(r8q_byte(2 * hf + k / 2)));
+    const __m512i bits = _mm512_set1_epi32(k % 2 ? (int)0x80402010u : 0x08040201);
+    return _mm512_mask_add_epi8(u, _mm512_test_epi8_mask(v, bits), u, _mm512_set1_epi8(0x10));
+}
+
+/* r8_q32_body (q4_0, iq4_nl, q4_1, q5_0, q5_1) over 16 rows (VNNI: the 512-bit level has it) */
+X86_INLINE void r16_q32_body(float *y, int64_t ys, const uint8_t *ga, const uint8_t *gb, const uint8_t *x,
+                             size_t xst, int64_t nb, const int NT, const int K) {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i utbl = _mm512_broadcast_i32x4(_mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129, (char)141,
+                                                              (char)153, (char)166, (char)181, (char)197, (char)217,
+                                                              (char)241));
+    (void)utbl; /* iq4_nl's */
     __m512 acc[4];
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t j = 0; j < nb; j++) {
-        const uint8_t *a = ga + wk_r8_bytes(WK_Q4_0) * j, *b = gb + wk_r8_bytes(WK_Q4_0) * j;
+        const uint8_t *a = ga + wk_r8_bytes(K) * j, *b = gb + wk_r8_bytes(K) * j;
         _mm_prefetch((const char *)a + 2048, _MM_HINT_T0);
         _mm_prefetch((const char *)a + 2048 + 64, _MM_HINT_T0);
         _mm_prefetch((const char *)b + 2048, _MM_HINT_T0);
         _mm_prefetch((const char *)b + 2048 + 64, _MM_HINT_T0);
+        if (wk_r8_bytes(K) > 144) {
+            _mm_prefetch((const char *)a + 2048 + 128, _MM_HINT_T0);
+            _mm_prefetch((const char *)b + 2048 + 128, _MM_HINT_T0);
+        }
+        const size_t qs = (size_t)r8q_qs(K), qho = (size_t)r8q_qh(K);
+        const __m512i qh = wk_has_qh(K) ? ld2x32(a + qho, b + qho) : _mm512_setzero_si512();
         __m512i lo[4], hi[4];
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
-            const __m512i c = ld2x32(a + 16 + 32 * k, b + 16 + 32 * k);
+            const __m512i c = ld2x32(a + qs + 32 * k, b + qs + 32 * k);
             lo[k] = _mm512_and_si512(c, m4);
             hi[k] = _mm512_and_si512(_mm512_srli_epi16(c, 4), m4);
+            if (K == WK_IQ4_NL) {
+                lo[k] = _mm512_shuffle_epi8(utbl, lo[k]);
+                hi[k] = _mm512_shuffle_epi8(utbl, hi[k]);
+            }
+            if (wk_has_qh(K)) {
+                lo[k] = r16q_qh_or(lo[k], qh, k, 0);
+                hi[k] = r16q_qh_or(hi[k], qh, k, 1);
+            }
         }
         const __m512 dw = _mm512_cvtph_ps(ld2x16(a, b));
+        const __m512 mw = wk_has_m(K) ? _mm512_cvtph_ps(ld2x16(a + 16, b + 16)) : _mm512_setzero_ps();
+        (void)mw;
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
             const uint8_t *xr = x + t * xst, *xq = xr + 32 * j;
             const float *xd = (const float *)(xr + 32 * nb);
-            __m512i s = _mm512_set1_epi32(-8 * act_q8_0_sum(xr, nb, j)), s2 = _mm512_setzero_si512();
+            const int32_t corr = wk_off(K) ? wk_off(K) * act_q8_0_sum(xr, nb, j) : 0;
+            __m512i s = _mm512_set1_epi32(-corr), s2 = _mm512_setzero_si512();
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
                 s = _mm512_dpbusd_epi32(s, lo[k], bcast4x16(xq + 4 * k));
@@ -159,6 +187,7 @@ X86_INLINE void r16_q4_0_body(float *y, int64_t ys, const uint8_t *ga, const uin
             }
             s = _mm512_add_epi32(s, s2);
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(xd[j])), acc[t]);
+            if (wk_has_m(K)) acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xd[nb + j]), acc[t]);
         }
     }
 #pragma GCC unroll 4
@@ -279,7 +308,8 @@ X86_INLINE void r16_qk_body(float *y, int64_t ys, const uint8_t *ga, const uint8
 /* the 16-row body of kind K */
 X86_INLINE void r16_body(float *y, int64_t ys, const uint8_t *ga, const uint8_t *gb, const uint8_t *x,
                          size_t xst, int64_t nb, const int NT, const int K) {
-    if (K == WK_Q4_0) r16_q4_0_body(y, ys, ga, gb, x, xst, nb, NT);
+    if (K == WK_Q4_0 || K == WK_IQ4_NL || K == WK_Q4_1 || K == WK_Q5_0 || K == WK_Q5_1)
+        r16_q32_body(y, ys, ga, gb, x, xst, nb, NT, K);
     else if (K == WK_MXFP4) r16_mxfp4_body(y, ys, ga, gb, x, xst, nb, NT);
     else if (K == WK_Q4_K || K == WK_Q5_K) r16_qk_body(y, ys, ga, gb, x, xst, nb, NT, K);
     else r16_k16_body(y, ys, ga, gb, x, xst, nb, NT, K);

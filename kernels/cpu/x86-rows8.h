@@ -1,17 +1,12 @@
 /* Part of x86-kernels.h: the bodies for rows8 weights (kernels/types.h, enum kern_layout):
  * a register holds 4 bytes of each of a group's 8 rows (lane r = row r), so decode needs
- * no horizontal sums. One body per layout (q4_0, mxfp4, q4_K/q5_K, q8_0, iq4_xs, and
- * q6_K/q3_K/q2_K with a scale per 16 values), each for 8 rows × up to 4 tokens; tile8 is
- * the driver of a type's tile8 entry (at the 256-bit level, the prefill of some kinds goes
- * through x86-prefill.h's ipack instead). The 512-bit level's 16-row forms follow in
+ * no horizontal sums. One body per layout (q4_0/iq4_nl/q4_1/q5_0/q5_1, mxfp4, q4_K/q5_K,
+ * q8_0, iq4_xs, and q6_K/q3_K/q2_K with a scale per 16 values), each for 8 rows × up to 4
+ * tokens; tile8 is the driver of a type's tile8 entry (at the 256-bit level, the prefill of
+ * some kinds goes through x86-prefill.h's ipack, or unpacks a group's codes once for all
+ * the tile's tokens: struct r8pack). The 512-bit level's 16-row forms follow in
  * x86-rows16.h. */
 
-/* q4_0, 8 rows × NT tokens over all nb blocks of group g. Chunk k of a block holds, in
- * lane r, row r's values 4k..4k+3 (low nibbles) and 16+4k..16+4k+3 (high nibbles): each
- * meets the token's 4 codes broadcast to every lane, so lane r sums row r's dot and the
- * block's 8 scales are one fp16 load. Codes u = q (0..15) against |x| <= 127: a pair is
- * at most 3810, the 16 of a block's 8 byte dots 30480, within int16; -8·Σx comes from the
- * half sums in the q8_0 rows' s slot. */
 /* 4 bytes at p in every 32-bit lane: a broadcast load (VPBROADCASTD), no shuffle */
 X86_INLINE __m256i bcast4(const uint8_t *p) {
     int32_t v;
@@ -27,55 +22,182 @@ X86_INLINE int32_t act_q8_0_sum(const uint8_t *xr, int64_t nb, int64_t j) {
     return (int32_t)(int16_t)(uint16_t)hs + (int32_t)(int16_t)(uint16_t)((uint32_t)hs >> 16);
 }
 
-X86_INLINE void r8_q4_0_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x, size_t xst,
-                             int64_t nb, const int NT) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+/* The 32-value kinds whose rows8 block is d[8] | m[8] (q4_1, q5_1) | qh (q5_0, q5_1: one
+ * chunk, row r's 4 bytes at 4r) | qs in 4 chunks (kernels/repack.c): q4_0, iq4_nl, q4_1,
+ * q5_0, q5_1. The offsets of the qh and qs chunks in the block. */
+X86_INLINE int r8q_qh(int k) { return wk_has_m(k) ? 32 : 16; }
+X86_INLINE int r8q_qs(int k) { return r8q_qh(k) + (wk_has_qh(k) ? 32 : 0); }
+
+/* The 4-byte broadcast pattern of byte s of every 32-bit lane (VPSHUFB indices) */
+X86_INLINE __m256i r8q_byte(int s) {
+    return _mm256_setr_epi32(0x01010101 * s, 0x01010101 * (4 + s), 0x01010101 * (8 + s), 0x01010101 * (12 + s),
+                             0x01010101 * s, 0x01010101 * (4 + s), 0x01010101 * (8 + s), 0x01010101 * (12 + s));
+}
+/* u with the fifth bits of chunk k's low (hf 0) or high (hf 1) nibbles: lane r of qh is row
+ * r's qh word, whose bit 16·hf + 4k + i (byte 2·hf + k/2, bit 4·(k%2) + i) is byte i's */
+X86_INLINE __m256i r8q_qh_or(__m256i u, __m256i qh, int k, int hf) {
+    const __m256i v = _mm256_shuffle_epi8(qh, r8q_byte(2 * hf + k / 2));
+    const __m256i bits = _mm256_set1_epi32(k % 2 ? (int)0x80402010u : 0x08040201);
+#if X86_W512
+    return _mm256_mask_add_epi8(u, _mm256_test_epi8_mask(v, bits), u, _mm256_set1_epi8(0x10));
+#else
+    const __m256i h = _mm256_cmpeq_epi8(_mm256_and_si256(v, bits), bits);
+    return _mm256_or_si256(u, _mm256_and_si256(h, _mm256_set1_epi8(0x10)));
+#endif
+}
+
+/* The codes of rows8 block b of kind K (r8_q32_body): u[k] = chunk k's low nibbles, u[4 + k]
+ * its high ones, as codes (U mode) or signed values (S mode: iq4_nl without VNNI). */
+X86_INLINE void r8q_codes(__m256i u[8], const uint8_t *b, const int K) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i qh = wk_has_qh(K) ? _mm256_loadu_si256((const __m256i *)(b + r8q_qh(K))) : _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        const __m256i c = _mm256_loadu_si256((const __m256i *)(b + r8q_qs(K) + 32 * k));
+        u[k] = _mm256_and_si256(c, m4);
+        u[4 + k] = _mm256_and_si256(_mm256_srli_epi16(c, 4), m4);
+        if (K == WK_IQ4_NL) {
+            u[k] = iq4_lookup(u[k], wk_signed(K));
+            u[4 + k] = iq4_lookup(u[4 + k], wk_signed(K));
+        }
+        if (wk_has_qh(K)) {
+            u[k] = r8q_qh_or(u[k], qh, k, 0);
+            u[4 + k] = r8q_qh_or(u[4 + k], qh, k, 1);
+        }
+    }
+}
+
+/* The 256-bit level's prefill of the kinds whose codes cost most per 4-token step (iq4_nl's
+ * table and signs, q5's fifth bits): a group's codes unpacked once per R8P_BLOCKS blocks
+ * for all the tile's tokens, as ipack does for the file's rows. */
+enum { R8P_BLOCKS = 32 };
+struct r8pack {
+    _Alignas(32) uint8_t u[R8P_BLOCKS][8][32]; /* r8q_codes' u (S mode: |v|) */
+    _Alignas(32) int8_t v[R8P_BLOCKS][8][32];  /* S mode: v, for the signs */
+};
+
+X86_INLINE void r8pack_fill(struct r8pack *p, const uint8_t *g, int64_t j0, int64_t nbk, const int K) {
+    for (int64_t j = 0; j < nbk; j++) {
+        __m256i u[8];
+        r8q_codes(u, g + wk_r8_bytes(K) * (j0 + j), K);
+        for (int k = 0; k < 8; k++) {
+            _mm256_store_si256((__m256i *)p->u[j][k], wk_signed(K) ? _mm256_abs_epi8(u[k]) : u[k]);
+            if (wk_signed(K)) _mm256_store_si256((__m256i *)p->v[j][k], u[k]);
+        }
+    }
+}
+
+/* q4_0, iq4_nl, q4_1, q5_0, q5_1: 8 rows × NT tokens over blocks [j0, j0 + nbk) of group g
+ * (codes from the pack pk of those blocks where not NULL); y (+ when add) = the dots. Chunk
+ * k of a block holds, in lane r, row r's values 4k..4k+3 (low nibbles) and 16+4k..16+4k+3
+ * (high nibbles): each meets the token's 4 codes broadcast to every lane, so lane r sums
+ * row r's dot and the block's 8 scales are one fp16 load. U mode (wk_off): codes u = q
+ * (q5: | 16·qh bit; iq4_nl: the table + 128), -OFF·Σx from the half sums in the q8_0 rows'
+ * s slot; q4_1/q5_1 add m·s (the q8_1 rows' s = d·Σq) with their 8 m in one fp16 load.
+ * Without VNNI, VPMADDUBSW's int16 pairs: q4_0/q4_1 codes up to 15 against |x| <= 127, a
+ * pair at most 3810, the 8 byte dots of a block 30480; q5's up to 31, 7874 a pair, so the
+ * low and the high nibbles' 4 each (31496) are widened apart; iq4_nl in S mode
+ * (|v|·(x·sign v), pairs up to 32258, each dot widened at once), a chunk at a time for
+ * all NT tokens (its |v| and v in few registers). */
+X86_INLINE void r8_q32_body(float *y, int64_t ys, const uint8_t *g, const struct r8pack *pk,
+                            const uint8_t *x, size_t xst, int64_t nb, int64_t j0, int64_t nbk,
+                            bool add, const int NT, const int K) {
+    const __m256i ones = _mm256_set1_epi16(1);
     (void)ones; /* the VNNI bodies sum in VPDPBUSD */
     __m256 acc[4];
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
-    for (int64_t j = 0; j < nb; j++) {
-        const uint8_t *b = g + wk_r8_bytes(WK_Q4_0) * j;
-        _mm_prefetch((const char *)b + 2048, _MM_HINT_T0);
-        _mm_prefetch((const char *)b + 2048 + 64, _MM_HINT_T0);
-        __m256i lo[4], hi[4];
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-            __m256i c = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * k));
-            lo[k] = _mm256_and_si256(c, m4);
-            hi[k] = _mm256_and_si256(_mm256_srli_epi16(c, 4), m4);
+    for (int64_t j = j0; j < j0 + nbk; j++) {
+        const uint8_t *b = g + wk_r8_bytes(K) * j;
+        if (!pk) {
+            _mm_prefetch((const char *)b + 2048, _MM_HINT_T0);
+            _mm_prefetch((const char *)b + 2048 + 64, _MM_HINT_T0);
+            if (wk_r8_bytes(K) > 144) _mm_prefetch((const char *)b + 2048 + 128, _MM_HINT_T0);
         }
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b));
+        if (wk_signed(K)) { /* iq4_nl without VNNI */
+            __m256i is[4];
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) is[t] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                __m256i vl, vh, al, ah;
+                if (pk) {
+                    vl = _mm256_load_si256((const __m256i *)pk->v[j - j0][k]);
+                    vh = _mm256_load_si256((const __m256i *)pk->v[j - j0][4 + k]);
+                    al = _mm256_load_si256((const __m256i *)pk->u[j - j0][k]);
+                    ah = _mm256_load_si256((const __m256i *)pk->u[j - j0][4 + k]);
+                } else {
+                    const __m256i c = _mm256_loadu_si256((const __m256i *)(b + r8q_qs(K) + 32 * k));
+                    const __m256i m4 = _mm256_set1_epi8(0x0f);
+                    vl = iq4_lookup(_mm256_and_si256(c, m4), true);
+                    vh = iq4_lookup(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4), true);
+                    al = _mm256_abs_epi8(vl), ah = _mm256_abs_epi8(vh);
+                }
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) {
+                    const uint8_t *xq = x + t * xst + 32 * j + 4 * k;
+                    __m256i pl = _mm256_maddubs_epi16(al, _mm256_sign_epi8(bcast4(xq), vl));
+                    __m256i ph = _mm256_maddubs_epi16(ah, _mm256_sign_epi8(bcast4(xq + 16), vh));
+                    is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(_mm256_madd_epi16(pl, ones), _mm256_madd_epi16(ph, ones)));
+                }
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                const float *xd = (const float *)(x + t * xst + 32 * nb);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), _mm256_mul_ps(dw, _mm256_broadcast_ss(xd + j)), acc[t]);
+            }
+            continue;
+        }
+        __m256i u[8];
+        if (pk) {
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) u[k] = _mm256_load_si256((const __m256i *)pk->u[j - j0][k]);
+        } else {
+            r8q_codes(u, b, K);
+        }
+        const __m256 mw = wk_has_m(K) ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + 16))) : _mm256_setzero_ps();
+        (void)mw;
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
             const uint8_t *xr = x + t * xst, *xq = xr + 32 * j;
             const float *xd = (const float *)(xr + 32 * nb);
-            /* -8·Σx in the integer unit: the vector multiplier is the busy one */
-            const int32_t corr = 8 * act_q8_0_sum(xr, nb, j);
+            /* -OFF·Σx in the integer unit: the vector multiplier is the busy one */
+            const int32_t corr = wk_off(K) ? wk_off(K) * act_q8_0_sum(xr, nb, j) : 0;
 #if X86_VNNI
             /* the low and high nibbles' dots in two chains, straight into int32 */
             __m256i s = _mm256_set1_epi32(-corr), s2 = _mm256_setzero_si256();
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
-                s = _mm256_dpbusd_epi32(s, lo[k], bcast4(xq + 4 * k));
-                s2 = _mm256_dpbusd_epi32(s2, hi[k], bcast4(xq + 16 + 4 * k));
+                s = _mm256_dpbusd_epi32(s, u[k], bcast4(xq + 4 * k));
+                s2 = _mm256_dpbusd_epi32(s2, u[4 + k], bcast4(xq + 16 + 4 * k));
             }
             s = _mm256_add_epi32(s, s2);
 #else
-            __m256i p = _mm256_maddubs_epi16(lo[0], bcast4(xq));
-            p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi[0], bcast4(xq + 16)));
+            __m256i p = _mm256_maddubs_epi16(u[0], bcast4(xq));
+            __m256i p2 = _mm256_maddubs_epi16(u[4], bcast4(xq + 16));
+            if (!wk_has_qh(K)) p = _mm256_add_epi16(p, p2);
 #pragma GCC unroll 4
             for (int k = 1; k < 4; k++) {
-                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(lo[k], bcast4(xq + 4 * k)));
-                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi[k], bcast4(xq + 16 + 4 * k)));
+                if (wk_has_qh(K)) {
+                    p = _mm256_add_epi16(p, _mm256_maddubs_epi16(u[k], bcast4(xq + 4 * k)));
+                    p2 = _mm256_add_epi16(p2, _mm256_maddubs_epi16(u[4 + k], bcast4(xq + 16 + 4 * k)));
+                } else {
+                    p = _mm256_add_epi16(p, _mm256_maddubs_epi16(u[k], bcast4(xq + 4 * k)));
+                    p = _mm256_add_epi16(p, _mm256_maddubs_epi16(u[4 + k], bcast4(xq + 16 + 4 * k)));
+                }
             }
-            __m256i s = _mm256_sub_epi32(_mm256_madd_epi16(p, ones), _mm256_set1_epi32(corr));
+            __m256i s = _mm256_madd_epi16(p, ones);
+            if (wk_has_qh(K)) s = _mm256_add_epi32(s, _mm256_madd_epi16(p2, ones));
+            if (wk_off(K)) s = _mm256_sub_epi32(s, _mm256_set1_epi32(corr));
 #endif
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_broadcast_ss(xd + j)), acc[t]);
+            if (wk_has_m(K)) acc[t] = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(xd + nb + j), acc[t]);
         }
     }
 #pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) _mm256_storeu_ps(y + t * ys, acc[t]);
+    for (int t = 0; t < NT; t++)
+        _mm256_storeu_ps(y + t * ys, add ? _mm256_add_ps(_mm256_loadu_ps(y + t * ys), acc[t]) : acc[t]);
 }
 
 /* mxfp4, 8 rows × NT tokens: q4_0's chunks (lane r = row r's values 4k.. low, 16 + 4k..
@@ -561,7 +683,8 @@ X86_INLINE void r8_q6_K_vnni_body(float *y, int64_t ys, const uint8_t *g, const 
  * the 1-3 left. */
 X86_INLINE void r8_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x, size_t xst,
                         int64_t nb, const int NT, const int K) {
-    if (K == WK_Q4_0) r8_q4_0_body(y, ys, g, x, xst, nb, NT);
+    if (K == WK_Q4_0 || K == WK_IQ4_NL || K == WK_Q4_1 || K == WK_Q5_0 || K == WK_Q5_1)
+        r8_q32_body(y, ys, g, NULL, x, xst, nb, 0, nb, false, NT, K);
     else if (K == WK_MXFP4) r8_mxfp4_body(y, ys, g, x, xst, nb, NT);
     else if (K == WK_Q8_0) r8_q8_0_body(y, ys, g, x, xst, nb, NT);
     else if (K == WK_IQ4_XS) r8_iq4_xs_body(y, ys, g, x, xst, nb, NT);
@@ -608,6 +731,31 @@ X86_INLINE void tile8_ipack(float *y, int64_t ys, const void *g, const uint8_t *
         }
     }
 }
+
+/* Kinds whose prefill runs faster through struct r8pack (measured with 64 tokens: the file's
+ * rows' ipack was faster than their unpacking per 4-token step) */
+X86_INLINE bool r8_prefill_pack(int k) { return k == WK_IQ4_NL || k == WK_Q5_0 || k == WK_Q5_1; }
+
+/* Prefill of a rows8 group through r8pack: every R8P_BLOCKS blocks, the codes unpacked once,
+ * then 4 tokens at a time and the 1-3 left. */
+X86_INLINE void tile8_pack(float *y, int64_t ys, const uint8_t *g, const uint8_t *xb, size_t xst,
+                           int64_t n, int nt, const int K) {
+    struct r8pack pack;
+    const int64_t nb = n / 32;
+    for (int64_t j0 = 0; j0 < nb; j0 += R8P_BLOCKS) {
+        const int64_t nbk = nb - j0 < R8P_BLOCKS ? nb - j0 : R8P_BLOCKS;
+        const bool add = j0 > 0;
+        r8pack_fill(&pack, g, j0, nbk, K);
+        int t = 0;
+        for (; t + 4 <= nt; t += 4) r8_q32_body(y + t * ys, ys, g, &pack, xb + t * xst, xst, nb, j0, nbk, add, 4, K);
+        switch (nt - t) {
+        case 3: r8_q32_body(y + t * ys, ys, g, &pack, xb + t * xst, xst, nb, j0, nbk, add, 3, K); break;
+        case 2: r8_q32_body(y + t * ys, ys, g, &pack, xb + t * xst, xst, nb, j0, nbk, add, 2, K); break;
+        case 1: r8_q32_body(y + t * ys, ys, g, &pack, xb + t * xst, xst, nb, j0, nbk, add, 1, K); break;
+        default: break;
+        }
+    }
+}
 #endif
 
 X86_INLINE void tile8(float *y, int64_t ys, const void *g, const void *x, size_t xst, int64_t n,
@@ -616,6 +764,10 @@ X86_INLINE void tile8(float *y, int64_t ys, const void *g, const void *x, size_t
 #if !X86_W512
     if (nt >= 4 && r8_prefill_ipack(K)) {
         tile8_ipack(y, ys, g, xb, xst, n, nt, K);
+        return;
+    }
+    if (nt >= 4 && r8_prefill_pack(K)) {
+        tile8_pack(y, ys, g, xb, xst, n, nt, K);
         return;
     }
 #endif

@@ -1,13 +1,16 @@
 /* Weights repacked at load (engine/device.c, kernels/types.h rows8): a context that
  * repacks gives the logits of one that multiplies by the file's rows and the same greedy
- * tokens (NMSE 1e-4, test-split's bound: only the float summation order of the matmuls
- * differs, by ~3e-7 of an output, which these random 2-layer models amplify to 4e-6 for
- * q4_K; the SIMD and reference levels differ by 6e-5 to 8e-5), on one device and on a
- * 2-device split (its column slices repacked in place of the plain copies), with a
- * classifier that is repacked (304 rows) and one that is not (301, tied to the
- * embeddings), for each rows8 type (f16, bf16, q4_0, q8_0, q2_K to q6_K, iq4_xs); it owns exactly the
- * bytes of the matrices it repacked; and a repacked
- * context run on the reference level (no rows8 kernels) still gives the same logits. */
+ * tokens, on one device and on a 2-device split (its column slices repacked in place of
+ * the plain copies), with a classifier that is repacked (304 rows) and one that is not
+ * (301, tied to the embeddings), for each rows8 type (f16, bf16, q4_0, q4_1, q5_0, q5_1,
+ * iq4_nl, q8_0, q2_K to q6_K, iq4_xs); it owns exactly the bytes of the matrices it
+ * repacked; and a repacked context run on the reference level (no rows8 kernels) still
+ * gives the same logits.
+ * Bound: NMSE 2e-4. Both layouts' products equal the reference dot to ~1e-14 (NMSE); what
+ * is left is the float summation order, ~1e-7 of an output, and where that moves an
+ * activation across a q8 rounding boundary the next layer sees a different code (1/127
+ * of that value): these random 2-layer models turn a few such flips into 1e-5 to 1e-4
+ * (q5_0 at the AVX-512 level: 1.0e-4; at AVX2: 1.8e-5), while a wrong layout gives ~1. */
 #include "test.h"
 
 #include "engine/engine.h"
@@ -19,6 +22,7 @@
 #include <string.h>
 
 enum { N_PROMPT = 9, N_GEN = 8, N_ROWS = N_PROMPT + N_GEN };
+#define NMSE_MAX 2e-4 /* see the top */
 
 struct repack_case {
     const char *name, *mk;
@@ -44,6 +48,14 @@ static const struct repack_case cases[] = {
                    "--head-dim 32 --n-ff 512 --n-vocab 304 --type q2_K", true},
     {"llama-iq4_xs", "--arch llama --n-embd 256 --n-layer 2 --n-head 8 --n-head-kv 4 "
                      "--head-dim 32 --n-ff 512 --n-vocab 304 --type iq4_xs", true},
+    {"llama-q4_1", "--arch llama --n-embd 256 --n-layer 2 --n-head 8 --n-head-kv 4 "
+                   "--head-dim 32 --n-ff 224 --n-vocab 304 --type q4_1", true},
+    {"llama-q5_0", "--arch llama --n-embd 256 --n-layer 2 --n-head 8 --n-head-kv 4 "
+                   "--head-dim 32 --n-ff 224 --n-vocab 304 --type q5_0", true},
+    {"llama-q5_1", "--arch llama --n-embd 256 --n-layer 2 --n-head 8 --n-head-kv 4 "
+                   "--head-dim 32 --n-ff 224 --n-vocab 304 --type q5_1", true},
+    {"llama-iq4_nl", "--arch llama --n-embd 256 --n-layer 2 --n-head 8 --n-head-kv 4 "
+                     "--head-dim 32 --n-ff 224 --n-vocab 304 --type iq4_nl", true},
     {"llama-q4_K", "--arch llama --n-embd 256 --n-layer 2 --n-head 8 --n-head-kv 4 "
                    "--head-dim 32 --n-ff 512 --n-vocab 304 --type q4_K", true},
     /* biases, tied embeddings and a classifier of 301 rows, which stays as it is */
@@ -117,8 +129,10 @@ static uint64_t repackable_bytes(const struct engine_model *m, bool output) {
 }
 
 TEST(repacked_matches_plain) {
-    static const enum kern_type types[] = {KERN_TYPE_F16, KERN_TYPE_BF16, KERN_TYPE_Q4_0, KERN_TYPE_Q8_0, KERN_TYPE_Q4_K, KERN_TYPE_Q5_K,
-                                           KERN_TYPE_Q6_K, KERN_TYPE_Q3_K, KERN_TYPE_Q2_K, KERN_TYPE_IQ4_XS};
+    static const enum kern_type types[] = {
+        KERN_TYPE_F16,  KERN_TYPE_BF16, KERN_TYPE_Q4_0, KERN_TYPE_Q4_1, KERN_TYPE_Q5_0,
+        KERN_TYPE_Q5_1, KERN_TYPE_IQ4_NL, KERN_TYPE_Q8_0, KERN_TYPE_Q4_K, KERN_TYPE_Q5_K,
+        KERN_TYPE_Q6_K, KERN_TYPE_Q3_K, KERN_TYPE_Q2_K, KERN_TYPE_IQ4_XS};
     for (size_t i = 0; i < ARRAY_SIZE(types); i++) {
         if (!kern_rows8_supported(types[i], 256, 8))
             SKIP("kernels level %s has no rows8 kernels", kern_cpu()->level);
@@ -143,7 +157,7 @@ TEST(repacked_matches_plain) {
             printf("  %-11s %u device(s): NMSE %.2e, tokens %s, repacked %llu bytes\n", c->name, n_dev, e,
                    memcmp(gen_got, gen_want, sizeof gen_got) ? "DIFFER" : "equal",
                    (unsigned long long)repackable_bytes(m, c->output_repacked));
-            ASSERT_TRUE(e <= 1e-4);
+            ASSERT_TRUE(e <= NMSE_MAX);
             ASSERT_TRUE(memcmp(gen_got, gen_want, sizeof gen_got) == 0);
             uint64_t plain_copied = 0, packed_copied = 0;
             for (uint32_t i = 0; i < n_dev; i++) {
@@ -170,7 +184,7 @@ TEST(repacked_matches_plain) {
                 ASSERT_OK_D(run(packed, got, gen_got, &d), &d);
                 double er = test_nmse(got, ref_plain, n);
                 printf("  %-11s on level ref: NMSE %.2e\n", c->name, er);
-                ASSERT_TRUE(er <= 1e-4);
+                ASSERT_TRUE(er <= NMSE_MAX);
                 ASSERT_TRUE(memcmp(gen_got, gen_ref, sizeof gen_got) == 0);
                 free(ref_plain);
                 /* a context made at the reference level keeps the file's rows */
@@ -200,9 +214,13 @@ TEST(repacked_matches_plain) {
 TEST(private_copy_repacked_in_place) {
     if (!kern_rows8_supported(KERN_TYPE_Q4_0, 256, 8))
         SKIP("kernels level %s has no rows8 kernels", kern_cpu()->level);
-    static const size_t which[] = {0, 5}; /* llama-q4_0, qwen2-q4_0 (tied) */
+    /* a classifier repacked with the rest, and one tied to the embeddings (left as is) */
+    static const char *const which[] = {"llama-q4_0", "qwen2-q4_0"};
     for (size_t wi = 0; wi < ARRAY_SIZE(which); wi++) {
-        const struct repack_case *c = &cases[which[wi]];
+        const struct repack_case *c = NULL;
+        for (size_t ci = 0; ci < ARRAY_SIZE(cases) && !c; ci++)
+            if (!strcmp(cases[ci].name, which[wi])) c = &cases[ci];
+        ASSERT_TRUE(c != NULL);
         struct engine_model *mapped = case_model_as(c, false), *own = case_model_as(c, true);
         if (!mapped || !own) SKIP("warm-mkmodel is not available (WARM_BIN) or failed for %s", c->name);
         const size_t n = N_ROWS * (size_t)own->hp.n_vocab;
@@ -226,7 +244,7 @@ TEST(private_copy_repacked_in_place) {
         ASSERT_OK_D(run(a, got, gen_got, &d), &d);
         double e = test_nmse(got, want, n);
         printf("  %-11s repacked in its own copy: NMSE %.2e\n", c->name, e);
-        ASSERT_TRUE(e <= 1e-4);
+        ASSERT_TRUE(e <= NMSE_MAX);
         ASSERT_TRUE(memcmp(gen_got, gen_want, sizeof gen_got) == 0);
         ASSERT_OK_D(context_new(own, 1, false, &b, &d), &d);
         ASSERT_OK_D(run(b, again, gen_again, &d), &d);

@@ -376,16 +376,18 @@ TEST(level_names) {
  * steps and each remainder), 60 (f16/bf16: one whole token block of 5 panels), 61 (f16/bf16:
  * a lone last token), 64 and 70 (two token units; f16/bf16: a second block of 4 and 10 tokens), over 1 to 5 groups of 8 rows and
  * 3 to 72 blocks (k-quants and iq4_xs: 1 to 9 super-blocks, half of the rows random bytes: every scale
- * bit pattern), on 1 and 2 threads (bit-identical). */
+ * bit pattern; iq4_nl, q5_0, q5_1 at avx2: 1 to 3 packs of 32 blocks, the last one partial), on 1 and
+ * 2 threads (bit-identical). */
 TEST(matmul_rows8_vs_spec) {
     struct kern_pool *pool = NULL;
     ASSERT_OK(kern_pool_new(2, &pool));
     const char *saved = kern_cpu()->level;
     static const int64_t toks[] = {1, 2, 3, 4, 5, 6, 7, 60, 61, 64, 70};
     static const int64_t shapes[][2] = {{96, 8}, {2304, 24}, {1024, 40}, {288, 16}};
-    static const int types[] = {KERN_TYPE_F16,  KERN_TYPE_BF16, KERN_TYPE_Q4_0, KERN_TYPE_Q8_0,
-                                KERN_TYPE_Q4_K, KERN_TYPE_Q5_K, KERN_TYPE_Q6_K, KERN_TYPE_Q3_K,
-                                KERN_TYPE_Q2_K, KERN_TYPE_IQ4_XS, KERN_TYPE_MXFP4};
+    static const int types[] = {KERN_TYPE_F16,  KERN_TYPE_BF16,   KERN_TYPE_Q4_0, KERN_TYPE_Q8_0,
+                                KERN_TYPE_Q4_K, KERN_TYPE_Q5_K,   KERN_TYPE_Q6_K, KERN_TYPE_Q3_K,
+                                KERN_TYPE_Q2_K, KERN_TYPE_IQ4_XS, KERN_TYPE_MXFP4, KERN_TYPE_IQ4_NL,
+                                KERN_TYPE_Q4_1, KERN_TYPE_Q5_0,   KERN_TYPE_Q5_1};
     int with_kernels = 0;
     for (int li = 0; kern_level_name(li); li++) {
         const char *level = kern_level_name(li);
@@ -432,10 +434,11 @@ TEST(matmul_rows8_vs_spec) {
     ASSERT_ERR(kern_rows8_pack(KERN_TYPE_Q4_0, b, a, 32, 12), ERR_UNSUPPORTED);
     ASSERT_ERR(kern_rows8_pack(KERN_TYPE_Q4_0, b, a, 33, 8), ERR_UNSUPPORTED);
     ASSERT_ERR(kern_rows8_pack(KERN_TYPE_Q4_K, b, a, 128, 8), ERR_UNSUPPORTED);
-    ASSERT_ERR(kern_rows8_pack(KERN_TYPE_Q5_0, b, a, 256, 8), ERR_UNSUPPORTED);
+    ASSERT_ERR(kern_rows8_pack(KERN_TYPE_Q8_1, b, a, 256, 8), ERR_UNSUPPORTED);
     ASSERT_ERR(kern_rows8_unpack(KERN_TYPE_F32, b, a, 32, 8), ERR_UNSUPPORTED);
     ASSERT_TRUE(!kern_rows8_supported(KERN_TYPE_Q4_0, 256, 12));
-    ASSERT_TRUE(!kern_rows8_supported(KERN_TYPE_Q5_0, 256, 16));
+    ASSERT_TRUE(!kern_rows8_supported(KERN_TYPE_Q8_1, 256, 16));
+    ASSERT_TRUE(!kern_rows8_supported(KERN_TYPE_IQ4_NL, 256, 12));
     ASSERT_TRUE(!kern_rows8_supported((enum kern_type)77, 256, 16));
 }
 
@@ -521,20 +524,20 @@ static const struct dispatch_row dispatch_rows[] = {
      {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"}},
     {KERN_TYPE_Q4_1,
      TOL_SUM,
-     {"ref/reference", "-/rows", "-/rows", "avx512/rows"},
-     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
+     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"}},
     {KERN_TYPE_Q5_0,
      TOL_SUM,
-     {"ref/reference", "-/rows", "-/rows", "avx512/rows"},
-     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
+     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"}},
     {KERN_TYPE_Q5_1,
      TOL_SUM,
-     {"ref/reference", "-/rows", "-/rows", "avx512/rows"},
-     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
+     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"}},
     {KERN_TYPE_IQ4_NL,
      TOL_SUM,
-     {"ref/reference", "-/rows", "-/rows", "avx512/rows"},
-     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
+     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"}},
     {KERN_TYPE_Q4_K,
      TOL_SUM,
      {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
