@@ -109,10 +109,11 @@ X86_INLINE void r8_q32_body(float *y, int64_t ys, const uint8_t *g, const struct
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t j = j0; j < j0 + nbk; j++) {
         const uint8_t *b = g + wk_r8_bytes(K) * j;
-        if (!pk) {
-            _mm_prefetch((const char *)b + 2048, _MM_HINT_T0);
-            _mm_prefetch((const char *)b + 2048 + 64, _MM_HINT_T0);
-            if (wk_r8_bytes(K) > 144) _mm_prefetch((const char *)b + 2048 + 128, _MM_HINT_T0);
+        if (!pk) { /* 4 KiB ahead: at 2 KiB 1-thread decode of q4_0 / q5_0 waited on memory
+                    * (the 246M yardstick, alternated: +6-26 %) */
+            _mm_prefetch((const char *)b + 4096, _MM_HINT_T0);
+            _mm_prefetch((const char *)b + 4096 + 64, _MM_HINT_T0);
+            if (wk_r8_bytes(K) > 144) _mm_prefetch((const char *)b + 4096 + 128, _MM_HINT_T0);
         }
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b));
         if (wk_signed(K)) { /* iq4_nl without VNNI */
@@ -554,7 +555,10 @@ X86_INLINE void r8_k16_body(float *y, int64_t ys, const uint8_t *g, const uint8_
         for (int t = 0; t < NT; t++) sacc[t] = macc[t] = _mm256_setzero_ps();
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
-            for (size_t o = 0; o < sbs / 8; o += 64) _mm_prefetch((const char *)b + 1200 + sbs / 8 * j + o, _MM_HINT_T0);
+            /* 4800 bytes ahead (2-3 super-blocks of q6_K): at 1200 the 256-bit level's q6_K
+             * decode waited on memory (the 246M yardstick, 1 thread: 115 -> 151 t/s; q2_K
+             * +10-25 %, q3_K within noise) */
+            for (size_t o = 0; o < sbs / 8; o += 64) _mm_prefetch((const char *)b + 4800 + sbs / 8 * j + o, _MM_HINT_T0);
             __m256i mp = _mm256_setzero_si256();
             const __m256i sp = k16_scales(b, j, &mp, K);
             __m256i is[4];
@@ -610,7 +614,7 @@ X86_INLINE void r8_k16_body(float *y, int64_t ys, const uint8_t *g, const uint8_
  * pair to saturate) and meet the half's scale in one VPMULLD, where r8_k16_body spends
  * 4 VPMADDUBSW, 2 adds and 2 VPDPWSSD on them; a code is one VPTERNLOGD and one AND on
  * top of its shifts (3 ops before). Streamed decode was bound by neither: r8_k16_body's
- * prefetches, 1200 bytes ahead, came too late for this level's faster steps (below the
+ * prefetches, then 1200 bytes ahead, came too late for this level's faster steps (below the
  * 256-bit level's speed); they run 4 super-blocks further here. Sums: |a half's dot| <=
  * 16·63·127 and |sc| <= 128, so a sub-block's scaled sum stays below 2^25. */
 X86_INLINE __m256i q6_codes_vnni(const uint8_t *b, int j, int c) {
