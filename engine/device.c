@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -485,7 +486,7 @@ struct repack_job {
     uint8_t *dst;
     int64_t n_group; /* per expert */
     int64_t n_units; /* groups over all experts */
-    int err;         /* a thread's allocation failure (-ENOMEM) */
+    _Atomic int err; /* a thread's allocation failure (-ENOMEM) */
 };
 
 static void repack_task(void *arg, int ith, int nth) {
@@ -495,7 +496,7 @@ static void repack_task(void *arg, int ith, int nth) {
     const int64_t u0 = j->n_units * ith / nth, u1 = j->n_units * (ith + 1) / nth;
     uint8_t *tmp = NULL;
     if (u0 < u1 && !j->dst && !(tmp = malloc(group))) {
-        j->err = -ENOMEM; /* a lone int written by whichever fails: any such value will do */
+        atomic_store_explicit(&j->err, -ENOMEM, memory_order_relaxed); /* whichever fails */
         return;
     }
     for (int64_t u = u0; u < u1; u++) {
@@ -517,8 +518,9 @@ static void repack_task(void *arg, int ith, int nth) {
 static int repack_groups(struct device *dv, const struct engine_weight *w, uint8_t *dst) {
     struct repack_job j = {.w = w, .dst = dst, .n_group = w->n_out / 8};
     j.n_units = j.n_group * MAX(w->n_expert, 1);
+    atomic_init(&j.err, 0);
     kern_pool_run(dv->pool, repack_task, &j);
-    return j.err;
+    return atomic_load_explicit(&j.err, memory_order_relaxed);
 }
 
 /* An experts' stack (w, of the model's mw) is read in place, expert e a slice of the

@@ -161,9 +161,9 @@ XA_INLINE __m256 xa_exp(__m256 x) {
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
-/* SwiGLU, 8 at a time: e = e^-|g| (<= 1, so nothing overflows), sigmoid(g) = 1/(1 + e)
- * for g >= 0, e/(1 + e) below and 0 below -87 (where e^g < 2^-125 and xa_exp clamps), so
- * y = g·sigmoid(g)·u is -0 there as in the generic path. */
+/* sigmoid(v), 8 at a time: e = e^-|v| (<= 1, so nothing overflows), 1/(1 + e) for v >= 0,
+ * e/(1 + e) below and 0 below -87 (where e^v < 2^-125 and xa_exp clamps), so SwiGLU's
+ * g·sigmoid(g)·u is -0 there as in the generic path. */
 static inline __m256 xa_sigmoid(__m256 v) {
     const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
     const __m256 e = xa_exp(_mm256_or_ps(v, sign)); /* -|v| */

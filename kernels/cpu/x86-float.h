@@ -313,9 +313,9 @@ X86_INLINE void r16f_half(float *y, int64_t ys, const float *wb, const float *pa
 }
 
 #if X86_W512
-/* 512-bit: value k of the 16 rows is one register that meets a whole panel (12
- * accumulators, each FMA's broadcast from the panel's stream): 13 loads per 12 FMAs of
- * 16 lanes, twice the work per FMA of the 256-bit half panels. */
+/* 512-bit: value k of the 16 rows is one register that meets a whole panel of R8F_PW
+ * tokens (an accumulator each, each FMA's broadcast from the panel's stream): 17 loads per
+ * 16 FMAs of 16 lanes, twice the work per FMA of the 256-bit half panels. */
 X86_INLINE void r16f_step(__m512 *acc, const float *wb, const float *pan, int64_t k, const int NT) {
     const __m512 w = _mm512_load_ps(wb + 16 * k);
     const float *xv = pan + k * R8F_PW;

@@ -251,6 +251,34 @@ TEST(kv_type_pairs) {
     engine_model_free(m);
 }
 
+/* The prompt on both contexts, then 3·N_GEN greedy steps, each fed its own last token: the
+ * GPU's (argmax_only: the argmax taken on the device, only the token copied back) must equal
+ * the CPU's at every step. name labels the output. */
+static void greedy_match(struct engine_context *cpu, struct engine_context *gpu, int64_t n_vocab,
+                         const char *name) {
+    int32_t tok[N_PROMPT], pos[N_PROMPT];
+    prompt(tok, pos, 0, n_vocab);
+    struct err_detail d = {0};
+    struct engine_batch b = {.n_tok = N_PROMPT, .token = tok, .pos = pos};
+    ASSERT_OK_D(engine_context_decode(cpu, &b, &d), &d);
+    b.argmax_only = true;
+    ASSERT_OK_D(engine_context_decode(gpu, &b, &d), &d);
+    int32_t a = engine_context_argmax(cpu, 0), g = engine_context_argmax(gpu, 0), same = 0;
+    const int n_steps = 3 * N_GEN; /* past the SWA window of 16: the ring wraps */
+    for (int s = 0; s < n_steps && a == g; s++, same++) {
+        int32_t p = N_PROMPT + s, ta = a, tg = g;
+        struct engine_batch one = {.n_tok = 1, .token = &ta, .pos = &p};
+        ASSERT_OK_D(engine_context_decode(cpu, &one, &d), &d);
+        one.token = &tg;
+        one.argmax_only = true;
+        ASSERT_OK_D(engine_context_decode(gpu, &one, &d), &d);
+        a = engine_context_argmax(cpu, 0);
+        g = engine_context_argmax(gpu, 0);
+    }
+    printf("  %-7s greedy on the device: %d of %d steps equal the CPU's\n", name, same, n_steps);
+    if (same < n_steps) TEST_FAIL_("%s: step %d: GPU token %d, CPU token %d", name, same, g, a);
+}
+
 /* Greedy decoding with argmax_only: the GPU records its one-token step as a CUDA graph and
  * replays it, takes the argmax on the device and copies only the token; the tokens equal
  * the CPU's greedy tokens from its logits, for a global-attention and a sliding-window
@@ -265,28 +293,8 @@ TEST(greedy_on_the_device) {
         struct engine_context *cpu = ctx_new(m, ENGINE_DEVICE_CPU, 0, KERN_TYPE_F16, 1);
         struct engine_context *gpu = ctx_new(m, ENGINE_DEVICE_CUDA, k == 2 ? 2 : 0, KERN_TYPE_F16, 1);
         ASSERT_TRUE(cpu && gpu);
-        int32_t tok[N_PROMPT], pos[N_PROMPT];
-        prompt(tok, pos, 0, m->hp.n_vocab);
-        struct err_detail d = {0};
-        struct engine_batch b = {.n_tok = N_PROMPT, .token = tok, .pos = pos};
-        ASSERT_OK_D(engine_context_decode(cpu, &b, &d), &d);
-        b.argmax_only = true;
-        ASSERT_OK_D(engine_context_decode(gpu, &b, &d), &d);
+        greedy_match(cpu, gpu, m->hp.n_vocab, cases[which[k]].name);
         ASSERT_TRUE(engine_context_logits(gpu, 0) == NULL); /* only the argmax came back */
-        int32_t a = engine_context_argmax(cpu, 0), g = engine_context_argmax(gpu, 0), same = 0;
-        const int n_steps = 3 * N_GEN; /* past the SWA window of 16: the ring wraps */
-        for (int s = 0; s < n_steps && a == g; s++, same++) {
-            int32_t p = N_PROMPT + s, ta = a, tg = g;
-            struct engine_batch one = {.n_tok = 1, .token = &ta, .pos = &p};
-            ASSERT_OK_D(engine_context_decode(cpu, &one, &d), &d);
-            one.token = &tg;
-            one.argmax_only = true;
-            ASSERT_OK_D(engine_context_decode(gpu, &one, &d), &d);
-            a = engine_context_argmax(cpu, 0);
-            g = engine_context_argmax(gpu, 0);
-        }
-        printf("  %-7s greedy on the device: %d of %d steps equal the CPU's\n", cases[which[k]].name, same, n_steps);
-        if (same < n_steps) TEST_FAIL_("%s: step %d: GPU token %d, CPU token %d", cases[which[k]].name, same, g, a);
         engine_context_free(gpu);
         engine_context_free(cpu);
         engine_model_free(m);
@@ -659,27 +667,7 @@ TEST(hybrid_greedy_graph) {
     struct engine_context *cpu = ctx_new(m, ENGINE_DEVICE_CPU, 0, KERN_TYPE_F16, 1);
     struct engine_context *gpu = ctx_new(m, ENGINE_DEVICE_CUDA, 0, KERN_TYPE_F16, 1);
     ASSERT_TRUE(cpu && gpu);
-    int32_t tok[N_PROMPT], pos[N_PROMPT];
-    prompt(tok, pos, 0, m->hp.n_vocab);
-    struct err_detail d = {0};
-    struct engine_batch b = {.n_tok = N_PROMPT, .token = tok, .pos = pos};
-    ASSERT_OK_D(engine_context_decode(cpu, &b, &d), &d);
-    b.argmax_only = true;
-    ASSERT_OK_D(engine_context_decode(gpu, &b, &d), &d);
-    int32_t a = engine_context_argmax(cpu, 0), g = engine_context_argmax(gpu, 0), same = 0;
-    const int n_steps = 3 * N_GEN;
-    for (int s = 0; s < n_steps && a == g; s++, same++) {
-        int32_t p = N_PROMPT + s, ta = a, tg = g;
-        struct engine_batch one = {.n_tok = 1, .token = &ta, .pos = &p};
-        ASSERT_OK_D(engine_context_decode(cpu, &one, &d), &d);
-        one.token = &tg;
-        one.argmax_only = true;
-        ASSERT_OK_D(engine_context_decode(gpu, &one, &d), &d);
-        a = engine_context_argmax(cpu, 0);
-        g = engine_context_argmax(gpu, 0);
-    }
-    printf("  qwen35 greedy on the device: %d of %d steps equal the CPU's\n", same, n_steps);
-    if (same < n_steps) TEST_FAIL_("step %d: GPU token %d, CPU token %d", same, g, a);
+    greedy_match(cpu, gpu, m->hp.n_vocab, "qwen35");
     engine_context_free(gpu);
     engine_context_free(cpu);
     engine_model_free(m);
@@ -871,27 +859,7 @@ TEST(moe_greedy_graph) {
         struct engine_context *cpu = hctx_new(m, ENGINE_DEVICE_CPU, 0, 1);
         struct engine_context *gpu = hctx_new(m, ENGINE_DEVICE_CUDA, 0, 1);
         ASSERT_TRUE(cpu && gpu);
-        int32_t tok[N_PROMPT], pos[N_PROMPT];
-        prompt(tok, pos, 0, m->hp.n_vocab);
-        struct err_detail d = {0};
-        struct engine_batch b = {.n_tok = N_PROMPT, .token = tok, .pos = pos};
-        ASSERT_OK_D(engine_context_decode(cpu, &b, &d), &d);
-        b.argmax_only = true;
-        ASSERT_OK_D(engine_context_decode(gpu, &b, &d), &d);
-        int32_t a = engine_context_argmax(cpu, 0), g = engine_context_argmax(gpu, 0), same = 0;
-        const int n_steps = 3 * N_GEN;
-        for (int s = 0; s < n_steps && a == g; s++, same++) {
-            int32_t p = N_PROMPT + s, ta = a, tg = g;
-            struct engine_batch one = {.n_tok = 1, .token = &ta, .pos = &p};
-            ASSERT_OK_D(engine_context_decode(cpu, &one, &d), &d);
-            one.token = &tg;
-            one.argmax_only = true;
-            ASSERT_OK_D(engine_context_decode(gpu, &one, &d), &d);
-            a = engine_context_argmax(cpu, 0);
-            g = engine_context_argmax(gpu, 0);
-        }
-        printf("  %s greedy on the device: %d of %d steps equal the CPU's\n", names[i], same, n_steps);
-        if (same < n_steps) TEST_FAIL_("%s step %d: GPU token %d, CPU token %d", names[i], same, g, a);
+        greedy_match(cpu, gpu, m->hp.n_vocab, names[i]);
         engine_context_free(gpu);
         engine_context_free(cpu);
         engine_model_free(m);
