@@ -78,6 +78,7 @@ static void cpu_detect(struct kern_cpu_info *cpu) {
 static void impl_mark(struct kern_impl *dst, const struct kern_impl *before, const char *level) {
     for (size_t t = 0; t < KERN_TYPE_COUNT; t++) {
         if (!before || dst->tile[t] != before->tile[t]) dst->tile_level[t] = level;
+        if (!before || dst->tile1[t] != before->tile1[t]) dst->tile1_level[t] = level;
         if (!before || dst->tile8[t] != before->tile8[t]) dst->tile8_level[t] = level;
         if (!before || dst->tile16[t] != before->tile16[t]) dst->tile16_level[t] = level;
     }
@@ -315,7 +316,7 @@ const char *kern_matmul_path(enum kern_type wt, enum kern_layout layout, int64_t
             path = impl.tile8_interleaved[wt] && n_tok >= 4 ? "interleaved" : "rows8";
         }
     } else if (tr && impl.tile[wt]) {
-        level = impl.tile_level[wt];
+        level = n_tok == 1 && impl.tile1[wt] ? impl.tile1_level[wt] : impl.tile_level[wt];
         path = strcmp(level, "ref") == 0 ? "reference" : "rows";
     }
     if (ret_level) *ret_level = level;
@@ -345,7 +346,7 @@ void kern_matmul_layout(struct kern_pool *pool, float *y, const void *w, enum ke
     if (n_out == 0 || n_tok == 0) return;
 
     struct mm_task m = {
-        .tile = impl.tile[wt],
+        .tile = n_tok == 1 && impl.tile1[wt] ? impl.tile1[wt] : impl.tile[wt],
         .tile8 = impl.tile8[wt],
         /* quantized decode: tile8's 8-row bodies are faster (kernels/cpu/x86-rows16.h) */
         .tile16 = rows8 && (n_tok > 1 || tr->vec_dot_type == KERN_TYPE_F32) ? impl.tile16[wt] : NULL,

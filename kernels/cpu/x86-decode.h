@@ -17,9 +17,13 @@ X86_INLINE void direct_body(float *y, const uint8_t *w, size_t wst, const uint8_
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             const uint8_t *wb = w + r * wst + (wk_is_k(K) ? j / 8 : j) * wbs;
-            /* one tile ahead: the same place in the next 4 rows, which the hardware
-             * prefetcher (following each row's own stream) would fetch too late */
-            _mm_prefetch((const char *)wb + 4 * wst, _MM_HINT_T0);
+            /* three tiles ahead: the same place 12 rows on, which the hardware prefetcher
+             * (following each row's own stream) would fetch too late; every line of the
+             * step (q8_0's two blocks at 512 bits are 68 bytes). One tile ahead (4 rows:
+             * 2-4 KiB of 1024-wide rows) left the 512-bit loads waiting: q8_0 rows 18 ->
+             * 26-30 GB/s, q6_K (kdirect_body) 18 -> 27-33 GB/s at 1 thread */
+            _mm_prefetch((const char *)wb + 12 * wst, _MM_HINT_T0);
+            if (STEP * wbs > 64) _mm_prefetch((const char *)wb + 12 * wst + 64, _MM_HINT_T0);
             vi u;
             vq dw, mw = vq_zero(), mh = vq_zero();
 #if X86_W512
@@ -71,9 +75,9 @@ X86_INLINE void kdirect_body(float *y, const uint8_t *w, size_t wst, const uint8
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             const uint8_t *sb = w + r * wst + sbi * sbs;
-            _mm_prefetch((const char *)sb + 4 * wst, _MM_HINT_T0);
-            _mm_prefetch((const char *)sb + 4 * wst + 64, _MM_HINT_T0);
-            _mm_prefetch((const char *)sb + 4 * wst + 128, _MM_HINT_T0);
+            /* as direct_body: 12 rows on, every line of the super-block (q6_K's 210 bytes
+             * take four) */
+            for (size_t o = 0; o < sbs; o += 64) _mm_prefetch((const char *)sb + 12 * wst + o, _MM_HINT_T0);
             __m512 scale; /* K6: 16 half-block scales; K4/K5: 8 block scales */
             __m256 mins = _mm256_setzero_ps();
             __m256i qh = _mm256_setzero_si256();
@@ -199,8 +203,8 @@ X86_INLINE void kdirect_body(float *y, const uint8_t *w, size_t wst, const uint8
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             const uint8_t *sb = w + r * wst + sbi * sbs;
-            /* one tile ahead, as direct_body */
-            for (size_t o = 0; o < sbs; o += 64) _mm_prefetch((const char *)sb + 4 * wst + o, _MM_HINT_T0);
+            /* as direct_body: 12 rows on */
+            for (size_t o = 0; o < sbs; o += 64) _mm_prefetch((const char *)sb + 12 * wst + o, _MM_HINT_T0);
             if (K == WK_Q6_K) { /* ql[128] | qh[64] | scales[16] | d */
                 const __m256 dd = _mm256_mul_ps(dx, _mm256_set1_ps(f16_load(sb + 208)));
                 const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(sb + 192)));

@@ -185,6 +185,15 @@ void X86_SFX(kern_impl_fill)(struct kern_impl *impl) {
 #else
     for (int t = 0; t < KERN_TYPE_COUNT; t++) impl->tile8_interleaved[t] = false;
 #endif
+    /* Decode of the file's rows (a mapped model's experts, shapes rows8 cannot take): the
+     * level's tile, except that the 512-bit level leaves q2_K, q3_K and iq4_xs to the
+     * 256-bit one, filled before it (the activation rows are this file's planar layout at
+     * both): at 512 bits these have no super-block body (wk_kdirect) and direct_body
+     * unpacks each sub-block with its super-block's scales, 0.4-0.7x the 256-bit speed
+     * (warm-kbench --rows --compare avx2,avx512). */
+    for (int t = 0; t < KERN_TYPE_COUNT; t++)
+        if (!X86_W512 || (t != KERN_TYPE_Q2_K && t != KERN_TYPE_Q3_K && t != KERN_TYPE_IQ4_XS))
+            impl->tile1[t] = impl->tile[t];
     impl->from_f32[KERN_TYPE_Q8_0] = X86_SFX(quant_q8_0);
     impl->from_f32[KERN_TYPE_Q8_1] = X86_SFX(quant_q8_1);
     impl->from_f32[KERN_TYPE_F16] = X86_SFX(quant_f16);

@@ -46,6 +46,8 @@ typedef void (*kern_tile8_fn)(float *y, int64_t y_stride, const void *g, const v
 struct kern_impl {
     const char *level;
     kern_tile_fn tile[KERN_TYPE_COUNT];         /* by weight type; NULL = unsupported */
+    kern_tile_fn tile1[KERN_TYPE_COUNT];        /* tile's contract for one token (decode of
+                                                 * the file's rows); NULL: tile */
     kern_tile8_fn tile8[KERN_TYPE_COUNT];       /* rows8 weights; NULL: unpacked as they go */
     kern_tile8_fn tile16[KERN_TYPE_COUNT];      /* tile8's contract for two consecutive
                                                  * groups (g, g + 8 rows' bytes: 16 rows,
@@ -65,8 +67,8 @@ struct kern_impl {
     int r8f_block_toks[KERN_TYPE_COUNT];
     size_t (*act_row_size)(enum kern_type vdt, int64_t n);
     /* the level that wrote each tile entry (impl_build; for kern_matmul_path) */
-    const char *tile_level[KERN_TYPE_COUNT], *tile8_level[KERN_TYPE_COUNT],
-        *tile16_level[KERN_TYPE_COUNT];
+    const char *tile_level[KERN_TYPE_COUNT], *tile1_level[KERN_TYPE_COUNT],
+        *tile8_level[KERN_TYPE_COUNT], *tile16_level[KERN_TYPE_COUNT];
     /* tile8 of these types runs batches of 4 or more tokens through an interleaved pack of
      * 4 rows (the 256-bit level's ipack) rather than 8 rows per register */
     bool tile8_interleaved[KERN_TYPE_COUNT];

@@ -491,81 +491,101 @@ TEST(matmul_rows8_float_odd) {
 
 /* The dispatch, pinned: at each level this CPU has, the level and path every type's decode
  * (1 token) and prefill (64 tokens) take in the layout the engine gives it (rows8 where the
- * level has its kernels, as engine/device.c repacks), from this table, so that a level
- * cannot fall back to a lower one's kernels unnoticed (kern_impl_fill of avx512 leaving an
- * entry to avx2); each pinned path is then run against the spec with its type's
- * tolerance. A "-" level is the level under test itself. */
+ * level has its kernels, as engine/device.c repacks), and its decode of the file's rows,
+ * from this table, so that a level cannot fall back to a lower one's kernels unnoticed
+ * (kern_impl_fill of avx512 leaving an entry to avx2) and falls back where it is meant to
+ * (the 512-bit levels' decode of q2_K, q3_K and iq4_xs rows is the 256-bit one's); each
+ * pinned path is then run against the spec with its type's tolerance. A "-" level is the
+ * level under test itself. */
 struct dispatch_row {
     int wt;
     double tol; /* × S, as TOL_SUM; tol_of's where a path rounds the activations */
     /* by level (ref, avx2, avx512, avx512bf16): decode and prefill "level/path" */
     const char *decode[4], *prefill[4];
+    /* decode of the file's rows (a mapped model's experts, shapes rows8 cannot take) */
+    const char *rows_decode[4];
 };
 static const struct dispatch_row dispatch_rows[] = {
     {KERN_TYPE_F32,
      TOL_SUM,
      {"ref/reference", "-/rows", "-/rows", "avx512/rows"},
+     {"ref/reference", "-/rows", "-/rows", "avx512/rows"},
      {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
     {KERN_TYPE_F16,
      TOL_SUM,
      {"ref/reference", "-/rows16", "-/rows16", "avx512/rows16"},
-     {"ref/reference", "-/rows16", "-/rows16", "avx512/rows16"}},
+     {"ref/reference", "-/rows16", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
     {KERN_TYPE_BF16,
      TOL_SUM,
      {"ref/reference", "-/rows16", "-/rows16", "-/rows16"},
-     {"ref/reference", "-/rows16", "-/rows16", "-/rows16"}},
+     {"ref/reference", "-/rows16", "-/rows16", "-/rows16"},
+     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
     {KERN_TYPE_Q8_0,
      TOL_SUM,
      {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"}},
+     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
     {KERN_TYPE_Q4_0,
      TOL_SUM,
      {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"}},
+     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
     {KERN_TYPE_Q4_1,
      TOL_SUM,
      {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"}},
+     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
     {KERN_TYPE_Q5_0,
      TOL_SUM,
      {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"}},
+     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
     {KERN_TYPE_Q5_1,
      TOL_SUM,
      {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"}},
+     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
     {KERN_TYPE_IQ4_NL,
      TOL_SUM,
      {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"}},
+     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
     {KERN_TYPE_Q4_K,
      TOL_SUM,
      {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"}},
+     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
     {KERN_TYPE_Q5_K,
      TOL_SUM,
      {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/interleaved", "-/rows16", "avx512/rows16"}},
+     {"ref/reference", "-/interleaved", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
     {KERN_TYPE_Q6_K,
      TOL_SUM,
      {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/interleaved", "-/rows16", "avx512/rows16"}},
+     {"ref/reference", "-/interleaved", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
     {KERN_TYPE_Q2_K,
      TOL_SUM,
      {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"}},
+     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows", "avx2/rows", "avx2/rows"}},
     {KERN_TYPE_Q3_K,
      TOL_SUM,
      {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/interleaved", "-/rows16", "avx512/rows16"}},
+     {"ref/reference", "-/interleaved", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows", "avx2/rows", "avx2/rows"}},
     {KERN_TYPE_IQ4_XS,
      TOL_SUM,
      {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/interleaved", "-/rows8", "avx512/rows8"}},
+     {"ref/reference", "-/interleaved", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/rows", "avx2/rows", "avx2/rows"}},
     {KERN_TYPE_MXFP4,
      TOL_SUM,
      {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"}},
+     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
 };
 
 TEST(matmul_dispatch_pinned) {
@@ -577,11 +597,13 @@ TEST(matmul_dispatch_pinned) {
         for (size_t i = 0; i < ARRAY_SIZE(dispatch_rows); i++) {
             const struct dispatch_row *d = &dispatch_rows[i];
             const int64_t n_in = kern_type_traits(d->wt)->blck_size == 1 ? 1040 : 2304, n_out = 32;
-            const enum kern_layout lay =
+            const enum kern_layout lay8 =
                 kern_rows8_supported(d->wt, n_in, n_out) ? KERN_LAYOUT_ROWS8 : KERN_LAYOUT_ROWS;
-            for (int p = 0; p < 2; p++) {
-                const int64_t n_tok = p ? 64 : 1;
-                const char *want = p ? d->prefill[li] : d->decode[li], *got_level;
+            for (int p = 0; p < 3; p++) {
+                const int64_t n_tok = p == 1 ? 64 : 1;
+                const enum kern_layout lay = p == 2 ? KERN_LAYOUT_ROWS : lay8;
+                const char *want = p == 0 ? d->decode[li] : p == 1 ? d->prefill[li] : d->rows_decode[li];
+                const char *got_level;
                 const char *got = kern_matmul_path(d->wt, lay, n_tok, &got_level);
                 char want_s[64], got_s[64];
                 snprintf(want_s, sizeof want_s, "%s", want[0] == '-' ? "" : want);
@@ -630,7 +652,7 @@ TEST(matmul_dispatch_pinned) {
         }
     }
     kern_set_level(saved);
-    ASSERT_TRUE(checked >= (int)ARRAY_SIZE(dispatch_rows) * 2);
+    ASSERT_TRUE(checked >= (int)ARRAY_SIZE(dispatch_rows) * 3);
     printf("  %d type × level × mode paths pinned and checked\n", checked);
 }
 
