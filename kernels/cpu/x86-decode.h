@@ -17,13 +17,17 @@ X86_INLINE void direct_body(float *y, const uint8_t *w, size_t wst, const uint8_
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             const uint8_t *wb = w + r * wst + (wk_is_k(K) ? j / 8 : j) * wbs;
-            /* three tiles ahead: the same place 12 rows on, which the hardware prefetcher
-             * (following each row's own stream) would fetch too late; every line of the
-             * step (q8_0's two blocks at 512 bits are 68 bytes). One tile ahead (4 rows:
-             * 2-4 KiB of 1024-wide rows) left the 512-bit loads waiting: q8_0 rows 18 ->
-             * 26-30 GB/s, q6_K (kdirect_body) 18 -> 27-33 GB/s at 1 thread */
-            _mm_prefetch((const char *)wb + 12 * wst, _MM_HINT_T0);
-            if (STEP * wbs > 64) _mm_prefetch((const char *)wb + 12 * wst + 64, _MM_HINT_T0);
+            /* Three tiles ahead (12 rows on), every line of the step (q8_0's two blocks at
+             * 512 bits are 68 bytes); the hardware prefetcher, following each row's own
+             * stream, would fetch too late. The 32-value kinds fetch that tile in one
+             * sequential stream, as fast as the 4 rows consume theirs: step j's rows take
+             * bytes [4·j·wbs, 4·(j + STEP)·wbs) of it, row r the r-th share. Against one
+             * tile ahead per row: q8_0 rows at 512 bits 18 -> 26-30 GB/s (the lines), 20 ->
+             * 22-25 (the one stream); q4_0 15 -> 19-23 (1 thread, alternated A/B). */
+            const uint8_t *pf = wk_is_k(K) ? wb + 12 * wst
+                                           : w + 12 * wst + (size_t)(4 * j + r * s) * wbs;
+            _mm_prefetch((const char *)pf, _MM_HINT_T0);
+            if (STEP * wbs > 64) _mm_prefetch((const char *)pf + 64, _MM_HINT_T0);
             vi u;
             vq dw, mw = vq_zero(), mh = vq_zero();
 #if X86_W512
