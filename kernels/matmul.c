@@ -301,6 +301,13 @@ static void mm_task_run(void *arg, int ith, int nth) {
     }
 }
 
+/* The tile of the file's rows that n_tok tokens of wt take: tile1 for one, where set */
+static kern_tile_fn rows_tile(enum kern_type wt, int64_t n_tok, const char **ret_level) {
+    const bool one = n_tok == 1 && impl.tile1[wt];
+    if (ret_level) *ret_level = one ? impl.tile1_level[wt] : impl.tile_level[wt];
+    return one ? impl.tile1[wt] : impl.tile[wt];
+}
+
 const char *kern_matmul_path(enum kern_type wt, enum kern_layout layout, int64_t n_tok,
                              const char **ret_level) {
     kern_init();
@@ -316,7 +323,7 @@ const char *kern_matmul_path(enum kern_type wt, enum kern_layout layout, int64_t
             path = impl.tile8_interleaved[wt] && n_tok >= 4 ? "interleaved" : "rows8";
         }
     } else if (tr && impl.tile[wt]) {
-        level = n_tok == 1 && impl.tile1[wt] ? impl.tile1_level[wt] : impl.tile_level[wt];
+        rows_tile(wt, n_tok, &level);
         path = strcmp(level, "ref") == 0 ? "reference" : "rows";
     }
     if (ret_level) *ret_level = level;
@@ -346,7 +353,7 @@ void kern_matmul_layout(struct kern_pool *pool, float *y, const void *w, enum ke
     if (n_out == 0 || n_tok == 0) return;
 
     struct mm_task m = {
-        .tile = n_tok == 1 && impl.tile1[wt] ? impl.tile1[wt] : impl.tile[wt],
+        .tile = rows_tile(wt, n_tok, NULL),
         .tile8 = impl.tile8[wt],
         /* quantized decode: tile8's 8-row bodies are faster (kernels/cpu/x86-rows16.h) */
         .tile16 = rows8 && (n_tok > 1 || tr->vec_dot_type == KERN_TYPE_F32) ? impl.tile16[wt] : NULL,

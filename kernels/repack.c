@@ -137,6 +137,12 @@ static void blocks_convert(enum kern_type wt, uint8_t *g, uint8_t *plain, size_t
         else q32_blocks(g, plain, stride, j0, cnt, false, n16, nc);                         \
         return;                                                                             \
     } while (0)
+#define KQ(qh)                                                                              \
+    do {                                                                                    \
+        if (to_group) kq_blocks(g, plain, stride, j0, cnt, true, qh);                       \
+        else kq_blocks(g, plain, stride, j0, cnt, false, qh);                               \
+        return;                                                                             \
+    } while (0)
     switch (wt) {
     case KERN_TYPE_Q4_0:
     case KERN_TYPE_IQ4_NL: Q32(1, 4);
@@ -144,18 +150,12 @@ static void blocks_convert(enum kern_type wt, uint8_t *g, uint8_t *plain, size_t
     case KERN_TYPE_Q4_1: Q32(2, 4);
     case KERN_TYPE_Q5_0: Q32(1, 5);
     case KERN_TYPE_Q5_1: Q32(2, 5);
-    case KERN_TYPE_Q4_K:
-    case KERN_TYPE_Q5_K: {
-        const int qh = wt == KERN_TYPE_Q5_K ? 32 : 0;
-        if (to_group && qh) kq_blocks(g, plain, stride, j0, cnt, true, 32);
-        else if (to_group) kq_blocks(g, plain, stride, j0, cnt, true, 0);
-        else if (qh) kq_blocks(g, plain, stride, j0, cnt, false, 32);
-        else kq_blocks(g, plain, stride, j0, cnt, false, 0);
-        return;
-    }
+    case KERN_TYPE_Q4_K: KQ(0);
+    case KERN_TYPE_Q5_K: KQ(32);
     default: break;
     }
 #undef Q32
+#undef KQ
     for (int64_t j = 0; j < cnt; j++) {
         uint8_t *rows[8];
         for (int r = 0; r < 8; r++) rows[r] = plain + r * stride + (size_t)j * tb;
