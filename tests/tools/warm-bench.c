@@ -11,10 +11,14 @@
  *            (llama-bench's tg), tokens/s;
  *   -d DEPTH: both start after DEPTH tokens already in the cache (llama-bench's -d),
  *            prefilled once, untimed, so attention reads DEPTH more keys per token;
- *   bandwidth: reading a 1 GiB buffer with the same threads, GB/s (best of the repeats);
+ *   bandwidth: reading a 1 GiB buffer with the same threads, GB/s: one sample right after
+ *            each repeat's decode, the best of them (a shared machine's bandwidth drifts
+ *            over seconds: the samples come from the same minutes as the decodes);
  *   bound:   bandwidth / bytes of weights read per decoded token; decode as % of it (a
  *            mixture of experts reads its active bytes: the selected experts' rows and
- *            the weights outside the experts, engine_model.active_bytes).
+ *            the weights outside the experts, engine_model.active_bytes). The buffer
+ *            comes from DRAM; a model's weights partly from the last-level cache where
+ *            they are not many times its size, so a small model can pass 100 %.
  * First the CPU's features, the kernel level (WARM_KERNELS caps it) and, per weight type
  * of the model's matrices, the level and path its decode and prefill take (rows8,
  * rows16, interleaved, rows, reference: kern_matmul_path).
@@ -166,6 +170,8 @@ static int bench(const struct engine_model *m, int threads, int n_prompt, int n_
     }
     for (int i = 0; i < n_prompt; i++) pos[i] = depth + i;
     *res = (struct result){0};
+    struct kern_pool *pool = NULL; /* the bandwidth's threads, asleep while the model runs */
+    if (r >= 0) r = kern_pool_new(threads, &pool);
     for (int rep = 0; rep <= repeats && r >= 0; rep++) { /* rep 0 warms up */
         engine_kv_seq_rm(ctx, 0, (uint32_t)depth);
         struct engine_batch b = {.n_tok = n_prompt, .token = tok, .pos = pos};
@@ -190,11 +196,9 @@ static int bench(const struct engine_model *m, int threads, int n_prompt, int n_
         c = (cpu_seconds() - c0) / threads;
         if (rep > 0) res->decode = MAX(res->decode, n_gen / s);
         if (rep > 0) res->decode_cpu = MAX(res->decode_cpu, n_gen / c);
+        if (rep > 0 && r >= 0) res->bw = MAX(res->bw, bandwidth(pool, buf, buf_bytes, 2));
     }
     if (r < 0) fprintf(stderr, "warm-bench: decode: %s\n", err_msg(&d, r));
-    struct kern_pool *pool = NULL;
-    if (r >= 0 && (r = kern_pool_new(threads, &pool)) >= 0)
-        res->bw = bandwidth(pool, buf, buf_bytes, repeats + 2);
     kern_pool_free(pool);
     free(tok);
     free(pos);
