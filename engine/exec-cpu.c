@@ -33,6 +33,22 @@ static void cpu_matmul(struct exec *e, float *y, const struct engine_weight *w, 
                        n, c->mm_scratch);
 }
 
+static void cpu_matmul_many(struct exec *e, int n_mat, float *const *ys,
+                            const struct engine_weight *const *ws, const float *x, int64_t n) {
+    struct exec_cpu *c = cpu_of(e);
+    struct kern_mm_out outs[KERN_MM_MANY_MAX];
+    int64_t work = 0;
+    assert(n_mat <= KERN_MM_MANY_MAX);
+    for (int i = 0; i < n_mat; i++) {
+        assert(ws[i]->n_in == ws[0]->n_in);
+        outs[i] = (struct kern_mm_out){.y = ys[i], .w = ws[i]->data, .wt = ws[i]->type,
+                                       .layout = ws[i]->layout, .n_out = ws[i]->n_out};
+        work += ws[i]->n_in * ws[i]->n_out * n;
+    }
+    kern_matmul_many(work >= POOL_MIN_WORK ? c->pool : NULL, outs, n_mat, x, ws[0]->n_in, n,
+                     c->mm_scratch);
+}
+
 static void cpu_add(struct exec *e, float *y, const float *x, int64_t width, int64_t n_rows,
                     int64_t n_rows_x) {
     (void)e;
@@ -541,6 +557,7 @@ static void cpu_output(struct exec *e, float *host, const float *y, int64_t n) {
 
 const struct exec_ops exec_cpu_ops = {
     .matmul = cpu_matmul,
+    .matmul_many = cpu_matmul_many,
     .add = cpu_add,
     .rmsnorm = cpu_rmsnorm,
     .layernorm = cpu_layernorm,

@@ -32,6 +32,11 @@ struct exec_ops {
     /* y (n, w->n_out) = x (n, w->n_in) · Wᵀ */
     void (*matmul)(struct exec *e, float *y, const struct engine_weight *w, const float *x,
                    int64_t n);
+    /* ys[i] (n, ws[i]->n_out) = x (n, n_in) · W_iᵀ for n_mat (up to KERN_MM_MANY_MAX)
+     * matrices of the same n_in over the same x (a layer's q, k, v; gate and up); NULL:
+     * matmul each (exec_matmuls) */
+    void (*matmul_many)(struct exec *e, int n_mat, float *const *ys,
+                        const struct engine_weight *const *ws, const float *x, int64_t n);
     /* y[r] += x[r % n_rows_x] for n_rows rows of width values (n_rows_x = 1: a bias) */
     void (*add)(struct exec *e, float *y, const float *x, int64_t width, int64_t n_rows,
                 int64_t n_rows_x);

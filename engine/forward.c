@@ -107,6 +107,16 @@ static void embed_extras(struct engine_context *ctx, const struct engine_batch *
  * no share of the layer (out untouched). */
 typedef bool (*kind_fn)(struct exec *e, const struct layer_step *s, const float *in, float *out);
 
+/* ys[i] = x · W_iᵀ for the matrices that read x: one op where the executor has it */
+static void exec_matmuls(struct exec *e, int n_mat, float *const *ys,
+                         const struct engine_weight *const *ws, const float *x, int32_t n) {
+    if (e->ops->matmul_many && n_mat > 1) {
+        e->ops->matmul_many(e, n_mat, ys, ws, x, n);
+        return;
+    }
+    for (int i = 0; i < n_mat; i++) e->ops->matmul(e, ys[i], ws[i], x, n);
+}
+
 /* Attention over the KV cache, for the executor's KV heads and the query heads that read
  * them (a shared-KV layer's are placed by its source, engine/device.h). The global,
  * sliding-window and shared-KV kinds differ only in the KV they read (its window and
@@ -133,23 +143,16 @@ static bool attention_run(struct exec *e, const struct layer_step *s, const floa
      * layer computes only q and reads the KV of kv_source(il); a gemma4 layer without
      * attn_v takes V from the raw K projection (K = V) */
     const bool own = kv_owns(kv, il);
-    if (hp->attn_gate) {
-        /* qwen35: each head's query, then its output gate (n, n_head × (hd_k + hd_v)) */
-        op->matmul(e, e->qg, &w->wq, in, n);
-        op->unzip(e, e->q, e->gate, e->qg, n * n_head, hd_k, hd_v);
-    } else {
-        op->matmul(e, e->q, &w->wq, in, n);
-    }
+    /* qwen35's query is each head's query, then its output gate (n, n_head × (hd_k + hd_v)) */
+    float *ys[3] = {hp->attn_gate ? e->qg : e->q, e->k, e->v};
+    const struct engine_weight *ws[3] = {&w->wq, &w->wk, &w->wv};
+    exec_matmuls(e, !own ? 1 : w->wv.data ? 3 : 2, ys, ws, in, n);
+    if (hp->attn_gate) op->unzip(e, e->q, e->gate, e->qg, n * n_head, hd_k, hd_v);
     if (w->bq.data) op->add(e, e->q, w->bq.data, q_dim, n, 1);
     if (own) {
-        op->matmul(e, e->k, &w->wk, in, n);
         if (w->bk.data) op->add(e, e->k, w->bk.data, k_dim, n, 1);
-        if (w->wv.data) {
-            op->matmul(e, e->v, &w->wv, in, n);
-            if (w->bv.data) op->add(e, e->v, w->bv.data, n_head_kv * hd_v, n, 1);
-        } else {
-            op->copy(e, e->v, e->k, n * k_dim);
-        }
+        if (!w->wv.data) op->copy(e, e->v, e->k, n * k_dim);
+        else if (w->bv.data) op->add(e, e->v, w->bv.data, n_head_kv * hd_v, n, 1);
     }
 
     /* qwen3, gemma: RMSNorm of every query and key head (hd_k values each); gemma4:
@@ -233,8 +236,9 @@ static bool ffn_dense(struct exec *e, const struct layer_step *s, const float *i
     const struct dev_layer *dl = &e->layer[s->il];
     const int32_t n = s->n;
     if (dl->n_ff == 0) return false;
-    op->matmul(e, e->hb, &dl->w.w_gate, in, n);
-    op->matmul(e, e->hb2, &dl->w.w_up, in, n);
+    float *ys[2] = {e->hb, e->hb2};
+    const struct engine_weight *ws[2] = {&dl->w.w_gate, &dl->w.w_up};
+    exec_matmuls(e, 2, ys, ws, in, n);
     op->glu(e, e->hb, e->hb, e->hb2, n * dl->n_ff, e->ctx->model->hp.ffn_act);
     op->matmul(e, out, &dl->w.w_down, e->hb, n);
     return true;
@@ -275,8 +279,9 @@ static bool ffn_moe(struct exec *e, const struct layer_step *s, const float *in,
     /* the shared expert first (out may be in): hb2 (n, n_embd) = its FFN over its units,
      * hb (n) its gate logit */
     if (dl->n_fs > 0) {
-        op->matmul(e, e->hb, &w->sh_gate, in, n);
-        op->matmul(e, e->hb2, &w->sh_up, in, n);
+        float *ys[2] = {e->hb, e->hb2};
+        const struct engine_weight *ws[2] = {&w->sh_gate, &w->sh_up};
+        exec_matmuls(e, 2, ys, ws, in, n);
         op->glu(e, e->hb, e->hb, e->hb2, n * dl->n_fs, hp->ffn_act);
         op->matmul(e, e->hb2, &w->sh_down, e->hb, n);
         op->matmul(e, e->hb, &w->sh_gate_inp, in, n);

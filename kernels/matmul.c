@@ -216,7 +216,7 @@ static void act_pack_block(const struct act_task *q, int64_t b, int part, int n_
     int64_t t0, t1;
     r8f_block(b, r8f_n_blocks(q->n_tok, q->block_toks), q->n_tok, q->block_toks, &t0, &t1);
     const int64_t nt = t1 - t0;
-    if (nt == 1) return; /* the tiles read a lone token's row (mm_task_run) */
+    if (nt == 1) return; /* the tiles read a lone token's row (mm_unit) */
     uint8_t *blk = q->dst + (size_t)b * q->block_bytes;
     if (q->pack) {
         q->pack(blk, q->x + t0 * q->n_in, q->n_in, (int)nt, part, n_parts);
@@ -264,41 +264,47 @@ struct mm_task {
     _Atomic int64_t next; /* next work unit to take */
 };
 
+/* Work unit u of m: a token block's rows of one row block */
+static void mm_unit(const struct mm_task *m, int64_t u) {
+    const int64_t tb = u / m->n_row_units, r0 = u % m->n_row_units * m->unit_rows;
+    const int64_t r1 = MIN(r0 + m->unit_rows, m->n_out);
+    int64_t t0 = tb * m->unit_toks, t1 = MIN(t0 + m->unit_toks, m->n_tok);
+    if (m->x_block) r8f_block(tb, m->n_tok_units, m->n_tok, m->unit_toks, &t0, &t1);
+    if (m->rows8) { /* units are whole groups: unit_rows and n_out are multiples of 8 */
+        for (int64_t r = r0; r < r1;) {
+            float *y = m->y + t0 * m->n_out + r;
+            const uint8_t *g = m->w + r * m->w_stride;
+            const uint8_t *x = !m->x_block ? m->x + t0 * m->x_stride
+                               : t1 - t0 == 1 ? (const uint8_t *)(m->xf + t0 * m->n_in)
+                                              : m->x + tb * m->x_block;
+            const int rows = m->tile16 && r + 16 <= r1 ? 16 : 8;
+            r += rows;
+            if (rows == 16)
+                m->tile16(y, m->n_out, g, x, m->x_stride, m->n_in, (int)(t1 - t0));
+            else if (m->tile8)
+                m->tile8(y, m->n_out, g, x, m->x_stride, m->n_in, (int)(t1 - t0));
+            else
+                kern_tile8_unpacked(m->wt, y, m->n_out, g, x, m->x_stride, m->n_in, (int)(t1 - t0));
+        }
+        return;
+    }
+    for (int64_t r = r0; r < r1; r += KERN_TILE_ROWS)
+        m->tile(m->y + t0 * m->n_out + r, m->n_out, m->w + r * m->w_stride, m->w_stride,
+                m->x + t0 * m->x_stride, m->x_stride, m->n_in,
+                (int)MIN(KERN_TILE_ROWS, r1 - r), (int)(t1 - t0));
+}
+
 /* Work units = (token block, row block), token block varying slowest so that threads
  * share the activations in cache; units are taken dynamically (threads may be slowed by
  * other work on the machine). Inside a unit, each tile of weight rows meets every token
  * of the block (one tile call) while it is hot in L1. */
 static void mm_task_run(void *arg, int ith, int nth) {
     struct mm_task *m = arg;
+    (void)ith, (void)nth;
     for (;;) {
         int64_t u = atomic_fetch_add_explicit(&m->next, 1, memory_order_relaxed);
         if (u >= m->n_units) break;
-        const int64_t tb = u / m->n_row_units, r0 = u % m->n_row_units * m->unit_rows;
-        const int64_t r1 = MIN(r0 + m->unit_rows, m->n_out);
-        int64_t t0 = tb * m->unit_toks, t1 = MIN(t0 + m->unit_toks, m->n_tok);
-        if (m->x_block) r8f_block(tb, m->n_tok_units, m->n_tok, m->unit_toks, &t0, &t1);
-        if (m->rows8) { /* units are whole groups: unit_rows and n_out are multiples of 8 */
-            for (int64_t r = r0; r < r1;) {
-                float *y = m->y + t0 * m->n_out + r;
-                const uint8_t *g = m->w + r * m->w_stride;
-                const uint8_t *x = !m->x_block ? m->x + t0 * m->x_stride
-                                   : t1 - t0 == 1 ? (const uint8_t *)(m->xf + t0 * m->n_in)
-                                                  : m->x + tb * m->x_block;
-                const int rows = m->tile16 && r + 16 <= r1 ? 16 : 8;
-                r += rows;
-                if (rows == 16)
-                    m->tile16(y, m->n_out, g, x, m->x_stride, m->n_in, (int)(t1 - t0));
-                else if (m->tile8)
-                    m->tile8(y, m->n_out, g, x, m->x_stride, m->n_in, (int)(t1 - t0));
-                else
-                    kern_tile8_unpacked(m->wt, y, m->n_out, g, x, m->x_stride, m->n_in, (int)(t1 - t0));
-            }
-            continue;
-        }
-        for (int64_t r = r0; r < r1; r += KERN_TILE_ROWS)
-            m->tile(m->y + t0 * m->n_out + r, m->n_out, m->w + r * m->w_stride, m->w_stride,
-                    m->x + t0 * m->x_stride, m->x_stride, m->n_in,
-                    (int)MIN(KERN_TILE_ROWS, r1 - r), (int)(t1 - t0));
+        mm_unit(m, u);
     }
 }
 
@@ -341,19 +347,19 @@ void kern_matmul(struct kern_pool *pool, float *y, const void *w, enum kern_type
     kern_matmul_layout(pool, y, w, wt, KERN_LAYOUT_ROWS, x, n_in, n_out, n_tok, scratch);
 }
 
-void kern_matmul_layout(struct kern_pool *pool, float *y, const void *w, enum kern_type wt,
-                        enum kern_layout layout, const float *x, int64_t n_in, int64_t n_out,
-                        int64_t n_tok, void *scratch) {
-    kern_init();
+/* The task of one matmul (n_out, n_tok > 0) and, in q, the conversion of its activations
+ * into scratch that must run before it (act_run); m reads them from there already. */
+static void mm_setup(struct mm_task *m, struct act_task *q, struct kern_pool *pool, float *y,
+                     const void *w, enum kern_type wt, enum kern_layout layout, const float *x,
+                     int64_t n_in, int64_t n_out, int64_t n_tok, void *scratch) {
     const struct kern_type_traits *tr = kern_type_traits((int)wt);
     const bool rows8 = layout == KERN_LAYOUT_ROWS8;
     assert(tr && impl.tile[wt] && n_in > 0 && n_out >= 0 && n_tok >= 0);
     assert(n_in % tr->blck_size == 0 && (!rows8 || n_out % 8 == 0));
     /* a level without rows8 kernels reads the reference's activation rows */
     assert(!rows8 || impl.tile8[wt] || impl.act_row_size == kern_row_size);
-    if (n_out == 0 || n_tok == 0) return;
 
-    struct mm_task m = {
+    *m = (struct mm_task){
         .tile = rows_tile(wt, n_tok, NULL),
         .tile8 = impl.tile8[wt],
         /* quantized decode: tile8's 8-row bodies are faster (kernels/cpu/x86-rows16.h) */
@@ -370,24 +376,21 @@ void kern_matmul_layout(struct kern_pool *pool, float *y, const void *w, enum ke
         .n_out = n_out,
         .n_tok = n_tok,
     };
-    struct act_task q = {.dst = scratch, .x = x, .n_in = n_in, .n_tok = n_tok};
+    *q = (struct act_task){.dst = scratch, .x = x, .n_in = n_in, .n_tok = n_tok};
     if (tr->vec_dot_type != KERN_TYPE_F32) {
-        q.quant = impl.act_from_f32[tr->vec_dot_type];
-        q.dst_stride = impl.act_row_size(tr->vec_dot_type, n_in);
-        assert(scratch && q.quant);
-    } else if (rows8 && m.tile8 && n_tok > 1 && rows8_f32_block(wt, n_in)) {
-        q.block_bytes = rows8_f32_block(wt, n_in);
-        q.block_toks = impl.r8f_block_toks[wt] ? impl.r8f_block_toks[wt] : KERN_R8F_BLOCK_TOKS;
-        q.pack = impl.r8f_pack[wt];
+        q->quant = impl.act_from_f32[tr->vec_dot_type];
+        q->dst_stride = impl.act_row_size(tr->vec_dot_type, n_in);
+        assert(scratch && q->quant);
+    } else if (rows8 && m->tile8 && n_tok > 1 && rows8_f32_block(wt, n_in)) {
+        q->block_bytes = rows8_f32_block(wt, n_in);
+        q->block_toks = impl.r8f_block_toks[wt] ? impl.r8f_block_toks[wt] : KERN_R8F_BLOCK_TOKS;
+        q->pack = impl.r8f_pack[wt];
         assert(scratch);
     }
-    if (q.dst_stride || q.block_bytes) {
-        /* one token is a few hundred ns of work: not worth waking the workers */
-        if (n_tok * n_in >= 16384) kern_pool_run(pool, act_task_run, &q);
-        else act_task_run(&q, 0, 1);
-        m.x = scratch;
-        m.x_stride = q.dst_stride;
-        m.x_block = q.block_bytes;
+    if (q->dst_stride || q->block_bytes) {
+        m->x = scratch;
+        m->x_stride = q->dst_stride;
+        m->x_block = q->block_bytes;
     }
     /* Each thread's rows are contiguous runs: the tiles fetch the rows after their own
      * (the next chunk, then the next groups), which in 16-row units taken in turn were
@@ -400,13 +403,85 @@ void kern_matmul_layout(struct kern_pool *pool, float *y, const void *w, enum ke
     const int64_t per_thread = n_tok <= KERN_TILE_ROWS ? MM_DECODE_UNITS : MM_PREFILL_UNITS;
     int64_t want = n_out / ((int64_t)kern_pool_n_threads(pool) * per_thread);
     want = (want + MM_UNIT_ROWS - 1) / MM_UNIT_ROWS * MM_UNIT_ROWS;
-    m.unit_rows = MAX((int64_t)MM_UNIT_ROWS, MIN(want, (int64_t)MM_DECODE_MAX_ROWS));
-    m.n_row_units = (n_out + m.unit_rows - 1) / m.unit_rows;
+    m->unit_rows = MAX((int64_t)MM_UNIT_ROWS, MIN(want, (int64_t)MM_DECODE_MAX_ROWS));
+    m->n_row_units = (n_out + m->unit_rows - 1) / m->unit_rows;
     /* a unit's tokens: a packed block (r8f_block) or MM_UNIT_TOKS */
-    m.unit_toks = m.x_block ? q.block_toks : MM_UNIT_TOKS;
-    m.n_tok_units = m.x_block ? r8f_n_blocks(n_tok, q.block_toks)
-                              : (n_tok + m.unit_toks - 1) / m.unit_toks;
-    m.n_units = m.n_row_units * m.n_tok_units;
-    atomic_init(&m.next, 0);
+    m->unit_toks = m->x_block ? q->block_toks : MM_UNIT_TOKS;
+    m->n_tok_units = m->x_block ? r8f_n_blocks(n_tok, q->block_toks)
+                                : (n_tok + m->unit_toks - 1) / m->unit_toks;
+    m->n_units = m->n_row_units * m->n_tok_units;
+    atomic_init(&m->next, 0);
+}
+
+/* q's conversion, where the matmul has one */
+static void act_run(struct kern_pool *pool, struct act_task *q) {
+    if (!q->dst_stride && !q->block_bytes) return;
+    /* one token is a few hundred ns of work: not worth waking the workers */
+    if (q->n_tok * q->n_in >= 16384) kern_pool_run(pool, act_task_run, q);
+    else act_task_run(q, 0, 1);
+}
+
+void kern_matmul_layout(struct kern_pool *pool, float *y, const void *w, enum kern_type wt,
+                        enum kern_layout layout, const float *x, int64_t n_in, int64_t n_out,
+                        int64_t n_tok, void *scratch) {
+    kern_init();
+    if (n_out == 0 || n_tok == 0) return;
+    struct mm_task m;
+    struct act_task q;
+    mm_setup(&m, &q, pool, y, w, wt, layout, x, n_in, n_out, n_tok, scratch);
+    act_run(pool, &q);
     kern_pool_run(pool, mm_task_run, &m);
+}
+
+/* Several matmuls' units as one: unit u is matmul i's unit u - end[i - 1] */
+struct mm_many {
+    struct mm_task m[KERN_MM_MANY_MAX];
+    int64_t end[KERN_MM_MANY_MAX];
+    int n;
+    _Atomic int64_t next;
+};
+
+static void mm_many_run(void *arg, int ith, int nth) {
+    struct mm_many *a = arg;
+    (void)ith, (void)nth;
+    for (;;) {
+        int64_t u = atomic_fetch_add_explicit(&a->next, 1, memory_order_relaxed);
+        if (u >= a->end[a->n - 1]) break;
+        int i = 0;
+        while (u >= a->end[i]) i++;
+        mm_unit(&a->m[i], i ? u - a->end[i - 1] : u);
+    }
+}
+
+void kern_matmul_many(struct kern_pool *pool, const struct kern_mm_out *outs, int n,
+                      const float *x, int64_t n_in, int64_t n_tok, void *scratch) {
+    kern_init();
+    assert(n >= 0 && n <= KERN_MM_MANY_MAX);
+    if (n == 0) return;
+    /* one pool run for one token's matrices whose dot products read the first one's
+     * activation type (one converted row); the others one run each */
+    const enum kern_type vdt = kern_type_traits((int)outs[0].wt)->vec_dot_type;
+    struct mm_many a = {.n = 0};
+    struct act_task q[KERN_MM_MANY_MAX];
+    bool rest = false;
+    for (int i = 0; i < n; i++) {
+        if (n_tok != 1 || kern_type_traits((int)outs[i].wt)->vec_dot_type != vdt) {
+            rest = true;
+            continue;
+        }
+        if (outs[i].n_out == 0) continue;
+        mm_setup(&a.m[a.n], &q[a.n], pool, outs[i].y, outs[i].w, outs[i].wt, outs[i].layout, x,
+                 n_in, outs[i].n_out, n_tok, scratch);
+        a.end[a.n] = (a.n ? a.end[a.n - 1] : 0) + a.m[a.n].n_units;
+        a.n++;
+    }
+    if (a.n > 0) {
+        act_run(pool, &q[0]); /* the same conversion for all of them */
+        atomic_init(&a.next, 0);
+        kern_pool_run(pool, mm_many_run, &a);
+    }
+    for (int i = 0; i < n && rest; i++)
+        if (n_tok != 1 || kern_type_traits((int)outs[i].wt)->vec_dot_type != vdt)
+            kern_matmul_layout(pool, outs[i].y, outs[i].w, outs[i].wt, outs[i].layout, x, n_in,
+                               outs[i].n_out, n_tok, scratch);
 }

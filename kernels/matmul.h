@@ -36,6 +36,8 @@ typedef void (*kern_task_fn)(void *arg, int ith, int nth);
 int kern_pool_new(int n_threads, struct kern_pool **ret);
 void kern_pool_free(struct kern_pool *pool);
 int kern_pool_n_threads(const struct kern_pool *pool);
+/* kern_pool_run calls on pool so far (0 for NULL): what a caller's work costs in hand-offs */
+uint64_t kern_pool_runs(const struct kern_pool *pool);
 void kern_pool_run(struct kern_pool *pool, kern_task_fn fn, void *arg);
 
 /* y = x · Wᵀ:  y[t][o] = Σ_i W[o][i] · x[t][i]
@@ -64,6 +66,24 @@ int kern_rows8_unpack(enum kern_type wt, void *dst, const void *src, int64_t n_i
 void kern_matmul_layout(struct kern_pool *pool, float *y, const void *w, enum kern_type wt,
                         enum kern_layout layout, const float *x, int64_t n_in, int64_t n_out,
                         int64_t n_tok, void *scratch);
+
+/* One input row set through several matrices (a layer's q, k and v; gate and up):
+ * outs[i].y (n_tok, outs[i].n_out) = x (n_tok, n_in) · W_iᵀ, each as kern_matmul_layout
+ * computes it, bit for bit. For one token, the matrices whose dot products read the first
+ * one's activation type get it converted once and their work units as one pool run (a
+ * dense layer's decode hands off to the threads 4 times, not 7); the others, and more
+ * tokens, one kern_matmul_layout each. scratch: the largest kern_matmul_scratch_bytes of
+ * them. */
+enum { KERN_MM_MANY_MAX = 4 };
+struct kern_mm_out {
+    float *y;
+    const void *w;
+    enum kern_type wt;
+    enum kern_layout layout;
+    int64_t n_out;
+};
+void kern_matmul_many(struct kern_pool *pool, const struct kern_mm_out *outs, int n,
+                      const float *x, int64_t n_in, int64_t n_tok, void *scratch);
 
 /* Which kernel kern_matmul_layout runs for wt weights in layout with n_tok tokens at the
  * current level: the path ("rows": the file's rows; "rows8"; "rows16": two rows8 groups

@@ -41,6 +41,7 @@ struct kern_pool {
     _Atomic int n_sleeping;   /* workers in futex_wait on gen */
     _Atomic int caller_sleeping;
     _Atomic bool stop;
+    uint64_t n_runs; /* kern_pool_run calls: one caller at a time */
 };
 
 static void cpu_relax(void) {
@@ -143,7 +144,10 @@ int kern_pool_n_threads(const struct kern_pool *pool) {
     return pool ? pool->n_threads : 1;
 }
 
+uint64_t kern_pool_runs(const struct kern_pool *pool) { return pool ? pool->n_runs : 0; }
+
 void kern_pool_run(struct kern_pool *pool, kern_task_fn fn, void *arg) {
+    if (pool) pool->n_runs++;
     if (!pool || pool->n_threads == 1) {
         fn(arg, 0, 1);
         return;

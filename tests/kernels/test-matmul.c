@@ -709,6 +709,88 @@ TEST(matmul_mxfp4_scales) {
     ASSERT_TRUE(checked >= 30);
 }
 
+/* kern_matmul_many equals one kern_matmul_layout per matrix, bit for bit, at every level,
+ * on 1 and 2 threads: one token of matrices that read the same activation type in one
+ * pool run (the rows8 and the file's rows mixed, an empty one among them), one of another
+ * type in a run of its own, and 3 tokens a run each. */
+TEST(matmul_many_as_each) {
+    struct kern_pool *pool = NULL;
+    ASSERT_OK(kern_pool_new(2, &pool));
+    const char *saved = kern_cpu()->level;
+    static const struct {
+        int wt[3];
+        int64_t n_out[3];
+        bool rows8[3];
+        int64_t n_in;
+        uint64_t runs; /* pool runs for one token */
+    } sets[] = {
+        {{KERN_TYPE_Q4_K, KERN_TYPE_Q5_K, KERN_TYPE_Q4_K}, {64, 16, 24}, {true, true, false}, 512, 1},
+        {{KERN_TYPE_Q8_0, KERN_TYPE_Q8_0, KERN_TYPE_Q8_0}, {48, 0, 16}, {true, true, true}, 256, 1},
+        {{KERN_TYPE_F16, KERN_TYPE_F16, KERN_TYPE_F32}, {32, 16, 8}, {true, false, false}, 96, 1},
+        /* q6_K and q4_0 read q8_0 rows, q4_K q8_1 ones (Q4_K_M's v beside its q and k) */
+        {{KERN_TYPE_Q6_K, KERN_TYPE_Q4_K, KERN_TYPE_Q4_0}, {40, 16, 8}, {false, true, true}, 512, 2},
+    };
+    int checked = 0;
+    for (int li = 0; kern_level_name(li); li++) {
+        const char *level = kern_level_name(li);
+        if (kern_set_level(level) < 0) continue;
+        for (size_t si = 0; si < ARRAY_SIZE(sets); si++)
+            for (int64_t n_tok = 1; n_tok <= 3; n_tok += 2)
+                for (int th = 0; th < 2; th++) {
+                    struct kern_pool *p = th ? pool : NULL;
+                    struct mm_case c[3];
+                    struct kern_mm_out outs[3];
+                    uint8_t *g[3];
+                    float *y_each[3], *y_many[3];
+                    size_t sb = 0;
+                    for (int i = 0; i < 3; i++) {
+                        const int wt = sets[si].wt[i];
+                        const int64_t n_out = sets[si].n_out[i];
+                        mm_case_init(&c[i], wt, sets[si].n_in, n_out, n_tok);
+                        if (i > 0) memcpy(c[i].x, c[0].x, sizeof(float) * (size_t)(sets[si].n_in * n_tok));
+                        size_t bytes = kern_row_size(wt, sets[si].n_in) * (size_t)n_out;
+                        g[i] = malloc(bytes + 1);
+                        bool r8 = sets[si].rows8[i] && n_out > 0 && kern_rows8_supported(wt, sets[si].n_in, n_out);
+                        if (r8) ASSERT_OK(kern_rows8_pack(wt, g[i], c[i].w, sets[si].n_in, n_out));
+                        else memcpy(g[i], c[i].w, bytes);
+                        outs[i] = (struct kern_mm_out){.w = g[i], .wt = wt, .n_out = n_out,
+                                                       .layout = r8 ? KERN_LAYOUT_ROWS8 : KERN_LAYOUT_ROWS};
+                        y_each[i] = calloc((size_t)(n_out * n_tok) + 1, sizeof(float));
+                        y_many[i] = calloc((size_t)(n_out * n_tok) + 1, sizeof(float));
+                        outs[i].y = y_many[i];
+                        size_t b = kern_matmul_scratch_bytes(wt, sets[si].n_in, n_tok);
+                        if (b > sb) sb = b;
+                    }
+                    void *scratch = malloc(sb + 1);
+                    for (int i = 0; i < 3; i++)
+                        kern_matmul_layout(p, y_each[i], g[i], outs[i].wt, outs[i].layout, c[0].x,
+                                           sets[si].n_in, outs[i].n_out, n_tok, scratch);
+                    const uint64_t runs0 = kern_pool_runs(p);
+                    kern_matmul_many(p, outs, 3, c[0].x, sets[si].n_in, n_tok, scratch);
+                    const uint64_t runs = kern_pool_runs(p) - runs0;
+                    for (int i = 0; i < 3; i++) {
+                        if (memcmp(y_each[i], y_many[i], sizeof(float) * (size_t)(outs[i].n_out * n_tok)) != 0)
+                            TEST_FAIL_("level %s set %zu matrix %d (%s) n_tok %lld threads %d: differs",
+                                       level, si, i, kern_type_name(outs[i].wt), (long long)n_tok, th + 1);
+                        free(g[i]), free(y_each[i]), free(y_many[i]);
+                        mm_case_free(&c[i]);
+                    }
+                    free(scratch);
+                    /* one run fused; one per non-empty matrix otherwise (the 3 tokens'
+                     * activations may take a run of their own: at most two each) */
+                    if (p && n_tok == 1 && runs != sets[si].runs)
+                        TEST_FAIL_("level %s set %zu: %llu pool runs for one token, not %llu", level,
+                                   si, (unsigned long long)runs, (unsigned long long)sets[si].runs);
+                    if (p && n_tok > 1) ASSERT_TRUE(runs >= 2);
+                    checked++;
+                }
+    }
+    kern_set_level(saved);
+    kern_pool_free(pool);
+    ASSERT_TRUE(checked >= 16);
+}
+
 TEST_MAIN(T(level_names), T(matmul_edges), T(spec_vs_exact), T(quantize_row_bit_exact),
           T(matmul_all_levels_vs_spec), T(matmul_tile_paths_vs_spec), T(matmul_rows8_vs_spec),
-          T(matmul_rows8_float_odd), T(matmul_dispatch_pinned), T(matmul_mxfp4_scales))
+          T(matmul_rows8_float_odd), T(matmul_dispatch_pinned), T(matmul_mxfp4_scales),
+          T(matmul_many_as_each))

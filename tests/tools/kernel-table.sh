@@ -90,7 +90,11 @@ done
 
 peer=
 [ -n "$llama" ] && peer="--peer $llama/llama-bench"
-# rounds × types × threads, interleaved; each run's output kept
+# rounds × types × threads, interleaved; each run's output kept. A type's rounds from an
+# earlier run go first: the table is the best of this run's rounds, not of older ones.
+if [ -z "${KERNEL_TABLE_REPORT_ONLY:-}" ]; then
+    for t in $types; do rm -f "$work/$t".t[12].r*.txt; done
+fi
 for r in $(seq 1 "$rounds"); do
     [ -n "${KERNEL_TABLE_REPORT_ONLY:-}" ] && break
     for t in $types; do
