@@ -281,10 +281,10 @@ X86_INLINE void r16f_convert(float *wb, const uint8_t *ga, const uint8_t *gb, in
 }
 
 X86_INLINE void r16f_half(float *y, int64_t ys, const float *wb, const float *pan, int64_t c,
-                          bool add, int nv, const uint8_t *pa, const uint8_t *pb) {
+                          bool add, int nv, const uint8_t *pa, const uint8_t *pb, const int NT) {
     __m256 acc[2 * R16F_HALF];
 #pragma GCC unroll 12
-    for (int a = 0; a < 2 * R16F_HALF; a++) acc[a] = _mm256_setzero_ps();
+    for (int a = 0; a < 2 * NT; a++) acc[a] = _mm256_setzero_ps();
     for (int64_t k = 0; k < c; k++) {
         if (pa && k % 4 == 0) { /* the next chunk's lines, 4 values per line */
             _mm_prefetch((const char *)pa + 16 * k, _MM_HINT_T0);
@@ -293,14 +293,14 @@ X86_INLINE void r16f_half(float *y, int64_t ys, const float *wb, const float *pa
         const __m256 w0 = _mm256_load_ps(wb + 16 * k), w1 = _mm256_load_ps(wb + 16 * k + 8);
         const float *xv = pan + k * KERN_R8F_PANEL;
 #pragma GCC unroll 6
-        for (int t = 0; t < R16F_HALF; t++) {
+        for (int t = 0; t < NT; t++) {
             const __m256 b = _mm256_broadcast_ss(xv + t);
             acc[2 * t] = _mm256_fmadd_ps(w0, b, acc[2 * t]);
             acc[2 * t + 1] = _mm256_fmadd_ps(w1, b, acc[2 * t + 1]);
         }
     }
 #pragma GCC unroll 6
-    for (int t = 0; t < R16F_HALF; t++) { /* unrolled: acc stays in registers */
+    for (int t = 0; t < NT; t++) { /* unrolled: acc stays in registers */
         if (t >= nv) break;
         __m256 s0 = acc[2 * t], s1 = acc[2 * t + 1];
         if (add) {
@@ -381,7 +381,11 @@ X86_INLINE void ftile16(float *y, int64_t ys, const void *g, const void *x, size
             const float *pan = xf + (int64_t)(t0 / KERN_R8F_PANEL) * KERN_R8F_PANEL * n +
                                i0 * KERN_R8F_PANEL + t0 % KERN_R8F_PANEL;
             const int nv = nt - t0 < R16F_HALF ? nt - t0 : R16F_HALF;
-            r16f_half(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, t0 == 0 ? pa : NULL, pb);
+            const uint8_t *qa = t0 == 0 ? pa : NULL;
+            /* a block's short last half panel computes its own tokens (pp64: 4 of 6) */
+            if (nv > 4) r16f_half(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, qa, pb, 6);
+            else if (nv > 2) r16f_half(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, qa, pb, 4);
+            else r16f_half(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, qa, pb, 2);
         }
 #endif
     }
