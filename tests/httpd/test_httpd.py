@@ -14,6 +14,7 @@ mid-stream cancelling the generation in warmd, and the RPC overhead per streamed
 
 Needs root (setpriv, unshare); npm for the SDK cases (skipped with a message without it)."""
 
+import atexit
 import json
 import os
 import shutil
@@ -58,6 +59,7 @@ class NpmClients:
             cls.why = "npm or node not found: the openai/ollama SDK cases are skipped"
             return None
         d = tempfile.mkdtemp(prefix="warm-httpd-npm-")
+        atexit.register(shutil.rmtree, d, True)  # the packages are fetched once per run
         os.chmod(d, 0o755)
         p = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--ignore-scripts",
                             "--prefix", d, *NPM_PACKAGES], capture_output=True, text=True,

@@ -15,6 +15,7 @@ format) shown by the SDK with warm-httpd's message, not the status line's "Bad R
 
 Needs root (setpriv); npm for the SDK."""
 
+import atexit
 import json
 import os
 import shutil
@@ -46,6 +47,7 @@ class Sdk:
             cls.why = "npm or node not found: the AI SDK cases are skipped"
             return None
         d = tempfile.mkdtemp(prefix="warm-httpd-aisdk-")
+        atexit.register(shutil.rmtree, d, True)  # the packages are fetched once per run
         os.chmod(d, 0o755)
         p = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--ignore-scripts",
                             "--prefix", d, *SDK], capture_output=True, text=True, timeout=600)

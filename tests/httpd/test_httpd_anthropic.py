@@ -16,6 +16,7 @@ qwen35 model (whose generation prompt opens the think block) whole and streamed.
 
 Needs root (setpriv); npm for the SDK case."""
 
+import atexit
 import json
 import os
 import shutil
@@ -47,6 +48,7 @@ class Sdk:
             cls.why = "npm or node not found: the @anthropic-ai/sdk case is skipped"
             return None
         d = tempfile.mkdtemp(prefix="warm-httpd-anthropic-")
+        atexit.register(shutil.rmtree, d, True)  # the packages are fetched once per run
         os.chmod(d, 0o755)
         p = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--ignore-scripts",
                             "--prefix", d, SDK], capture_output=True, text=True, timeout=600)
