@@ -146,7 +146,7 @@ enum {
     MM_UNIT_ROWS = 16,      /* rows of a work unit: at least, and a multiple of */
     MM_DECODE_UNITS = 2,    /* decode work units per thread */
     MM_PREFILL_UNITS = 8,   /* prefill work units per thread and token block */
-    MM_DECODE_MAX_ROWS = 8192, /* a large vocabulary's output rows still split finer */
+    MM_MAX_UNIT_ROWS = 8192, /* a large vocabulary's output rows still split finer */
     MM_UNIT_TOKS = KERN_TILE_TOKS, /* tokens per work unit: their activations stay in L2 */
 };
 static_assert(KERN_R8F_BLOCK_TOKS > 0 && KERN_R8F_BLOCK_TOKS % KERN_R8F_PANEL == 0 &&
@@ -403,7 +403,7 @@ static void mm_setup(struct mm_task *m, struct act_task *q, struct kern_pool *po
     const int64_t per_thread = n_tok <= KERN_TILE_ROWS ? MM_DECODE_UNITS : MM_PREFILL_UNITS;
     int64_t want = n_out / ((int64_t)kern_pool_n_threads(pool) * per_thread);
     want = (want + MM_UNIT_ROWS - 1) / MM_UNIT_ROWS * MM_UNIT_ROWS;
-    m->unit_rows = MAX((int64_t)MM_UNIT_ROWS, MIN(want, (int64_t)MM_DECODE_MAX_ROWS));
+    m->unit_rows = MAX((int64_t)MM_UNIT_ROWS, MIN(want, (int64_t)MM_MAX_UNIT_ROWS));
     m->n_row_units = (n_out + m->unit_rows - 1) / m->unit_rows;
     /* a unit's tokens: a packed block (r8f_block) or MM_UNIT_TOKS */
     m->unit_toks = m->x_block ? q->block_toks : MM_UNIT_TOKS;
@@ -463,13 +463,10 @@ void kern_matmul_many(struct kern_pool *pool, const struct kern_mm_out *outs, in
     const enum kern_type vdt = kern_type_traits((int)outs[0].wt)->vec_dot_type;
     struct mm_many a = {.n = 0};
     struct act_task q[KERN_MM_MANY_MAX];
-    bool rest = false;
+    bool apart[KERN_MM_MANY_MAX];
     for (int i = 0; i < n; i++) {
-        if (n_tok != 1 || kern_type_traits((int)outs[i].wt)->vec_dot_type != vdt) {
-            rest = true;
-            continue;
-        }
-        if (outs[i].n_out == 0) continue;
+        apart[i] = n_tok != 1 || kern_type_traits((int)outs[i].wt)->vec_dot_type != vdt;
+        if (apart[i] || outs[i].n_out == 0) continue;
         mm_setup(&a.m[a.n], &q[a.n], pool, outs[i].y, outs[i].w, outs[i].wt, outs[i].layout, x,
                  n_in, outs[i].n_out, n_tok, scratch);
         a.end[a.n] = (a.n ? a.end[a.n - 1] : 0) + a.m[a.n].n_units;
@@ -480,8 +477,8 @@ void kern_matmul_many(struct kern_pool *pool, const struct kern_mm_out *outs, in
         atomic_init(&a.next, 0);
         kern_pool_run(pool, mm_many_run, &a);
     }
-    for (int i = 0; i < n && rest; i++)
-        if (n_tok != 1 || kern_type_traits((int)outs[i].wt)->vec_dot_type != vdt)
+    for (int i = 0; i < n; i++)
+        if (apart[i])
             kern_matmul_layout(pool, outs[i].y, outs[i].w, outs[i].wt, outs[i].layout, x, n_in,
                                outs[i].n_out, n_tok, scratch);
 }
