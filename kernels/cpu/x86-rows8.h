@@ -203,7 +203,8 @@ X86_INLINE void r8_q32_body(float *y, int64_t ys, const uint8_t *g, const struct
 
 /* mxfp4, 8 rows × NT tokens: q4_0's chunks (lane r = row r's values 4k.. low, 16 + 4k..
  * high), each nibble through the mxfp4 table + 12 (U mode, u = 0..24, -12·Σx from the
- * half sums); the 8 rows' E8M0 bytes become their scales in one vector (e8m0_half8).
+ * half sums); the 8 rows' E8M0 bytes become their scales in one vector (e8m0_half8; at
+ * 512 bits their exponents, which VSCALEFPS applies to the token's scale).
  * Without VNNI a pair of byte products is at most 2·24·127 = 6096, so the low and the
  * high nibbles' 4 chunks each stay within int16 (24384) and are widened apart. */
 X86_INLINE void r8_mxfp4_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x, size_t xst,
@@ -212,6 +213,10 @@ X86_INLINE void r8_mxfp4_body(float *y, int64_t ys, const uint8_t *g, const uint
     const __m256i utbl = _mm256_broadcastsi128_si256(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24,
                                                                    12, 11, 10, 9, 8, 6, 4, 0));
     (void)ones; /* the VNNI bodies sum in VPDPBUSD */
+#if X86_W512
+    const __m512i m4z = _mm512_set1_epi8(0x0f), utblz = _mm512_broadcast_i32x4(_mm256_castsi256_si128(utbl));
+    (void)m4;
+#endif
     __m256 acc[4];
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
@@ -228,14 +233,11 @@ X86_INLINE void r8_mxfp4_body(float *y, int64_t ys, const uint8_t *g, const uint
 #pragma GCC unroll 2
         for (int k = 0; k < 4; k += 2) {
             const __m512i c = _mm512_loadu_si512((const void *)(b + 8 + 32 * k));
-            const __m512i l = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm256_castsi256_si128(utbl)),
-                                                  _mm512_and_si512(c, _mm512_set1_epi8(0x0f)));
-            const __m512i h = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm256_castsi256_si128(utbl)),
-                                                  _mm512_and_si512(_mm512_srli_epi16(c, 4), _mm512_set1_epi8(0x0f)));
+            const __m512i l = _mm512_shuffle_epi8(utblz, _mm512_and_si512(c, m4z));
+            const __m512i h = _mm512_shuffle_epi8(utblz, _mm512_and_si512(_mm512_srli_epi16(c, 4), m4z));
             lo[k] = _mm512_castsi512_si256(l), lo[k + 1] = _mm512_extracti64x4_epi64(l, 1);
             hi[k] = _mm512_castsi512_si256(h), hi[k + 1] = _mm512_extracti64x4_epi64(h, 1);
         }
-        (void)m4;
         /* the scales' exponents e - 128 (e8m0_half's 2^(e-128)), applied with VSCALEFPS to
          * each token's activation scale: the product x_d · 2^(e-128) rounded once, as the
          * multiply by e8m0_half8's value rounds it */
