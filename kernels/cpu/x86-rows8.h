@@ -397,18 +397,13 @@ X86_INLINE void r8_q8_0_body(float *y, int64_t ys, const uint8_t *g, const uint8
     for (int64_t j = 0; j < nb; j++) {
         const uint8_t *b = g + wk_r8_bytes(WK_Q8_0) * j;
         /* 4 KiB ahead (2 KiB left the loads waiting: gpt-oss's q8_0 matrices, 1 thread) */
-        _mm_prefetch((const char *)b + 4096, _MM_HINT_T0);
-        _mm_prefetch((const char *)b + 4096 + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)b + 4096 + 128, _MM_HINT_T0);
-        _mm_prefetch((const char *)b + 4096 + 192, _MM_HINT_T0);
-        _mm_prefetch((const char *)b + 4096 + 256, _MM_HINT_T0);
-        if (wide) {
-            _mm_prefetch((const char *)b + 16384, _MM_HINT_T1);
-            _mm_prefetch((const char *)b + 16384 + 64, _MM_HINT_T1);
-            _mm_prefetch((const char *)b + 16384 + 128, _MM_HINT_T1);
-            _mm_prefetch((const char *)b + 16384 + 192, _MM_HINT_T1);
-            _mm_prefetch((const char *)b + 16384 + 256, _MM_HINT_T1);
-        }
+#pragma GCC unroll 5
+        for (int64_t o = 0; o < wk_r8_bytes(WK_Q8_0); o += 64) /* the block's 5 lines */
+            _mm_prefetch((const char *)b + 4096 + o, _MM_HINT_T0);
+        if (wide)
+#pragma GCC unroll 5
+            for (int64_t o = 0; o < wk_r8_bytes(WK_Q8_0); o += 64)
+                _mm_prefetch((const char *)b + 16384 + o, _MM_HINT_T1);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b));
         __m256i is[4];
 #pragma GCC unroll 4
