@@ -453,27 +453,43 @@ static void mm_many_run(void *arg, int ith, int nth) {
     }
 }
 
+/* Whether two matmuls' activation conversions are one: the same quantization into rows
+ * of the same bytes, or the same packing into blocks of the same tokens and bytes */
+static bool act_same(const struct act_task *a, const struct act_task *b) {
+    return a->quant == b->quant && a->pack == b->pack && a->dst_stride == b->dst_stride &&
+           a->block_bytes == b->block_bytes && a->block_toks == b->block_toks;
+}
+
+static bool act_none(const struct act_task *q) { return !q->dst_stride && !q->block_bytes; }
+
 void kern_matmul_many(struct kern_pool *pool, const struct kern_mm_out *outs, int n,
                       const float *x, int64_t n_in, int64_t n_tok, void *scratch) {
     kern_init();
     assert(n >= 0 && n <= KERN_MM_MANY_MAX);
     if (n == 0) return;
-    /* one pool run for one token's matrices whose dot products read the first one's
-     * activation type (one converted row); the others one run each */
-    const enum kern_type vdt = kern_type_traits((int)outs[0].wt)->vec_dot_type;
+    /* One pool run for the matrices whose activations are converted as the first
+     * converting one's (or read as they are): the conversion runs once, before it. The
+     * others one kern_matmul_layout each. */
     struct mm_many a = {.n = 0};
     struct act_task q[KERN_MM_MANY_MAX];
-    bool apart[KERN_MM_MANY_MAX];
+    bool apart[KERN_MM_MANY_MAX] = {false};
+    int conv = -1; /* a's matmul whose conversion the run's share */
     for (int i = 0; i < n; i++) {
-        apart[i] = n_tok != 1 || kern_type_traits((int)outs[i].wt)->vec_dot_type != vdt;
-        if (apart[i] || outs[i].n_out == 0) continue;
+        if (outs[i].n_out == 0) continue;
         mm_setup(&a.m[a.n], &q[a.n], pool, outs[i].y, outs[i].w, outs[i].wt, outs[i].layout, x,
                  n_in, outs[i].n_out, n_tok, scratch);
+        if (!act_none(&q[a.n])) {
+            if (conv >= 0 && !act_same(&q[a.n], &q[conv])) {
+                apart[i] = true;
+                continue;
+            }
+            if (conv < 0) conv = a.n;
+        }
         a.end[a.n] = (a.n ? a.end[a.n - 1] : 0) + a.m[a.n].n_units;
         a.n++;
     }
     if (a.n > 0) {
-        act_run(pool, &q[0]); /* the same conversion for all of them */
+        if (conv >= 0) act_run(pool, &q[conv]);
         atomic_init(&a.next, 0);
         kern_pool_run(pool, mm_many_run, &a);
     }

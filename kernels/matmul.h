@@ -69,11 +69,11 @@ void kern_matmul_layout(struct kern_pool *pool, float *y, const void *w, enum ke
 
 /* One input row set through several matrices (a layer's q, k and v; gate and up):
  * outs[i].y (n_tok, outs[i].n_out) = x (n_tok, n_in) · W_iᵀ, each as kern_matmul_layout
- * computes it, bit for bit. For one token, the matrices whose dot products read the first
- * one's activation type get it converted once and their work units as one pool run (a
- * dense layer's decode hands off to the threads 4 times, not 7); the others, and more
- * tokens, one kern_matmul_layout each. scratch: the largest kern_matmul_scratch_bytes of
- * them. */
+ * computes it, bit for bit. The matrices whose activations are converted as the first
+ * converting one's (quantized to the same type, or packed into the same token blocks), or
+ * read as they are, get them converted once and their work units as one pool run (a dense
+ * layer hands off to the threads 4 times, not 7, in decode and prefill); the others one
+ * kern_matmul_layout each. scratch: the largest kern_matmul_scratch_bytes of them. */
 enum { KERN_MM_MANY_MAX = 4 };
 struct kern_mm_out {
     float *y;

@@ -391,6 +391,46 @@ X86_INLINE void ftile16(float *y, int64_t ys, const void *g, const void *x, size
     }
 }
 
+#if !X86_W512
+/* r8f_pack of the f16/bf16 rows8 tiles at 256 bits: the f32 panels of KERN_R8F_PANEL
+ * tokens (kernels/ref/matmul.h; a missing token's values 0); this part's panels of
+ * n_parts. Four tokens' 8 values at a time, transposed in registers into 8 values' 4
+ * tokens: 4 loads, 8 shuffles and 8 stores per 32 values, where one value at a time was
+ * 32 loads and 32 scattered stores (about 1.7 % of a 1-thread f16 prefill). */
+static void X86_SFX(f32_pack12)(void *dst, const float *x, int64_t n, int nt, int part, int n_parts) {
+    enum { P = KERN_R8F_PANEL };
+    static_assert(P % 4 == 0, "a panel is whole groups of 4 tokens");
+    const int n_pan = (nt + P - 1) / P;
+    for (int p = n_pan * part / n_parts; p < n_pan * (part + 1) / n_parts; p++) {
+        float *pan = (float *)dst + (int64_t)p * P * n;
+        const int nv = nt - p * P < P ? nt - p * P : P;
+        const float *xr = x + (int64_t)p * P * n;
+        int64_t k = 0;
+        for (; k + 8 <= n; k += 8)
+#pragma GCC unroll 3
+            for (int g = 0; g < P / 4; g++) {
+                __m256 r[4];
+#pragma GCC unroll 4
+                for (int l = 0; l < 4; l++)
+                    r[l] = 4 * g + l < nv ? _mm256_loadu_ps(xr + (4 * g + l) * n + k) : _mm256_setzero_ps();
+                const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+                const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+                /* u[j]: values k + j (low half) and k + 4 + j (high half) of the 4 tokens */
+                const __m256 u[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE),
+                                     _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xEE)};
+                float *o = pan + k * P + 4 * g;
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) {
+                    _mm_storeu_ps(o + j * P, _mm256_castps256_ps128(u[j]));
+                    _mm_storeu_ps(o + (4 + j) * P, _mm256_extractf128_ps(u[j], 1));
+                }
+            }
+        for (; k < n; k++)
+            for (int l = 0; l < P; l++) pan[k * P + l] = l < nv ? xr[l * n + k] : 0.0f;
+    }
+}
+#endif
+
 #if X86_W512
 static_assert(R8F_PW == 16 && KERN_TILE_TOKS % R8F_PW == 0 && KERN_TILE_TOKS <= KERN_R8F_BLOCK_SLOTS,
               "a block of KERN_TILE_TOKS tokens is whole panels within the packed block's bytes");

@@ -178,6 +178,8 @@ void X86_SFX(kern_impl_fill)(struct kern_impl *impl) {
     impl->r8f_block_toks[KERN_TYPE_F16] = impl->r8f_block_toks[KERN_TYPE_BF16] = KERN_TILE_TOKS;
 #endif
 #if !X86_W512
+    /* f16/bf16 prefill in kern_matmul's panels of KERN_R8F_PANEL, packed in registers */
+    impl->r8f_pack[KERN_TYPE_F16] = impl->r8f_pack[KERN_TYPE_BF16] = X86_SFX(f32_pack12);
     impl->tile8_interleaved[KERN_TYPE_Q3_K] = r8_prefill_ipack(WK_Q3_K);
     impl->tile8_interleaved[KERN_TYPE_Q5_K] = r8_prefill_ipack(WK_Q5_K);
     impl->tile8_interleaved[KERN_TYPE_Q6_K] = r8_prefill_ipack(WK_Q6_K);

@@ -710,9 +710,10 @@ TEST(matmul_mxfp4_scales) {
 }
 
 /* kern_matmul_many equals one kern_matmul_layout per matrix, bit for bit, at every level,
- * on 1 and 2 threads: one token of matrices that read the same activation type in one
- * pool run (the rows8 and the file's rows mixed, an empty one among them), one of another
- * type in a run of its own, and 3 tokens a run each. */
+ * on 1 and 2 threads, for 1, 3 and 64 tokens: matrices whose activations are converted
+ * alike (or not at all) in one pool run (the rows8 and the file's rows mixed, an empty one
+ * among them), one converted otherwise in a run of its own; the conversion a run of its own
+ * where it is big enough to wake the workers (64 tokens of 256 values or more). */
 TEST(matmul_many_as_each) {
     struct kern_pool *pool = NULL;
     ASSERT_OK(kern_pool_new(2, &pool));
@@ -722,21 +723,25 @@ TEST(matmul_many_as_each) {
         int64_t n_out[3];
         bool rows8[3];
         int64_t n_in;
-        uint64_t runs; /* pool runs for one token */
+        int runs[3]; /* pool runs for toks[i] tokens (-1: the level's) */
     } sets[] = {
-        {{KERN_TYPE_Q4_K, KERN_TYPE_Q5_K, KERN_TYPE_Q4_K}, {64, 16, 24}, {true, true, false}, 512, 1},
-        {{KERN_TYPE_Q8_0, KERN_TYPE_Q8_0, KERN_TYPE_Q8_0}, {48, 0, 16}, {true, true, true}, 256, 1},
-        {{KERN_TYPE_F16, KERN_TYPE_F16, KERN_TYPE_F32}, {32, 16, 8}, {true, false, false}, 96, 1},
+        {{KERN_TYPE_Q4_K, KERN_TYPE_Q5_K, KERN_TYPE_Q4_K}, {64, 16, 24}, {true, true, false}, 512, {1, 1, 2}},
+        {{KERN_TYPE_Q8_0, KERN_TYPE_Q8_0, KERN_TYPE_Q8_0}, {48, 0, 16}, {true, true, true}, 256, {1, 1, 2}},
+        {{KERN_TYPE_F16, KERN_TYPE_F16, KERN_TYPE_F32}, {32, 16, 8}, {true, false, false}, 96, {1, 1, 1}},
         /* q6_K and q4_0 read q8_0 rows, q4_K q8_1 ones (Q4_K_M's v beside its q and k) */
-        {{KERN_TYPE_Q6_K, KERN_TYPE_Q4_K, KERN_TYPE_Q4_0}, {40, 16, 8}, {false, true, true}, 512, 2},
+        {{KERN_TYPE_Q6_K, KERN_TYPE_Q4_K, KERN_TYPE_Q4_0}, {40, 16, 8}, {false, true, true}, 512, {2, 2, 4}},
+        /* f16 and bf16 prefill share packed panels where the level packs both alike */
+        {{KERN_TYPE_F16, KERN_TYPE_BF16, KERN_TYPE_F16}, {32, 16, 16}, {true, true, true}, 256, {1, -1, -1}},
     };
+    static const int64_t toks[] = {1, 3, 64};
     int checked = 0;
     for (int li = 0; kern_level_name(li); li++) {
         const char *level = kern_level_name(li);
         if (kern_set_level(level) < 0) continue;
         for (size_t si = 0; si < ARRAY_SIZE(sets); si++)
-            for (int64_t n_tok = 1; n_tok <= 3; n_tok += 2)
+            for (size_t ti = 0; ti < ARRAY_SIZE(toks); ti++)
                 for (int th = 0; th < 2; th++) {
+                    const int64_t n_tok = toks[ti];
                     struct kern_pool *p = th ? pool : NULL;
                     struct mm_case c[3];
                     struct kern_mm_out outs[3];
@@ -776,18 +781,18 @@ TEST(matmul_many_as_each) {
                         mm_case_free(&c[i]);
                     }
                     free(scratch);
-                    /* one run fused; one per non-empty matrix otherwise (the 3 tokens'
-                     * activations may take a run of their own: at most two each) */
-                    if (p && n_tok == 1 && runs != sets[si].runs)
-                        TEST_FAIL_("level %s set %zu: %llu pool runs for one token, not %llu", level,
-                                   si, (unsigned long long)runs, (unsigned long long)sets[si].runs);
-                    if (p && n_tok > 1) ASSERT_TRUE(runs >= 2);
+                    /* one run fused (the 64 tokens' conversion one before it); the matrix
+                     * converted otherwise as many apart; one matrix apart at most */
+                    const int want = sets[si].runs[ti];
+                    if (p && (want >= 0 ? runs != (uint64_t)want : runs < 1 || runs > 4))
+                        TEST_FAIL_("level %s set %zu: %llu pool runs for %lld tokens, not %d", level,
+                                   si, (unsigned long long)runs, (long long)n_tok, want);
                     checked++;
                 }
     }
     kern_set_level(saved);
     kern_pool_free(pool);
-    ASSERT_TRUE(checked >= 16);
+    ASSERT_TRUE(checked >= 30);
 }
 
 TEST_MAIN(T(level_names), T(matmul_edges), T(spec_vs_exact), T(quantize_row_bit_exact),
