@@ -511,8 +511,10 @@ static void cpu_moe_experts(struct exec *e, const struct layer_step *s, float *o
         const struct engine_weight gate = engine_weight_expert(&dl->w.exp_gate, x),
                                    up = engine_weight_expert(&dl->w.exp_up, x),
                                    down = engine_weight_expert(&dl->w.exp_down, x);
-        cpu_matmul(e, dv->moe_h, &gate, dv->moe_x, m);
-        cpu_matmul(e, dv->moe_h2, &up, dv->moe_x, m);
+        /* gate and up: one activation conversion, one hand-off to the threads */
+        const struct engine_weight *gu[2] = {&gate, &up};
+        float *const hs[2] = {dv->moe_h, dv->moe_h2};
+        cpu_matmul_many(e, 2, hs, gu, dv->moe_x, m);
         if (dl->w.exp_gate_b.data) { /* gpt-oss: its units' biases, before the activation */
             const int64_t b0 = x * dl->w.exp_gate_b.n_in + dl->fe0;
             for (int32_t j = 0; j < m; j++) {
