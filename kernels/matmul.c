@@ -473,7 +473,7 @@ void kern_matmul_many(struct kern_pool *pool, const struct kern_mm_out *outs, in
     struct mm_many a = {.n = 0};
     struct act_task q[KERN_MM_MANY_MAX];
     bool apart[KERN_MM_MANY_MAX] = {false};
-    int conv = -1; /* a's matmul whose conversion the run's share */
+    int conv = -1; /* the index in a.m of the matmul whose conversion the run shares */
     for (int i = 0; i < n; i++) {
         if (outs[i].n_out == 0) continue;
         mm_setup(&a.m[a.n], &q[a.n], pool, outs[i].y, outs[i].w, outs[i].wt, outs[i].layout, x,
