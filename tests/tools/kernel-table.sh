@@ -16,11 +16,11 @@
 # llama.cpp: LLAMA_BIN_DIR (or $LLAMA_BIN) holds llama-bench and llama-quantize built
 # outside this repository (this script never builds it). With llama-quantize, the k-quant
 # and iq4_xs files are written by it from warm-mkmodel's f16 file (its --pure: every
-# matrix of the type, as warm-mkmodel writes them; Q4_K_M: its default mix), the others
+# matrix of the type, as warm-mkmodel writes them; Q4_K_M, Q5_K_M: its default mixes), the others
 # by warm-mkmodel. Without LLAMA_BIN_DIR, warm's own figures only.
 #
 # Types (-t, comma-separated; default all): f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl q2_K
-# q3_K q4_K q5_K q6_K iq4_xs Q4_K_M. -k LEVEL sets WARM_KERNELS (e.g. avx2 on an AVX-512
+# q3_K q4_K q5_K q6_K iq4_xs Q4_K_M Q5_K_M. -k LEVEL sets WARM_KERNELS (e.g. avx2 on an AVX-512
 # machine); for the figures an AVX2-only machine would see, give it a llama.cpp built for
 # AVX2 alone as well (cmake -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 # -DGGML_F16C=ON -DGGML_BMI2=ON, targets llama-bench and llama-quantize), so that both
@@ -32,7 +32,7 @@ set -eu
 build=build
 llama=${LLAMA_BIN:-}
 work=/tmp/warm-kernel-table
-types="f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl q2_K q3_K q4_K q5_K q6_K iq4_xs Q4_K_M"
+types="f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl q2_K q3_K q4_K q5_K q6_K iq4_xs Q4_K_M Q5_K_M"
 prompt=64
 gen=64
 rounds=3
@@ -67,7 +67,7 @@ shape="--arch llama --n-embd 1024 --n-layer 16 --n-head 16 --n-head-kv 4 --n-ff 
 qname() {
     case $1 in
     q2_K) echo Q2_K ;; q3_K) echo Q3_K_S ;; q4_K) echo Q4_K_S ;; q5_K) echo Q5_K_S ;;
-    q6_K) echo Q6_K ;; iq4_xs) echo IQ4_XS ;; Q4_K_M) echo Q4_K_M ;; *) echo ;;
+    q6_K) echo Q6_K ;; iq4_xs) echo IQ4_XS ;; Q4_K_M) echo Q4_K_M ;; Q5_K_M) echo Q5_K_M ;; *) echo ;;
     esac
 }
 for t in $types; do
@@ -77,11 +77,11 @@ for t in $types; do
     if [ -n "$q" ] && [ -n "$llama" ]; then
         [ -s "$work/f16.src.gguf" ] || "$bin/warm-mkmodel" $shape --type f16 -o "$work/f16.src.gguf" >/dev/null
         pure=--pure
-        [ "$t" = Q4_K_M ] && pure=
+        case $t in *_M) pure= ;; esac
         "$llama/llama-quantize" $pure "$work/f16.src.gguf" "$f" "$q" >"$work/$t.quantize.log" 2>&1 ||
             { echo "kernel-table: llama-quantize $t failed, see $work/$t.quantize.log" >&2; exit 1; }
-    elif [ "$t" = Q4_K_M ]; then
-        echo "kernel-table: Q4_K_M needs llama-quantize (-l), skipped" >&2
+    elif [ "$t" = Q4_K_M ] || [ "$t" = Q5_K_M ]; then
+        echo "kernel-table: $t needs llama-quantize (-l), skipped" >&2
         continue
     else
         "$bin/warm-mkmodel" $shape --type "$t" -o "$f" >/dev/null
