@@ -362,7 +362,8 @@ static void mm_setup(struct mm_task *m, struct act_task *q, struct kern_pool *po
     *m = (struct mm_task){
         .tile = rows_tile(wt, n_tok, NULL),
         .tile8 = impl.tile8[wt],
-        /* quantized decode: tile8's 8-row bodies are faster (kernels/cpu/x86-rows16.h) */
+        /* quantized decode: tile8's 8-row bodies read one stream, faster from memory
+         * (tile16q in kernels/cpu/x86-rows16.h) */
         .tile16 = rows8 && (n_tok > 1 || tr->vec_dot_type == KERN_TYPE_F32) ? impl.tile16[wt] : NULL,
         .rows8 = rows8,
         .wt = wt,

@@ -316,9 +316,15 @@ X86_INLINE void r16_body(float *y, int64_t ys, const uint8_t *ga, const uint8_t 
 }
 
 /* 16 rows × nt tokens: 4 tokens at a time, then the 1-3 left. Decode (one token) does
- * not come here: kern_matmul_layout gives it tile8 (the 8-row bodies), since there the
- * multiplies bound the work (512-bit VPMADDUBSW and VPMADDWD issue on one port, their
- * 256-bit forms on two) and the lane inserts only add to it. */
+ * not come here: kern_matmul_layout gives it tile8 (the 8-row bodies). Where the 512-bit
+ * multiplies issue on one port (their 256-bit forms on two) these bodies are no faster;
+ * on a core with full-width 512-bit units (Zen 5) they are 1.5-1.8x faster with the
+ * weights in cache (warm-kbench --hot, 1 thread: q3_K 22 -> 35-42 GB/s, q4_K 41 -> 60-70),
+ * yet slower from memory, which is where decode reads: the two groups are two streams a
+ * group apart, and one core read two interleaved streams at 15-16 GB/s (23-24 with
+ * software prefetch past each group into the next pair's) against one stream's 26-30
+ * (a plain read loop): warm-kbench --quick's matmul-only decode fell by 28-50 % per type
+ * (10-20 % with that prefetch). */
 X86_INLINE void tile16q(float *y, int64_t ys, const void *g, const void *x, size_t xst, int64_t n,
                         int nt, const int K) {
     const uint8_t *ga = g, *xb = x;
