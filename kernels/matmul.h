@@ -73,7 +73,8 @@ void kern_matmul_layout(struct kern_pool *pool, float *y, const void *w, enum ke
  * converting one's (quantized to the same type, or packed into the same token blocks), or
  * read as they are, get them converted once and their work units as one pool run (a dense
  * layer's matmuls take 4 pool runs, not 7, in decode and prefill; in prefill each after
- * its one conversion); the others one kern_matmul_layout each. scratch: the largest kern_matmul_scratch_bytes of them. */
+ * its one conversion); the others one kern_matmul_layout each. scratch: the largest
+ * kern_matmul_scratch_bytes of them. */
 enum { KERN_MM_MANY_MAX = 4 };
 struct kern_mm_out {
     float *y;

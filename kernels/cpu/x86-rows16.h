@@ -321,10 +321,11 @@ X86_INLINE void r16_body(float *y, int64_t ys, const uint8_t *ga, const uint8_t 
  * on a core with full-width 512-bit units (Zen 5) they are 1.5-1.8x faster with the
  * weights in cache (warm-kbench --hot, 1 thread: q3_K 22 -> 35-42 GB/s, q4_K 41 -> 60-70),
  * yet slower from memory, which is where decode reads: the two groups are two streams a
- * group apart, and one core read two interleaved streams at 15-16 GB/s (23-24 with
+ * group apart, and one core read two interleaved streams at 15-16 GB/s (21-24 with
  * software prefetch past each group into the next pair's) against one stream's 26-30
- * (a plain read loop): warm-kbench --quick's matmul-only decode fell by 28-50 % per type
- * (10-20 % with that prefetch). */
+ * (a plain read loop). warm-kbench --quick's matmul-only decode fell by 28-50 % per type;
+ * with that prefetch the two rounds disagreed (one 0-29 % slower, the other 3 % slower
+ * to 43 % faster): not settled on this noisy guest. */
 X86_INLINE void tile16q(float *y, int64_t ys, const void *g, const void *x, size_t xst, int64_t n,
                         int nt, const int K) {
     const uint8_t *ga = g, *xb = x;

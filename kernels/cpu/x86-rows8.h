@@ -324,7 +324,8 @@ X86_INLINE void r8_qk_body(float *y, int64_t ys, const uint8_t *g, const uint8_t
              * bytes left its head and q5_K's qh (384 of 1408 bytes) to the hardware, and
              * q5_K's 1-thread decode at 63 % of the bound */
             const int ahead = X86_W512 ? 6144 : 2048;
-            for (size_t o = 0; o < sbs / 4; o += 64) _mm_prefetch((const char *)b + ahead + sbs / 4 * q + o, _MM_HINT_T0);
+            for (size_t o = 0; o < sbs / 4; o += 64)
+                _mm_prefetch((const char *)b + ahead + sbs / 4 * q + o, _MM_HINT_T0);
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
                 const int j = 2 * q + h; /* the sub-block */
