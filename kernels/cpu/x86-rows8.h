@@ -720,6 +720,112 @@ X86_INLINE void r8_q6_K_vnni_body(float *y, int64_t ys, const uint8_t *g, const 
 }
 #endif
 
+#if X86_W512
+/* q3_K and q2_K, 8 rows × NT tokens at the 512-bit level: r8_k16_body's layout and sums,
+ * two chunks of a half per register, chunk c in lanes 0..7 and c + 1 in lanes 8..15 (64
+ * contiguous bytes of the group, so the file is still read as one stream, unlike the
+ * 16-row bodies'). Each code op, byte dot and scale product then serves 2 chunks; a
+ * token's 8 activation bytes go to the two halves with one VPSHUFB. The two halves of a
+ * sub-block's sums add up with its floats and meet once a super-block. */
+X86_INLINE __m512i k16_codes2(const uint8_t *b, int j, int c, const int K) {
+    const int h = j / 4, k = j % 4;
+    __m512i q =
+        _mm512_loadu_si512((const void *)(b + (K == WK_Q3_K ? 368 : 160) + 32 * (8 * h + c)));
+    if (k) q = _mm512_srli_epi16(q, 2 * k);
+    if (K != WK_Q3_K) return _mm512_and_si512(q, _mm512_set1_epi8(3));
+    __m512i hb = _mm512_loadu_si512((const void *)(b + 112 + 32 * c));
+    hb = j < 2 ? _mm512_slli_epi16(hb, 2 - j) : j > 2 ? _mm512_srli_epi16(hb, j - 2) : hb;
+    /* bits 0-1 from q, 2-7 from hb (0xe4: C ? A : B per bit, C the mask), then 3 bits */
+    return _mm512_and_si512(_mm512_ternarylogic_epi32(q, hb, _mm512_set1_epi8(3), 0xe4),
+                            _mm512_set1_epi8(7));
+}
+
+/* p[0..3] in every lane 0..7, p[4..7] in every lane 8..15 (ctl: pair_ctl()) */
+X86_INLINE __m512i bcast4x2(const uint8_t *p, __m512i ctl) {
+    int64_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm512_shuffle_epi8(_mm512_set1_epi64(v), ctl);
+}
+X86_INLINE __m512i pair_ctl(void) {
+    return _mm512_set_epi32(0x07060504, 0x07060504, 0x07060504, 0x07060504, 0x07060504, 0x07060504,
+                            0x07060504, 0x07060504, 0x03020100, 0x03020100, 0x03020100, 0x03020100,
+                            0x03020100, 0x03020100, 0x03020100, 0x03020100);
+}
+
+X86_INLINE void r8w_k16_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x, size_t xst,
+                             int64_t nb, const int NT, const int K) {
+    const size_t sbs = 8 * (K == WK_Q3_K ? sizeof(struct block_q3_K) : sizeof(struct block_q2_K));
+    const __m512i pick[2] = {
+        _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13)),
+        _mm512_broadcast_i32x4(
+            _mm_setr_epi8(2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15))};
+    const __m512i ctl = pair_ctl();
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t sbi = 0; sbi < nb / 8; sbi++) {
+        const uint8_t *b = g + sbs * sbi;
+        __m512 sacc[4];
+        __m256 macc[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            sacc[t] = _mm512_setzero_ps();
+            macc[t] = _mm256_setzero_ps();
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            for (size_t o = 0; o < sbs / 8; o += 64)
+                _mm_prefetch((const char *)b + 4800 + sbs / 8 * j + o, _MM_HINT_T0);
+            __m256i mp = _mm256_setzero_si256();
+            const __m256i sp = k16_scales(b, j, &mp, K);
+            const __m512i sp2 = _mm512_broadcast_i64x4(sp);
+            __m512i is[4];
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) is[t] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+            for (int hf = 0; hf < 2; hf++) {
+                const __m512i sc = _mm512_shuffle_epi8(sp2, pick[hf]);
+                const __m512i u0 = k16_codes2(b, j, 4 * hf, K),
+                              u1 = k16_codes2(b, j, 4 * hf + 2, K);
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) {
+                    const uint8_t *xq = x + t * xst + 32 * (8 * sbi + j) + 16 * hf;
+                    const __m512i p =
+                        _mm512_add_epi16(_mm512_maddubs_epi16(u0, bcast4x2(xq, ctl)),
+                                         _mm512_maddubs_epi16(u1, bcast4x2(xq + 8, ctl)));
+                    is[t] = _mm512_dpwssd_epi32(is[t], p, sc);
+                }
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                const float *xd = (const float *)(x + t * xst + 32 * nb) + 8 * sbi + j;
+                const __m256i hs = bcast4((const uint8_t *)(xd + nb)); /* the half sums */
+                if (K == WK_Q2_K)
+                    macc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mp, hs)),
+                                              _mm256_broadcast_ss(xd), macc[t]);
+                else
+                    is[t] = _mm512_sub_epi32(is[t], _mm512_zextsi256_si512(_mm256_slli_epi32(
+                                                        _mm256_madd_epi16(sp, hs), 2)));
+                sacc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[t]), _mm512_set1_ps(*xd), sacc[t]);
+            }
+        }
+        const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b));
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            const __m256 s = _mm256_add_ps(
+                _mm512_castps512_ps256(sacc[t]),
+                _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sacc[t]), 1)));
+            acc[t] = _mm256_fmadd_ps(s, dv, acc[t]);
+            if (K == WK_Q2_K)
+                acc[t] = _mm256_fnmadd_ps(
+                    macc[t], _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + 16))), acc[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) _mm256_storeu_ps(y + t * ys, acc[t]);
+}
+#endif
+
 /* A group of 8 rows × nt tokens: 4 tokens at a time (their weights unpacked once), then
  * the 1-3 left. */
 X86_INLINE void r8_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x, size_t xst,
@@ -732,6 +838,9 @@ X86_INLINE void r8_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x
 #if X86_VNNI && X86_W512
     else if (K == WK_Q6_K)
         r8_q6_K_vnni_body(y, ys, g, x, xst, nb, NT);
+#endif
+#if X86_W512
+    else if (K == WK_Q3_K || K == WK_Q2_K) r8w_k16_body(y, ys, g, x, xst, nb, NT, K);
 #endif
     else if (K == WK_Q6_K || K == WK_Q3_K || K == WK_Q2_K) r8_k16_body(y, ys, g, x, xst, nb, NT, K);
     else r8_qk_body(y, ys, g, x, xst, nb, NT, K);
