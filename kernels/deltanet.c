@@ -12,12 +12,12 @@
 #include <string.h>
 
 /* The bodies of the current dispatch level. kern_cpu()->level is one of kern_level_name()'s
- * static strings; levels above avx512 (avx512bf16) add nothing here. */
+ * static strings; levels above avx512 (avx512bf16) add nothing here, nor avxvnni to avx2. */
 static const struct kern_dn_impl *impl_get(void) {
 #if defined(__x86_64__)
     const char *level = kern_cpu()->level;
     if (strncmp(level, "avx512", 6) == 0) return &kern_dn_impl_avx512;
-    if (strcmp(level, "avx2") == 0) return &kern_dn_impl_avx2;
+    if (strcmp(level, "avx2") == 0 || strcmp(level, "avxvnni") == 0) return &kern_dn_impl_avx2;
 #endif
     return &kern_dn_impl_ref;
 }

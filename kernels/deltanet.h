@@ -33,8 +33,9 @@
  * kern_dn_scratch_bytes() per thread.
  *
  * Levels: every call runs the bodies of kern_cpu()->level (WARM_KERNELS, kern_set_level):
- * "ref" the plain-C spec (kernels/ref/deltanet.c), "avx2" and "avx512"/"avx512bf16" the
- * SIMD bodies (kernels/cpu/x86-deltanet.h). kern_dn_level() names the one that runs. */
+ * "ref" the plain-C spec (kernels/ref/deltanet.c), "avx2" (also at "avxvnni") and
+ * "avx512"/"avx512bf16" the SIMD bodies (kernels/cpu/x86-deltanet.h). kern_dn_level()
+ * names the one that runs. */
 #pragma once
 
 #include <stddef.h>

@@ -31,6 +31,9 @@ static bool level_ref_usable(const struct kern_cpu_info *cpu) { return true; }
 static bool level_avx2_usable(const struct kern_cpu_info *cpu) {
     return cpu->avx2 && cpu->fma && cpu->f16c;
 }
+static bool level_avxvnni_usable(const struct kern_cpu_info *cpu) {
+    return level_avx2_usable(cpu) && cpu->avx_vnni;
+}
 static bool level_avx512_usable(const struct kern_cpu_info *cpu) {
     return level_avx2_usable(cpu) && cpu->avx512f && cpu->avx512bw && cpu->avx512vl &&
            cpu->avx512vnni;
@@ -43,6 +46,9 @@ static const struct level_row levels[] = {
     {"ref", level_ref_usable, NULL},
 #if defined(__x86_64__)
     {"avx2", level_avx2_usable, kern_impl_fill_avx2},
+    /* not below avx512 in features (Zen 4 and Ice Lake have AVX-512 without AVX-VNNI):
+     * a level the CPU lacks is skipped, and the ones above it still apply */
+    {"avxvnni", level_avxvnni_usable, kern_impl_fill_avxvnni},
     {"avx512", level_avx512_usable, kern_impl_fill_avx512},
     {"avx512bf16", level_avx512bf16_usable, kern_impl_fill_avx512bf16},
 #endif
@@ -84,11 +90,12 @@ static void impl_mark(struct kern_impl *dst, const struct kern_impl *before, con
     }
 }
 
-/* Fills impl with ref, then every level up to and including levels[top]. */
+/* Fills impl with ref, then every level this CPU runs up to and including levels[top]. */
 static void impl_build(struct kern_impl *dst, size_t top) {
     kern_impl_fill_ref(dst);
     impl_mark(dst, NULL, levels[0].name);
     for (size_t i = 1; i <= top; i++) {
+        if (!levels[i].usable(&cpu_info)) continue;
         struct kern_impl before = *dst;
         levels[i].fill(dst);
         dst->level = levels[i].name;
@@ -98,12 +105,12 @@ static void impl_build(struct kern_impl *dst, size_t top) {
 
 static void init_once_fn(void) {
     cpu_detect(&cpu_info);
-    /* WARM_KERNELS caps the level; read once, here, like every environment knob. */
+    /* WARM_KERNELS caps the level; read once, here, like every environment knob. A cap
+     * this CPU lacks (avxvnni on Zen 4) still caps: the highest level below it runs. */
     const char *cap = getenv("WARM_KERNELS");
     size_t top = 0;
     for (size_t i = 0; i < ARRAY_SIZE(levels); i++) {
-        if (!levels[i].usable(&cpu_info)) break;
-        top = i;
+        if (levels[i].usable(&cpu_info)) top = i;
         if (cap && strcmp(cap, levels[i].name) == 0) break;
     }
     impl_build(&impl, top);
@@ -123,8 +130,7 @@ int kern_set_level(const char *level) {
     kern_init();
     for (size_t i = 0; i < ARRAY_SIZE(levels); i++) {
         if (!level || strcmp(levels[i].name, level) != 0) continue;
-        for (size_t j = 0; j <= i; j++)
-            if (!levels[j].usable(&cpu_info)) return ERR_UNSUPPORTED;
+        if (!levels[i].usable(&cpu_info)) return ERR_UNSUPPORTED;
         impl_build(&impl, i);
         cpu_info.level = impl.level;
         return 0;

@@ -13,7 +13,7 @@
 /* CPU features detected once by kern_init() and the SIMD level chosen from them. */
 struct kern_cpu_info {
     bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx_vnni, avx512bf16;
-    const char *level; /* "ref", "avx2", "avx512", "avx512bf16" */
+    const char *level; /* "ref", "avx2", "avxvnni", "avx512", "avx512bf16" */
 };
 /* Detects CPU features and fills the dispatch table. Idempotent and thread-safe; the
  * environment variable WARM_KERNELS=ref forces the reference kernels (tests use it), and
@@ -21,8 +21,11 @@ struct kern_cpu_info {
  * calls it on first use. */
 void kern_init(void);
 const struct kern_cpu_info *kern_cpu(void);
-/* Levels from slowest to fastest: "ref", "avx2", "avx512", "avx512bf16" (bf16 prefill
- * with VDPBF16PS: its activations rounded to bf16); NULL past the end. */
+/* Levels from slowest to fastest: "ref", "avx2", "avxvnni" (the avx2 level's int8 dots in
+ * AVX-VNNI's VPDPBUSD), "avx512", "avx512bf16" (bf16 prefill with VDPBF16PS: its
+ * activations rounded to bf16); NULL past the end. The chosen level is the highest this
+ * CPU runs (a CPU may have avx512 without avxvnni: Zen 4, Ice Lake); the table holds its
+ * kernels over those of every lower level the CPU runs. */
 const char *kern_level_name(int i);
 /* Tests and benchmarks: switch the dispatch table to level (a kern_level_name()).
  * Returns ERR_UNSUPPORTED when this CPU lacks it or the name is unknown. Not safe while

@@ -278,10 +278,10 @@ X86_INLINE void kdirect_body(float *y, const uint8_t *w, size_t wst, const uint8
                                                               _mm256_set1_ps(f16_load(sb))), dx);
 #pragma GCC unroll 8
                 for (int j = 0; j < 8; j++) {
-                    __m256i v = iq4_lookup(nibbles_unpack(sb + 8 + 16 * j), wk_signed(K));
+                    /* S mode at any 256-bit level: this path has no U mode's -128·Σx */
+                    __m256i v = iq4_lookup(nibbles_unpack(sb + 8 + 16 * j), true);
                     __m256i x = _mm256_loadu_si256((const __m256i *)(xq + 32 * j));
-                    __m256i p = wk_signed(K) ? _mm256_maddubs_epi16(_mm256_abs_epi8(v), _mm256_sign_epi8(x, v))
-                                             : _mm256_maddubs_epi16(v, x);
+                    __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(v), _mm256_sign_epi8(x, v));
                     acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), k_lane(dd, j), acc[r]);
                 }
             } else { /* q4_K: d | dmin | scales[12] | qs[128];  q5_K: ... | qh[32] | qs[128] */

@@ -1,7 +1,8 @@
 /* The body of the x86 SIMD kernels, compiled once per level: kernels/cpu/x86-avx2.c and
  * x86-avx512.c include it inside a target region (GCC or clang pragma) after defining
  *   X86_SFX(name)  name with the level's suffix
- *   X86_VNNI       1: int8 dot products with VPDPBUSD (AVX512-VNNI + VL), 0: PMADDUBSW
+ *   X86_VNNI       1: int8 dot products with VPDPBUSD (AVX512-VNNI + VL, or AVX-VNNI at
+ *                  256 bits), 0: PMADDUBSW
  *   X86_W512       1: 512-bit registers (two quant blocks per step), 0: 256-bit (one)
  * Nothing here runs unless kern_init() saw the level's features.
  *

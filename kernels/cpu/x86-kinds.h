@@ -55,7 +55,8 @@ X86_INLINE bool wk_has_m(int k) {
 }
 /* a fifth bit per code in qh (q5_0, q5_1) */
 X86_INLINE bool wk_has_qh(int k) { return k == WK_Q5_0 || k == WK_Q5_1; }
-/* S mode (signed values): PMADDUBSW would saturate on U mode's codes up to 255 */
+/* S mode (signed values): PMADDUBSW would saturate on U mode's codes up to 255 (with
+ * VNNI every U mode dot is a VPDPBUSD) */
 X86_INLINE bool wk_signed(int k) {
     return !X86_VNNI && (k == WK_Q8_0 || k == WK_IQ4_NL || k == WK_IQ4_XS);
 }

@@ -142,6 +142,9 @@ X86_INLINE void ipack_body(float *y, int64_t ys, const struct ipack *p, int64_t 
                 __m256i c = _mm256_madd_epi16(_mm256_maddubs_epi16(w2, _mm256_sign_epi8(x2, _mm256_load_si256(sg + 2))), ones);
                 __m256i e = _mm256_madd_epi16(_mm256_maddubs_epi16(w3, _mm256_sign_epi8(x3, _mm256_load_si256(sg + 3))), ones);
                 s = _mm256_add_epi32(_mm256_add_epi32(a, b), _mm256_add_epi32(c, e));
+            } else if (X86_VNNI) { /* VPDPBUSD: int32 sums, U mode's codes up to 255 */
+                s = vi_dot(vi_dot(_mm256_setzero_si256(), w0, x0), w1, x1);
+                s = vi_dot(vi_dot(s, w2, x2), w3, x3);
             } else if (K == WK_Q6_K) { /* u <= 63: |pair| <= 16002, two of them fit in 16 bits */
                 __m256i a = _mm256_add_epi16(_mm256_maddubs_epi16(w0, x0), _mm256_maddubs_epi16(w1, x1));
                 __m256i b = _mm256_add_epi16(_mm256_maddubs_epi16(w2, x2), _mm256_maddubs_epi16(w3, x3));

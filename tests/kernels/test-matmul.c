@@ -496,102 +496,104 @@ TEST(matmul_rows8_float_odd) {
  * (kern_impl_fill of avx512 leaving an entry to avx2) and falls back where it is meant to
  * (the 512-bit levels' decode of q2_K, q3_K and iq4_xs rows is the 256-bit one's); each
  * pinned path is then run against the spec with its type's tolerance. A "-" level is the
- * level under test itself. */
+ * level under test itself, "~" the 256-bit level below it (avxvnni where the CPU has
+ * AVX-VNNI, else avx2). */
 struct dispatch_row {
     int wt;
     double tol; /* × S, as TOL_SUM; tol_of's where a path rounds the activations */
-    /* by level (ref, avx2, avx512, avx512bf16): decode and prefill "level/path" */
-    const char *decode[4], *prefill[4];
+    /* by level (ref, avx2, avxvnni, avx512, avx512bf16): decode and prefill "level/path" */
+    const char *decode[5], *prefill[5];
     /* decode of the file's rows (a mapped model's experts, shapes rows8 cannot take) */
-    const char *rows_decode[4];
+    const char *rows_decode[5];
 };
 static const struct dispatch_row dispatch_rows[] = {
     {KERN_TYPE_F32,
      TOL_SUM,
-     {"ref/reference", "-/rows", "-/rows", "avx512/rows"},
-     {"ref/reference", "-/rows", "-/rows", "avx512/rows"},
-     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
+     {"ref/reference", "-/rows", "-/rows", "-/rows", "avx512/rows"},
+     {"ref/reference", "-/rows", "-/rows", "-/rows", "avx512/rows"},
+     {"ref/reference", "-/rows", "-/rows", "-/rows", "avx512/rows"}},
     {KERN_TYPE_F16,
      TOL_SUM,
-     {"ref/reference", "-/rows16", "-/rows16", "avx512/rows16"},
-     {"ref/reference", "-/rows16", "-/rows16", "avx512/rows16"},
-     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
+     {"ref/reference", "-/rows16", "-/rows16", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows16", "-/rows16", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows", "-/rows", "-/rows", "avx512/rows"}},
     {KERN_TYPE_BF16,
      TOL_SUM,
-     {"ref/reference", "-/rows16", "-/rows16", "-/rows16"},
-     {"ref/reference", "-/rows16", "-/rows16", "-/rows16"},
-     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
+     {"ref/reference", "-/rows16", "-/rows16", "-/rows16", "-/rows16"},
+     {"ref/reference", "-/rows16", "-/rows16", "-/rows16", "-/rows16"},
+     {"ref/reference", "-/rows", "-/rows", "-/rows", "avx512/rows"}},
     {KERN_TYPE_Q8_0,
      TOL_SUM,
-     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
+     {"ref/reference", "-/rows8", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/rows8", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/rows", "-/rows", "-/rows", "avx512/rows"}},
     {KERN_TYPE_Q4_0,
      TOL_SUM,
-     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"},
-     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
+     {"ref/reference", "-/rows8", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/rows8", "-/rows8", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows", "-/rows", "-/rows", "avx512/rows"}},
     {KERN_TYPE_Q4_1,
      TOL_SUM,
-     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"},
-     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
+     {"ref/reference", "-/rows8", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/rows8", "-/rows8", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows", "-/rows", "-/rows", "avx512/rows"}},
     {KERN_TYPE_Q5_0,
      TOL_SUM,
-     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"},
-     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
+     {"ref/reference", "-/rows8", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/rows8", "-/rows8", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows", "-/rows", "-/rows", "avx512/rows"}},
     {KERN_TYPE_Q5_1,
      TOL_SUM,
-     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"},
-     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
+     {"ref/reference", "-/rows8", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/rows8", "-/rows8", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows", "-/rows", "-/rows", "avx512/rows"}},
     {KERN_TYPE_IQ4_NL,
      TOL_SUM,
-     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"},
-     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
+     {"ref/reference", "-/rows8", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/rows8", "-/rows8", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows", "-/rows", "-/rows", "avx512/rows"}},
     {KERN_TYPE_Q4_K,
      TOL_SUM,
-     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"},
-     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
+     {"ref/reference", "-/rows8", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/rows8", "-/rows8", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows", "-/rows", "-/rows", "avx512/rows"}},
     {KERN_TYPE_Q5_K,
      TOL_SUM,
-     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/interleaved", "-/rows16", "avx512/rows16"},
-     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
+     {"ref/reference", "-/rows8", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/interleaved", "-/interleaved", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows", "-/rows", "-/rows", "avx512/rows"}},
     {KERN_TYPE_Q6_K,
      TOL_SUM,
-     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/interleaved", "-/rows16", "avx512/rows16"},
-     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
+     {"ref/reference", "-/rows8", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/interleaved", "-/interleaved", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows", "-/rows", "-/rows", "avx512/rows"}},
     {KERN_TYPE_Q2_K,
      TOL_SUM,
-     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"},
-     {"ref/reference", "-/rows", "avx2/rows", "avx2/rows"}},
+     {"ref/reference", "-/rows8", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/rows8", "-/rows8", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows", "-/rows", "~/rows", "~/rows"}},
     {KERN_TYPE_Q3_K,
      TOL_SUM,
-     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/interleaved", "-/rows16", "avx512/rows16"},
-     {"ref/reference", "-/rows", "avx2/rows", "avx2/rows"}},
+     {"ref/reference", "-/rows8", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/interleaved", "-/interleaved", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows", "-/rows", "~/rows", "~/rows"}},
     {KERN_TYPE_IQ4_XS,
      TOL_SUM,
-     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/interleaved", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/rows", "avx2/rows", "avx2/rows"}},
+     {"ref/reference", "-/rows8", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/interleaved", "-/interleaved", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/rows", "-/rows", "~/rows", "~/rows"}},
     {KERN_TYPE_MXFP4,
      TOL_SUM,
-     {"ref/reference", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/rows8", "-/rows16", "avx512/rows16"},
-     {"ref/reference", "-/rows", "-/rows", "avx512/rows"}},
+     {"ref/reference", "-/rows8", "-/rows8", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/rows8", "-/rows8", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows", "-/rows", "-/rows", "avx512/rows"}},
 };
 
 TEST(matmul_dispatch_pinned) {
     const char *saved = kern_cpu()->level;
     int checked = 0;
-    for (int li = 0; li < 4 && kern_level_name(li); li++) {
+    const char *w256 = kern_cpu()->avx_vnni ? "avxvnni" : "avx2";
+    for (int li = 0; li < (int)ARRAY_SIZE(dispatch_rows[0].decode) && kern_level_name(li); li++) {
         const char *level = kern_level_name(li);
         if (kern_set_level(level) < 0) continue;
         for (size_t i = 0; i < ARRAY_SIZE(dispatch_rows); i++) {
@@ -606,8 +608,10 @@ TEST(matmul_dispatch_pinned) {
                 const char *got_level;
                 const char *got = kern_matmul_path(d->wt, lay, n_tok, &got_level);
                 char want_s[64], got_s[64];
-                snprintf(want_s, sizeof want_s, "%s", want[0] == '-' ? "" : want);
-                if (want[0] == '-') snprintf(want_s, sizeof want_s, "%s%s", level, want + 1);
+                snprintf(want_s, sizeof want_s, "%s", want);
+                if (want[0] == '-' || want[0] == '~')
+                    snprintf(want_s, sizeof want_s, "%s%s", want[0] == '-' ? level : w256,
+                             want + 1);
                 snprintf(got_s, sizeof got_s, "%s/%s", got_level, got);
                 if (strcmp(want_s, got_s) != 0)
                     TEST_FAIL_("level %s %s n_tok %lld: path %s, pinned %s", level,
