@@ -24,8 +24,9 @@
 # machine); for the figures an AVX2-only machine would see, give it a llama.cpp built for
 # AVX2 alone as well (cmake -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 # -DGGML_F16C=ON -DGGML_BMI2=ON, targets llama-bench and llama-quantize), so that both
-# sides use the same instructions. On a shared machine the absolute figures fall with the
-# load; the ratios, measured back to back, hold better.
+# sides use the same instructions; for -k avxvnni (AVX2 + AVX-VNNI: Intel cores without
+# AVX-512), one built with -DGGML_AVX_VNNI=ON added. On a shared machine the absolute
+# figures fall with the load; the ratios, measured back to back, hold better.
 # KERNEL_TABLE_REPORT_ONLY=1: no runs, the table from WORK_DIR's earlier ones.
 set -eu
 
@@ -47,7 +48,7 @@ while getopts b:l:o:t:p:g:r:k: opt; do
     g) gen=$OPTARG ;;
     r) rounds=$OPTARG ;;
     k) level=$OPTARG ;;
-    *) sed -n '2,25p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,30p' "$0" >&2; exit 2 ;;
     esac
 done
 bin=$build/bin
