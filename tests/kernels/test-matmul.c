@@ -19,6 +19,8 @@
 
 #include "kernels/kernels.h"
 
+#include <unistd.h>
+
 #define TOL_SUM 2e-5
 /* bf16 weights on a level whose bf16 dot rounds the activations to bf16 (avx512bf16's
  * VDPBF16PS prefill): 2^-9·S from that rounding, plus TOL_SUM */
@@ -368,6 +370,44 @@ TEST(level_names) {
            "level=%s\n",
            cpu->avx2, cpu->fma, cpu->f16c, cpu->avx512f, cpu->avx512bw, cpu->avx512vl,
            cpu->avx512vnni, cpu->avx_vnni, cpu->avx512bf16, cpu->level);
+}
+
+/* WARM_KERNELS caps the level a new process chooses (kern_init reads it once): this test
+ * binary run again with each level's name, its level_names line read back. A level this
+ * CPU runs is taken as named; one it lacks (avxvnni on Zen 4) still caps, at the highest
+ * level below it that the CPU runs; an unknown name leaves the top level. */
+TEST(level_cap_env) {
+    const char *saved = kern_cpu()->level;
+    const char *top = NULL;
+    for (int li = 0; kern_level_name(li); li++)
+        if (kern_set_level(kern_level_name(li)) == 0) top = kern_level_name(li);
+    char self[4096];
+    const ssize_t n_self = readlink("/proc/self/exe", self, sizeof self - 1);
+    ASSERT_TRUE(n_self > 0);
+    self[n_self] = 0;
+    const char *below = "ref"; /* the highest usable level before li */
+    int n_checked = 0;
+    for (int li = 0; li <= 64; li++) {
+        const char *name = kern_level_name(li) ? kern_level_name(li) : "no-such-level";
+        const bool usable = kern_level_name(li) && kern_set_level(name) == 0;
+        const char *want = usable ? name : kern_level_name(li) ? below : top;
+        char cmd[4352], line[512], got[32] = "";
+        snprintf(cmd, sizeof cmd, "WARM_KERNELS=%s '%s' level_names 2>/dev/null", name, self);
+        FILE *f = popen(cmd, "r");
+        ASSERT_TRUE(f != NULL);
+        while (fgets(line, sizeof line, f)) {
+            const char *l = strstr(line, " level=");
+            if (l) sscanf(l + 7, "%31s", got);
+        }
+        ASSERT_EQ(pclose(f), 0);
+        if (strcmp(got, want) != 0)
+            TEST_FAIL_("WARM_KERNELS=%s: level %s, want %s", name, got, want);
+        n_checked++;
+        if (usable) below = name;
+        if (!kern_level_name(li)) break;
+    }
+    kern_set_level(saved);
+    ASSERT_TRUE(n_checked >= 3);
 }
 
 /* Weights repacked into rows8 (kernels/types.h): the conversion is a permutation of the
@@ -799,7 +839,7 @@ TEST(matmul_many_as_each) {
     ASSERT_TRUE(checked >= 30);
 }
 
-TEST_MAIN(T(level_names), T(matmul_edges), T(spec_vs_exact), T(quantize_row_bit_exact),
+TEST_MAIN(T(level_names), T(level_cap_env), T(matmul_edges), T(spec_vs_exact), T(quantize_row_bit_exact),
           T(matmul_all_levels_vs_spec), T(matmul_tile_paths_vs_spec), T(matmul_rows8_vs_spec),
           T(matmul_rows8_float_odd), T(matmul_dispatch_pinned), T(matmul_mxfp4_scales),
           T(matmul_many_as_each))
