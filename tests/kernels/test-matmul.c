@@ -381,6 +381,7 @@ TEST(level_cap_env) {
     const char *top = NULL;
     for (int li = 0; kern_level_name(li); li++)
         if (kern_set_level(kern_level_name(li)) == 0) top = kern_level_name(li);
+    kern_set_level(saved); /* the probes below restore it at once: a failure returns */
     char self[4096];
     const ssize_t n_self = readlink("/proc/self/exe", self, sizeof self - 1);
     ASSERT_TRUE(n_self > 0);
@@ -390,6 +391,7 @@ TEST(level_cap_env) {
     for (int li = 0; li <= 64; li++) {
         const char *name = kern_level_name(li) ? kern_level_name(li) : "no-such-level";
         const bool usable = kern_level_name(li) && kern_set_level(name) == 0;
+        kern_set_level(saved);
         const char *want = usable ? name : kern_level_name(li) ? below : top;
         char cmd[4352], line[512], got[32] = "";
         snprintf(cmd, sizeof cmd, "WARM_KERNELS=%s '%s' level_names 2>/dev/null", name, self);
@@ -406,7 +408,6 @@ TEST(level_cap_env) {
         if (usable) below = name;
         if (!kern_level_name(li)) break;
     }
-    kern_set_level(saved);
     ASSERT_TRUE(n_checked >= 3);
 }
 
@@ -839,7 +840,7 @@ TEST(matmul_many_as_each) {
     ASSERT_TRUE(checked >= 30);
 }
 
-TEST_MAIN(T(level_names), T(level_cap_env), T(matmul_edges), T(spec_vs_exact), T(quantize_row_bit_exact),
-          T(matmul_all_levels_vs_spec), T(matmul_tile_paths_vs_spec), T(matmul_rows8_vs_spec),
-          T(matmul_rows8_float_odd), T(matmul_dispatch_pinned), T(matmul_mxfp4_scales),
-          T(matmul_many_as_each))
+TEST_MAIN(T(level_names), T(level_cap_env), T(matmul_edges), T(spec_vs_exact),
+          T(quantize_row_bit_exact), T(matmul_all_levels_vs_spec), T(matmul_tile_paths_vs_spec),
+          T(matmul_rows8_vs_spec), T(matmul_rows8_float_odd), T(matmul_dispatch_pinned),
+          T(matmul_mxfp4_scales), T(matmul_many_as_each))
