@@ -319,7 +319,8 @@ X86_INLINE void r16_body(float *y, int64_t ys, const uint8_t *ga, const uint8_t 
  * not come here: kern_matmul_layout gives it tile8 (the 8-row bodies). Where the 512-bit
  * multiplies issue on one port (their 256-bit forms on two) these bodies are no faster;
  * on a core with full-width 512-bit units (Zen 5) they are 1.5-1.8x faster with the
- * weights in cache (warm-kbench --hot, 1 thread: q3_K 22 -> 35-42 GB/s, q4_K 41 -> 60-70),
+ * weights in cache than the 256-bit 8-row bodies (warm-kbench --hot, 1 thread: q3_K 22 ->
+ * 35-42 GB/s, q4_K 41 -> 60-70; q3_K's 8-row body is now r8w_k16_body's, 29-30),
  * yet slower from memory, which is where decode reads: the two groups are two streams a
  * group apart, and one core read two interleaved streams at 15-16 GB/s (21-24 with
  * software prefetch past each group into the next pair's) against one stream's 26-30

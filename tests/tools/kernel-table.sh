@@ -16,8 +16,8 @@
 # llama.cpp: LLAMA_BIN_DIR (or $LLAMA_BIN) holds llama-bench and llama-quantize built
 # outside this repository (this script never builds it). With llama-quantize, the k-quant
 # and iq4_xs files are written by it from warm-mkmodel's f16 file (its --pure: every
-# matrix of the type, as warm-mkmodel writes them; Q4_K_M, Q5_K_M: its default mixes), the others
-# by warm-mkmodel. Without LLAMA_BIN_DIR, warm's own figures only.
+# matrix of the type, as warm-mkmodel writes them; Q4_K_M, Q5_K_M: its default mixes), the
+# others by warm-mkmodel. Without LLAMA_BIN_DIR, warm's own figures only.
 #
 # Types (-t, comma-separated; default all): f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl q2_K
 # q3_K q4_K q5_K q6_K iq4_xs Q4_K_M Q5_K_M. -k LEVEL sets WARM_KERNELS (e.g. avx2 on an AVX-512
