@@ -157,16 +157,16 @@ enum {
 };
 static_assert(KERN_R8F_BLOCK_TOKS > 0 && KERN_R8F_BLOCK_TOKS % KERN_R8F_PANEL == 0 &&
                   KERN_R8F_BLOCK_TOKS <= KERN_TILE_TOKS,
-              "f16/bf16 rows8 token blocks are whole panels within a tile's tokens");
+              "float rows8 token blocks are whole panels within a tile's tokens");
 static_assert(KERN_R8F_BLOCK_SLOTS >=
                   (KERN_TILE_TOKS + KERN_R8F_PANEL - 1) / KERN_R8F_PANEL * KERN_R8F_PANEL,
               "a block of KERN_TILE_TOKS tokens in f32 panels fits its bytes");
 
-/* Bytes of one packed block of activations for the f16/bf16 rows8 tiles (any level's
- * layout, up to KERN_TILE_TOKS tokens: kernels/ref/matmul.h), or 0 where rows are read
- * as they are. */
+/* Bytes of one packed block of activations for the float (f32, f16, bf16) rows8 tiles
+ * (any level's layout, up to KERN_TILE_TOKS tokens: kernels/ref/matmul.h), or 0 where
+ * rows are read as they are. */
 static size_t rows8_f32_block(enum kern_type wt, int64_t n_in) {
-    if (wt != KERN_TYPE_F16 && wt != KERN_TYPE_BF16) return 0;
+    if (wt != KERN_TYPE_F32 && wt != KERN_TYPE_F16 && wt != KERN_TYPE_BF16) return 0;
     return (size_t)KERN_R8F_BLOCK_SLOTS * (size_t)(n_in + 1) * sizeof(float);
 }
 
@@ -203,7 +203,7 @@ size_t kern_matmul_scratch_bytes(enum kern_type wt, int64_t n_in, int64_t n_tok)
 }
 
 /* The activations converted for the tiles: quantized rows of dst_stride bytes, or
- * (quant NULL) token blocks packed for the f16/bf16 rows8 tiles (kernels/ref/matmul.h),
+ * (quant NULL) token blocks packed for the float rows8 tiles (kernels/ref/matmul.h),
  * block_bytes each: by the level's pack (bf16 pairs at avx512bf16: converted once per
  * matmul, not once per tile) or in f32 panels. */
 struct act_task {

@@ -9,6 +9,7 @@
 /* Bytes of one block of 8 rows, or 0 for a type without a rows8 layout. */
 static size_t group_block_bytes(enum kern_type wt) {
     switch (wt) {
+    case KERN_TYPE_F32: return 8 * sizeof(float);
     case KERN_TYPE_F16: return 8 * sizeof(kern_f16);
     case KERN_TYPE_BF16: return 8 * sizeof(kern_bf16);
     case KERN_TYPE_Q4_0: return 8 * sizeof(struct block_q4_0);
@@ -116,19 +117,32 @@ static inline __attribute__((always_inline)) void kq_blocks(uint8_t *g, uint8_t 
     }
 }
 
+/* The float types' blocks: a value of es bytes each (es a constant: one load and one
+ * store per value, no per-block calls) */
+static inline __attribute__((always_inline)) void value_blocks(uint8_t *g, uint8_t *plain,
+                                                               size_t stride, int64_t j0,
+                                                               int64_t cnt, bool to_group,
+                                                               const size_t es) {
+    for (int r = 0; r < 8; r++) {
+        uint8_t *gv = g + ((size_t)j0 * 8 + (size_t)r) * es, *row = plain + r * stride;
+        for (int64_t j = 0; j < cnt; j++) {
+            if (to_group) memcpy(gv + 8 * es * (size_t)j, row + es * (size_t)j, es);
+            else memcpy(row + es * (size_t)j, gv + 8 * es * (size_t)j, es);
+        }
+    }
+}
+
 /* Type blocks [j0, j0 + cnt) of the group at g and of 8 rows in the file's layout (row r
  * at plain + r·stride, from its block j0), one way or the other. */
 static void blocks_convert(enum kern_type wt, uint8_t *g, uint8_t *plain, size_t stride, int64_t j0,
                            int64_t cnt, bool to_group) {
     const size_t gb = group_block_bytes(wt), tb = kern_type_traits((int)wt)->type_size;
-    if (wt == KERN_TYPE_F16 || wt == KERN_TYPE_BF16) { /* a value per block: no per-block calls */
-        for (int r = 0; r < 8; r++) {
-            uint8_t *gv = g + (size_t)j0 * gb + 2 * r, *row = plain + r * stride;
-            for (int64_t j = 0; j < cnt; j++) {
-                if (to_group) memcpy(gv + gb * (size_t)j, row + 2 * j, 2);
-                else memcpy(row + 2 * j, gv + gb * (size_t)j, 2);
-            }
-        }
+    if (wt == KERN_TYPE_F32) {
+        value_blocks(g, plain, stride, j0, cnt, to_group, 4);
+        return;
+    }
+    if (wt == KERN_TYPE_F16 || wt == KERN_TYPE_BF16) {
+        value_blocks(g, plain, stride, j0, cnt, to_group, 2);
         return;
     }
 #define Q32(n16, nc)                                                                        \

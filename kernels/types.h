@@ -48,6 +48,7 @@ enum kern_type {
  * in decode and no repacking per call in prefill (the engine repacks at load). Same bytes
  * as the rows. For each group of rows, for each block j, the 8 rows' fields, row r's 4
  * bytes at 4r within every 32 (2 bytes at 2r for fp16 fields):
+ *   f32: value k of the 8 rows, row r's at 4r of 32 bytes
  *   f16, bf16: value k of the 8 rows, row r's at 2r of 16 bytes
  *   q4_0, iq4_nl: d[8] | qs in 4 chunks, chunk k = bytes 4k..4k+3 of each row's qs
  *   q4_1: d[8] | m[8] | qs in 4 chunks;  q5_0: d[8] | qh in 1 chunk | qs in 4 chunks;

@@ -175,8 +175,8 @@ X86_INLINE void ftile(float *y, int64_t ys, const void *w, size_t wst, const voi
 }
 
 
-/* f16 / bf16 rows8: value k of the 8 rows is 16 bytes at 16k, lane r = row r, against
- * f32 activations. Each value of the rows is one conversion that meets up to 12 tokens'
+/* f32 / f16 / bf16 rows8: value k of the 8 rows is R8F_VB(F) bytes at R8F_VB(F)·k (32 for
+ * f32, 16 for f16/bf16), lane r = row r, against f32 activations. Each value of the rows is one conversion that meets up to 12 tokens'
  * values broadcast (12 accumulators, the rows' vector and a broadcast fill 14 registers);
  * decode keeps 4 accumulators over consecutive values so that the FMA latency hides.
  * Token t's value k is at x[k·xk + t·xt]: a row (xk = 1) for decode, a panel of
@@ -196,7 +196,10 @@ enum { R8F_CHUNK = 512 };
 #define R8F_PW KERN_R8F_PANEL
 #endif
 
+#define R8F_VB(F) ((F) == FK_F32 ? 32 : 16)
+
 X86_INLINE __m256 r8f_load(const uint8_t *g, int64_t k, const int F) {
+    if (F == FK_F32) return _mm256_loadu_ps((const float *)(g + 32 * k));
     const __m128i v = _mm_loadu_si128((const __m128i *)(g + 16 * k));
     if (F == FK_F16) return _mm256_cvtph_ps(v);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
@@ -211,8 +214,11 @@ X86_INLINE void r8f_body(float *y, int64_t ys, const uint8_t *g, const float *x,
     int64_t k = i0;
     for (; k + KU <= i1; k += KU) {
         /* decode streams the rows: 6 KiB ahead (whole-model runs: 3 KiB lost 10 % on a
-         * 2048-wide model, 8 KiB lost on a 1024-wide one) */
-        if (NT == 1) _mm_prefetch((const char *)g + 16 * k + 6144, _MM_HINT_T0);
+         * 2048-wide model, 8 KiB lost on a 1024-wide one), every line of the step's */
+        if (NT == 1) {
+            _mm_prefetch((const char *)g + R8F_VB(F) * k + 6144, _MM_HINT_T0);
+            if (F == FK_F32) _mm_prefetch((const char *)g + R8F_VB(F) * k + 6144 + 64, _MM_HINT_T0);
+        }
 #pragma GCC unroll 4
         for (int u = 0; u < KU; u++) {
             const __m256 w = r8f_load(g, k + u, F);
@@ -281,14 +287,19 @@ X86_INLINE void r16f_convert(float *wb, const uint8_t *ga, const uint8_t *gb, in
 }
 
 X86_INLINE void r16f_half(float *y, int64_t ys, const float *wb, const float *pan, int64_t c,
-                          bool add, int nv, const uint8_t *pa, const uint8_t *pb, const int NT) {
+                          bool add, int nv, const uint8_t *pa, const uint8_t *pb, const int NT,
+                          const int F) {
     __m256 acc[2 * R16F_HALF];
 #pragma GCC unroll 12
     for (int a = 0; a < 2 * NT; a++) acc[a] = _mm256_setzero_ps();
     for (int64_t k = 0; k < c; k++) {
-        if (pa && k % 4 == 0) { /* the next chunk's lines, 4 values per line */
-            _mm_prefetch((const char *)pa + 16 * k, _MM_HINT_T0);
-            _mm_prefetch((const char *)pb + 16 * k, _MM_HINT_T0);
+        if (pa && k % 4 == 0) { /* the next chunk's lines: 4 values per line (f32: 2) */
+            _mm_prefetch((const char *)pa + R8F_VB(F) * k, _MM_HINT_T0);
+            _mm_prefetch((const char *)pb + R8F_VB(F) * k, _MM_HINT_T0);
+            if (F == FK_F32) {
+                _mm_prefetch((const char *)pa + R8F_VB(F) * k + 64, _MM_HINT_T0);
+                _mm_prefetch((const char *)pb + R8F_VB(F) * k + 64, _MM_HINT_T0);
+            }
         }
         const __m256 w0 = _mm256_load_ps(wb + 16 * k), w1 = _mm256_load_ps(wb + 16 * k + 8);
         const float *xv = pan + k * KERN_R8F_PANEL;
@@ -327,15 +338,20 @@ X86_INLINE void r16f_step(__m512 *acc, const float *wb, const float *pan, int64_
  * costs its own tokens' FMAs, not a whole panel's). 16 accumulators, the rows' register
  * and a broadcast: 18 of the 32 registers. */
 X86_INLINE void r16f_panel(float *y, int64_t ys, const float *wb, const float *pan, int64_t c,
-                           bool add, int nv, const uint8_t *pa, const uint8_t *pb, const int NT) {
+                           bool add, int nv, const uint8_t *pa, const uint8_t *pb, const int NT,
+                           const int F) {
     __m512 acc[R8F_PW];
 #pragma GCC unroll 16
     for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     int64_t k = 0;
-    for (; k + 4 <= c; k += 4) { /* a line of the next chunk per group every 4 values */
+    for (; k + 4 <= c; k += 4) { /* the next chunk's lines per group every 4 values */
         if (pa) {
-            _mm_prefetch((const char *)pa + 16 * k, _MM_HINT_T0);
-            _mm_prefetch((const char *)pb + 16 * k, _MM_HINT_T0);
+            _mm_prefetch((const char *)pa + R8F_VB(F) * k, _MM_HINT_T0);
+            _mm_prefetch((const char *)pb + R8F_VB(F) * k, _MM_HINT_T0);
+            if (F == FK_F32) {
+                _mm_prefetch((const char *)pa + R8F_VB(F) * k + 64, _MM_HINT_T0);
+                _mm_prefetch((const char *)pb + R8F_VB(F) * k + 64, _MM_HINT_T0);
+            }
         }
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++) r16f_step(acc, wb, pan, k + u, NT);
@@ -353,7 +369,7 @@ X86_INLINE void r16f_panel(float *y, int64_t ys, const float *wb, const float *p
 
 X86_INLINE void ftile16(float *y, int64_t ys, const void *g, const void *x, size_t xst, int64_t n,
                         int nt, const int F) {
-    const uint8_t *ga = g, *gb = ga + 16 * n;
+    const uint8_t *ga = g, *gb = ga + R8F_VB(F) * n;
     const float *xf = x;
     if (nt == 1) {
         ftile8(y, ys, ga, x, xst, n, nt, F);
@@ -365,16 +381,18 @@ X86_INLINE void ftile16(float *y, int64_t ys, const void *g, const void *x, size
         const int64_t i1 = n - i0 < R16F_CHUNK ? n : i0 + R16F_CHUNK;
         r16f_convert(wb, ga, gb, i0, i1, F);
         /* the first (half) panel fetches the next chunk (or the next groups) */
-        const uint8_t *pa = i1 < n ? ga + 16 * i1 : gb + 16 * n, *pb = i1 < n ? gb + 16 * i1 : gb + 32 * n;
+        const int64_t vb = R8F_VB(F);
+        const uint8_t *pa = i1 < n ? ga + vb * i1 : gb + vb * n;
+        const uint8_t *pb = i1 < n ? gb + vb * i1 : gb + 2 * vb * n;
 #if X86_W512
         for (int t0 = 0; t0 < nt; t0 += R8F_PW) {
             const float *pan = xf + (int64_t)t0 * n + i0 * R8F_PW;
             const int nv = nt - t0 < R8F_PW ? nt - t0 : R8F_PW;
             const uint8_t *qa = t0 == 0 ? pa : NULL;
-            if (nv > 12) r16f_panel(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, qa, pb, 16);
-            else if (nv > 8) r16f_panel(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, qa, pb, 12);
-            else if (nv > 4) r16f_panel(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, qa, pb, 8);
-            else r16f_panel(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, qa, pb, 4);
+            if (nv > 12) r16f_panel(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, qa, pb, 16, F);
+            else if (nv > 8) r16f_panel(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, qa, pb, 12, F);
+            else if (nv > 4) r16f_panel(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, qa, pb, 8, F);
+            else r16f_panel(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, qa, pb, 4, F);
         }
 #else
         for (int t0 = 0; t0 < nt; t0 += R16F_HALF) {
@@ -383,16 +401,16 @@ X86_INLINE void ftile16(float *y, int64_t ys, const void *g, const void *x, size
             const int nv = nt - t0 < R16F_HALF ? nt - t0 : R16F_HALF;
             const uint8_t *qa = t0 == 0 ? pa : NULL;
             /* a block's short last half panel computes its own tokens (pp64: 4 of 6) */
-            if (nv > 4) r16f_half(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, qa, pb, 6);
-            else if (nv > 2) r16f_half(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, qa, pb, 4);
-            else r16f_half(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, qa, pb, 2);
+            if (nv > 4) r16f_half(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, qa, pb, 6, F);
+            else if (nv > 2) r16f_half(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, qa, pb, 4, F);
+            else r16f_half(y + t0 * ys, ys, wb, pan, i1 - i0, i0 > 0, nv, qa, pb, 2, F);
         }
 #endif
     }
 }
 
 #if !X86_W512
-/* r8f_pack of the f16/bf16 rows8 tiles at 256 bits: the f32 panels of KERN_R8F_PANEL
+/* r8f_pack of the float rows8 tiles at 256 bits: the f32 panels of KERN_R8F_PANEL
  * tokens (kernels/ref/matmul.h; a missing token's values 0); this part's panels of
  * n_parts. Four tokens' 8 values at a time, transposed in registers into 8 values' 4
  * tokens: 4 loads, 8 shuffles and 8 stores per 32 values, where one value at a time was
@@ -434,7 +452,7 @@ static void X86_SFX(f32_pack12)(void *dst, const float *x, int64_t n, int nt, in
 #if X86_W512
 static_assert(R8F_PW == 16 && KERN_TILE_TOKS % R8F_PW == 0 && KERN_TILE_TOKS <= KERN_R8F_BLOCK_SLOTS,
               "a block of KERN_TILE_TOKS tokens is whole panels within the packed block's bytes");
-/* r8f_pack of the f16/bf16 rows8 tiles at 512 bits (kernels/ref/matmul.h): nt tokens'
+/* r8f_pack of the float rows8 tiles at 512 bits (kernels/ref/matmul.h): nt tokens'
  * f32 rows (n values each) into panels of R8F_PW, panel p at p·R8F_PW·n floats, value k
  * of its tokens side by side (a missing token's 0); this part's panels of n_parts. Value
  * by value, so that each 64-byte line of the panel is written whole. */

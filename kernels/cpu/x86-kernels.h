@@ -101,6 +101,7 @@ X86_TILE8(iq4_xs, tile8, WK_IQ4_XS)
 X86_TILE8(q6_K, tile8, WK_Q6_K)
 X86_TILE8(q3_K, tile8, WK_Q3_K)
 X86_TILE8(q2_K, tile8, WK_Q2_K)
+X86_TILE8(f32, ftile8, FK_F32)
 X86_TILE8(f16, ftile8, FK_F16)
 X86_TILE8(bf16, ftile8, FK_BF16)
 #if X86_W512
@@ -124,6 +125,7 @@ X86_TILE8(16_q2_K, tile16q, WK_Q2_K)
                                        size_t xst, int64_t n, int nt) {                     \
         ftile16(y, ys, g, x, xst, n, nt, F);                                                \
     }
+X86_TILE16(f32, FK_F32)
 X86_TILE16(f16, FK_F16)
 X86_TILE16(bf16, FK_BF16)
 #undef X86_TILE16
@@ -156,8 +158,10 @@ void X86_SFX(kern_impl_fill)(struct kern_impl *impl) {
     impl->tile8[KERN_TYPE_Q5_K] = X86_SFX(tile8_q5_K);
     impl->tile8[KERN_TYPE_IQ4_XS] = X86_SFX(tile8_iq4_xs);
     impl->tile8[KERN_TYPE_Q6_K] = X86_SFX(tile8_q6_K);
+    impl->tile8[KERN_TYPE_F32] = X86_SFX(tile8_f32);
     impl->tile8[KERN_TYPE_F16] = X86_SFX(tile8_f16);
     impl->tile8[KERN_TYPE_BF16] = X86_SFX(tile8_bf16);
+    impl->tile16[KERN_TYPE_F32] = X86_SFX(tile16_f32);
     impl->tile16[KERN_TYPE_F16] = X86_SFX(tile16_f16);
     impl->tile16[KERN_TYPE_BF16] = X86_SFX(tile16_bf16);
     impl->tile8[KERN_TYPE_Q3_K] = X86_SFX(tile8_q3_K);
@@ -174,12 +178,16 @@ void X86_SFX(kern_impl_fill)(struct kern_impl *impl) {
     impl->tile16[KERN_TYPE_Q6_K] = X86_SFX(tile8_16_q6_K);
     impl->tile16[KERN_TYPE_Q3_K] = X86_SFX(tile8_16_q3_K);
     impl->tile16[KERN_TYPE_Q2_K] = X86_SFX(tile8_16_q2_K);
-    /* f16/bf16 prefill in panels of 16 tokens (x86-float.h R8F_PW) */
-    impl->r8f_pack[KERN_TYPE_F16] = impl->r8f_pack[KERN_TYPE_BF16] = X86_SFX(f32_pack16);
-    impl->r8f_block_toks[KERN_TYPE_F16] = impl->r8f_block_toks[KERN_TYPE_BF16] = KERN_TILE_TOKS;
+    /* float prefill in panels of 16 tokens (x86-float.h R8F_PW) */
+    for (int t = 0; t < KERN_TYPE_COUNT; t++)
+        if (t == KERN_TYPE_F32 || t == KERN_TYPE_F16 || t == KERN_TYPE_BF16) {
+            impl->r8f_pack[t] = X86_SFX(f32_pack16);
+            impl->r8f_block_toks[t] = KERN_TILE_TOKS;
+        }
 #endif
 #if !X86_W512
-    /* f16/bf16 prefill in kern_matmul's panels of KERN_R8F_PANEL, packed in registers */
+    /* float prefill in kern_matmul's panels of KERN_R8F_PANEL, packed in registers */
+    impl->r8f_pack[KERN_TYPE_F32] = X86_SFX(f32_pack12);
     impl->r8f_pack[KERN_TYPE_F16] = impl->r8f_pack[KERN_TYPE_BF16] = X86_SFX(f32_pack12);
     impl->tile8_interleaved[KERN_TYPE_Q3_K] = r8_prefill_ipack(WK_Q3_K);
     impl->tile8_interleaved[KERN_TYPE_Q5_K] = r8_prefill_ipack(WK_Q5_K);

@@ -21,17 +21,18 @@ typedef void (*kern_tile_fn)(float *y, int64_t y_stride, const void *w, size_t w
                              const void *x, size_t x_stride, int64_t n, int nr, int nt);
 
 /* rows8 (kernels/matmul.h): y[t·y_stride + r] for the 8 rows of one group (r < 8),
- * nt tokens (1 <= nt <= KERN_TILE_TOKS); g: the group's first byte. f16/bf16 with nt > 1
- * take their f32 activations packed in panels of KERN_R8F_PANEL tokens (kern_matmul
- * packs and covers the tokens in blocks of KERN_R8F_BLOCK_TOKS, whole panels, so that
- * only a matmul's last block computes a panel short of tokens; that block also takes a
- * remainder of up to KERN_TILE_TOKS - KERN_R8F_BLOCK_TOKS tokens; a level may ask for
- * other blocks, r8f_block_toks): panel p holds [n][KERN_R8F_PANEL] floats, value k of its
- * tokens side by side (a missing token's 0), and starts p·KERN_R8F_PANEL·n floats into
- * x; x_stride is then unused. A level with an r8f_pack entry for the type reads its own
- * packing instead. A block of one token (decode; blocks of 64: a matmul of 64k + 1
- * tokens ends with one) is its f32 row. Any level's packed block of up to KERN_TILE_TOKS
- * tokens fits KERN_R8F_BLOCK_SLOTS·(n + 1) floats. */
+ * nt tokens (1 <= nt <= KERN_TILE_TOKS); g: the group's first byte. The float types
+ * (f32, f16, bf16) with nt > 1 take their f32 activations packed in panels of
+ * KERN_R8F_PANEL tokens (kern_matmul packs and covers the tokens in blocks of
+ * KERN_R8F_BLOCK_TOKS, whole panels, so that only a matmul's last block computes a panel
+ * short of tokens; that block also takes a remainder of up to KERN_TILE_TOKS -
+ * KERN_R8F_BLOCK_TOKS tokens; a level may ask for other blocks, r8f_block_toks): panel p
+ * holds [n][KERN_R8F_PANEL] floats, value k of its tokens side by side (a missing token's
+ * 0), and starts p·KERN_R8F_PANEL·n floats into x; x_stride is then unused. A level
+ * with an r8f_pack entry for the type reads its own packing instead. A block of one token
+ * (decode; blocks of 64: a matmul of 64k + 1 tokens ends with one) is its f32 row. Any
+ * level's packed block of up to KERN_TILE_TOKS tokens fits KERN_R8F_BLOCK_SLOTS·(n + 1)
+ * floats. */
 #define KERN_R8F_PANEL 12
 #define KERN_R8F_BLOCK_TOKS (KERN_TILE_TOKS / KERN_R8F_PANEL * KERN_R8F_PANEL)
 #define KERN_R8F_BLOCK_SLOTS 80
@@ -55,7 +56,7 @@ struct kern_impl {
     kern_from_f32_fn from_f32[KERN_TYPE_COUNT]; /* by destination type; bit-identical to
                                                  * the traits' reference from_f32 */
     kern_from_f32_fn act_from_f32[KERN_TYPE_COUNT]; /* by vec_dot_type (q8_0, q8_1) */
-    /* f16/bf16 rows8 prefill, by weight type: packs part `part` of n_parts (its share
+    /* f32/f16/bf16 rows8 prefill, by weight type: packs part `part` of n_parts (its share
      * of the panels: the parts together write the whole) of a block of nt tokens (2 <= nt
      * <= KERN_TILE_TOKS; f32 rows of n values, n apart) into dst, in the layout this
      * level's tile8/tile16 of the type read, within KERN_R8F_BLOCK_SLOTS·(n + 1) floats;

@@ -16,13 +16,14 @@
 # llama.cpp: LLAMA_BIN_DIR (or $LLAMA_BIN) holds llama-bench and llama-quantize built
 # outside this repository (this script never builds it). With llama-quantize, the k-quant
 # and iq4_xs files are written by it from warm-mkmodel's f16 file (its --pure: every
-# matrix of the type, as warm-mkmodel writes them; Q4_K_M, Q5_K_M: its default mixes), the
-# others by warm-mkmodel. Without LLAMA_BIN_DIR, warm's own figures only.
+# matrix of the type, as warm-mkmodel writes them; Q4_K_M, Q5_K_M: its default mixes; mxfp4:
+# its MXFP4_MOE with --pure, every matrix MXFP4), the others by warm-mkmodel. Without
+# LLAMA_BIN_DIR, warm's own figures only (and no mxfp4, Q4_K_M, Q5_K_M).
 #
-# Types (-t, comma-separated; default all): f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl q2_K
-# q3_K q4_K q5_K q6_K iq4_xs Q4_K_M Q5_K_M. -k LEVEL sets WARM_KERNELS (e.g. avx2 on an AVX-512
-# machine); for the figures an AVX2-only machine would see, give it a llama.cpp built for
-# AVX2 alone as well (cmake -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
+# Types (-t, comma-separated; default all): f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl
+# q2_K q3_K q4_K q5_K q6_K iq4_xs mxfp4 Q4_K_M Q5_K_M. -k LEVEL sets WARM_KERNELS (e.g.
+# avx2 on an AVX-512 machine); for the figures an AVX2-only machine would see, give it a
+# llama.cpp built for AVX2 alone as well (cmake -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 # -DGGML_F16C=ON -DGGML_BMI2=ON, targets llama-bench and llama-quantize), so that both
 # sides use the same instructions; for -k avxvnni (AVX2 + AVX-VNNI: Intel cores without
 # AVX-512), one built with -DGGML_AVX_VNNI=ON added. On a shared machine the absolute
@@ -33,7 +34,7 @@ set -eu
 build=build
 llama=${LLAMA_BIN:-}
 work=/tmp/warm-kernel-table
-types="f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl q2_K q3_K q4_K q5_K q6_K iq4_xs Q4_K_M Q5_K_M"
+types="f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl q2_K q3_K q4_K q5_K q6_K iq4_xs mxfp4 Q4_K_M Q5_K_M"
 prompt=64
 gen=64
 rounds=3
@@ -48,7 +49,7 @@ while getopts b:l:o:t:p:g:r:k: opt; do
     g) gen=$OPTARG ;;
     r) rounds=$OPTARG ;;
     k) level=$OPTARG ;;
-    *) sed -n '2,30p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,31p' "$0" >&2; exit 2 ;;
     esac
 done
 bin=$build/bin
@@ -68,7 +69,8 @@ shape="--arch llama --n-embd 1024 --n-layer 16 --n-head 16 --n-head-kv 4 --n-ff 
 qname() {
     case $1 in
     q2_K) echo Q2_K ;; q3_K) echo Q3_K_S ;; q4_K) echo Q4_K_S ;; q5_K) echo Q5_K_S ;;
-    q6_K) echo Q6_K ;; iq4_xs) echo IQ4_XS ;; Q4_K_M) echo Q4_K_M ;; Q5_K_M) echo Q5_K_M ;; *) echo ;;
+    q6_K) echo Q6_K ;; iq4_xs) echo IQ4_XS ;; mxfp4) echo MXFP4_MOE ;;
+    Q4_K_M) echo Q4_K_M ;; Q5_K_M) echo Q5_K_M ;; *) echo ;;
     esac
 }
 for t in $types; do
@@ -81,7 +83,7 @@ for t in $types; do
         case $t in *_M) pure= ;; esac
         "$llama/llama-quantize" $pure "$work/f16.src.gguf" "$f" "$q" >"$work/$t.quantize.log" 2>&1 ||
             { echo "kernel-table: llama-quantize $t failed, see $work/$t.quantize.log" >&2; exit 1; }
-    elif [ "$t" = Q4_K_M ] || [ "$t" = Q5_K_M ]; then
+    elif [ "$t" = Q4_K_M ] || [ "$t" = Q5_K_M ] || [ "$t" = mxfp4 ]; then
         echo "kernel-table: $t needs llama-quantize (-l), skipped" >&2
         continue
     else
