@@ -48,9 +48,9 @@ void kern_pool_run(struct kern_pool *pool, kern_task_fn fn, void *arg);
  *   x: (n_tok, n_in) f32, row stride n_in;  y: (n_tok, n_out) f32, row stride n_out
  * Quantized weights use activations quantized to q8 (q8_0 or q8_1 as the type needs)
  * into scratch, which must hold kern_matmul_scratch_bytes(wt, n_in, n_tok) bytes (0 for
- * f32 weights, and for one token of any float type: scratch may then be NULL; f16/bf16
- * prefill in rows8 packs the activations there in panels of tokens; no alignment needed; contents are not
- * kept).
+ * one token of any float type: scratch may then be NULL; the float types' (f32, f16, bf16)
+ * prefill in rows8 packs the activations there in panels of tokens; no alignment needed;
+ * contents are not kept).
  * n_in must be a multiple of wt's block size. pool may be NULL (single-threaded). */
 size_t kern_matmul_scratch_bytes(enum kern_type wt, int64_t n_in, int64_t n_tok);
 void kern_matmul(struct kern_pool *pool, float *y, const void *w, enum kern_type wt,
