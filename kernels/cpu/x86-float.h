@@ -287,6 +287,16 @@ X86_INLINE void r16f_convert(float *wb, const uint8_t *ga, const uint8_t *gb, in
     }
 }
 
+/* The next chunk's lines of both groups at value k (of 4 values: one line, f32 two) */
+X86_INLINE void r16f_fetch(const uint8_t *pa, const uint8_t *pb, int64_t k, const int F) {
+    _mm_prefetch((const char *)pa + R8F_VB(F) * k, _MM_HINT_T0);
+    _mm_prefetch((const char *)pb + R8F_VB(F) * k, _MM_HINT_T0);
+    if (F == FK_F32) {
+        _mm_prefetch((const char *)pa + R8F_VB(F) * k + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)pb + R8F_VB(F) * k + 64, _MM_HINT_T0);
+    }
+}
+
 X86_INLINE void r16f_half(float *y, int64_t ys, const float *wb, const float *pan, int64_t c,
                           bool add, int nv, const uint8_t *pa, const uint8_t *pb, const int NT,
                           const int F) {
@@ -294,14 +304,7 @@ X86_INLINE void r16f_half(float *y, int64_t ys, const float *wb, const float *pa
 #pragma GCC unroll 12
     for (int a = 0; a < 2 * NT; a++) acc[a] = _mm256_setzero_ps();
     for (int64_t k = 0; k < c; k++) {
-        if (pa && k % 4 == 0) { /* the next chunk's lines: 4 values per line (f32: 2) */
-            _mm_prefetch((const char *)pa + R8F_VB(F) * k, _MM_HINT_T0);
-            _mm_prefetch((const char *)pb + R8F_VB(F) * k, _MM_HINT_T0);
-            if (F == FK_F32) {
-                _mm_prefetch((const char *)pa + R8F_VB(F) * k + 64, _MM_HINT_T0);
-                _mm_prefetch((const char *)pb + R8F_VB(F) * k + 64, _MM_HINT_T0);
-            }
-        }
+        if (pa && k % 4 == 0) r16f_fetch(pa, pb, k, F);
         const __m256 w0 = _mm256_load_ps(wb + 16 * k), w1 = _mm256_load_ps(wb + 16 * k + 8);
         const float *xv = pan + k * KERN_R8F_PANEL;
 #pragma GCC unroll 6
@@ -345,15 +348,8 @@ X86_INLINE void r16f_panel(float *y, int64_t ys, const float *wb, const float *p
 #pragma GCC unroll 16
     for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     int64_t k = 0;
-    for (; k + 4 <= c; k += 4) { /* the next chunk's lines per group every 4 values */
-        if (pa) {
-            _mm_prefetch((const char *)pa + R8F_VB(F) * k, _MM_HINT_T0);
-            _mm_prefetch((const char *)pb + R8F_VB(F) * k, _MM_HINT_T0);
-            if (F == FK_F32) {
-                _mm_prefetch((const char *)pa + R8F_VB(F) * k + 64, _MM_HINT_T0);
-                _mm_prefetch((const char *)pb + R8F_VB(F) * k + 64, _MM_HINT_T0);
-            }
-        }
+    for (; k + 4 <= c; k += 4) {
+        if (pa) r16f_fetch(pa, pb, k, F);
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++) r16f_step(acc, wb, pan, k + u, NT);
     }

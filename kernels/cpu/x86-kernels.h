@@ -179,16 +179,15 @@ void X86_SFX(kern_impl_fill)(struct kern_impl *impl) {
     impl->tile16[KERN_TYPE_Q3_K] = X86_SFX(tile8_16_q3_K);
     impl->tile16[KERN_TYPE_Q2_K] = X86_SFX(tile8_16_q2_K);
     /* float prefill in panels of 16 tokens (x86-float.h R8F_PW) */
-    for (int t = 0; t < KERN_TYPE_COUNT; t++)
-        if (t == KERN_TYPE_F32 || t == KERN_TYPE_F16 || t == KERN_TYPE_BF16) {
-            impl->r8f_pack[t] = X86_SFX(f32_pack16);
-            impl->r8f_block_toks[t] = KERN_TILE_TOKS;
-        }
+    impl->r8f_pack[KERN_TYPE_F32] = impl->r8f_pack[KERN_TYPE_F16] =
+        impl->r8f_pack[KERN_TYPE_BF16] = X86_SFX(f32_pack16);
+    impl->r8f_block_toks[KERN_TYPE_F32] = impl->r8f_block_toks[KERN_TYPE_F16] =
+        impl->r8f_block_toks[KERN_TYPE_BF16] = KERN_TILE_TOKS;
 #endif
 #if !X86_W512
     /* float prefill in kern_matmul's panels of KERN_R8F_PANEL, packed in registers */
-    impl->r8f_pack[KERN_TYPE_F32] = X86_SFX(f32_pack12);
-    impl->r8f_pack[KERN_TYPE_F16] = impl->r8f_pack[KERN_TYPE_BF16] = X86_SFX(f32_pack12);
+    impl->r8f_pack[KERN_TYPE_F32] = impl->r8f_pack[KERN_TYPE_F16] =
+        impl->r8f_pack[KERN_TYPE_BF16] = X86_SFX(f32_pack12);
     impl->tile8_interleaved[KERN_TYPE_Q3_K] = r8_prefill_ipack(WK_Q3_K);
     impl->tile8_interleaved[KERN_TYPE_Q5_K] = r8_prefill_ipack(WK_Q5_K);
     impl->tile8_interleaved[KERN_TYPE_Q6_K] = r8_prefill_ipack(WK_Q6_K);

@@ -23,18 +23,20 @@
 # Types (-t, comma-separated; default all): f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl
 # q2_K q3_K q4_K q5_K q6_K iq4_xs mxfp4 Q4_K_M Q5_K_M. -k LEVEL sets WARM_KERNELS (e.g.
 # avx2 on an AVX-512 machine); for the figures an AVX2-only machine would see, give it a
-# llama.cpp built for AVX2 alone as well (cmake -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
-# -DGGML_F16C=ON -DGGML_BMI2=ON, targets llama-bench and llama-quantize), so that both
-# sides use the same instructions; for -k avxvnni (AVX2 + AVX-VNNI: Intel cores without
-# AVX-512), one built with -DGGML_AVX_VNNI=ON added. On a shared machine the absolute
-# figures fall with the load; the ratios, measured back to back, hold better.
+# llama.cpp built for AVX2 alone as well (cmake -DGGML_NATIVE=OFF -DGGML_AVX=ON
+# -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON, targets llama-bench and
+# llama-quantize), so that both sides use the same instructions; for -k avxvnni (AVX2 +
+# AVX-VNNI: Intel cores without AVX-512), one built with -DGGML_AVX_VNNI=ON added. On a
+# shared machine the absolute figures fall with the load; the ratios, measured back to
+# back, hold better.
 # KERNEL_TABLE_REPORT_ONLY=1: no runs, the table from WORK_DIR's earlier ones.
 set -eu
 
 build=build
 llama=${LLAMA_BIN:-}
 work=/tmp/warm-kernel-table
-types="f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl q2_K q3_K q4_K q5_K q6_K iq4_xs mxfp4 Q4_K_M Q5_K_M"
+types="f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl q2_K q3_K q4_K q5_K q6_K iq4_xs mxfp4
+    Q4_K_M Q5_K_M"
 prompt=64
 gen=64
 rounds=3
@@ -49,7 +51,7 @@ while getopts b:l:o:t:p:g:r:k: opt; do
     g) gen=$OPTARG ;;
     r) rounds=$OPTARG ;;
     k) level=$OPTARG ;;
-    *) sed -n '2,31p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,32p' "$0" >&2; exit 2 ;;
     esac
 done
 bin=$build/bin
