@@ -87,6 +87,7 @@ static void impl_mark(struct kern_impl *dst, const struct kern_impl *before, con
         if (!before || dst->tile1[t] != before->tile1[t]) dst->tile1_level[t] = level;
         if (!before || dst->tile8[t] != before->tile8[t]) dst->tile8_level[t] = level;
         if (!before || dst->tile16[t] != before->tile16[t]) dst->tile16_level[t] = level;
+        if (!before || dst->dec4[t] != before->dec4[t]) dst->dec4_level[t] = level;
     }
 }
 
@@ -258,6 +259,7 @@ struct mm_task {
     kern_tile_fn tile;
     kern_tile8_fn tile8;  /* rows8 weights: one group of 8 rows per call */
     kern_tile8_fn tile16; /* or two groups, where the level has it */
+    kern_dec4_fn dec4;    /* or, for one token, four groups, each its own stream */
     bool rows8;
     enum kern_type wt;
     float *y;
@@ -277,7 +279,15 @@ static void mm_unit(const struct mm_task *m, int64_t u) {
     int64_t t0 = tb * m->unit_toks, t1 = MIN(t0 + m->unit_toks, m->n_tok);
     if (m->x_block) r8f_block(tb, m->n_tok_units, m->n_tok, m->unit_toks, &t0, &t1);
     if (m->rows8) { /* units are whole groups: unit_rows and n_out are multiples of 8 */
-        for (int64_t r = r0; r < r1;) {
+        int64_t r = r0;
+        if (m->dec4) { /* decode: four streams, a quarter of the unit's groups each */
+            const int64_t q = (r1 - r0) / 32; /* groups per stream; the 0-3 left below */
+            for (int64_t i = 0; i < q; i++)
+                m->dec4(m->y + r0 + 8 * i, 8 * q, m->w + (r0 + 8 * i) * m->w_stride,
+                        (size_t)(8 * q) * m->w_stride, m->x, m->n_in);
+            r = r0 + 32 * q;
+        }
+        while (r < r1) {
             float *y = m->y + t0 * m->n_out + r;
             const uint8_t *g = m->w + r * m->w_stride;
             const uint8_t *x = !m->x_block ? m->x + t0 * m->x_stride
@@ -327,8 +337,12 @@ const char *kern_matmul_path(enum kern_type wt, enum kern_layout layout, int64_t
     const struct kern_type_traits *tr = kern_type_traits((int)wt);
     const char *level = "ref", *path = "reference";
     if (tr && tr->vec_dot && layout == KERN_LAYOUT_ROWS8) {
-        /* as kern_matmul_layout chooses (a matmul of fewer than 16 rows takes tile8) */
-        if (impl.tile16[wt] && (n_tok > 1 || tr->vec_dot_type == KERN_TYPE_F32)) {
+        /* as kern_matmul_layout chooses (a matmul of fewer than 16 rows takes tile8; a
+         * work unit's groups past a multiple of 4 take tile16/tile8 after rows8x4) */
+        if (n_tok == 1 && impl.dec4[wt]) {
+            level = impl.dec4_level[wt];
+            path = "rows8x4";
+        } else if (impl.tile16[wt] && (n_tok > 1 || tr->vec_dot_type == KERN_TYPE_F32)) {
             level = impl.tile16_level[wt];
             path = "rows16";
         } else if (impl.tile8[wt]) {
@@ -370,6 +384,8 @@ static void mm_setup(struct mm_task *m, struct act_task *q, struct kern_pool *po
         .tile8 = impl.tile8[wt],
         /* quantized decode: tile8's 8-row bodies read one stream, faster from memory
          * (tile16q in kernels/cpu/x86-rows16.h) */
+        /* the float types' decode (activations: the f32 row) */
+        .dec4 = rows8 && n_tok == 1 ? impl.dec4[wt] : NULL,
         .tile16 = rows8 && (n_tok > 1 || tr->vec_dot_type == KERN_TYPE_F32) ? impl.tile16[wt] : NULL,
         .rows8 = rows8,
         .wt = wt,

@@ -1,7 +1,7 @@
 /* x86 level "avx512bf16": the avx512 level plus AVX512_BF16 (Zen 4, Cooper Lake, Sapphire
  * Rapids): bf16 prefill with VDPBF16PS, two products per f32 lane, where the avx512 level
  * converts the weights to f32 and runs one FMA per product. Only bf16 rows8 (the tile8,
- * tile16 and r8f_pack entries) changes; everything else is the avx512 level's.
+ * tile16, dec4 and r8f_pack entries) changes; everything else is the avx512 level's.
  *
  * Numerics: the activations are rounded to bf16 (round to nearest even) before the dot,
  * as llama.cpp's bf16 dot does; a product of two bf16 is exact in f32, so the error over
@@ -9,8 +9,8 @@
  * TOL_BF16_ACT). The activations are converted once per matmul (r8f_pack, in the
  * activation packing step), not once per tile. Decode rounds them too, a chunk at a time
  * in each group of 8 rows, and runs the group with one VDPBF16PS per pair of values
- * (bf_decode8). Called only when kern_init() saw the avx512 level's features and
- * AVX512_BF16, after the avx512 level's fill. */
+ * (bf_decode8; four groups at once: dec4_bf16_dp). Called only when kern_init() saw the
+ * avx512 level's features and AVX512_BF16, after the avx512 level's fill. */
 #include "kernels/cpu/x86.h"
 
 #if defined(__x86_64__)
@@ -228,6 +228,53 @@ BF_INLINE void bf_decode8(float *y, const uint8_t *g, const float *x, int64_t n)
                      _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 }
 
+/* Decode of four groups (kern_dec4_fn), group s at g + s·gstep: four streams from memory
+ * at once (x86-float.h fdec4), a chunk's activation pairs rounded once for the four. Each
+ * group's sums are bf_decode8's (4 chains, added as it adds them), so a group's outputs
+ * are the same bits whichever of the two computes it. The full pairs read unmasked: a
+ * masked load in the loop (the last pair's mask computed per pair) ran at half speed. */
+static void dec4_bf16_dp(float *y, int64_t ystep, const void *g, size_t gstep, const void *xv,
+                         int64_t n) {
+    const __m256i inter = _mm256_set_epi16(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0);
+    const uint8_t *gs[4] = {g, (const uint8_t *)g + gstep, (const uint8_t *)g + 2 * gstep,
+                            (const uint8_t *)g + 3 * gstep};
+    const float *x = xv;
+    __m256 acc[4][4];
+    for (int s = 0; s < 4; s++)
+        for (int u = 0; u < 4; u++) acc[s][u] = _mm256_setzero_ps();
+    _Alignas(64) uint32_t xw[BF_PAIRS];
+    for (int64_t i0 = 0; i0 < n; i0 += BF_CHUNK) {
+        const int64_t i1 = n - i0 < BF_CHUNK ? n : i0 + BF_CHUNK, np = (i1 - i0 + 1) / 2;
+        for (int64_t k = i0; k < i1; k += 32)
+            _mm512_store_si512(xw + (k - i0) / 2, bf_pairs_x(x, i1, k));
+        int64_t p = 0;
+        const int64_t full = (i1 - i0) / 2;
+        for (; p + 4 <= full; p += 4)
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) {
+                const __m256bh xb = (__m256bh)_mm256_set1_epi32((int)xw[p + u]);
+                const int64_t off = 16 * (i0 + 2 * (p + u));
+#pragma GCC unroll 4
+                for (int s = 0; s < 4; s++) {
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(gs[s] + off));
+                    acc[s][u] = _mm256_dpbf16_ps(
+                        acc[s][u], (__m256bh)_mm256_permutexvar_epi16(inter, v), xb);
+                }
+            }
+        for (; p < np; p++) { /* the last pairs; a missing odd value reads as 0 */
+            const int64_t k = i0 + 2 * p;
+            const __m256bh xb = (__m256bh)_mm256_set1_epi32((int)xw[p]);
+            for (int s = 0; s < 4; s++) {
+                const __m256i v = _mm256_maskz_loadu_epi16(k + 1 < i1 ? 0xffff : 0x00ff, gs[s] + 16 * k);
+                acc[s][0] = _mm256_dpbf16_ps(acc[s][0], (__m256bh)_mm256_permutexvar_epi16(inter, v), xb);
+            }
+        }
+    }
+    for (int s = 0; s < 4; s++)
+        _mm256_storeu_ps(y + s * ystep, _mm256_add_ps(_mm256_add_ps(acc[s][0], acc[s][1]),
+                                                      _mm256_add_ps(acc[s][2], acc[s][3])));
+}
+
 /* tile16 of bf16 (kernels/ref/matmul.h): two groups × nt tokens; nt > 1: bf_pack's panels */
 static void tile16_bf16_dp(float *y, int64_t ys, const void *g, const void *x, size_t xst,
                            int64_t n, int nt) {
@@ -286,6 +333,7 @@ static void tile8_bf16_dp(float *y, int64_t ys, const void *g, const void *x, si
 void kern_impl_fill_avx512bf16(struct kern_impl *impl) {
     impl->tile8[KERN_TYPE_BF16] = tile8_bf16_dp;
     impl->tile16[KERN_TYPE_BF16] = tile16_bf16_dp;
+    impl->dec4[KERN_TYPE_BF16] = dec4_bf16_dp;
     impl->r8f_pack[KERN_TYPE_BF16] = bf_pack;
     impl->r8f_block_toks[KERN_TYPE_BF16] = BF_BLOCK_TOKS;
 }

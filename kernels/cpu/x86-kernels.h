@@ -130,6 +130,17 @@ X86_TILE16(f16, FK_F16)
 X86_TILE16(bf16, FK_BF16)
 #undef X86_TILE16
 
+/* dec4 (four groups' decode) of the float types: fdec4 */
+#define X86_DEC4(name, F)                                                                   \
+    static void X86_SFX(dec4_##name)(float *y, int64_t ystep, const void *g, size_t gstep,  \
+                                     const void *x, int64_t n) {                            \
+        fdec4(y, ystep, g, gstep, x, n, F);                                                 \
+    }
+X86_DEC4(f32, FK_F32)
+X86_DEC4(f16, FK_F16)
+X86_DEC4(bf16, FK_BF16)
+#undef X86_DEC4
+
 void X86_SFX(kern_impl_fill)(struct kern_impl *impl) {
     impl->tile[KERN_TYPE_F32] = X86_SFX(tile_f32);
     impl->tile[KERN_TYPE_F16] = X86_SFX(tile_f16);
@@ -164,6 +175,9 @@ void X86_SFX(kern_impl_fill)(struct kern_impl *impl) {
     impl->tile16[KERN_TYPE_F32] = X86_SFX(tile16_f32);
     impl->tile16[KERN_TYPE_F16] = X86_SFX(tile16_f16);
     impl->tile16[KERN_TYPE_BF16] = X86_SFX(tile16_bf16);
+    impl->dec4[KERN_TYPE_F32] = X86_SFX(dec4_f32);
+    impl->dec4[KERN_TYPE_F16] = X86_SFX(dec4_f16);
+    impl->dec4[KERN_TYPE_BF16] = X86_SFX(dec4_bf16);
     impl->tile8[KERN_TYPE_Q3_K] = X86_SFX(tile8_q3_K);
     impl->tile8[KERN_TYPE_Q2_K] = X86_SFX(tile8_q2_K);
 #if X86_W512

@@ -38,6 +38,11 @@ typedef void (*kern_tile_fn)(float *y, int64_t y_stride, const void *w, size_t w
 #define KERN_R8F_BLOCK_SLOTS 80
 typedef void (*kern_tile8_fn)(float *y, int64_t y_stride, const void *g, const void *x,
                               size_t x_stride, int64_t n, int nt);
+/* Decode (one token, x its f32 row of n values) of four rows8 groups at once, group s at
+ * g + s·g_step bytes, its 8 outputs at y + s·y_step: four streams from memory, which one
+ * core reads faster than one; each group's outputs the same bits as tile8's. */
+typedef void (*kern_dec4_fn)(float *y, int64_t y_step, const void *g, size_t g_step,
+                             const void *x, int64_t n);
 
 /* Activation row layouts: the reference uses the vec_dot_type's own blocks; SIMD levels
  * may use another layout of at most KERN_ACT_BLOCK_BYTES per 32 values (scratch is sized
@@ -53,6 +58,8 @@ struct kern_impl {
     kern_tile8_fn tile16[KERN_TYPE_COUNT];      /* tile8's contract for two consecutive
                                                  * groups (g, g + 8 rows' bytes: 16 rows,
                                                  * y's 16 columns); NULL: two tile8 calls */
+    kern_dec4_fn dec4[KERN_TYPE_COUNT];         /* rows8 decode of four groups; NULL: tile8
+                                                 * and tile16 */
     kern_from_f32_fn from_f32[KERN_TYPE_COUNT]; /* by destination type; bit-identical to
                                                  * the traits' reference from_f32 */
     kern_from_f32_fn act_from_f32[KERN_TYPE_COUNT]; /* by vec_dot_type (q8_0, q8_1) */
@@ -69,7 +76,8 @@ struct kern_impl {
     size_t (*act_row_size)(enum kern_type vdt, int64_t n);
     /* the level that wrote each tile entry (impl_build; for kern_matmul_path) */
     const char *tile_level[KERN_TYPE_COUNT], *tile1_level[KERN_TYPE_COUNT],
-        *tile8_level[KERN_TYPE_COUNT], *tile16_level[KERN_TYPE_COUNT];
+        *tile8_level[KERN_TYPE_COUNT], *tile16_level[KERN_TYPE_COUNT],
+        *dec4_level[KERN_TYPE_COUNT];
     /* tile8 of these types runs batches of 4 or more tokens through an interleaved pack of
      * 4 rows (the 256-bit level's ipack) rather than 8 rows per register */
     bool tile8_interleaved[KERN_TYPE_COUNT];
