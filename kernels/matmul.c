@@ -384,9 +384,9 @@ static void mm_setup(struct mm_task *m, struct act_task *q, struct kern_pool *po
         .tile8 = impl.tile8[wt],
         /* quantized decode: tile8's 8-row bodies read one stream, faster from memory
          * (tile16q in kernels/cpu/x86-rows16.h) */
-        /* the float types' decode (activations: the f32 row) */
-        .dec4 = rows8 && n_tok == 1 ? impl.dec4[wt] : NULL,
         .tile16 = rows8 && (n_tok > 1 || tr->vec_dot_type == KERN_TYPE_F32) ? impl.tile16[wt] : NULL,
+        /* the float types' decode: four groups at a time (their f32 activation row) */
+        .dec4 = rows8 && n_tok == 1 && tr->vec_dot_type == KERN_TYPE_F32 ? impl.dec4[wt] : NULL,
         .rows8 = rows8,
         .wt = wt,
         .y = y,

@@ -254,12 +254,12 @@ X86_INLINE void r8f_body(float *y, int64_t ys, const uint8_t *g, const float *x,
 }
 
 /* Decode of four groups, group s at g + s·gstep, its outputs at y + s·ystep
- * (kern_dec4_fn): four streams from memory at once. One core reads faster from four than
- * from one (the hardware prefetches each; its single stream stalls at page ends): the
- * 246M yardstick (tests/tools/kernel-table.sh), 1 thread, decode against the groups in
- * turn: f32 25 -> 34, f16 48-58 -> 63-66 t/s (warm-kbench's matmuls, 3 alternated rounds).
- * No software fetch: the hardware's stream prefetch keeps up with four. Each group's sums
- * are r8f_body's (R8F_DKU chains, added in its order). */
+ * (kern_dec4_fn): four streams from memory at once, which one core reads faster than one
+ * (the hardware prefetches each stream; a software fetch ahead of one stream did not make
+ * up for it). The 246M yardstick's matmuls (warm-kbench), 1 thread, against the groups in
+ * turn, 3 alternated rounds: f32 25 -> 34, f16 48-58 -> 63-66 t/s; 2 threads f32 42-48 ->
+ * 68-78. No software fetch. Each group's sums are r8f_body's (R8F_DKU chains, added in
+ * its order). */
 X86_INLINE void fdec4(float *y, int64_t ystep, const void *gv, size_t gstep, const void *xv,
                       int64_t n, const int F) {
     const uint8_t *g = gv;
