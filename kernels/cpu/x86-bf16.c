@@ -9,8 +9,8 @@
  * TOL_BF16_ACT). The activations are converted once per matmul (r8f_pack, in the
  * activation packing step), not once per tile. Decode rounds them too, a chunk at a time
  * in each group of 8 rows, and runs the group with one VDPBF16PS per pair of values
- * (bf_decode8; four groups at once: dec4_bf16_dp). Called only when kern_init() saw the
- * avx512 level's features and AVX512_BF16, after the avx512 level's fill. */
+ * (bf_decode: a group at a time, or four at once for dec4). Called only when kern_init()
+ * saw the avx512 level's features and AVX512_BF16, after the avx512 level's fill. */
 #include "kernels/cpu/x86.h"
 
 #if defined(__x86_64__)
@@ -186,61 +186,26 @@ BF_INLINE void bf_panel8(float *y, int64_t ys, const uint32_t *wp, const uint32_
     }
 }
 
-/* Decode: 8 rows (one group) × one token with VDPBF16PS, as prefill: the token's values
- * rounded to bf16 a chunk at a time (pairs, as bf_pack words), values k and k + 1 of the 8
- * rows (32 contiguous bytes) put in pair order with one VPERMW, then one dot per pair of
- * values: a third of the f32 path's instructions per weight byte (widen, shift and FMA per
- * value). A tile's two groups go one after the other, so each is one sequential stream:
- * the two groups side by side (two streams 16·n bytes apart) read 20-30 % slower from
- * memory. Four accumulators over consecutive pairs hide the dot's latency; the rows are
- * streamed 6 KiB ahead like the f32 path's. */
-BF_INLINE void bf_decode8(float *y, const uint8_t *g, const float *x, int64_t n) {
+/* Decode: NG groups of 8 rows × one token with VDPBF16PS, as prefill: the token's values
+ * rounded to bf16 a chunk at a time (pairs, as bf_pack words; once for the NG groups),
+ * values k and k + 1 of the 8 rows (32 contiguous bytes) put in pair order with one VPERMW,
+ * then one dot per pair of values: a third of the f32 path's instructions per weight byte
+ * (widen, shift and FMA per value). Group s is at g + s·gstep, its outputs at y + s·ystep.
+ * One group (tile8, tile16: a tile's two groups one after the other, each one sequential
+ * stream; the two side by side, two streams 16·n bytes apart, read 20-30 % slower) is
+ * streamed 6 KiB ahead like the f32 path's; four (dec4: a quarter of a work unit's groups
+ * apart) are four streams the hardware prefetches, faster than one (x86-float.h fdec4).
+ * Four accumulators per group over consecutive pairs hide the dot's latency, added in one
+ * order whatever NG is, so a group's outputs are the same bits from either. The full
+ * pairs read unmasked: a masked load per pair ran at half speed. */
+BF_INLINE void bf_decode(float *y, int64_t ystep, const uint8_t *g, size_t gstep, const float *x,
+                         int64_t n, const int NG) {
     /* words 0..7 value k of the 8 rows, 8..15 value k + 1 → lane r (k, k+1) */
     const __m256i inter = _mm256_set_epi16(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0);
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                     _mm256_setzero_ps()};
-    _Alignas(64) uint32_t xw[BF_PAIRS];
-    for (int64_t i0 = 0; i0 < n; i0 += BF_CHUNK) {
-        const int64_t i1 = n - i0 < BF_CHUNK ? n : i0 + BF_CHUNK, np = (i1 - i0 + 1) / 2;
-        for (int64_t k = i0; k < i1; k += 32)
-            _mm512_store_si512(xw + (k - i0) / 2, bf_pairs_x(x, i1, k));
-        int64_t p = 0;
-        const int64_t full = (i1 - i0) / 2; /* pairs with both values */
-        for (; p + 4 <= full; p += 4) {     /* 128 bytes: two lines */
-            const uint8_t *gk = g + 16 * (i0 + 2 * p);
-            _mm_prefetch((const char *)gk + 6144, _MM_HINT_T0);
-            _mm_prefetch((const char *)gk + 6208, _MM_HINT_T0);
-#pragma GCC unroll 4
-            for (int u = 0; u < 4; u++) {
-                const __m256i v = _mm256_loadu_si256((const __m256i *)(gk + 32 * u));
-                acc[u] = _mm256_dpbf16_ps(acc[u], (__m256bh)_mm256_permutexvar_epi16(inter, v),
-                                          (__m256bh)_mm256_set1_epi32((int)xw[p + u]));
-            }
-        }
-        for (; p < np; p++) { /* the last pairs; a missing odd value reads as 0 */
-            const int64_t k = i0 + 2 * p;
-            const __m256i v = _mm256_maskz_loadu_epi16(k + 1 < i1 ? 0xffff : 0x00ff, g + 16 * k);
-            acc[0] = _mm256_dpbf16_ps(acc[0], (__m256bh)_mm256_permutexvar_epi16(inter, v),
-                                      (__m256bh)_mm256_set1_epi32((int)xw[p]));
-        }
-    }
-    _mm256_storeu_ps(y,
-                     _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-}
-
-/* Decode of four groups (kern_dec4_fn), group s at g + s·gstep: four streams from memory
- * at once (x86-float.h fdec4), a chunk's activation pairs rounded once for the four. Each
- * group's sums are bf_decode8's (4 chains, added as it adds them), so a group's outputs
- * are the same bits whichever of the two computes it. The full pairs read unmasked: a
- * masked load in the loop (the last pair's mask computed per pair) ran at half speed. */
-static void dec4_bf16_dp(float *y, int64_t ystep, const void *g, size_t gstep, const void *xv,
-                         int64_t n) {
-    const __m256i inter = _mm256_set_epi16(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0);
-    const uint8_t *gs[4] = {g, (const uint8_t *)g + gstep, (const uint8_t *)g + 2 * gstep,
-                            (const uint8_t *)g + 3 * gstep};
-    const float *x = xv;
     __m256 acc[4][4];
-    for (int s = 0; s < 4; s++)
+#pragma GCC unroll 4
+    for (int s = 0; s < NG; s++)
+#pragma GCC unroll 4
         for (int u = 0; u < 4; u++) acc[s][u] = _mm256_setzero_ps();
     _Alignas(64) uint32_t xw[BF_PAIRS];
     for (int64_t i0 = 0; i0 < n; i0 += BF_CHUNK) {
@@ -248,31 +213,47 @@ static void dec4_bf16_dp(float *y, int64_t ystep, const void *g, size_t gstep, c
         for (int64_t k = i0; k < i1; k += 32)
             _mm512_store_si512(xw + (k - i0) / 2, bf_pairs_x(x, i1, k));
         int64_t p = 0;
-        const int64_t full = (i1 - i0) / 2;
-        for (; p + 4 <= full; p += 4)
+        const int64_t full = (i1 - i0) / 2; /* pairs with both values */
+        for (; p + 4 <= full; p += 4) {     /* 128 bytes a group: two lines */
+            const uint8_t *gk = g + 16 * (i0 + 2 * p);
+            if (NG == 1) {
+                _mm_prefetch((const char *)gk + 6144, _MM_HINT_T0);
+                _mm_prefetch((const char *)gk + 6208, _MM_HINT_T0);
+            }
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++) {
                 const __m256bh xb = (__m256bh)_mm256_set1_epi32((int)xw[p + u]);
-                const int64_t off = 16 * (i0 + 2 * (p + u));
 #pragma GCC unroll 4
-                for (int s = 0; s < 4; s++) {
-                    const __m256i v = _mm256_loadu_si256((const __m256i *)(gs[s] + off));
+                for (int s = 0; s < NG; s++) {
+                    const __m256i v =
+                        _mm256_loadu_si256((const __m256i *)(gk + s * gstep + 32 * u));
                     acc[s][u] = _mm256_dpbf16_ps(
                         acc[s][u], (__m256bh)_mm256_permutexvar_epi16(inter, v), xb);
                 }
             }
+        }
         for (; p < np; p++) { /* the last pairs; a missing odd value reads as 0 */
             const int64_t k = i0 + 2 * p;
             const __m256bh xb = (__m256bh)_mm256_set1_epi32((int)xw[p]);
-            for (int s = 0; s < 4; s++) {
-                const __m256i v = _mm256_maskz_loadu_epi16(k + 1 < i1 ? 0xffff : 0x00ff, gs[s] + 16 * k);
-                acc[s][0] = _mm256_dpbf16_ps(acc[s][0], (__m256bh)_mm256_permutexvar_epi16(inter, v), xb);
+#pragma GCC unroll 4
+            for (int s = 0; s < NG; s++) {
+                const __m256i v = _mm256_maskz_loadu_epi16(k + 1 < i1 ? 0xffff : 0x00ff,
+                                                           g + s * gstep + 16 * k);
+                acc[s][0] = _mm256_dpbf16_ps(
+                    acc[s][0], (__m256bh)_mm256_permutexvar_epi16(inter, v), xb);
             }
         }
     }
-    for (int s = 0; s < 4; s++)
+#pragma GCC unroll 4
+    for (int s = 0; s < NG; s++)
         _mm256_storeu_ps(y + s * ystep, _mm256_add_ps(_mm256_add_ps(acc[s][0], acc[s][1]),
                                                       _mm256_add_ps(acc[s][2], acc[s][3])));
+}
+
+/* dec4 of bf16 (kern_dec4_fn) */
+static void dec4_bf16_dp(float *y, int64_t ystep, const void *g, size_t gstep, const void *x,
+                         int64_t n) {
+    bf_decode(y, ystep, g, gstep, x, n, 4);
 }
 
 /* tile16 of bf16 (kernels/ref/matmul.h): two groups × nt tokens; nt > 1: bf_pack's panels */
@@ -281,8 +262,8 @@ static void tile16_bf16_dp(float *y, int64_t ys, const void *g, const void *x, s
     const uint8_t *ga = g, *gb = ga + 16 * n;
     (void)xst;
     if (nt == 1) {
-        bf_decode8(y, ga, x, n);
-        bf_decode8(y + 8, gb, x, n);
+        bf_decode(y, 0, ga, 0, x, n, 1);
+        bf_decode(y + 8, 0, gb, 0, x, n, 1);
         return;
     }
     const uint32_t *xp = x;
@@ -309,7 +290,7 @@ static void tile8_bf16_dp(float *y, int64_t ys, const void *g, const void *x, si
                           int64_t n, int nt) {
     (void)xst;
     if (nt == 1) {
-        bf_decode8(y, g, x, n);
+        bf_decode(y, 0, g, 0, x, n, 1);
         return;
     }
     const uint32_t *xp = x;
