@@ -324,6 +324,13 @@ static void mm_task_run(void *arg, int ith, int nth) {
     }
 }
 
+/* The float types' decode: four groups at a time, for types whose activations are the f32
+ * row (the dec4 contract) */
+static kern_dec4_fn rows8_dec4(enum kern_type wt, const struct kern_type_traits *tr,
+                               int64_t n_tok) {
+    return n_tok == 1 && tr->vec_dot_type == KERN_TYPE_F32 ? impl.dec4[wt] : NULL;
+}
+
 /* The tile of the file's rows that n_tok tokens of wt take: tile1 for one, where set */
 static kern_tile_fn rows_tile(enum kern_type wt, int64_t n_tok, const char **ret_level) {
     const bool one = n_tok == 1 && impl.tile1[wt];
@@ -339,7 +346,7 @@ const char *kern_matmul_path(enum kern_type wt, enum kern_layout layout, int64_t
     if (tr && tr->vec_dot && layout == KERN_LAYOUT_ROWS8) {
         /* as kern_matmul_layout chooses (a matmul of fewer than 16 rows takes tile8; a
          * work unit's groups past a multiple of 4 take tile16/tile8 after rows8x4) */
-        if (n_tok == 1 && impl.dec4[wt]) {
+        if (rows8_dec4(wt, tr, n_tok)) {
             level = impl.dec4_level[wt];
             path = "rows8x4";
         } else if (impl.tile16[wt] && (n_tok > 1 || tr->vec_dot_type == KERN_TYPE_F32)) {
@@ -385,8 +392,7 @@ static void mm_setup(struct mm_task *m, struct act_task *q, struct kern_pool *po
         /* quantized decode: tile8's 8-row bodies read one stream, faster from memory
          * (tile16q in kernels/cpu/x86-rows16.h) */
         .tile16 = rows8 && (n_tok > 1 || tr->vec_dot_type == KERN_TYPE_F32) ? impl.tile16[wt] : NULL,
-        /* the float types' decode: four groups at a time (their f32 activation row) */
-        .dec4 = rows8 && n_tok == 1 && tr->vec_dot_type == KERN_TYPE_F32 ? impl.dec4[wt] : NULL,
+        .dec4 = rows8 ? rows8_dec4(wt, tr, n_tok) : NULL,
         .rows8 = rows8,
         .wt = wt,
         .y = y,

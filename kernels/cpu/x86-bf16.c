@@ -196,23 +196,23 @@ BF_INLINE void bf_panel8(float *y, int64_t ys, const uint32_t *wp, const uint32_
  * streamed 6 KiB ahead like the f32 path's; four (dec4: a quarter of a work unit's groups
  * apart) are four streams, faster than one, each fetched 1 KiB ahead (x86-float.h fdec4;
  * the 246M yardstick, 1 thread, 4 alternated rounds: 76 -> 86 t/s with the fetch).
- * Four accumulators per group over consecutive pairs hide the dot's latency, added in one
- * order whatever NG is, so a group's outputs are the same bits from either. The full
- * pairs read unmasked: a masked load per pair ran at half speed. */
+ * A group's sums in the panels' order (one chain of dots per chunk from zero, the chunks
+ * added in turn), so that a token's outputs are the same bits decoded alone or in a batch
+ * (x86-float.h r8f_body). The full pairs read unmasked: a masked load per pair ran at half
+ * speed. */
 BF_INLINE void bf_decode(float *y, int64_t ystep, const uint8_t *g, size_t gstep, const float *x,
                          int64_t n, const int NG) {
     /* words 0..7 value k of the 8 rows, 8..15 value k + 1 → lane r (k, k+1) */
     const __m256i inter = _mm256_set_epi16(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0);
-    __m256 acc[4][4];
-#pragma GCC unroll 4
-    for (int s = 0; s < NG; s++)
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; u++) acc[s][u] = _mm256_setzero_ps();
+    __m256 sum[4] = {0}; /* each the first chunk's (n > 0) */
     _Alignas(64) uint32_t xw[BF_PAIRS];
     for (int64_t i0 = 0; i0 < n; i0 += BF_CHUNK) {
         const int64_t i1 = n - i0 < BF_CHUNK ? n : i0 + BF_CHUNK, np = (i1 - i0 + 1) / 2;
         for (int64_t k = i0; k < i1; k += 32)
             _mm512_store_si512(xw + (k - i0) / 2, bf_pairs_x(x, i1, k));
+        __m256 acc[4];
+#pragma GCC unroll 4
+        for (int s = 0; s < NG; s++) acc[s] = _mm256_setzero_ps();
         int64_t p = 0;
         const int64_t full = (i1 - i0) / 2; /* pairs with both values */
         for (; p + 4 <= full; p += 4) {     /* 128 bytes a group: two lines */
@@ -231,8 +231,8 @@ BF_INLINE void bf_decode(float *y, int64_t ystep, const uint8_t *g, size_t gstep
                 for (int s = 0; s < NG; s++) {
                     const __m256i v =
                         _mm256_loadu_si256((const __m256i *)(gk + s * gstep + 32 * u));
-                    acc[s][u] = _mm256_dpbf16_ps(
-                        acc[s][u], (__m256bh)_mm256_permutexvar_epi16(inter, v), xb);
+                    acc[s] = _mm256_dpbf16_ps(acc[s], (__m256bh)_mm256_permutexvar_epi16(inter, v),
+                                              xb);
                 }
             }
         }
@@ -243,15 +243,14 @@ BF_INLINE void bf_decode(float *y, int64_t ystep, const uint8_t *g, size_t gstep
             for (int s = 0; s < NG; s++) {
                 const __m256i v = _mm256_maskz_loadu_epi16(k + 1 < i1 ? 0xffff : 0x00ff,
                                                            g + s * gstep + 16 * k);
-                acc[s][0] = _mm256_dpbf16_ps(
-                    acc[s][0], (__m256bh)_mm256_permutexvar_epi16(inter, v), xb);
+                acc[s] = _mm256_dpbf16_ps(acc[s], (__m256bh)_mm256_permutexvar_epi16(inter, v), xb);
             }
         }
+#pragma GCC unroll 4
+        for (int s = 0; s < NG; s++) sum[s] = i0 > 0 ? _mm256_add_ps(acc[s], sum[s]) : acc[s];
     }
 #pragma GCC unroll 4
-    for (int s = 0; s < NG; s++)
-        _mm256_storeu_ps(y + s * ystep, _mm256_add_ps(_mm256_add_ps(acc[s][0], acc[s][1]),
-                                                      _mm256_add_ps(acc[s][2], acc[s][3])));
+    for (int s = 0; s < NG; s++) _mm256_storeu_ps(y + s * ystep, sum[s]);
 }
 
 /* dec4 of bf16 (kern_dec4_fn) */

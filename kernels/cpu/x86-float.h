@@ -63,15 +63,29 @@ X86_INLINE float f_load_w1(const uint8_t *row, int64_t i, const int F) {
     }
 }
 
-X86_INLINE void ftile_body(float *y, int64_t ys, const uint8_t *w, size_t wst, const uint8_t *x,
-                           size_t xst, int64_t n, const int NR, const int NT, const int F) {
+/* The file's rows (ftile): a token's sum over n is the same bits whatever the tile's
+ * tokens (a token decoded alone or in a batch of others gets the same outputs). At 256
+ * bits prefill covers n in chunks of FCHUNK values (below), so every body does: each
+ * chunk's sum from zero, y = the first chunk's, then y + each next one's. 512 bits: one
+ * chunk. */
+#if X86_W512
+enum { FCHUNK = 1 << 30 };
+#else
+enum { FCHUNK = 512 };
+#endif
+
+/* One chunk [i0, i1) of NR rows × NT tokens: the full vectors' sums, horizontally
+ * added, then the chunk's last values one by one; y (+)= them */
+X86_INLINE void ftile_chunk(float *y, int64_t ys, const uint8_t *w, size_t wst, const uint8_t *x,
+                            size_t xst, int64_t i0, int64_t i1, bool add, const int NR,
+                            const int NT, const int F) {
     vf acc[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) acc[r][t] = vf_zero();
-    int64_t i = 0;
-    for (; i + VF_N <= n; i += VF_N) {
+    int64_t i = i0;
+    for (; i + VF_N <= i1; i += VF_N) {
         vf xv[4];
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) xv[t] = vf_loadu((const float *)(x + t * xst) + i);
@@ -89,10 +103,16 @@ X86_INLINE void ftile_body(float *y, int64_t ys, const uint8_t *w, size_t wst, c
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             float s = vf_hsum(acc[r][t]);
-            for (int64_t j = i; j < n; j++)
+            for (int64_t j = i; j < i1; j++)
                 s += f_load_w1(w + r * wst, j, F) * ((const float *)(x + t * xst))[j];
-            y[t * ys + r] = s;
+            y[t * ys + r] = add ? y[t * ys + r] + s : s;
         }
+}
+
+X86_INLINE void ftile_body(float *y, int64_t ys, const uint8_t *w, size_t wst, const uint8_t *x,
+                           size_t xst, int64_t n, const int NR, const int NT, const int F) {
+    for (int64_t i0 = 0; i0 < n; i0 += FCHUNK)
+        ftile_chunk(y, ys, w, wst, x, xst, i0, n - i0 < FCHUNK ? n : i0 + FCHUNK, i0 > 0, NR, NT, F);
 }
 
 #if !X86_W512
@@ -103,7 +123,6 @@ X86_INLINE void ftile_body(float *y, int64_t ys, const uint8_t *w, size_t wst, c
  * (8 KiB: f16/bf16 then cost no conversion per token), stays in L1 and the tokens'
  * chunks (up to 64 × 2 KiB) in L2, where whole rows of a wide matrix (64 × 11 KiB for n
  * 2816) would not. y (+)= each chunk's sums. */
-enum { FCHUNK = 512 };
 
 /* w: 4 rows of f32, value i at w[r][i - i0] */
 X86_INLINE void fchunk_body(float *y, int64_t ys, const float (*w)[FCHUNK], const uint8_t *x,
@@ -178,14 +197,21 @@ X86_INLINE void ftile(float *y, int64_t ys, const void *w, size_t wst, const voi
 /* f32 / f16 / bf16 rows8: value k of the 8 rows is R8F_VB(F) bytes at R8F_VB(F)·k (32 for
  * f32, 16 for f16/bf16), lane r = row r, against f32 activations. Each value of the rows
  * is one load (f16/bf16: and a conversion) that meets up to 12 tokens' values broadcast
- * (12 accumulators, the rows' vector and a broadcast fill 14 registers); decode keeps 4
- * accumulators over consecutive values so that the FMA latency hides. Token t's value k
- * is at x[k·xk + t·xt]: a row (xk = 1) for decode, a panel of KERN_R8F_PANEL tokens
+ * (12 accumulators, the rows' vector and a broadcast fill 14 registers). Token t's value
+ * k is at x[k·xk + t·xt]: a row (xk = 1) for decode, a panel of KERN_R8F_PANEL tokens
  * (xt = 1) for prefill, whose broadcasts then come from one stream (12 rows 4 KiB apart
- * would share one L1 set). Prefill covers n in chunks of R8F_CHUNK values over all panels
- * in turn, the rows' chunk (8 KiB) staying in L1; y (+)= each chunk's sums. No horizontal
- * sums: a token's 8 outputs are one store. */
-enum { R8F_CHUNK = 512 };
+ * would share one L1 set). n is covered in chunks of R8F_CHUNK values, over all panels in
+ * turn in prefill, the rows' chunk (8 KiB f32) staying in L1. No horizontal sums: a
+ * token's 8 outputs are one store.
+ *
+ * One order of sums, whichever body computes an output and whatever else it computes
+ * with it: each chunk's sum one FMA chain from zero over its values in turn, y = the
+ * first chunk's, then each next chunk's + y. A token's outputs are then the same bits
+ * decoded alone, in a batch of any size, on any thread count (ftile8, ftile16, fdec4; the
+ * engine's continuous batching gives a stream the tokens it gets alone). Decode's one
+ * chain per group is not latency-bound where it matters: fdec4 runs four groups' chains
+ * side by side (one FMA per cycle, past what memory delivers). */
+enum { R8F_CHUNK = 256 };
 
 /* Tokens per packed panel: the 512-bit levels pack their own panels of 16 (r8f_pack,
  * f32_pack16 below; blocks of 64 tokens, 4 whole panels: pp64 in blocks of 60 + 4 left
@@ -199,16 +225,6 @@ enum { R8F_CHUNK = 512 };
 
 #define R8F_VB(F) ((F) == FK_F32 ? 32 : 16)
 
-/* Decode's sums per group: R8F_DKU chains over consecutive values, so that the FMA
- * latency hides; fdec4 keeps four groups' (16 registers at 512 bits, 8 of the 256-bit
- * levels' 16) and adds them as r8f_body does, so that a group's outputs are the same bits
- * whichever of the two computes it (a matmul's result does not depend on its threads). */
-#if X86_W512
-#define R8F_DKU 4
-#else
-#define R8F_DKU 2
-#endif
-
 X86_INLINE __m256 r8f_load(const uint8_t *g, int64_t k, const int F) {
     if (F == FK_F32) return _mm256_loadu_ps((const float *)(g + 32 * k));
     const __m128i v = _mm_loadu_si128((const __m128i *)(g + 16 * k));
@@ -216,38 +232,27 @@ X86_INLINE __m256 r8f_load(const uint8_t *g, int64_t k, const int F) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
 }
 
+/* One chunk [i0, i1) of the group g × NT tokens; y (+)= the chunk's sums */
 X86_INLINE void r8f_body(float *y, int64_t ys, const uint8_t *g, const float *x, int64_t xk,
                          int64_t xt, int64_t i0, int64_t i1, bool add, const int NT, const int F) {
-    const int KU = NT >= 4 ? 1 : NT >= 2 ? 2 : R8F_DKU; /* consecutive values per step */
     __m256 acc[12];
 #pragma GCC unroll 12
-    for (int a = 0; a < KU * NT; a++) acc[a] = _mm256_setzero_ps();
-    int64_t k = i0;
-    for (; k + KU <= i1; k += KU) {
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t k = i0; k < i1; k++) {
         /* decode streams the rows: 6 KiB ahead (whole-model runs: 3 KiB lost 10 % on a
          * 2048-wide model, 8 KiB lost on a 1024-wide one). f32 reads twice the bytes a
          * step and streams faster on the hardware's prefetch alone (the 246M model, 1
          * thread, 6 alternated rounds: 29.1 against 26.7 t/s with both lines fetched) */
-        if (NT == 1 && F != FK_F32) _mm_prefetch((const char *)g + 16 * k + 6144, _MM_HINT_T0);
-#pragma GCC unroll 4
-        for (int u = 0; u < KU; u++) {
-            const __m256 w = r8f_load(g, k + u, F);
-            const float *xv = x + (k + u) * xk;
-#pragma GCC unroll 12
-            for (int t = 0; t < NT; t++)
-                acc[u * NT + t] = _mm256_fmadd_ps(w, _mm256_broadcast_ss(xv + t * xt), acc[u * NT + t]);
-        }
-    }
-    for (; k < i1; k++) {
+        if (NT == 1 && F != FK_F32 && k % 4 == 0)
+            _mm_prefetch((const char *)g + 16 * k + 6144, _MM_HINT_T0);
         const __m256 w = r8f_load(g, k, F);
+        const float *xv = x + k * xk;
 #pragma GCC unroll 12
-        for (int t = 0; t < NT; t++) acc[t] = _mm256_fmadd_ps(w, _mm256_broadcast_ss(x + k * xk + t * xt), acc[t]);
+        for (int t = 0; t < NT; t++) acc[t] = _mm256_fmadd_ps(w, _mm256_broadcast_ss(xv + t * xt), acc[t]);
     }
 #pragma GCC unroll 12
     for (int t = 0; t < NT; t++) {
         __m256 s = acc[t];
-#pragma GCC unroll 3
-        for (int u = 1; u < KU; u++) s = _mm256_add_ps(s, acc[u * NT + t]);
         if (add) s = _mm256_add_ps(s, _mm256_loadu_ps(y + t * ys));
         _mm256_storeu_ps(y + t * ys, s);
     }
@@ -261,47 +266,45 @@ X86_INLINE void r8f_body(float *y, int64_t ys, const uint8_t *g, const float *x,
  * 68-78. Each stream's line R8F_DEC4_AHEAD bytes on is fetched as well: the whole model
  * (warm-bench -p 1 -g 32, alternated), 1 thread, f32 35.9 -> 44.6 t/s at 512 bits and
  * 39.7 -> 47.9 at avx2, f16 74 -> 81; 2 threads f32 77 -> 90 (4 KiB ahead lost 6-15 %).
- * Each group's sums are r8f_body's (R8F_DKU chains, added in its order). */
+ * Each group's sums in r8f_body's order (one chain per chunk, the chunks added in turn). */
 enum { R8F_DEC4_AHEAD = 1024 };
 X86_INLINE void fdec4(float *y, int64_t ystep, const void *gv, size_t gstep, const void *xv,
                       int64_t n, const int F) {
     const uint8_t *g = gv;
     const float *x = xv;
-    __m256 acc[4][R8F_DKU];
+    __m256 sum[4] = {0}; /* each the first chunk's (n > 0) */
+    for (int64_t i0 = 0; i0 < n; i0 += R8F_CHUNK) {
+        const int64_t i1 = n - i0 < R8F_CHUNK ? n : i0 + R8F_CHUNK;
+        __m256 acc[4];
 #pragma GCC unroll 4
-    for (int s = 0; s < 4; s++)
-#pragma GCC unroll 4
-        for (int u = 0; u < R8F_DKU; u++) acc[s][u] = _mm256_setzero_ps();
-    int64_t k = 0;
-    for (; k + R8F_DKU <= n; k += R8F_DKU) {
-        /* each stream's line R8F_DEC4_AHEAD bytes on, once a line (a step reads 32-128) */
-        const int64_t off = R8F_VB(F) * k;
-        if (off % 64 == 0)
-#pragma GCC unroll 4
-            for (int s = 0; s < 4; s++)
-                for (int o = 0; o < R8F_DKU * R8F_VB(F); o += 64)
-                    _mm_prefetch((const char *)g + s * gstep + off + o + R8F_DEC4_AHEAD, _MM_HINT_T0);
-#pragma GCC unroll 4
-        for (int u = 0; u < R8F_DKU; u++) {
-            const __m256 b = _mm256_broadcast_ss(x + k + u);
+        for (int s = 0; s < 4; s++) acc[s] = _mm256_setzero_ps();
+        int64_t k = i0;
+        for (; k + 4 <= i1; k += 4) {
+            /* each stream's lines R8F_DEC4_AHEAD bytes on (4 values: 128 bytes f32, 64) */
 #pragma GCC unroll 4
             for (int s = 0; s < 4; s++)
-                acc[s][u] = _mm256_fmadd_ps(r8f_load(g + s * gstep, k + u, F), b, acc[s][u]);
+                for (int o = 0; o < 4 * R8F_VB(F); o += 64)
+                    _mm_prefetch((const char *)g + s * gstep + R8F_VB(F) * k + o + R8F_DEC4_AHEAD,
+                                 _MM_HINT_T0);
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) {
+                const __m256 b = _mm256_broadcast_ss(x + k + u);
+#pragma GCC unroll 4
+                for (int s = 0; s < 4; s++)
+                    acc[s] = _mm256_fmadd_ps(r8f_load(g + s * gstep, k + u, F), b, acc[s]);
+            }
         }
-    }
-    for (; k < n; k++) {
-        const __m256 b = _mm256_broadcast_ss(x + k);
+        for (; k < i1; k++) {
+            const __m256 b = _mm256_broadcast_ss(x + k);
 #pragma GCC unroll 4
-        for (int s = 0; s < 4; s++)
-            acc[s][0] = _mm256_fmadd_ps(r8f_load(g + s * gstep, k, F), b, acc[s][0]);
+            for (int s = 0; s < 4; s++)
+                acc[s] = _mm256_fmadd_ps(r8f_load(g + s * gstep, k, F), b, acc[s]);
+        }
+#pragma GCC unroll 4
+        for (int s = 0; s < 4; s++) sum[s] = i0 > 0 ? _mm256_add_ps(acc[s], sum[s]) : acc[s];
     }
 #pragma GCC unroll 4
-    for (int s = 0; s < 4; s++) {
-        __m256 sum = acc[s][0];
-#pragma GCC unroll 3
-        for (int u = 1; u < R8F_DKU; u++) sum = _mm256_add_ps(sum, acc[s][u]);
-        _mm256_storeu_ps(y + s * ystep, sum);
-    }
+    for (int s = 0; s < 4; s++) _mm256_storeu_ps(y + s * ystep, sum[s]);
 }
 
 X86_INLINE void ftile8(float *y, int64_t ys, const void *g, const void *x, size_t xst, int64_t n,
@@ -309,12 +312,12 @@ X86_INLINE void ftile8(float *y, int64_t ys, const void *g, const void *x, size_
     const uint8_t *gb = g;
     const float *xf = x;
     (void)xst;
-    if (nt == 1) {
-        r8f_body(y, ys, gb, xf, 1, 0, 0, n, false, 1, F);
-        return;
-    }
     for (int64_t i0 = 0; i0 < n; i0 += R8F_CHUNK) {
         const int64_t i1 = n - i0 < R8F_CHUNK ? n : i0 + R8F_CHUNK;
+        if (nt == 1) {
+            r8f_body(y, ys, gb, xf, 1, 0, i0, i1, i0 > 0, 1, F);
+            continue;
+        }
         for (int t0 = 0; t0 < nt; t0 += R8F_PW) {
             const float *pan = xf + (int64_t)t0 * n; /* panel t0 / R8F_PW */
             const int np = nt - t0 < R8F_PW ? nt - t0 : R8F_PW;
@@ -337,7 +340,7 @@ X86_INLINE void ftile8(float *y, int64_t ys, const void *g, const void *x, size_
  * 12 FMAs, so the FMA ports rather than the load ports bound it (8 rows × 12 tokens needs
  * 13 loads per 12 FMAs). The panels' missing tokens are zeros; only the nt tokens are
  * stored. */
-enum { R16F_CHUNK = 256, R16F_HALF = KERN_R8F_PANEL / 2 };
+enum { R16F_CHUNK = R8F_CHUNK, R16F_HALF = KERN_R8F_PANEL / 2 }; /* r8f_body's chunks */
 static_assert(KERN_R8F_PANEL % 2 == 0, "a panel is two half panels");
 
 X86_INLINE void r16f_convert(float *wb, const uint8_t *ga, const uint8_t *gb, int64_t i0,
