@@ -354,7 +354,7 @@ const char *kern_matmul_path(enum kern_type wt, enum kern_layout layout, int64_t
             path = "rows16";
         } else if (impl.tile8[wt]) {
             level = impl.tile8_level[wt];
-            path = impl.tile8_interleaved[wt] && n_tok >= 4 ? "interleaved" : "rows8";
+            path = "rows8";
         }
     } else if (tr && impl.tile[wt]) {
         rows_tile(wt, n_tok, &level);

@@ -92,7 +92,6 @@ void kern_matmul_many(struct kern_pool *pool, const struct kern_mm_out *outs, in
 /* Which kernel kern_matmul_layout runs for wt weights in layout with n_tok tokens at the
  * current level: the path ("rows": the file's rows; "rows8"; "rows16": two rows8 groups
  * per register; "rows8x4": decode of four rows8 groups at once, four streams from memory;
- * "interleaved": rows8 groups repacked 4 rows interleaved as they go;
  * "reference": the reference dots) and *ret_level (may be NULL) the level whose kernel it
  * is ("ref", "avx2", "avx512", ...: a level may leave a type to a lower one). Static
  * strings. */

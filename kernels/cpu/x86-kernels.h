@@ -202,12 +202,6 @@ void X86_SFX(kern_impl_fill)(struct kern_impl *impl) {
     /* float prefill in kern_matmul's panels of KERN_R8F_PANEL, packed in registers */
     impl->r8f_pack[KERN_TYPE_F32] = impl->r8f_pack[KERN_TYPE_F16] =
         impl->r8f_pack[KERN_TYPE_BF16] = X86_SFX(f32_pack12);
-    impl->tile8_interleaved[KERN_TYPE_Q3_K] = r8_prefill_ipack(WK_Q3_K);
-    impl->tile8_interleaved[KERN_TYPE_Q5_K] = r8_prefill_ipack(WK_Q5_K);
-    impl->tile8_interleaved[KERN_TYPE_Q6_K] = r8_prefill_ipack(WK_Q6_K);
-    impl->tile8_interleaved[KERN_TYPE_IQ4_XS] = r8_prefill_ipack(WK_IQ4_XS);
-#else
-    for (int t = 0; t < KERN_TYPE_COUNT; t++) impl->tile8_interleaved[t] = false;
 #endif
     /* Decode of the file's rows (a mapped model's experts, shapes rows8 cannot take): the
      * level's tile, except that the 512-bit level leaves q2_K, q3_K and iq4_xs to the

@@ -726,7 +726,7 @@ X86_INLINE void r8_q6_K_vnni_body(float *y, int64_t ys, const uint8_t *g, const 
  * contiguous bytes of the group, so the file is still read as one stream, unlike the
  * 16-row bodies'). Each code op, byte dot and scale product then serves 2 chunks; a
  * token's 8 activation bytes go to the two halves with one VPSHUFB. The two halves of a
- * sub-block's sums add up with its floats and meet once a super-block. */
+ * sub-block's integer sums meet before its floats. */
 X86_INLINE __m512i k16_codes2(const uint8_t *b, int j, int c, const int K) {
     const int h = j / 4, k = j % 4;
     __m512i q =
@@ -765,13 +765,9 @@ X86_INLINE void r8w_k16_body(float *y, int64_t ys, const uint8_t *g, const uint8
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t sbi = 0; sbi < nb / 8; sbi++) {
         const uint8_t *b = g + sbs * sbi;
-        __m512 sacc[4];
-        __m256 macc[4];
+        __m256 sacc[4], macc[4];
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) {
-            sacc[t] = _mm512_setzero_ps();
-            macc[t] = _mm256_setzero_ps();
-        }
+        for (int t = 0; t < NT; t++) sacc[t] = macc[t] = _mm256_setzero_ps();
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
             for (size_t o = 0; o < sbs / 8; o += 64)
@@ -800,22 +796,24 @@ X86_INLINE void r8w_k16_body(float *y, int64_t ys, const uint8_t *g, const uint8
             for (int t = 0; t < NT; t++) {
                 const float *xd = (const float *)(x + t * xst + 32 * nb) + 8 * sbi + j;
                 const __m256i hs = bcast4((const uint8_t *)(xd + nb)); /* the half sums */
+                const __m256 dx = _mm256_broadcast_ss(xd);
+                /* the two chunks' halves added as integers (exact), so that the floats
+                 * are r8_k16_body's and the 16-row body's (x86-rows16.h): a token's
+                 * outputs the same bits decoded alone or in a batch */
+                __m256i it = _mm256_add_epi32(_mm512_castsi512_si256(is[t]),
+                                              _mm512_extracti64x4_epi64(is[t], 1));
                 if (K == WK_Q2_K)
-                    macc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mp, hs)),
-                                              _mm256_broadcast_ss(xd), macc[t]);
+                    macc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mp, hs)), dx,
+                                              macc[t]);
                 else
-                    is[t] = _mm512_sub_epi32(is[t], _mm512_zextsi256_si512(_mm256_slli_epi32(
-                                                        _mm256_madd_epi16(sp, hs), 2)));
-                sacc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[t]), _mm512_set1_ps(*xd), sacc[t]);
+                    it = _mm256_sub_epi32(it, _mm256_slli_epi32(_mm256_madd_epi16(sp, hs), 2));
+                sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(it), dx, sacc[t]);
             }
         }
         const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b));
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
-            const __m256 s = _mm256_add_ps(
-                _mm512_castps512_ps256(sacc[t]),
-                _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sacc[t]), 1)));
-            acc[t] = _mm256_fmadd_ps(s, dv, acc[t]);
+            acc[t] = _mm256_fmadd_ps(sacc[t], dv, acc[t]);
             if (K == WK_Q2_K)
                 acc[t] = _mm256_fnmadd_ps(
                     macc[t], _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + 16))), acc[t]);
@@ -848,40 +846,6 @@ X86_INLINE void r8_body(float *y, int64_t ys, const uint8_t *g, const uint8_t *x
 
 
 #if !X86_W512
-/* Types whose prefill runs faster through the interleaved pack of the file's rows (the
- * table look-ups, the codes of 3, 5 and 6 bits; measured with 64 tokens): rows8 serves
- * their decode. */
-X86_INLINE bool r8_prefill_ipack(int k) {
-    return k == WK_Q3_K || k == WK_Q5_K || k == WK_Q6_K || k == WK_IQ4_XS;
-}
-
-/* Prefill of a rows8 group through ipack_body: every PACK_BLOCKS blocks, the 8 rows' blocks
- * in the file's layout (kern_rows8_blocks) fill the pack of rows 0-3 and then of 4-7. */
-X86_INLINE void tile8_ipack(float *y, int64_t ys, const void *g, const uint8_t *xb, size_t xst,
-                            int64_t n, int nt, const int K) {
-    /* PACK_BLOCKS values' blocks of the largest kind */
-    enum { ROW_CHUNK = PACK_BLOCKS / 8 * sizeof(struct block_q6_K) };
-    static_assert(sizeof(struct block_q6_K) >= sizeof(struct block_q5_K) &&
-                      sizeof(struct block_q6_K) >= sizeof(struct block_q3_K) &&
-                      sizeof(struct block_q6_K) >= sizeof(struct block_iq4_xs),
-                  "q6_K has the largest blocks of r8_prefill_ipack's kinds");
-    _Alignas(32) uint8_t rows[8][ROW_CHUNK];
-    struct ipack pack;
-    const int64_t nb = n / 32, per = wk_is_k(K) ? 8 : 1; /* 32-value blocks per type block */
-    const enum kern_type wt = K == WK_Q3_K   ? KERN_TYPE_Q3_K
-                              : K == WK_Q5_K ? KERN_TYPE_Q5_K
-                              : K == WK_Q6_K ? KERN_TYPE_Q6_K
-                                             : KERN_TYPE_IQ4_XS;
-    for (int64_t j0 = 0; j0 < nb; j0 += PACK_BLOCKS) {
-        int64_t nbk = nb - j0 < PACK_BLOCKS ? nb - j0 : PACK_BLOCKS;
-        kern_rows8_blocks(wt, rows[0], ROW_CHUNK, g, j0 / per, nbk / per);
-        for (int h = 0; h < 2; h++) {
-            ipack_fill(&pack, rows[4 * h], ROW_CHUNK, 0, nbk, K);
-            ipack_tokens(y + 4 * h, ys, &pack, nbk, xb, xst, nb, j0, nt, K);
-        }
-    }
-}
-
 /* Kinds whose prefill runs faster through struct r8pack (measured with 64 tokens: the file's
  * rows' ipack was faster than their unpacking per 4-token step) */
 X86_INLINE bool r8_prefill_pack(int k) { return k == WK_IQ4_NL || k == WK_Q5_0 || k == WK_Q5_1; }
@@ -912,10 +876,6 @@ X86_INLINE void tile8(float *y, int64_t ys, const void *g, const void *x, size_t
                       int nt, const int K) {
     const uint8_t *xb = x;
 #if !X86_W512
-    if (nt >= 4 && r8_prefill_ipack(K)) {
-        tile8_ipack(y, ys, g, xb, xst, n, nt, K);
-        return;
-    }
     if (nt >= 4 && r8_prefill_pack(K)) {
         tile8_pack(y, ys, g, xb, xst, n, nt, K);
         return;

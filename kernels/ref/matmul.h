@@ -78,9 +78,6 @@ struct kern_impl {
     const char *tile_level[KERN_TYPE_COUNT], *tile1_level[KERN_TYPE_COUNT],
         *tile8_level[KERN_TYPE_COUNT], *tile16_level[KERN_TYPE_COUNT],
         *dec4_level[KERN_TYPE_COUNT];
-    /* tile8 of these types runs batches of 4 or more tokens through an interleaved pack of
-     * 4 rows (the 256-bit level's ipack) rather than 8 rows per register */
-    bool tile8_interleaved[KERN_TYPE_COUNT];
 };
 
 /* Fills every entry from the reference kernels. */

@@ -225,7 +225,7 @@ TEST(matmul_all_levels_vs_spec) {
 
 /* Every tile path on every level, by shape rather than by chance: 1-3 tokens over 4-row
  * tiles (decode: the super-block kernels of the k-quants), 3-5 and 64 tokens (prefill:
- * the packed / interleaved tiles, the 3-token float tiles and their remainders), a row
+ * the packed tiles, the 3-token float tiles and their remainders), a row
  * count that leaves a ragged tile, and n_in long enough for several packs and chunks
  * (2304 = 72 blocks of 32, 9 super-blocks; float: 1031 = chunks of 512 and a tail). */
 TEST(matmul_tile_paths_vs_spec) {
@@ -536,20 +536,14 @@ TEST(matmul_rows8_float_odd) {
  * of the kernels' chunks (the float bodies' 256 and 512 values) and ends in a part chunk;
  * 88 rows are dec4's four groups with one left over (rows8), 90 a part tile (rows).
  * Not yet so, and listed here until they are: the quantized types' bodies over the file's
- * rows (prefill's packs add per pack and take Σ m·s apart; decode does neither), and the
- * rows8 paths whose prefill body is not decode's order (the 256-bit levels' interleaved
- * k-quants, the 512-bit q2_K/q3_K 16-row body against the 8-row decode). */
+ * rows (prefill's packs add per pack and take Σ m·s apart; decode does neither): the
+ * engine gives them only shapes rows8 cannot take and a mapped model's experts. */
 static bool batch_variant_known(const char *level, int wt, bool rows8) {
     const bool w512 = strncmp(level, "avx512", 6) == 0;
-    if (strcmp(level, "ref") == 0) return false;
-    if (!rows8)
-        return wt != KERN_TYPE_F32 && wt != KERN_TYPE_F16 && wt != KERN_TYPE_BF16 &&
-               !(w512 && (wt == KERN_TYPE_Q4_0 || wt == KERN_TYPE_Q5_0 ||
-                          wt == KERN_TYPE_Q8_0 || wt == KERN_TYPE_Q6_K ||
-                          wt == KERN_TYPE_IQ4_NL));
-    if (w512) return wt == KERN_TYPE_Q2_K || wt == KERN_TYPE_Q3_K;
-    return wt == KERN_TYPE_Q3_K || wt == KERN_TYPE_Q5_K || wt == KERN_TYPE_Q6_K ||
-           wt == KERN_TYPE_IQ4_XS;
+    if (rows8 || strcmp(level, "ref") == 0) return false;
+    return wt != KERN_TYPE_F32 && wt != KERN_TYPE_F16 && wt != KERN_TYPE_BF16 &&
+           !(w512 && (wt == KERN_TYPE_Q4_0 || wt == KERN_TYPE_Q5_0 || wt == KERN_TYPE_Q8_0 ||
+                      wt == KERN_TYPE_Q6_K || wt == KERN_TYPE_IQ4_NL));
 }
 
 TEST(matmul_batch_invariant) {
@@ -687,12 +681,12 @@ static const struct dispatch_row dispatch_rows[] = {
     {KERN_TYPE_Q5_K,
      TOL_SUM,
      {"ref/reference", "-/rows8", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/interleaved", "-/interleaved", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows8", "-/rows8", "-/rows16", "avx512/rows16"},
      {"ref/reference", "-/rows", "-/rows", "-/rows", "avx512/rows"}},
     {KERN_TYPE_Q6_K,
      TOL_SUM,
      {"ref/reference", "-/rows8", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/interleaved", "-/interleaved", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows8", "-/rows8", "-/rows16", "avx512/rows16"},
      {"ref/reference", "-/rows", "-/rows", "-/rows", "avx512/rows"}},
     {KERN_TYPE_Q2_K,
      TOL_SUM,
@@ -702,12 +696,12 @@ static const struct dispatch_row dispatch_rows[] = {
     {KERN_TYPE_Q3_K,
      TOL_SUM,
      {"ref/reference", "-/rows8", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/interleaved", "-/interleaved", "-/rows16", "avx512/rows16"},
+     {"ref/reference", "-/rows8", "-/rows8", "-/rows16", "avx512/rows16"},
      {"ref/reference", "-/rows", "-/rows", "~/rows", "~/rows"}},
     {KERN_TYPE_IQ4_XS,
      TOL_SUM,
      {"ref/reference", "-/rows8", "-/rows8", "-/rows8", "avx512/rows8"},
-     {"ref/reference", "-/interleaved", "-/interleaved", "-/rows8", "avx512/rows8"},
+     {"ref/reference", "-/rows8", "-/rows8", "-/rows8", "avx512/rows8"},
      {"ref/reference", "-/rows", "-/rows", "~/rows", "~/rows"}},
     {KERN_TYPE_MXFP4,
      TOL_SUM,
