@@ -172,29 +172,52 @@ static inline __m256 xa_sigmoid(__m256 v) {
                          _mm256_cmp_ps(v, _mm256_set1_ps(-87.0f), _CMP_GE_OQ));
 }
 
+/* The last n % 8 values go through the same vector code (masked loads and stores of the
+ * 1-7 left), so that a value's result does not depend on where it sits: a token's
+ * activations then come out the same bits alone or in a batch of others. */
+static inline __m256i xa_tail_mask(int64_t left) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)left),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+static inline __m256 xa_silu_mul8(__m256 v, __m256 uv) {
+    return _mm256_mul_ps(_mm256_mul_ps(v, xa_sigmoid(v)), uv);
+}
+
 int64_t kern_silu_mul_x86(float *y, const float *g, const float *u, int64_t n) {
     if (strcmp(kern_cpu()->level, "ref") == 0) return 0;
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 v = _mm256_loadu_ps(g + i), uv = _mm256_loadu_ps(u + i);
-        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(v, xa_sigmoid(v)), uv));
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, xa_silu_mul8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+    if (i < n) {
+        const __m256i m = xa_tail_mask(n - i);
+        _mm256_maskstore_ps(y + i, m, xa_silu_mul8(_mm256_maskload_ps(g + i, m),
+                                                   _mm256_maskload_ps(u + i, m)));
     }
-    return i;
+    return n;
 }
 
 /* kern_swiglu_oai(), 8 at a time, with the sigmoid above. */
+static inline __m256 xa_swiglu_oai8(__m256 g, __m256 u, __m256 a, __m256 hi) {
+    const __m256 x = _mm256_min_ps(g, hi);
+    const __m256 v = _mm256_max_ps(_mm256_min_ps(u, hi), _mm256_sub_ps(_mm256_setzero_ps(), hi));
+    const __m256 sg = xa_sigmoid(_mm256_mul_ps(x, a));
+    return _mm256_mul_ps(_mm256_mul_ps(x, sg), _mm256_add_ps(v, _mm256_set1_ps(1.0f)));
+}
+
 int64_t kern_swiglu_oai_x86(float *y, const float *g, const float *u, int64_t n, float alpha,
                             float limit) {
     if (strcmp(kern_cpu()->level, "ref") == 0) return 0;
-    const __m256 a = _mm256_set1_ps(alpha), hi = _mm256_set1_ps(limit), lo = _mm256_set1_ps(-limit);
+    const __m256 a = _mm256_set1_ps(alpha), hi = _mm256_set1_ps(limit);
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 x = _mm256_min_ps(_mm256_loadu_ps(g + i), hi);
-        const __m256 v = _mm256_max_ps(_mm256_min_ps(_mm256_loadu_ps(u + i), hi), lo);
-        const __m256 sg = xa_sigmoid(_mm256_mul_ps(x, a));
-        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(x, sg), _mm256_add_ps(v, _mm256_set1_ps(1.0f))));
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, xa_swiglu_oai8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i), a, hi));
+    if (i < n) { /* the last 1-7 masked, as kern_silu_mul_x86's */
+        const __m256i m = xa_tail_mask(n - i);
+        _mm256_maskstore_ps(y + i, m, xa_swiglu_oai8(_mm256_maskload_ps(g + i, m),
+                                                     _mm256_maskload_ps(u + i, m), a, hi));
     }
-    return i;
+    return n;
 }
 
 /* The per-call layout of the scratch (see the top of the file). */

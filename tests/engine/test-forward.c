@@ -316,7 +316,10 @@ TEST(oracle_logits) {
 /* ---- batches of several sequences ------------------------------------------------------ */
 
 /* Three prompts prefilled in one interleaved batch and then decoded together give the
- * logits each gives alone. */
+ * logits each gives alone, bit for bit (on 2 threads against 1): every kernel computes a
+ * token's values in one order whatever else is in the batch (kernels/cpu/x86-float.h,
+ * the masked last values of the SIMD activations), so greedy streams batched together
+ * give the tokens they give alone even at a near-tie. */
 TEST(batch_equals_solo) {
     const char *gguf = test_shared_path("stories260K.gguf");
     if (!gguf) SKIP("stories260K.gguf is absent");
@@ -377,7 +380,7 @@ TEST(batch_equals_solo) {
         ASSERT_OK(engine_context_decode(ctx, &step, NULL));
     }
     printf("  max |batched - solo| = %.3g\n", max_err);
-    ASSERT_TRUE(max_err < 1e-4);
+    ASSERT_TRUE(max_err == 0);
     for (int s = 0; s < 3; s++) ASSERT_EQ(engine_kv_seq_len(ctx, s), n_prompt[s] + STEPS);
     engine_context_free(ctx);
     engine_model_free(m);
