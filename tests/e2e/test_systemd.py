@@ -123,7 +123,10 @@ class SystemdTest(DaemonTest):
         while not os.path.exists(path) and time.monotonic() < end:
             time.sleep(0.02)
         ch = grpc.insecure_channel("unix:" + path)
-        r = pbg.WarmStub(ch).GetInfo(pb.GetInfoRequest(), timeout=START_TIMEOUT)
+        # the path exists from bind(); connections are refused until listen() follows:
+        # wait_for_ready retries them (failing fast, the test once saw UNAVAILABLE)
+        r = pbg.WarmStub(ch).GetInfo(pb.GetInfoRequest(), timeout=START_TIMEOUT,
+                                     wait_for_ready=True)
         self.assertEqual(r.models_available, 1)
         self.assertEqual(r.peer.pid, os.getpid())
         self.assertIn("socket-activated", d.text())
@@ -142,11 +145,20 @@ class SystemdTest(DaemonTest):
         cmd = [ACTIVATE, "-l", a, "-l", b, WARMD, "--config", "/dev/null",
                "--models-dir", self.tmp]
         p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-        end = time.monotonic() + START_TIMEOUT
-        while not os.path.exists(a) and time.monotonic() < end:
-            time.sleep(0.02)
+        # whatever fails below, the activator goes (left running, it held the test's
+        # output open and ctest waited for it until its own timeout)
+        self.addCleanup(lambda: p.poll() is None and (p.kill(), p.wait()))
+        # the path exists from bind(); a connection is refused until listen() follows
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.connect(a)
+        end = time.monotonic() + START_TIMEOUT
+        while True:
+            try:
+                s.connect(a)
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                if time.monotonic() > end:
+                    raise
+                time.sleep(0.02)
         _, err = p.communicate(timeout=START_TIMEOUT)
         s.close()
         self.assertEqual(p.returncode, 1, err)
