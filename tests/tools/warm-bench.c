@@ -21,7 +21,7 @@
  *            they are not many times its size, so a small model can pass 100 %.
  * First the CPU's features, the kernel level (WARM_KERNELS caps it) and, per weight type
  * of the model's matrices, the level and path its decode and prefill take (rows8,
- * rows8x4, rows16, interleaved, rows, reference: kern_matmul_path).
+ * rows8x4, rows16, rows, reference: kern_matmul_path).
  * Each figure is the best of REPEATS (default 3) runs after one warm-up.
  *   --device cuda:N [--gpu-layers N], --devices cuda:0,cuda:1 --split tensor: the model on
  *            GPUs (the bandwidth bound printed is still the host's: device-check.sh's
