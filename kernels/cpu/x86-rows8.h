@@ -88,7 +88,8 @@ X86_INLINE void r8pack_fill(struct r8pack *p, const uint8_t *g, int64_t j0, int6
 }
 
 /* q4_0, iq4_nl, q4_1, q5_0, q5_1: 8 rows × NT tokens over blocks [j0, j0 + nbk) of group g
- * (codes from the pack pk of those blocks where not NULL); y (+ when add) = the dots. Chunk
+ * (codes from the pack pk of those blocks where not NULL); y = the dots (add: y's sums
+ * continued over these blocks). Chunk
  * k of a block holds, in lane r, row r's values 4k..4k+3 (low nibbles) and 16+4k..16+4k+3
  * (high nibbles): each meets the token's 4 codes broadcast to every lane, so lane r sums
  * row r's dot and the block's 8 scales are one fp16 load. U mode (wk_off): codes u = q
@@ -104,9 +105,12 @@ X86_INLINE void r8_q32_body(float *y, int64_t ys, const uint8_t *g, const struct
                             bool add, const int NT, const int K) {
     const __m256i ones = _mm256_set1_epi16(1);
     (void)ones; /* the VNNI bodies sum in VPDPBUSD */
+    /* add: the sums go on from y's, the chain of a whole row's (a float stored and loaded
+     * back is the same value): a pack's chunks then give the bits decode's one call gives,
+     * so a token's outputs are the same alone or in a batch */
     __m256 acc[4];
 #pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (int t = 0; t < NT; t++) acc[t] = add ? _mm256_loadu_ps(y + t * ys) : _mm256_setzero_ps();
     for (int64_t j = j0; j < j0 + nbk; j++) {
         const uint8_t *b = g + wk_r8_bytes(K) * j;
         if (!pk) { /* 4 KiB ahead: at 2 KiB 1-thread decode of q4_0 / q5_0 waited on memory
@@ -197,8 +201,7 @@ X86_INLINE void r8_q32_body(float *y, int64_t ys, const uint8_t *g, const struct
         }
     }
 #pragma GCC unroll 4
-    for (int t = 0; t < NT; t++)
-        _mm256_storeu_ps(y + t * ys, add ? _mm256_add_ps(_mm256_loadu_ps(y + t * ys), acc[t]) : acc[t]);
+    for (int t = 0; t < NT; t++) _mm256_storeu_ps(y + t * ys, acc[t]);
 }
 
 /* mxfp4, 8 rows × NT tokens: q4_0's chunks (lane r = row r's values 4k.. low, 16 + 4k..

@@ -533,17 +533,15 @@ TEST(matmul_rows8_float_odd) {
 /* A token's outputs are the same bits computed alone (decode) or in a batch of any size,
  * at every level, in both layouts: the engine's continuous batching then gives a stream
  * the tokens it gets alone (tests/e2e/test_generate.py, 16 streams). n_in spans several
- * of the kernels' chunks (the float bodies' 256 and 512 values) and ends in a part chunk;
+ * of the kernels' chunks (the float bodies' 256 and 512 values, the 256-bit packs' 32
+ * blocks: 2080 values are 65) and ends in a part chunk;
  * 88 rows are dec4's four groups with one left over (rows8), 90 a part tile (rows).
  * Not yet so, and listed here until they are: the quantized types' bodies over the file's
  * rows (prefill's packs add per pack and take Σ m·s apart; decode does neither): the
  * engine gives them only shapes rows8 cannot take and a mapped model's experts. */
 static bool batch_variant_known(const char *level, int wt, bool rows8) {
-    const bool w512 = strncmp(level, "avx512", 6) == 0;
     if (rows8 || strcmp(level, "ref") == 0) return false;
-    return wt != KERN_TYPE_F32 && wt != KERN_TYPE_F16 && wt != KERN_TYPE_BF16 &&
-           !(w512 && (wt == KERN_TYPE_Q4_0 || wt == KERN_TYPE_Q5_0 || wt == KERN_TYPE_Q8_0 ||
-                      wt == KERN_TYPE_Q6_K || wt == KERN_TYPE_IQ4_NL));
+    return wt != KERN_TYPE_F32 && wt != KERN_TYPE_F16 && wt != KERN_TYPE_BF16;
 }
 
 TEST(matmul_batch_invariant) {
@@ -558,7 +556,7 @@ TEST(matmul_batch_invariant) {
         for (int wt = 0; wt < KERN_TYPE_COUNT; wt++) {
             const struct kern_type_traits *tr = kern_type_traits(wt);
             if (!tr || !tr->vec_dot || !tr->from_f32) continue;
-            const int64_t n_in = tr->blck_size == 1 ? 865 : tr->blck_size == QK_K ? 1024 : 800;
+            const int64_t n_in = tr->blck_size == 1 ? 865 : tr->blck_size == QK_K ? 1024 : 2080;
             for (int layout = KERN_LAYOUT_ROWS; layout <= KERN_LAYOUT_ROWS8; layout++) {
                 const bool rows8 = layout == KERN_LAYOUT_ROWS8;
                 const int64_t n_out = rows8 ? 88 : 90;
