@@ -315,6 +315,45 @@ TEST(oracle_logits) {
 
 /* ---- batches of several sequences ------------------------------------------------------ */
 
+/* A prompt prefilled alone in its own context (n_ctx cells, cache type kv, 1 thread), then
+ * `steps` greedy tokens: out (steps × n_vocab) the logits before each, gen the tokens. */
+static bool solo_greedy(const struct engine_model *m, uint32_t n_ctx, enum kern_type kv,
+                        const int32_t *prompt, int n_prompt, int steps, float *out,
+                        int32_t *gen) {
+    const int32_t n_vocab = (int32_t)m->hp.n_vocab;
+    struct engine_context *ctx = context_open(m, n_ctx, 1, 1, 1, kv);
+    if (!ctx) return false;
+    int32_t pos[8];
+    for (int i = 0; i < n_prompt; i++) pos[i] = i;
+    struct engine_batch b = {.n_tok = n_prompt, .token = prompt, .pos = pos};
+    bool ok = n_prompt <= 8 && engine_context_decode(ctx, &b, NULL) >= 0;
+    for (int k = 0; ok && k < steps; k++) {
+        float *o = out + (size_t)k * n_vocab;
+        memcpy(o, engine_context_logits(ctx, 0), sizeof(float) * (size_t)n_vocab);
+        int32_t t = gen[k] = test_top_index(o, n_vocab), p = n_prompt + k;
+        struct engine_batch one = {.n_tok = 1, .token = &t, .pos = &p};
+        ok = engine_context_decode(ctx, &one, NULL) >= 0;
+    }
+    engine_context_free(ctx);
+    return ok;
+}
+
+/* n_seq prompts (row stride `stride`) as one batch, interleaved token by token: token i of
+ * each prompt that has one, in turn; a prompt's last token wants its logits. Returns the
+ * batch's token count. */
+static int interleave_prompts(const int32_t *prompts, int stride, const int *n_prompt, int n_seq,
+                              int32_t *tok, int32_t *pos, int32_t *seq, bool *want) {
+    int n = 0, longest = 0;
+    for (int s = 0; s < n_seq; s++) longest = MAX(longest, n_prompt[s]);
+    for (int i = 0; i < longest; i++)
+        for (int s = 0; s < n_seq; s++)
+            if (i < n_prompt[s]) {
+                tok[n] = prompts[s * stride + i], pos[n] = i, seq[n] = s;
+                want[n++] = i == n_prompt[s] - 1;
+            }
+    return n;
+}
+
 /* Three prompts prefilled in one interleaved batch and then decoded together give the
  * logits each gives alone, bit for bit (on 2 threads against 1): every kernel computes a
  * token's values in one order whatever else is in the batch (kernels/cpu/x86-float.h,
@@ -332,33 +371,16 @@ TEST(batch_equals_solo) {
     int32_t n_vocab = (int32_t)m->hp.n_vocab;
     static float solo[3][STEPS][512];
     int32_t solo_tok[3][STEPS];
-    for (int s = 0; s < 3; s++) {
-        struct engine_context *ctx = context_open(m, 64, 1, 0, 1, KERN_TYPE_F32);
-        ASSERT_TRUE(ctx);
-        int32_t pos[8];
-        for (int i = 0; i < n_prompt[s]; i++) pos[i] = i;
-        struct engine_batch b = {.n_tok = n_prompt[s], .token = prompts[s], .pos = pos};
-        ASSERT_OK(engine_context_decode(ctx, &b, NULL));
-        for (int k = 0; k < STEPS; k++) {
-            memcpy(solo[s][k], engine_context_logits(ctx, 0), sizeof(float) * (size_t)n_vocab);
-            int32_t tok = solo_tok[s][k] = test_top_index(solo[s][k], n_vocab), p = n_prompt[s] + k;
-            struct engine_batch one = {.n_tok = 1, .token = &tok, .pos = &p};
-            ASSERT_OK(engine_context_decode(ctx, &one, NULL));
-        }
-        engine_context_free(ctx);
-    }
+    ASSERT_EQ(n_vocab, 512);
+    for (int s = 0; s < 3; s++)
+        ASSERT_TRUE(solo_greedy(m, 64, KERN_TYPE_F32, prompts[s], n_prompt[s], STEPS,
+                                &solo[s][0][0], solo_tok[s]));
     /* together: the prompts interleaved token by token, then one token per sequence */
     struct engine_context *ctx = context_open(m, 64, 3, 3, 2, KERN_TYPE_F32);
     ASSERT_TRUE(ctx);
     int32_t tok[32], pos[32], seq[32];
     bool want[32];
-    int n = 0;
-    for (int i = 0; i < 6; i++)
-        for (int s = 0; s < 3; s++)
-            if (i < n_prompt[s]) {
-                tok[n] = prompts[s][i], pos[n] = i, seq[n] = s;
-                want[n++] = i == n_prompt[s] - 1;
-            }
+    int n = interleave_prompts(&prompts[0][0], 6, n_prompt, 3, tok, pos, seq, want);
     struct engine_batch b = {.n_tok = n, .token = tok, .pos = pos, .seq = seq, .want_logits = want};
     ASSERT_OK(engine_context_decode(ctx, &b, NULL));
     /* outputs come in batch order: the sequence whose last prompt token comes first */
@@ -862,24 +884,6 @@ TEST(dummy_models) {
  * whose sums for a token depended on the batch's other tokens would show here. */
 enum { PAIR_STEPS = 6, PAIR_VOCAB = 320 };
 
-static bool pair_solo(const struct engine_model *m, enum kern_type kv, const int32_t *prompt,
-                      int n_prompt, float (*out)[PAIR_VOCAB], int32_t *gen) {
-    struct engine_context *ctx = context_open(m, 32, 1, 1, 1, kv);
-    if (!ctx) return false;
-    int32_t pos[8];
-    for (int i = 0; i < n_prompt; i++) pos[i] = i;
-    struct engine_batch b = {.n_tok = n_prompt, .token = prompt, .pos = pos};
-    bool ok = engine_context_decode(ctx, &b, NULL) >= 0;
-    for (int k = 0; ok && k < PAIR_STEPS; k++) {
-        memcpy(out[k], engine_context_logits(ctx, 0), sizeof out[k]);
-        int32_t t = gen[k] = test_top_index(out[k], PAIR_VOCAB), p = n_prompt + k;
-        struct engine_batch one = {.n_tok = 1, .token = &t, .pos = &p};
-        ok = engine_context_decode(ctx, &one, NULL) >= 0;
-    }
-    engine_context_free(ctx);
-    return ok;
-}
-
 TEST(batch_equals_solo_types) {
     if (!test_tool_path("warm-mkmodel")) SKIP("WARM_BIN/warm-mkmodel is not built");
     static const char *const types[] = {"f16",  "bf16", "q8_0", "q4_0", "q4_1",   "q5_0",
@@ -901,21 +905,17 @@ TEST(batch_equals_solo_types) {
         if (!path) TEST_FAIL_("warm-mkmodel failed for %s", types[ti]);
         struct engine_model *m = model_open(path);
         ASSERT_TRUE(m);
+        ASSERT_EQ((int)m->hp.n_vocab, PAIR_VOCAB);
         for (size_t ki = 0; ki < ARRAY_SIZE(kvs); ki++) {
             int32_t gen[2][PAIR_STEPS];
             for (int s = 0; s < 2; s++)
-                ASSERT_TRUE(pair_solo(m, kvs[ki], prompts[s], n_prompt[s], solo[s], gen[s]));
+                ASSERT_TRUE(solo_greedy(m, 32, kvs[ki], prompts[s], n_prompt[s], PAIR_STEPS,
+                                        &solo[s][0][0], gen[s]));
             struct engine_context *ctx = context_open(m, 32, 2, 2, 2, kvs[ki]);
             ASSERT_TRUE(ctx);
             int32_t tok[8], pos[8], seq[8];
             bool want[8];
-            int n = 0;
-            for (int i = 0; i < 5; i++)
-                for (int s = 0; s < 2; s++)
-                    if (i < n_prompt[s]) {
-                        tok[n] = prompts[s][i], pos[n] = i, seq[n] = s;
-                        want[n++] = i == n_prompt[s] - 1;
-                    }
+            int n = interleave_prompts(&prompts[0][0], 5, n_prompt, 2, tok, pos, seq, want);
             struct engine_batch b = {.n_tok = n, .token = tok, .pos = pos, .seq = seq,
                                      .want_logits = want};
             ASSERT_OK(engine_context_decode(ctx, &b, NULL));
